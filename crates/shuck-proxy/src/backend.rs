@@ -1,0 +1,141 @@
+//! Backend connections: round-robin over a frontend's backends, skipping ones that failed
+//! recently, with a connect timeout. State is per worker (no sharing, no locks); each worker learns
+//! about a dead backend on its own, which costs at most one failed connect per worker per cooldown.
+
+use std::cell::Cell;
+use std::io;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+
+use crate::config::BackendAddr;
+
+#[derive(Debug)]
+pub struct BackendPool {
+    addrs: Vec<BackendAddr>,
+    down_until: Vec<Cell<Option<Instant>>>,
+    next: Cell<usize>,
+    connect_timeout: Duration,
+    cooldown: Duration,
+}
+
+/// Every backend was tried and none answered.
+#[derive(Debug, thiserror::Error)]
+#[error("no backend reachable: {}", .attempts.iter().map(|(n, e)| format!("{n}: {e}")).collect::<Vec<_>>().join("; "))]
+pub struct ConnectError {
+    pub attempts: Vec<(String, io::Error)>,
+}
+
+impl BackendPool {
+    pub fn new(addrs: Vec<BackendAddr>, connect_timeout: Duration, cooldown: Duration) -> Self {
+        let down_until = addrs.iter().map(|_| Cell::new(None)).collect();
+        BackendPool {
+            addrs,
+            down_until,
+            next: Cell::new(0),
+            connect_timeout,
+            cooldown,
+        }
+    }
+
+    /// The order to try backends in: healthy ones round-robin from the cursor, then the ones in
+    /// cooldown (better a likely failure than a certain one).
+    fn order(&self, now: Instant) -> impl Iterator<Item = usize> + '_ {
+        let n = self.addrs.len();
+        let start = self.next.get();
+        self.next.set((start + 1) % n);
+        let is_up = move |i: &usize| self.down_until[*i].get().is_none_or(|t| t <= now);
+        let ring = move || (0..n).map(move |k| (start + k) % n);
+        ring()
+            .filter(is_up)
+            .chain(ring().filter(move |i| !is_up(i)))
+    }
+
+    pub async fn connect(&self) -> Result<(TcpStream, &BackendAddr), ConnectError> {
+        let mut attempts = Vec::new();
+        let now = Instant::now();
+        for i in self.order(now) {
+            let b = &self.addrs[i];
+            let res = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(b.addr))
+                .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("connect timed out after {:?}", self.connect_timeout),
+                )),
+            };
+            match res {
+                Ok(s) => {
+                    self.down_until[i].set(None);
+                    // Nagle would hold small answers back ~40 ms (seed round 2's stud latency).
+                    let _ = s.set_nodelay(true);
+                    return Ok((s, b));
+                }
+                Err(e) => {
+                    tracing::warn!(backend = %b.name, error = %e, "backend connect failed; trying the next one");
+                    self.down_until[i].set(Some(Instant::now() + self.cooldown));
+                    attempts.push((b.name.clone(), e));
+                }
+            }
+        }
+        Err(ConnectError { attempts })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(n: usize) -> BackendPool {
+        let addrs = (0..n)
+            .map(|i| BackendAddr {
+                name: format!("b{i}"),
+                addr: ([127, 0, 0, 1], 1000 + i as u16).into(),
+            })
+            .collect();
+        BackendPool::new(addrs, Duration::from_secs(1), Duration::from_secs(5))
+    }
+
+    #[test]
+    fn round_robin_skips_down_backends_but_keeps_them_last() {
+        let p = pool(3);
+        let now = Instant::now();
+        assert_eq!(p.order(now).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(p.order(now).collect::<Vec<_>>(), vec![1, 2, 0]);
+        p.down_until[2].set(Some(now + Duration::from_secs(5)));
+        assert_eq!(p.order(now).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(p.order(now).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(
+            p.order(now + Duration::from_secs(6)).collect::<Vec<_>>(),
+            vec![1, 2, 0]
+        );
+    }
+
+    #[tokio::test]
+    async fn falls_over_to_the_next_backend() {
+        let live = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // A port that was just free: nothing listens there.
+        let dead = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let p = BackendPool::new(
+            vec![
+                BackendAddr {
+                    name: "dead".into(),
+                    addr: dead,
+                },
+                BackendAddr {
+                    name: "live".into(),
+                    addr: live.local_addr().unwrap(),
+                },
+            ],
+            Duration::from_secs(2),
+            Duration::from_secs(5),
+        );
+        let (_s, b) = p.connect().await.unwrap();
+        assert_eq!(b.name, "live");
+        assert!(p.down_until[0].get().is_some());
+    }
+}

@@ -1,0 +1,110 @@
+//! `shuck check`: load everything `serve` would load and describe what would be served.
+
+use std::fmt::Write as _;
+
+use crate::config::{Backend, Config, ProxyProtocol, SniFallback};
+use crate::error::Result;
+use crate::tls::{certs, params, TlsContext};
+
+/// The summary and the warnings (expiry and the like), or the first error.
+pub struct Report {
+    pub summary: String,
+    pub warnings: Vec<String>,
+}
+
+pub fn report(config: &Config) -> Result<Report> {
+    let now = certs::now_unix();
+    let mut s = String::new();
+    let mut warnings = Vec::new();
+    let _ = writeln!(s, "configuration {}: ok", config.origin);
+    let _ = writeln!(
+        s,
+        "workers: {}{}, max_connections: {}, shutdown_grace: {:?}",
+        config.workers,
+        if config.pin_cpus { " (pinned)" } else { "" },
+        config.max_connections,
+        config.shutdown_grace
+    );
+    for fe in &config.frontends {
+        let tls = TlsContext::load(fe)?;
+        let listen: Vec<String> = fe.listen.iter().map(ToString::to_string).collect();
+        let _ = writeln!(s, "\nfrontend {:?}", fe.name);
+        let _ = writeln!(s, "  listen: {}", listen.join(", "));
+        match &fe.backend {
+            Backend::Demo => {
+                let _ = writeln!(s, "  backend: built-in demo page");
+            }
+            Backend::Tcp(b) => {
+                let list: Vec<String> = b
+                    .iter()
+                    .map(|b| format!("{} ({})", b.name, b.addr))
+                    .collect();
+                let _ = writeln!(s, "  backend: {} (round-robin)", list.join(", "));
+            }
+        }
+        if fe.proxy_protocol != ProxyProtocol::None {
+            let _ = writeln!(s, "  proxy_protocol: {}", fe.proxy_protocol);
+        }
+        for c in &tls.certs {
+            let days = (c.not_after - now).div_euclid(86_400);
+            let _ = writeln!(
+                s,
+                "  certificate {}: {} [{}], chain of {}, expires in {} days, names: {}",
+                c.path.display(),
+                c.subject,
+                c.key,
+                c.chain_len,
+                days,
+                c.names.join(" ")
+            );
+            warnings.extend(c.warnings(now));
+        }
+        let fallback = |f: SniFallback| match f {
+            SniFallback::Default => "default certificate",
+            SniFallback::Reject => "reject",
+        };
+        let _ = writeln!(
+            s,
+            "  unknown SNI: {}; missing SNI: {}",
+            fallback(fe.unknown_sni),
+            fallback(fe.missing_sni)
+        );
+        let versions: Vec<&str> = fe
+            .versions
+            .iter()
+            .map(|v| params::version_name(v.version))
+            .collect();
+        let suites: Vec<&str> = fe
+            .ciphersuites
+            .iter()
+            .map(|c| params::suite_name(*c))
+            .collect();
+        let groups: Vec<&str> = fe.groups.iter().map(|g| params::group_name(*g)).collect();
+        let alpn: Vec<String> = fe
+            .alpn
+            .iter()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        let _ = writeln!(s, "  protocols: {}", versions.join(", "));
+        let _ = writeln!(s, "  ciphersuites (server order): {}", suites.join(", "));
+        let _ = writeln!(s, "  groups: {}", groups.join(", "));
+        let _ = writeln!(
+            s,
+            "  alpn: {}",
+            if alpn.is_empty() {
+                "none".into()
+            } else {
+                alpn.join(", ")
+            }
+        );
+        let _ = writeln!(
+            s,
+            "  timeouts: handshake {:?}, idle {:?}, connect {:?}; backlog {}",
+            fe.handshake_timeout, fe.idle_timeout, fe.connect_timeout, fe.backlog
+        );
+    }
+    Ok(Report {
+        summary: s,
+        warnings,
+    })
+}

@@ -1,0 +1,135 @@
+//! One client connection: TLS handshake (with timeout), then the backend (TCP relay or the demo
+//! page), and at most one log line, at the end, when something failed or connection logs are on.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustls::{HandshakeKind, ServerConnection};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+
+use crate::backend::BackendPool;
+use crate::config::{Frontend, ProxyProtocol};
+use crate::relay::{self, RelayError};
+use crate::tls::params;
+use crate::{demo, proxy_protocol};
+
+/// What one worker knows about one frontend.
+pub struct FrontendRt {
+    pub cfg: Arc<Frontend>,
+    pub acceptor: TlsAcceptor,
+    /// `None` means the built-in demo backend.
+    pub backends: Option<BackendPool>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerInfo {
+    pub id: usize,
+    pub log_connections: bool,
+}
+
+/// What was negotiated, for the demo page and connection logs.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub protocol: &'static str,
+    pub cipher: &'static str,
+    pub group: Option<&'static str>,
+    pub resumed: bool,
+    pub sni: Option<String>,
+    pub alpn: Option<String>,
+    pub client: SocketAddr,
+    pub frontend: String,
+    pub worker: usize,
+}
+
+impl ConnInfo {
+    pub fn new(conn: &ServerConnection, client: SocketAddr, frontend: &str, worker: usize) -> Self {
+        ConnInfo {
+            protocol: match conn.protocol_version() {
+                Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+                Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+                _ => "unknown",
+            },
+            cipher: conn
+                .negotiated_cipher_suite()
+                .map_or("unknown", params::suite_name),
+            group: conn.negotiated_key_exchange_group().map(params::group_name),
+            resumed: conn.handshake_kind() == Some(HandshakeKind::Resumed),
+            sni: conn.server_name().map(str::to_string),
+            alpn: conn
+                .alpn_protocol()
+                .map(|p| String::from_utf8_lossy(p).into_owned()),
+            client,
+            frontend: frontend.to_string(),
+            worker,
+        }
+    }
+}
+
+pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, tcp: TcpStream, client: SocketAddr) {
+    let started = Instant::now();
+    let _ = tcp.set_nodelay(true);
+    let local = tcp.local_addr().ok();
+    let cfg = &fe.cfg;
+    let mut tls = match tokio::time::timeout(cfg.handshake_timeout, fe.acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            // Port scanners and TCP health checks: not worth a warning each.
+            tracing::debug!(frontend = %cfg.name, %client, worker = worker.id, "client closed before completing the TLS handshake");
+            return;
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, reason = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, reason = %format_args!("no complete handshake within {:?}", cfg.handshake_timeout), "TLS handshake failed");
+            return;
+        }
+    };
+
+    let Some(pool) = &fe.backends else {
+        let info = ConnInfo::new(tls.get_ref().1, client, &cfg.name, worker.id);
+        let res = demo::serve(&mut tls, &info, cfg.idle_timeout).await;
+        if worker.log_connections {
+            tracing::info!(frontend = %cfg.name, %client, worker = worker.id, protocol = info.protocol, cipher = info.cipher, resumed = info.resumed, sni = info.sni.as_deref().unwrap_or("-"), backend = "demo", result = %res.as_ref().map_or_else(ToString::to_string, |()| "ok".into()), ms = started.elapsed().as_millis() as u64, "connection closed");
+        }
+        return;
+    };
+
+    let (mut upstream, backend) = match pool.connect().await {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, error = %e, "closing client connection: backend unavailable");
+            // close_notify, so the client sees an orderly close rather than a truncation.
+            let _ = tls.shutdown().await;
+            return;
+        }
+    };
+    if cfg.proxy_protocol != ProxyProtocol::None {
+        let dst = local.unwrap_or(client);
+        if let Some(h) = proxy_protocol::encode(cfg.proxy_protocol, client, dst) {
+            if let Err(e) = upstream.write_all(h.as_bytes()).await {
+                tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, backend = %backend.name, error = %e, "backend failed while sending the PROXY header");
+                return;
+            }
+        }
+    }
+    let (moved, res) = relay::relay(&mut tls, &mut upstream, cfg.idle_timeout).await;
+    match &res {
+        Err(RelayError::Backend(e)) => {
+            tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, backend = %backend.name, error = %e, up = moved.up, down = moved.down, "backend connection failed");
+        }
+        Err(e) if worker.log_connections => {
+            tracing::info!(frontend = %cfg.name, %client, worker = worker.id, backend = %backend.name, error = %e, up = moved.up, down = moved.down, "connection ended early");
+        }
+        _ => {}
+    }
+    if worker.log_connections {
+        let info = ConnInfo::new(tls.get_ref().1, client, &cfg.name, worker.id);
+        tracing::info!(frontend = %cfg.name, %client, worker = worker.id, protocol = info.protocol, cipher = info.cipher, group = info.group.unwrap_or("-"), resumed = info.resumed, sni = info.sni.as_deref().unwrap_or("-"), alpn = info.alpn.as_deref().unwrap_or("-"), backend = %backend.name, up = moved.up, down = moved.down, ms = started.elapsed().as_millis() as u64, "connection closed");
+    }
+}

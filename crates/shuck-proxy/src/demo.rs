@@ -1,0 +1,177 @@
+//! The built-in demo backend: answers each HTTP/1.x request with a page describing the TLS
+//! connection, so `shuck serve --self-signed` shows what was negotiated on a fresh machine.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::connection::ConnInfo;
+
+const MAX_HEAD: usize = 16 * 1024;
+const MAX_REQUESTS: usize = 100;
+
+/// Renders the page body for one connection.
+pub fn page(info: &ConnInfo) -> String {
+    let mut s = String::with_capacity(512);
+    let _ = writeln!(s, "shuck demo backend: your TLS connection");
+    let _ = writeln!(s, "protocol: {}", info.protocol);
+    let _ = writeln!(s, "cipher: {}", info.cipher);
+    let _ = writeln!(
+        s,
+        "group: {}",
+        info.group.unwrap_or("none (resumed TLS 1.2)")
+    );
+    let _ = writeln!(s, "resumed: {}", if info.resumed { "yes" } else { "no" });
+    let _ = writeln!(s, "sni: {}", info.sni.as_deref().unwrap_or("none"));
+    let _ = writeln!(s, "alpn: {}", info.alpn.as_deref().unwrap_or("none"));
+    let _ = writeln!(s, "client: {}", info.client);
+    let _ = writeln!(s, "frontend: {}", info.frontend);
+    let _ = writeln!(s, "worker: {}", info.worker);
+    s
+}
+
+/// What the request head asked for.
+struct Request {
+    keep_alive: bool,
+    body_len: usize,
+}
+
+fn parse_head(head: &[u8]) -> Option<Request> {
+    let text = std::str::from_utf8(head).ok()?;
+    let mut lines = text.split("\r\n");
+    let request_line = lines.next()?;
+    let mut parts = request_line.split(' ');
+    let (_method, _target, version) = (parts.next()?, parts.next()?, parts.next()?);
+    let mut keep_alive = match version {
+        "HTTP/1.1" => true,
+        "HTTP/1.0" => false,
+        _ => return None,
+    };
+    let mut body_len = 0;
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("connection") {
+            if value.eq_ignore_ascii_case("close") {
+                keep_alive = false;
+            } else if value.eq_ignore_ascii_case("keep-alive") {
+                keep_alive = true;
+            }
+        } else if name.eq_ignore_ascii_case("content-length") {
+            body_len = value.parse().ok()?;
+        }
+    }
+    Some(Request {
+        keep_alive,
+        body_len,
+    })
+}
+
+/// Serves requests on `stream` until the client closes, asks to close, or goes idle.
+pub async fn serve<S>(stream: &mut S, info: &ConnInfo, idle: Duration) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let body = page(info);
+    let mut buf = Vec::with_capacity(1024);
+    for _ in 0..MAX_REQUESTS {
+        // Read one request head.
+        let head_end = loop {
+            if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break p + 4;
+            }
+            if buf.len() >= MAX_HEAD {
+                let _ = respond(stream, 431, "Request Header Fields Too Large\n", false).await;
+                return Ok(());
+            }
+            let mut chunk = [0u8; 2048];
+            let n = match tokio::time::timeout(idle, stream.read(&mut chunk)).await {
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Ok(()),
+            };
+            if n == 0 {
+                return stream.shutdown().await;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        let Some(req) = parse_head(&buf[..head_end]) else {
+            let _ = respond(
+                stream,
+                400,
+                "Bad Request: this demo backend speaks HTTP/1.x\n",
+                false,
+            )
+            .await;
+            return Ok(());
+        };
+        // Discard a request body.
+        let mut rest = buf.split_off(head_end);
+        buf.clear();
+        let mut to_skip = req.body_len;
+        let skip_now = to_skip.min(rest.len());
+        to_skip -= skip_now;
+        rest.drain(..skip_now);
+        while to_skip > 0 {
+            let mut chunk = [0u8; 2048];
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                return Ok(());
+            }
+            let used = n.min(to_skip);
+            to_skip -= used;
+            rest.extend_from_slice(&chunk[used..n]);
+        }
+        buf = rest;
+        respond(stream, 200, &body, req.keep_alive).await?;
+        if !req.keep_alive {
+            return stream.shutdown().await;
+        }
+    }
+    stream.shutdown().await
+}
+
+async fn respond<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    status: u16,
+    body: &str,
+    keep_alive: bool,
+) -> std::io::Result<()> {
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        _ => "Request Header Fields Too Large",
+    };
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: {}\r\nServer: shuck\r\n\r\n",
+        body.len(),
+        if keep_alive { "keep-alive" } else { "close" }
+    );
+    let mut out = Vec::with_capacity(head.len() + body.len());
+    out.extend_from_slice(head.as_bytes());
+    out.extend_from_slice(body.as_bytes());
+    stream.write_all(&out).await?;
+    stream.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads() {
+        let r = parse_head(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert!(r.keep_alive);
+        let r = parse_head(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        assert!(!r.keep_alive);
+        let r = parse_head(b"POST / HTTP/1.1\r\nConnection: close\r\nContent-Length: 5\r\n\r\n")
+            .unwrap();
+        assert!(!r.keep_alive);
+        assert_eq!(r.body_len, 5);
+        assert!(parse_head(b"\x16\x03\x01garbage\r\n\r\n").is_none());
+    }
+}

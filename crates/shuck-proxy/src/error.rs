@@ -1,0 +1,55 @@
+//! The one error type of the engine. Every variant names the file, key or address involved so an
+//! operator can act on the message without reading code.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read configuration file {path}: {source}")]
+    ConfigRead { path: PathBuf, source: io::Error },
+
+    #[error("{origin}: {message}")]
+    ConfigSyntax { origin: String, message: String },
+
+    #[error("{origin}: {key}: {message}")]
+    ConfigValue {
+        origin: String,
+        key: String,
+        message: String,
+    },
+
+    #[error("certificate {path}: cannot read: {source}")]
+    CertRead { path: PathBuf, source: io::Error },
+
+    #[error("certificate {path}: {message}")]
+    Cert { path: PathBuf, message: String },
+
+    #[error("frontend {frontend:?}: TLS settings rejected: {source}")]
+    Tls {
+        frontend: String,
+        source: rustls::Error,
+    },
+
+    #[error("cannot resolve backend address {addr:?}: {message}")]
+    BackendResolve { addr: String, message: String },
+
+    #[error("cannot listen on {addr} (frontend {frontend:?}): {source}")]
+    Bind {
+        addr: SocketAddr,
+        frontend: String,
+        source: io::Error,
+    },
+
+    #[error("cannot start worker {worker}: {source}")]
+    Worker { worker: usize, source: io::Error },
+
+    #[error("cannot write ready file {path}: {source}")]
+    ReadyFile { path: PathBuf, source: io::Error },
+
+    #[error("cannot generate the self-signed certificate: {0}")]
+    SelfSigned(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

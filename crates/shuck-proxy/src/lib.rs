@@ -1,0 +1,21 @@
+//! shuck's engine: configuration, workers, TLS, relay to backends.
+//!
+//! Entry points: [`config::Config`] (from a file or built from flags), [`server::Server`]
+//! (`prepare` binds and loads certificates, `run` serves until a shutdown future completes), and
+//! [`check::report`] for `shuck check`.
+
+pub mod backend;
+pub mod check;
+pub mod config;
+pub mod connection;
+pub mod demo;
+pub mod error;
+pub mod limits;
+pub mod listener;
+pub mod proxy_protocol;
+pub mod relay;
+pub mod server;
+pub mod tls;
+pub mod worker;
+
+pub use error::{Error, Result};

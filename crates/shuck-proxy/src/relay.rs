@@ -1,0 +1,319 @@
+//! Copying bytes both ways between the TLS client and the backend, honouring half-close.
+//!
+//! Memory: a connection holds a copy buffer only while data is in flight. Each read borrows a
+//! buffer from the worker's pool and gives it back when the read would block or once the bytes
+//! are written out, so an idle connection holds none (the seeds' SSL_MODE_RELEASE_BUFFERS lesson).
+
+use std::cell::RefCell;
+use std::future::{poll_fn, Future};
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// One TLS record's worth of plaintext: reads never return more from rustls anyway.
+pub const BUF_SIZE: usize = 16 * 1024;
+/// Buffers kept for reuse per worker; more are freed so a burst does not pin memory forever.
+const POOL_MAX_IDLE: usize = 512;
+
+thread_local! {
+    // Workers are single-threaded runtimes, so a thread-local pool is a per-worker pool: no locks.
+    static POOL: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A buffer borrowed from the worker's pool; returned on drop.
+pub struct PooledBuf(Option<Box<[u8]>>);
+
+impl PooledBuf {
+    pub fn take() -> PooledBuf {
+        let b = POOL
+            .with(|p| p.borrow_mut().pop())
+            .unwrap_or_else(|| vec![0u8; BUF_SIZE].into_boxed_slice());
+        PooledBuf(Some(b))
+    }
+
+    fn as_mut(&mut self) -> &mut [u8] {
+        self.0.as_deref_mut().unwrap_or_default()
+    }
+
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_deref().unwrap_or_default()
+    }
+}
+
+impl Drop for PooledBuf {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take() {
+            POOL.with(|p| {
+                let mut p = p.borrow_mut();
+                if p.len() < POOL_MAX_IDLE {
+                    p.push(b);
+                }
+            });
+        }
+    }
+}
+
+/// Buffers currently idle in this thread's pool (for tests and metrics).
+pub fn pool_idle() -> usize {
+    POOL.with(|p| p.borrow().len())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Reading,
+    Writing,
+    Flushing,
+    ShuttingDown,
+    Done,
+}
+
+/// One direction of the relay.
+struct Pump {
+    state: State,
+    buf: Option<PooledBuf>,
+    start: usize,
+    end: usize,
+    bytes: u64,
+    /// Treat `UnexpectedEof` from the reader as a clean end: TLS clients that close TCP without
+    /// close_notify (common for HTTP/1.0 clients) have still sent everything they meant to.
+    lenient_eof: bool,
+}
+
+impl Pump {
+    fn new(lenient_eof: bool) -> Pump {
+        Pump {
+            state: State::Reading,
+            buf: None,
+            start: 0,
+            end: 0,
+            bytes: 0,
+            lenient_eof,
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    fn poll<R, W>(
+        &mut self,
+        cx: &mut Context<'_>,
+        reader: &mut R,
+        writer: &mut W,
+        moved: &mut bool,
+    ) -> Poll<io::Result<()>>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        loop {
+            match self.state {
+                State::Reading => {
+                    let mut buf = PooledBuf::take();
+                    let mut rb = ReadBuf::new(buf.as_mut());
+                    match Pin::new(&mut *reader).poll_read(cx, &mut rb) {
+                        // `buf` goes back to the pool here: nothing held while idle.
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Err(e))
+                            if self.lenient_eof && e.kind() == io::ErrorKind::UnexpectedEof =>
+                        {
+                            self.state = State::ShuttingDown;
+                        }
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Ready(Ok(())) => {
+                            let n = rb.filled().len();
+                            if n == 0 {
+                                self.state = State::ShuttingDown;
+                            } else {
+                                self.buf = Some(buf);
+                                self.start = 0;
+                                self.end = n;
+                                self.bytes += n as u64;
+                                self.state = State::Writing;
+                                *moved = true;
+                            }
+                        }
+                    }
+                }
+                State::Writing => {
+                    let buf = self.buf.as_ref().map_or(&[][..], PooledBuf::as_ref);
+                    while self.start < self.end {
+                        let n = match Pin::new(&mut *writer)
+                            .poll_write(cx, &buf[self.start..self.end])
+                        {
+                            Poll::Pending => return Poll::Pending,
+                            Poll::Ready(r) => r?,
+                        };
+                        if n == 0 {
+                            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                        }
+                        self.start += n;
+                        *moved = true;
+                    }
+                    self.buf = None;
+                    self.state = State::Flushing;
+                }
+                State::Flushing => {
+                    match Pin::new(&mut *writer).poll_flush(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(r) => r?,
+                    }
+                    self.state = State::Reading;
+                }
+                State::ShuttingDown => {
+                    // Half-close: the peer's EOF reaches the other side as FIN (or close_notify
+                    // then FIN towards the TLS client), while the other direction keeps flowing.
+                    match Pin::new(&mut *writer).poll_shutdown(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        // The other side may already be gone; the direction is finished anyway.
+                        Poll::Ready(_) => {}
+                    }
+                    self.state = State::Done;
+                }
+                State::Done => return Poll::Ready(Ok(())),
+            }
+        }
+    }
+}
+
+/// Why a relay ended early.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("client side: {0}")]
+    Client(io::Error),
+    #[error("backend side: {0}")]
+    Backend(io::Error),
+    #[error("idle for longer than {0:?}")]
+    Idle(Duration),
+}
+
+/// Bytes moved: client to backend, backend to client.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Moved {
+    pub up: u64,
+    pub down: u64,
+}
+
+/// Relays until both directions have ended (each with EOF and shutdown of the other side), an
+/// error occurs on either side, or nothing moves for `idle`.
+pub async fn relay<C, B>(
+    client: &mut C,
+    backend: &mut B,
+    idle: Duration,
+) -> (Moved, Result<(), RelayError>)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut up = Pump::new(true);
+    let mut down = Pump::new(false);
+    let mut last_activity = Instant::now();
+    // One timer re-armed lazily, instead of resetting it on every read.
+    let sleep = tokio::time::sleep(idle);
+    tokio::pin!(sleep);
+    let result = poll_fn(|cx| {
+        let mut moved = false;
+        if !up.done() {
+            if let Poll::Ready(Err(e)) = up.poll(cx, client, backend, &mut moved) {
+                return Poll::Ready(Err(RelayError::Client(e)));
+            }
+        }
+        if !down.done() {
+            if let Poll::Ready(Err(e)) = down.poll(cx, backend, client, &mut moved) {
+                return Poll::Ready(Err(RelayError::Backend(e)));
+            }
+        }
+        if up.done() && down.done() {
+            return Poll::Ready(Ok(()));
+        }
+        if moved {
+            last_activity = Instant::now();
+        }
+        while sleep.as_mut().poll(cx).is_ready() {
+            let deadline = last_activity + idle;
+            if Instant::now() >= deadline {
+                return Poll::Ready(Err(RelayError::Idle(idle)));
+            }
+            sleep.as_mut().reset(deadline.into());
+        }
+        Poll::Pending
+    })
+    .await;
+    (
+        Moved {
+            up: up.bytes,
+            down: down.bytes,
+        },
+        result,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn relays_both_ways_with_half_close_and_returns_buffers() {
+        let (mut client, mut proxy_client) = tokio::io::duplex(1024);
+        let (mut proxy_backend, mut backend) = tokio::io::duplex(1024);
+        let relay = tokio::spawn(async move {
+            relay(
+                &mut proxy_client,
+                &mut proxy_backend,
+                Duration::from_secs(5),
+            )
+            .await
+        });
+        let up: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let up2 = up.clone();
+        let be = tokio::spawn(async move {
+            let mut got = Vec::new();
+            backend.read_to_end(&mut got).await.unwrap();
+            // The client's EOF arrived; the reply still flows back.
+            backend.write_all(b"reply after half-close").await.unwrap();
+            backend.shutdown().await.unwrap();
+            got
+        });
+        client.write_all(&up).await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut reply = Vec::new();
+        client.read_to_end(&mut reply).await.unwrap();
+        assert_eq!(reply, b"reply after half-close");
+        assert_eq!(be.await.unwrap(), up2);
+        let (moved, res) = relay.await.unwrap();
+        res.unwrap();
+        assert_eq!(moved.up, 100_000);
+        assert_eq!(moved.down, 22);
+    }
+
+    #[tokio::test]
+    async fn idle_timeout_fires() {
+        let (_client, mut proxy_client) = tokio::io::duplex(64);
+        let (mut proxy_backend, _backend) = tokio::io::duplex(64);
+        let (_, res) = relay(
+            &mut proxy_client,
+            &mut proxy_backend,
+            Duration::from_millis(50),
+        )
+        .await;
+        assert!(matches!(res, Err(RelayError::Idle(_))));
+    }
+
+    #[test]
+    fn pool_reuses_and_bounds() {
+        let a = PooledBuf::take();
+        drop(a);
+        let idle = pool_idle();
+        assert!(idle >= 1);
+        let b = PooledBuf::take();
+        assert_eq!(pool_idle(), idle - 1);
+        drop(b);
+        let many: Vec<PooledBuf> = (0..POOL_MAX_IDLE + 10).map(|_| PooledBuf::take()).collect();
+        drop(many);
+        assert_eq!(pool_idle(), POOL_MAX_IDLE);
+    }
+}

@@ -1,0 +1,164 @@
+//! The server: loads TLS, binds every listener for every worker, starts the workers and stops
+//! them on a shutdown signal. `Server::prepare` then `Server::run(shutdown)` is the testable entry
+//! point; the binary only adds signal handling.
+
+use std::future::Future;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::tls::TlsContext;
+use crate::{limits, listener, worker};
+
+/// A configured, bound server, not yet accepting.
+pub struct Server {
+    config: Config,
+    tls: Vec<TlsContext>,
+    /// Per worker: (frontend index, socket).
+    listeners: Vec<Vec<(usize, std::net::TcpListener)>>,
+    bound: Vec<(String, SocketAddr)>,
+    fd_limit: u64,
+}
+
+impl Server {
+    /// Loads certificates and binds all sockets. Fails with a message naming the file or address.
+    pub fn prepare(config: Config) -> Result<Server> {
+        let fd_limit = limits::raise_fd_limit();
+        let tls = config
+            .frontends
+            .iter()
+            .map(TlsContext::load)
+            .collect::<Result<Vec<_>>>()?;
+        let mut listeners: Vec<Vec<(usize, std::net::TcpListener)>> =
+            (0..config.workers).map(|_| Vec::new()).collect();
+        let mut bound = Vec::new();
+        for (fi, fe) in config.frontends.iter().enumerate() {
+            for &want in &fe.listen {
+                let bind = |addr| {
+                    listener::bind(addr, fe.backlog).map_err(|source| Error::Bind {
+                        addr,
+                        frontend: fe.name.clone(),
+                        source,
+                    })
+                };
+                // The first socket fixes the port (port 0 picks a free one); the other workers
+                // bind the same address with SO_REUSEPORT.
+                let first = bind(want)?;
+                let addr = first.local_addr().map_err(|source| Error::Bind {
+                    addr: want,
+                    frontend: fe.name.clone(),
+                    source,
+                })?;
+                listeners[0].push((fi, first));
+                for w in listeners.iter_mut().skip(1) {
+                    w.push((fi, bind(addr)?));
+                }
+                bound.push((fe.name.clone(), addr));
+            }
+        }
+        Ok(Server {
+            config,
+            tls,
+            listeners,
+            bound,
+            fd_limit,
+        })
+    }
+
+    /// (frontend name, address) for every listening address, in configuration order.
+    pub fn bound(&self) -> &[(String, SocketAddr)] {
+        &self.bound
+    }
+
+    pub fn tls(&self) -> &[TlsContext] {
+        &self.tls
+    }
+
+    /// Runs until `shutdown` completes, then stops accepting, drains for the grace period and
+    /// returns. Writes `ready_file` (one address per line) once every worker is listening.
+    pub fn run(self, ready_file: Option<&Path>, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let c = &self.config;
+        let capacity = limits::connection_capacity(self.fd_limit);
+        tracing::info!(
+            workers = c.workers,
+            fd_limit = self.fd_limit,
+            connection_capacity = capacity,
+            max_connections = c.max_connections,
+            "starting"
+        );
+        if (c.max_connections as u64) > capacity {
+            tracing::warn!(
+                max_connections = c.max_connections,
+                connection_capacity = capacity,
+                "max_connections exceeds what the open-files limit allows; raise `ulimit -n`"
+            );
+        }
+        let frontends: Vec<_> = c.frontends.iter().cloned().map(Arc::new).collect();
+        let per_worker = c.max_connections.div_ceil(c.workers);
+        let cores = if c.pin_cpus {
+            core_affinity::get_core_ids().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let (tx, rx) = watch::channel(false);
+        let mut handles = Vec::with_capacity(c.workers);
+        for (id, listeners) in self.listeners.into_iter().enumerate() {
+            let spec = worker::WorkerSpec {
+                id,
+                core: (!cores.is_empty()).then(|| cores[id % cores.len()]),
+                listeners,
+                frontends: frontends
+                    .iter()
+                    .zip(&self.tls)
+                    .map(|(fe, tls)| (fe.clone(), tls.worker_config()))
+                    .collect(),
+                max_connections: per_worker,
+                log_connections: c.log_connections,
+                shutdown_grace: c.shutdown_grace,
+                shutdown: rx.clone(),
+            };
+            handles
+                .push(worker::spawn(spec).map_err(|source| Error::Worker { worker: id, source })?);
+        }
+        for (name, addr) in &self.bound {
+            tracing::info!(frontend = %name, %addr, "listening");
+        }
+        if let Some(path) = ready_file {
+            write_ready_file(path, &self.bound)?;
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|source| Error::Worker {
+                worker: usize::MAX,
+                source,
+            })?;
+        rt.block_on(shutdown);
+        tracing::info!("shutting down: no new connections");
+        let _ = tx.send(true);
+        for h in handles {
+            let _ = h.join();
+        }
+        Ok(())
+    }
+}
+
+/// Written to a temporary name then renamed, so a reader never sees half a file.
+fn write_ready_file(path: &Path, bound: &[(String, SocketAddr)]) -> Result<()> {
+    let err = |source| Error::ReadyFile {
+        path: path.to_path_buf(),
+        source,
+    };
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(err)?;
+    for (_, addr) in bound {
+        writeln!(f, "{addr}").map_err(err)?;
+    }
+    f.sync_all().map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
+}

@@ -1,0 +1,353 @@
+//! Loading certificate bundles (PEM: chain then key, in one file) and checking them the way an
+//! operator needs before going live: key matches, chain in order, sane key size, expiry.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
+use rustls::SignatureAlgorithm;
+use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+use x509_parser::public_key::PublicKey;
+
+use crate::error::{Error, Result};
+
+/// Warn this long before a certificate expires.
+pub const EXPIRY_WARNING_DAYS: i64 = 30;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    Ecdsa { bits: usize },
+    Ed25519,
+    Rsa { bits: usize },
+}
+
+impl KeyKind {
+    /// Lower is preferred when a name has several certificates and the client supports them:
+    /// ECDSA signs far faster than RSA at equal strength.
+    pub fn preference(self) -> u8 {
+        match self {
+            KeyKind::Ecdsa { .. } => 0,
+            KeyKind::Ed25519 => 1,
+            KeyKind::Rsa { .. } => 2,
+        }
+    }
+}
+
+impl std::fmt::Display for KeyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyKind::Ecdsa { bits } => write!(f, "ECDSA P-{bits}"),
+            KeyKind::Ed25519 => f.write_str("Ed25519"),
+            KeyKind::Rsa { bits } => write!(f, "RSA {bits}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadedCert {
+    pub path: PathBuf,
+    /// Lower-case DNS names from the subjectAltName (or the CN when there is none); may hold
+    /// wildcards like `*.example.com`.
+    pub names: Vec<String>,
+    pub subject: String,
+    pub key: KeyKind,
+    pub chain_len: usize,
+    /// Seconds since the epoch.
+    pub not_after: i64,
+    pub certified: Arc<CertifiedKey>,
+}
+
+impl LoadedCert {
+    /// Human warnings (expired / expiring soon) as of `now` (seconds since the epoch).
+    pub fn warnings(&self, now: i64) -> Vec<String> {
+        let days = (self.not_after - now).div_euclid(86_400);
+        if self.not_after <= now {
+            vec![format!(
+                "certificate {} ({}) has EXPIRED: clients will refuse it",
+                self.path.display(),
+                self.subject
+            )]
+        } else if days < EXPIRY_WARNING_DAYS {
+            vec![format!(
+                "certificate {} ({}) expires in {days} days",
+                self.path.display(),
+                self.subject
+            )]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+pub fn now_unix() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Expands directories to the `*.pem` files they hold (sorted, so the order is stable).
+pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        let meta = std::fs::metadata(p).map_err(|source| Error::CertRead {
+            path: p.clone(),
+            source,
+        })?;
+        if meta.is_dir() {
+            let rd = std::fs::read_dir(p).map_err(|source| Error::CertRead {
+                path: p.clone(),
+                source,
+            })?;
+            let mut files: Vec<PathBuf> = rd
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.is_file() && f.extension().is_some_and(|x| x == "pem"))
+                .collect();
+            if files.is_empty() {
+                return Err(Error::Cert {
+                    path: p.clone(),
+                    message: "directory holds no *.pem file".into(),
+                });
+            }
+            files.sort();
+            out.extend(files);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Loads one PEM bundle: the leaf certificate first, then its issuers, and the private key.
+pub fn load_bundle(path: &Path, provider: &CryptoProvider) -> Result<LoadedCert> {
+    let bytes = std::fs::read(path).map_err(|source| Error::CertRead {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let bad = |message: String| Error::Cert {
+        path: path.to_path_buf(),
+        message,
+    };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| bad(format!("unreadable PEM certificate: {e}")))?;
+    if chain.is_empty() {
+        return Err(bad(
+            "no certificate found (expected '-----BEGIN CERTIFICATE-----' blocks, leaf first)"
+                .into(),
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
+        bad(format!(
+            "no usable private key ({e}); the bundle must hold the chain and its key"
+        ))
+    })?;
+    from_parts(path, chain, key, provider)
+}
+
+/// Builds a checked `LoadedCert` from DER parts (shared by files and the self-signed generator).
+pub fn from_parts(
+    path: &Path,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    provider: &CryptoProvider,
+) -> Result<LoadedCert> {
+    let bad = |message: String| Error::Cert {
+        path: path.to_path_buf(),
+        message,
+    };
+    let parsed: Vec<X509Certificate<'_>> = chain
+        .iter()
+        .enumerate()
+        .map(|(i, der)| {
+            X509Certificate::from_der(der)
+                .map(|(_, c)| c)
+                .map_err(|e| bad(format!("certificate #{} is not valid X.509: {e}", i + 1)))
+        })
+        .collect::<Result<_>>()?;
+    // Chain order: each certificate must be issued by the next one. Clients that get the chain
+    // out of order fail with confusing errors, so this is checked here rather than left to them.
+    for i in 0..parsed.len().saturating_sub(1) {
+        if parsed[i].issuer().as_raw() != parsed[i + 1].subject().as_raw() {
+            return Err(bad(format!(
+                "chain out of order: certificate #{} ({}) is issued by {}, but certificate #{} is {}; \
+                 put the leaf first, then each issuer in turn",
+                i + 1,
+                parsed[i].subject(),
+                parsed[i].issuer(),
+                i + 2,
+                parsed[i + 1].subject()
+            )));
+        }
+    }
+    let leaf = &parsed[0];
+    let key_bits = match leaf.public_key().parsed() {
+        Ok(PublicKey::RSA(rsa)) => rsa.key_size(),
+        Ok(PublicKey::EC(ec)) => ec.key_size(),
+        _ => 0,
+    };
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = leaf.subject_alternative_name() {
+        for n in &san.value.general_names {
+            if let GeneralName::DNSName(d) = n {
+                names.push(d.to_ascii_lowercase());
+            }
+        }
+    }
+    if names.is_empty() {
+        // Pre-SAN certificates: fall back to the common name, as clients once did.
+        for cn in leaf.subject().iter_common_name() {
+            if let Ok(s) = cn.as_str() {
+                names.push(s.to_ascii_lowercase());
+            }
+        }
+    }
+    let subject = leaf.subject().to_string();
+    let not_after = leaf.validity().not_after.timestamp();
+    drop(parsed);
+
+    let signing_key = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| bad(format!("private key cannot be used: {e}")))?;
+    let key_kind = match signing_key.algorithm() {
+        SignatureAlgorithm::RSA => {
+            if !(2048..=8192).contains(&key_bits) {
+                return Err(bad(format!(
+                    "RSA key of {key_bits} bits: use 2048 to 8192 bits"
+                )));
+            }
+            KeyKind::Rsa { bits: key_bits }
+        }
+        SignatureAlgorithm::ECDSA => KeyKind::Ecdsa { bits: key_bits },
+        SignatureAlgorithm::ED25519 => KeyKind::Ed25519,
+        other => return Err(bad(format!("unsupported key type {other:?}"))),
+    };
+    let chain_len = chain.len();
+    let certified = CertifiedKey::new(chain, signing_key);
+    match certified.keys_match() {
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+        Err(_) => {
+            return Err(bad(
+                "private key does not match the certificate (first certificate in the file)".into(),
+            ))
+        }
+    }
+    Ok(LoadedCert {
+        path: path.to_path_buf(),
+        names,
+        subject,
+        key: key_kind,
+        chain_len,
+        not_after,
+        certified: Arc::new(certified),
+    })
+}
+
+/// An in-memory certificate for localhost, 127.0.0.1 and ::1 (ECDSA P-256), for trying shuck
+/// out and for tests. Never a production certificate: clients will not trust it.
+pub fn self_signed(provider: &CryptoProvider) -> Result<LoadedCert> {
+    let names = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
+    let ck =
+        rcgen::generate_simple_self_signed(names).map_err(|e| Error::SelfSigned(e.to_string()))?;
+    let key = PrivateKeyDer::try_from(ck.key_pair.serialize_der())
+        .map_err(|e| Error::SelfSigned(e.to_string()))?;
+    from_parts(
+        Path::new("<self-signed>"),
+        vec![ck.cert.der().clone()],
+        key,
+        provider,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{CertificateParams, KeyPair};
+
+    fn provider() -> CryptoProvider {
+        rustls::crypto::aws_lc_rs::default_provider()
+    }
+
+    fn write(dir: &Path, name: &str, parts: &[String]) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, parts.concat()).unwrap();
+        p
+    }
+
+    #[test]
+    fn self_signed_covers_localhost() {
+        let c = self_signed(&provider()).unwrap();
+        assert_eq!(c.names, vec!["localhost"]);
+        assert_eq!(c.key, KeyKind::Ecdsa { bits: 256 });
+        assert!(c.warnings(now_unix()).is_empty());
+    }
+
+    #[test]
+    fn mismatched_key_and_bad_order_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(vec![]).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "test CA");
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let leaf_key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["a.test".into()])
+            .unwrap()
+            .signed_by(&leaf_key, &ca, &ca_key)
+            .unwrap();
+        let p = provider();
+
+        let good = write(
+            dir.path(),
+            "good.pem",
+            &[leaf.pem(), ca.pem(), leaf_key.serialize_pem()],
+        );
+        let c = load_bundle(&good, &p).unwrap();
+        assert_eq!(c.chain_len, 2);
+        assert_eq!(c.names, vec!["a.test"]);
+
+        let other_key = KeyPair::generate().unwrap();
+        let mism = write(
+            dir.path(),
+            "mism.pem",
+            &[leaf.pem(), other_key.serialize_pem()],
+        );
+        let e = load_bundle(&mism, &p).unwrap_err().to_string();
+        assert!(
+            e.contains("mism.pem") && e.contains("does not match"),
+            "{e}"
+        );
+
+        let order = write(
+            dir.path(),
+            "order.pem",
+            &[ca.pem(), leaf.pem(), leaf_key.serialize_pem()],
+        );
+        let e = load_bundle(&order, &p).unwrap_err().to_string();
+        assert!(e.contains("order.pem") && e.contains("out of order"), "{e}");
+
+        let nokey = write(dir.path(), "nokey.pem", &[leaf.pem()]);
+        let e = load_bundle(&nokey, &p).unwrap_err().to_string();
+        assert!(e.contains("nokey.pem") && e.contains("private key"), "{e}");
+
+        let garbage = write(dir.path(), "garbage.pem", &["hello\n".to_string()]);
+        let e = load_bundle(&garbage, &p).unwrap_err().to_string();
+        assert!(e.contains("no certificate"), "{e}");
+    }
+
+    #[test]
+    fn expiry_warnings() {
+        let mut c = self_signed(&provider()).unwrap();
+        let now = now_unix();
+        c.not_after = now + 5 * 86_400;
+        assert!(c.warnings(now)[0].contains("expires in"));
+        c.not_after = now - 1;
+        assert!(c.warnings(now)[0].contains("EXPIRED"));
+    }
+}

@@ -1,0 +1,98 @@
+//! TLS: certificates, SNI selection, protocol parameters, and the rustls server configuration
+//! for each frontend.
+
+pub mod certs;
+pub mod params;
+pub mod sni;
+
+use std::sync::Arc;
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::{NoServerSessionStorage, ProducesTickets, ServerSessionMemoryCache};
+use rustls::ServerConfig;
+
+use crate::config::{CertSource, Frontend};
+use crate::error::{Error, Result};
+use certs::LoadedCert;
+use sni::SniResolver;
+
+/// Everything TLS a frontend needs, loaded and checked once at start.
+#[derive(Debug)]
+pub struct TlsContext {
+    pub certs: Vec<LoadedCert>,
+    template: ServerConfig,
+    session_cache_size: usize,
+}
+
+pub fn provider_for(fe: &Frontend) -> CryptoProvider {
+    CryptoProvider {
+        cipher_suites: fe.ciphersuites.clone(),
+        kx_groups: fe.groups.clone(),
+        ..rustls::crypto::aws_lc_rs::default_provider()
+    }
+}
+
+impl TlsContext {
+    pub fn load(fe: &Frontend) -> Result<TlsContext> {
+        let provider = Arc::new(provider_for(fe));
+        let (certs, default_index) = match &fe.certs {
+            CertSource::SelfSigned => (vec![certs::self_signed(&provider)?], 0),
+            CertSource::Files { paths, default } => {
+                let files = certs::expand_paths(paths)?;
+                let loaded = files
+                    .iter()
+                    .map(|p| certs::load_bundle(p, &provider))
+                    .collect::<Result<Vec<_>>>()?;
+                let index = match default {
+                    None => 0,
+                    Some(d) => files
+                        .iter()
+                        .position(|f| f == d)
+                        .ok_or_else(|| Error::Cert {
+                            path: d.clone(),
+                            message:
+                                "default_certificate is not one of the frontend's certificates"
+                                    .into(),
+                        })?,
+                };
+                (loaded, index)
+            }
+        };
+        let resolver = SniResolver::new(&certs, default_index, fe.unknown_sni, fe.missing_sni);
+        let tls_err = |source| Error::Tls {
+            frontend: fe.name.clone(),
+            source,
+        };
+        let mut template = ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&fe.versions)
+            .map_err(tls_err)?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(resolver));
+        template.alpn_protocols.clone_from(&fe.alpn);
+        // Server preference: the server knows which cipher is cheap on its CPU.
+        template.ignore_client_order = true;
+        if fe.session_tickets {
+            // Stateless tickets are shared by all workers, so a resumption can land on any of them.
+            let ticketer: Arc<dyn ProducesTickets> =
+                rustls::crypto::aws_lc_rs::Ticketer::new().map_err(tls_err)?;
+            template.ticketer = ticketer;
+        }
+        Ok(TlsContext {
+            certs,
+            template,
+            session_cache_size: fe.session_cache_size,
+        })
+    }
+
+    /// A server configuration for one worker. Each worker gets its own session-ID cache so no lock
+    /// is shared by all workers on the handshake path; tickets (shared key) still resume anywhere.
+    pub fn worker_config(&self) -> Arc<ServerConfig> {
+        let mut c = self.template.clone();
+        c.session_storage = if self.session_cache_size == 0 {
+            Arc::new(NoServerSessionStorage {})
+        } else {
+            ServerSessionMemoryCache::new(self.session_cache_size)
+        };
+        Arc::new(c)
+    }
+}

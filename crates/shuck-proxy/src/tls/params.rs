@@ -1,0 +1,209 @@
+//! Protocol versions, cipher suites and key-exchange groups: names, defaults and parsing.
+
+use rustls::crypto::aws_lc_rs::{self, cipher_suite as cs, kx_group};
+use rustls::crypto::SupportedKxGroup;
+use rustls::{SupportedCipherSuite, SupportedProtocolVersion};
+
+pub fn default_versions() -> Vec<&'static SupportedProtocolVersion> {
+    vec![&rustls::version::TLS13, &rustls::version::TLS12]
+}
+
+pub fn parse_versions(list: &[String]) -> Result<Vec<&'static SupportedProtocolVersion>, String> {
+    let mut out = Vec::new();
+    for name in list {
+        let v: &'static SupportedProtocolVersion = match name
+            .to_ascii_uppercase()
+            .replace(['v', 'V', '_'], "")
+            .as_str()
+        {
+            "TLS1.2" | "TLS12" => &rustls::version::TLS12,
+            "TLS1.3" | "TLS13" => &rustls::version::TLS13,
+            _ => {
+                return Err(format!(
+                    "{name:?} is not a supported version: use \"TLS1.2\" and/or \"TLS1.3\""
+                ))
+            }
+        };
+        if !out
+            .iter()
+            .any(|o: &&SupportedProtocolVersion| o.version == v.version)
+        {
+            out.push(v);
+        }
+    }
+    if out.is_empty() {
+        return Err("empty list: enable TLS1.2 and/or TLS1.3".into());
+    }
+    Ok(out)
+}
+
+/// True when the CPU has AES and carry-less multiply instructions, so AES-GCM is both faster and
+/// cheaper than ChaCha20-Poly1305 (a seed lesson: the server should pick the cheap strong cipher).
+pub fn cpu_has_aes() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("aes")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("aes")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
+}
+
+/// AES-128-GCM first on AES-capable CPUs, ChaCha20 first elsewhere; ECDSA before RSA for TLS 1.2.
+pub fn default_ciphersuites() -> Vec<SupportedCipherSuite> {
+    let aes = [cs::TLS13_AES_128_GCM_SHA256, cs::TLS13_AES_256_GCM_SHA384];
+    let chacha = [cs::TLS13_CHACHA20_POLY1305_SHA256];
+    let aes12 = [
+        cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        cs::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    ];
+    let chacha12 = [
+        cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+        cs::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    ];
+    let mut out = Vec::new();
+    if cpu_has_aes() {
+        out.extend(aes);
+        out.extend(chacha);
+        out.extend(aes12);
+        out.extend(chacha12);
+    } else {
+        out.extend(chacha);
+        out.extend(aes);
+        out.extend(chacha12);
+        out.extend(aes12);
+    }
+    out
+}
+
+pub fn suite_name(s: SupportedCipherSuite) -> &'static str {
+    s.suite().as_str().unwrap_or("unknown")
+}
+
+pub fn parse_ciphersuites(list: &[String]) -> Result<Vec<SupportedCipherSuite>, String> {
+    let mut out: Vec<SupportedCipherSuite> = Vec::new();
+    for name in list {
+        let found = aws_lc_rs::ALL_CIPHER_SUITES
+            .iter()
+            .find(|s| suite_name(**s).eq_ignore_ascii_case(name))
+            .ok_or_else(|| {
+                let known: Vec<&str> = aws_lc_rs::ALL_CIPHER_SUITES
+                    .iter()
+                    .map(|s| suite_name(*s))
+                    .collect();
+                format!(
+                    "{name:?} is not a supported cipher suite; known: {}",
+                    known.join(", ")
+                )
+            })?;
+        if !out.iter().any(|o| o.suite() == found.suite()) {
+            out.push(*found);
+        }
+    }
+    if out.is_empty() {
+        return Err("empty list".into());
+    }
+    Ok(out)
+}
+
+/// Each enabled protocol version needs at least one suite, or every handshake at that version
+/// fails in a way that is hard to diagnose from the client side.
+pub fn check_suites_cover_versions(
+    suites: &[SupportedCipherSuite],
+    versions: &[&'static SupportedProtocolVersion],
+) -> Result<(), String> {
+    for v in versions {
+        if !suites.iter().any(|s| s.version().version == v.version) {
+            let name = version_name(v.version);
+            return Err(format!(
+                "no cipher suite for {name}, which is enabled: add one or remove {name} from protocols"
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn version_name(v: rustls::ProtocolVersion) -> &'static str {
+    match v {
+        rustls::ProtocolVersion::TLSv1_2 => "TLS1.2",
+        rustls::ProtocolVersion::TLSv1_3 => "TLS1.3",
+        _ => "unknown",
+    }
+}
+
+/// Hybrid post-quantum first (cheap on modern CPUs, protects against harvest-now-decrypt-later),
+/// then X25519, then P-256 for clients that only do NIST curves.
+pub fn default_groups() -> Vec<&'static dyn SupportedKxGroup> {
+    vec![
+        kx_group::X25519MLKEM768,
+        kx_group::X25519,
+        kx_group::SECP256R1,
+    ]
+}
+
+pub fn group_name(g: &dyn SupportedKxGroup) -> &'static str {
+    g.name().as_str().unwrap_or("unknown")
+}
+
+pub fn parse_groups(list: &[String]) -> Result<Vec<&'static dyn SupportedKxGroup>, String> {
+    let all = aws_lc_rs::ALL_KX_GROUPS;
+    let mut out: Vec<&'static dyn SupportedKxGroup> = Vec::new();
+    for name in list {
+        let wanted = match name.to_ascii_lowercase().as_str() {
+            "p-256" | "p256" | "prime256v1" => "secp256r1".to_string(),
+            "p-384" | "p384" => "secp384r1".to_string(),
+            other => other.to_string(),
+        };
+        let found = all
+            .iter()
+            .find(|g| group_name(**g).eq_ignore_ascii_case(&wanted))
+            .ok_or_else(|| {
+                let known: Vec<&str> = all.iter().map(|g| group_name(*g)).collect();
+                format!(
+                    "{name:?} is not a supported group; known: {}",
+                    known.join(", ")
+                )
+            })?;
+        if !out.iter().any(|o| o.name() == found.name()) {
+            out.push(*found);
+        }
+    }
+    if out.is_empty() {
+        return Err("empty list".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_suite_order_follows_cpu() {
+        let first = suite_name(default_ciphersuites()[0]);
+        if cpu_has_aes() {
+            assert_eq!(first, "TLS13_AES_128_GCM_SHA256");
+        } else {
+            assert_eq!(first, "TLS13_CHACHA20_POLY1305_SHA256");
+        }
+    }
+
+    #[test]
+    fn names_parse_case_insensitively_with_aliases() {
+        let g = parse_groups(&["X25519MLKEM768".into(), "p-256".into()]).unwrap();
+        assert_eq!(group_name(g[1]), "secp256r1");
+        let s = parse_ciphersuites(&["tls13_aes_256_gcm_sha384".into()]).unwrap();
+        assert_eq!(suite_name(s[0]), "TLS13_AES_256_GCM_SHA384");
+        let v = parse_versions(&["TLSv1.3".into()]).unwrap();
+        assert_eq!(v.len(), 1);
+        assert!(parse_groups(&["x448".into()]).is_err());
+    }
+}

@@ -1,0 +1,173 @@
+//! Certificate selection by SNI: exact names, one-label wildcards, a default, and per name the
+//! best key type the client can verify (ECDSA before RSA).
+//!
+//! The tables are built once and only read during handshakes, so workers share them without locks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use super::certs::LoadedCert;
+use crate::config::SniFallback;
+
+/// Certificates that serve one name, most preferred first.
+type Candidates = Vec<Arc<CertifiedKey>>;
+
+#[derive(Debug)]
+pub struct SniResolver {
+    exact: HashMap<String, Candidates>,
+    /// Keyed by the parent domain: `*.example.com` is stored under `example.com`.
+    wildcard: HashMap<String, Candidates>,
+    default: Candidates,
+    unknown_sni: SniFallback,
+    missing_sni: SniFallback,
+}
+
+impl SniResolver {
+    /// `certs` in configuration order; `default_index` picks the default certificate's name group
+    /// (the first certificate when not configured).
+    pub fn new(
+        certs: &[LoadedCert],
+        default_index: usize,
+        unknown_sni: SniFallback,
+        missing_sni: SniFallback,
+    ) -> SniResolver {
+        let mut sorted: Vec<&LoadedCert> = certs.iter().collect();
+        // Stable sort: among equal key types, configuration order wins.
+        sorted.sort_by_key(|c| c.key.preference());
+        let mut exact: HashMap<String, Candidates> = HashMap::new();
+        let mut wildcard: HashMap<String, Candidates> = HashMap::new();
+        for c in &sorted {
+            for name in &c.names {
+                let (table, key) = match name.strip_prefix("*.") {
+                    Some(parent) => (&mut wildcard, parent.to_string()),
+                    None => (&mut exact, name.clone()),
+                };
+                let list = table.entry(key).or_default();
+                if !list.iter().any(|k| Arc::ptr_eq(k, &c.certified)) {
+                    list.push(c.certified.clone());
+                }
+            }
+        }
+        // The default serves every key type that shares the default certificate's first name, so a
+        // dual ECDSA/RSA default works for old clients too.
+        let default_cert = &certs[default_index];
+        let mut default: Candidates = default_cert
+            .names
+            .first()
+            .and_then(|n| match n.strip_prefix("*.") {
+                Some(parent) => wildcard.get(parent),
+                None => exact.get(n),
+            })
+            .cloned()
+            .unwrap_or_default();
+        if !default
+            .iter()
+            .any(|k| Arc::ptr_eq(k, &default_cert.certified))
+        {
+            default.insert(0, default_cert.certified.clone());
+        }
+        SniResolver {
+            exact,
+            wildcard,
+            default,
+            unknown_sni,
+            missing_sni,
+        }
+    }
+
+    /// The candidates for a server name, or `None` when nothing matches.
+    pub fn lookup(&self, name: &str) -> Option<&Candidates> {
+        // rustls has already validated and lower-cased the DNS name.
+        let name = name.trim_end_matches('.');
+        if let Some(c) = self.exact.get(name) {
+            return Some(c);
+        }
+        let (_, parent) = name.split_once('.')?;
+        self.wildcard.get(parent)
+    }
+
+    fn candidates(&self, server_name: Option<&str>) -> Option<&Candidates> {
+        match server_name {
+            Some(name) => match self.lookup(name) {
+                Some(c) => Some(c),
+                None => (self.unknown_sni == SniFallback::Default).then_some(&self.default),
+            },
+            None => (self.missing_sni == SniFallback::Default).then_some(&self.default),
+        }
+    }
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let candidates = self.candidates(hello.server_name())?;
+        let schemes = hello.signature_schemes();
+        // First candidate whose key can sign with a scheme the client offered.
+        candidates
+            .iter()
+            .find(|k| k.key.choose_scheme(schemes).is_some())
+            .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tls::certs::{self_signed, KeyKind};
+
+    fn cert(names: &[&str], key: KeyKind) -> LoadedCert {
+        let mut c = self_signed(&rustls::crypto::aws_lc_rs::default_provider()).unwrap();
+        c.names = names.iter().map(|s| (*s).to_string()).collect();
+        c.key = key;
+        // A distinct Arc so ptr_eq tells certificates apart.
+        c.certified = Arc::new((*c.certified).clone());
+        c
+    }
+
+    #[test]
+    fn exact_then_wildcard_one_label_only() {
+        let ecdsa = KeyKind::Ecdsa { bits: 256 };
+        let certs = vec![
+            cert(&["default.test"], ecdsa),
+            cert(&["www.example.com"], ecdsa),
+            cert(&["*.example.com"], ecdsa),
+        ];
+        let r = SniResolver::new(&certs, 0, SniFallback::Default, SniFallback::Reject);
+        assert!(Arc::ptr_eq(
+            &r.lookup("www.example.com").unwrap()[0],
+            &certs[1].certified
+        ));
+        assert!(Arc::ptr_eq(
+            &r.lookup("api.example.com").unwrap()[0],
+            &certs[2].certified
+        ));
+        assert!(
+            r.lookup("a.b.example.com").is_none(),
+            "wildcards cover one label"
+        );
+        assert!(r.lookup("example.com").is_none());
+        assert!(Arc::ptr_eq(
+            &r.candidates(Some("other.test")).unwrap()[0],
+            &certs[0].certified
+        ));
+        assert!(
+            r.candidates(None).is_none(),
+            "missing SNI is rejected by this policy"
+        );
+    }
+
+    #[test]
+    fn ecdsa_sorted_before_rsa_for_one_name() {
+        let certs = vec![
+            cert(&["dual.test"], KeyKind::Rsa { bits: 2048 }),
+            cert(&["dual.test"], KeyKind::Ecdsa { bits: 256 }),
+        ];
+        let r = SniResolver::new(&certs, 0, SniFallback::Reject, SniFallback::Reject);
+        let c = r.lookup("dual.test").unwrap();
+        assert!(Arc::ptr_eq(&c[0], &certs[1].certified));
+        assert!(Arc::ptr_eq(&c[1], &certs[0].certified));
+        assert!(r.candidates(Some("nope.test")).is_none());
+    }
+}

@@ -1,0 +1,180 @@
+//! A worker: one thread, one single-threaded tokio runtime, its own listening sockets and TLS
+//! configuration. Nothing on the connection path is shared with other workers except read-only
+//! tables (certificates) and the ticket key.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio_rustls::TlsAcceptor;
+
+use crate::backend::BackendPool;
+use crate::config::{Backend, Frontend};
+use crate::connection::{self, FrontendRt, WorkerInfo};
+use crate::listener::is_connection_error;
+
+/// Everything a worker thread is handed at start.
+pub struct WorkerSpec {
+    pub id: usize,
+    pub core: Option<core_affinity::CoreId>,
+    /// (frontend index, listening socket)
+    pub listeners: Vec<(usize, std::net::TcpListener)>,
+    pub frontends: Vec<(Arc<Frontend>, Arc<rustls::ServerConfig>)>,
+    pub max_connections: usize,
+    pub log_connections: bool,
+    pub shutdown_grace: Duration,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+pub fn spawn(spec: WorkerSpec) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("shuck-worker-{}", spec.id))
+        .spawn(move || {
+            if let Some(core) = spec.core {
+                if !core_affinity::set_for_current(core) {
+                    tracing::warn!(worker = spec.id, core = core.id, "cannot pin worker to CPU");
+                }
+            }
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(worker = spec.id, error = %e, "cannot start worker runtime");
+                    return;
+                }
+            };
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&rt, run(spec));
+        })
+}
+
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    // An error means the server is gone: stop too.
+    let _ = rx.wait_for(|v| *v).await;
+}
+
+async fn run(spec: WorkerSpec) {
+    let info = WorkerInfo {
+        id: spec.id,
+        log_connections: spec.log_connections,
+    };
+    let fronts: Vec<Rc<FrontendRt>> = spec
+        .frontends
+        .iter()
+        .map(|(fe, tls)| {
+            Rc::new(FrontendRt {
+                cfg: fe.clone(),
+                acceptor: TlsAcceptor::from(tls.clone()),
+                backends: match &fe.backend {
+                    Backend::Demo => None,
+                    Backend::Tcp(addrs) => Some(BackendPool::new(
+                        addrs.clone(),
+                        fe.connect_timeout,
+                        fe.backend_cooldown,
+                    )),
+                },
+            })
+        })
+        .collect();
+    let limit = Arc::new(Semaphore::new(spec.max_connections));
+    let mut loops = Vec::new();
+    for (fi, std_listener) in spec.listeners {
+        let listener = match TcpListener::from_std(std_listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(worker = spec.id, error = %e, "cannot register listener");
+                continue;
+            }
+        };
+        loops.push(tokio::task::spawn_local(accept_loop(
+            listener,
+            fronts[fi].clone(),
+            info,
+            limit.clone(),
+            spec.shutdown.clone(),
+        )));
+    }
+    let mut shutdown = spec.shutdown.clone();
+    stopped(&mut shutdown).await;
+    for l in loops {
+        let _ = l.await;
+    }
+    // Drain: wait for connections in flight, up to the grace period.
+    let all = u32::try_from(spec.max_connections).unwrap_or(u32::MAX);
+    let active = spec.max_connections - limit.available_permits();
+    if active > 0 {
+        tracing::info!(worker = spec.id, active, grace = ?spec.shutdown_grace, "draining connections");
+        if tokio::time::timeout(spec.shutdown_grace, limit.acquire_many(all))
+            .await
+            .is_err()
+        {
+            let left = spec.max_connections - limit.available_permits();
+            tracing::warn!(
+                worker = spec.id,
+                left,
+                "grace period over; closing remaining connections"
+            );
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    fe: Rc<FrontendRt>,
+    info: WorkerInfo,
+    limit: Arc<Semaphore>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    const MIN_BACKOFF: Duration = Duration::from_millis(5);
+    const MAX_BACKOFF: Duration = Duration::from_secs(1);
+    let mut backoff = Duration::ZERO;
+    loop {
+        // At the limit, stop accepting: new connections wait in the kernel's backlog instead of
+        // being accepted and dropped.
+        let permit = tokio::select! {
+            p = limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+            () = stopped(&mut shutdown) => return,
+        };
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            () = stopped(&mut shutdown) => return,
+        };
+        match accepted {
+            Ok((tcp, client)) => {
+                backoff = Duration::ZERO;
+                let fe = fe.clone();
+                tokio::task::spawn_local(async move {
+                    connection::handle(info, fe, tcp, normalize(client)).await;
+                    drop(permit);
+                });
+            }
+            Err(e) if is_connection_error(&e) => {}
+            Err(e) => {
+                // EMFILE/ENFILE/ENOBUFS: retrying at once would spin; back off and let
+                // connections finish and free descriptors.
+                backoff = (backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+                tracing::warn!(worker = info.id, frontend = %fe.cfg.name, error = %e, backoff = ?backoff, "accept failed; backing off");
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = stopped(&mut shutdown) => return,
+                }
+            }
+        }
+    }
+}
+
+/// Shows IPv4 clients of dual-stack sockets as IPv4.
+fn normalize(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => a,
+        },
+        SocketAddr::V4(_) => a,
+    }
+}

@@ -1,0 +1,119 @@
+//! Command-line interface. Everything a flag sets, the TOML file can set too (docs/configuration.md).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "shuck",
+    version,
+    about = "A fast, memory-safe TLS terminator",
+    long_about = "shuck accepts TLS from clients and hands the plaintext to backends, one worker per core.\n\n\
+                  Try it:   shuck serve --self-signed   then   curl -k https://127.0.0.1:8443/"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Terminate TLS and relay to backends until SIGINT/SIGTERM.
+    Serve(ServeArgs),
+    /// Validate a configuration (files, certificates, keys, chains, expiry) and print what would
+    /// be served; exit 0 if it is valid, 1 if not.
+    Check(ConfigArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ProxyProtocolArg {
+    None,
+    V1,
+    V2,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormatArg {
+    Compact,
+    Json,
+}
+
+/// What to serve: a configuration file, or one frontend described by flags.
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    /// TOML configuration file. Cannot be combined with --listen/--backend/--cert/--self-signed/
+    /// --alpn/--proxy-protocol, which describe a single frontend without a file.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Address to listen on, IP:port (repeatable; IPv6 as [::]:443). Default 127.0.0.1:8443.
+    #[arg(short, long, value_name = "ADDR")]
+    pub listen: Vec<String>,
+
+    /// Backend host:port (repeatable; round-robin). Without one, a built-in demo page answers.
+    #[arg(short, long, value_name = "ADDR")]
+    pub backend: Vec<String>,
+
+    /// PEM bundle (certificate chain, leaf first, then the private key), or a directory of
+    /// *.pem bundles (repeatable). The first is the default certificate.
+    #[arg(long, value_name = "PEM")]
+    pub cert: Vec<PathBuf>,
+
+    /// Serve an in-memory self-signed certificate for localhost, 127.0.0.1 and ::1.
+    #[arg(long, conflicts_with = "cert")]
+    pub self_signed: bool,
+
+    /// ALPN protocol to offer (repeatable, in preference order), e.g. --alpn h2 --alpn http/1.1.
+    #[arg(long, value_name = "PROTO")]
+    pub alpn: Vec<String>,
+
+    /// Send a PROXY protocol header to the backend so it learns the client address.
+    #[arg(long, value_enum, value_name = "VERSION")]
+    pub proxy_protocol: Option<ProxyProtocolArg>,
+
+    /// Worker threads, each with its own listening socket; 0 = one per CPU core.
+    #[arg(short, long, value_name = "N")]
+    pub workers: Option<usize>,
+
+    /// Pin worker N to CPU core N.
+    #[arg(long)]
+    pub pin_cpus: bool,
+
+    /// Connections served at once, over all workers; beyond it new ones wait in the backlog.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+
+    /// Once listening, write the bound addresses there, one per line (for scripts and tests).
+    #[arg(long, value_name = "PATH")]
+    pub ready_file: Option<PathBuf>,
+
+    /// Log format.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub log_format: Option<LogFormatArg>,
+
+    /// Log level: error, warn, info, debug or trace (RUST_LOG overrides it).
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+
+    /// Log one line per connection when it closes (failures are always logged).
+    #[arg(long)]
+    pub log_connections: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

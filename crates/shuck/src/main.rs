@@ -1,0 +1,147 @@
+//! The `shuck` binary: parses the command line and hands over to the engine.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use shuck_proxy::config::{self, Config, LogFormat, OneOrMany, Origin, RawConfig, RawFrontend};
+use shuck_proxy::server::Server;
+
+use cli::{Cli, Command, ConfigArgs, LogFormatArg, ProxyProtocolArg, ServeArgs};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(&args),
+        Command::Check(args) => check(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shuck: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Builds the validated configuration from the file or from the one-frontend flags, then applies
+/// the global overrides (workers, pinning, limits).
+fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, String> {
+    let one_liner = !args.listen.is_empty()
+        || !args.backend.is_empty()
+        || !args.cert.is_empty()
+        || args.self_signed
+        || !args.alpn.is_empty()
+        || args.proxy_protocol.is_some();
+    let mut raw = if let Some(path) = &args.config {
+        if one_liner {
+            return Err(
+                    "--config cannot be combined with --listen/--backend/--cert/--self-signed/--alpn/--proxy-protocol: put them in the file".into(),
+                );
+        }
+        RawConfig::from_file(path).map_err(|e| e.to_string())?
+    } else {
+        if args.cert.is_empty() && !args.self_signed {
+            return Err("nothing to serve: give --config FILE, --cert PEM or --self-signed (see shuck serve --help)".into());
+        }
+        let fe = RawFrontend {
+            name: Some("default".into()),
+            listen: (!args.listen.is_empty()).then(|| OneOrMany::Many(args.listen.clone())),
+            backend: (!args.backend.is_empty()).then(|| OneOrMany::Many(args.backend.clone())),
+            certificates: (!args.cert.is_empty()).then(|| OneOrMany::Many(args.cert.clone())),
+            self_signed: Some(args.self_signed),
+            alpn: (!args.alpn.is_empty()).then(|| args.alpn.clone()),
+            proxy_protocol: args.proxy_protocol.map(|p| match p {
+                ProxyProtocolArg::None => config::ProxyProtocol::None,
+                ProxyProtocolArg::V1 => config::ProxyProtocol::V1,
+                ProxyProtocolArg::V2 => config::ProxyProtocol::V2,
+            }),
+            ..RawFrontend::default()
+        };
+        RawConfig {
+            frontends: vec![fe],
+            ..RawConfig::default()
+        }
+    };
+    if let Some(w) = args.workers {
+        raw.workers = Some(w);
+    }
+    if args.pin_cpus {
+        raw.pin_cpus = Some(true);
+    }
+    if let Some(m) = args.max_connections {
+        raw.max_connections = Some(m);
+    }
+    if let Some(serve) = log {
+        if let Some(f) = serve.log_format {
+            raw.log_format = Some(match f {
+                LogFormatArg::Compact => LogFormat::Compact,
+                LogFormatArg::Json => LogFormat::Json,
+            });
+        }
+        if let Some(l) = &serve.log_level {
+            raw.log_level = Some(l.clone());
+        }
+        if serve.log_connections {
+            raw.log_connections = Some(true);
+        }
+    }
+    let (origin, base) = match &args.config {
+        Some(p) => (
+            Origin::File(p.clone()),
+            p.parent().map(std::path::Path::to_path_buf),
+        ),
+        None => (Origin::CommandLine, None),
+    };
+    raw.validate(origin, base.as_deref())
+        .map_err(|e| e.to_string())
+}
+
+fn init_logging(config: &Config) {
+    use tracing_subscriber::EnvFilter;
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    match config.log_format {
+        LogFormat::Compact => builder.compact().init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+fn serve(args: &ServeArgs) -> Result<(), String> {
+    let config = load_config(&args.config, Some(args))?;
+    init_logging(&config);
+    let server = Server::prepare(config).map_err(|e| e.to_string())?;
+    server
+        .run(args.ready_file.as_deref(), shutdown_signal())
+        .map_err(|e| e.to_string())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+fn check(args: &ConfigArgs) -> Result<(), String> {
+    let config = load_config(args, None)?;
+    let report = shuck_proxy::check::report(&config).map_err(|e| e.to_string())?;
+    print!("{}", report.summary);
+    for w in &report.warnings {
+        eprintln!("shuck: warning: {w}");
+    }
+    Ok(())
+}
