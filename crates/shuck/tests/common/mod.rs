@@ -1,0 +1,362 @@
+//! Test harness: certificates generated at test time, the real `shuck` binary started on port 0
+//! with a ready file, small real backends, and helpers to drive curl and `openssl s_client`.
+#![allow(dead_code)] // each test file uses a different part of the harness
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SignatureAlgorithm};
+
+pub const SHUCK: &str = env!("CARGO_BIN_EXE_shuck");
+
+/// A CA and leaf bundles signed by it, written into a temporary directory.
+pub struct Pki {
+    pub dir: tempfile::TempDir,
+    ca_key: KeyPair,
+    ca: rcgen::Certificate,
+}
+
+#[derive(Clone, Copy)]
+pub enum Key {
+    EcdsaP256,
+    EcdsaP384,
+    Rsa2048,
+    Ed25519,
+}
+
+impl Pki {
+    pub fn new() -> Pki {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca_key = KeyPair::generate().expect("CA key");
+        let mut p = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name
+            .push(DnType::CommonName, "shuck test CA");
+        let ca = p.self_signed(&ca_key).expect("CA cert");
+        std::fs::write(dir.path().join("ca.pem"), ca.pem()).expect("write CA");
+        Pki { dir, ca_key, ca }
+    }
+
+    pub fn ca_path(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes `<file>` holding leaf, CA, key; the leaf's CN is `cn`, its SANs `names`.
+    pub fn leaf(&self, file: &str, cn: &str, names: &[&str], key: Key) -> PathBuf {
+        let alg: &'static SignatureAlgorithm = match key {
+            Key::EcdsaP256 => &rcgen::PKCS_ECDSA_P256_SHA256,
+            Key::EcdsaP384 => &rcgen::PKCS_ECDSA_P384_SHA384,
+            Key::Rsa2048 => &rcgen::PKCS_RSA_SHA256,
+            Key::Ed25519 => &rcgen::PKCS_ED25519,
+        };
+        let kp = KeyPair::generate_for(alg).expect("leaf key");
+        let mut p =
+            CertificateParams::new(names.iter().map(|s| (*s).to_string()).collect::<Vec<_>>())
+                .expect("leaf params");
+        p.distinguished_name.push(DnType::CommonName, cn);
+        let cert = p.signed_by(&kp, &self.ca, &self.ca_key).expect("sign leaf");
+        let path = self.path(file);
+        std::fs::write(
+            &path,
+            format!("{}{}{}", cert.pem(), self.ca.pem(), kp.serialize_pem()),
+        )
+        .expect("write bundle");
+        path
+    }
+
+    /// A bundle whose key does not belong to its certificate.
+    pub fn mismatched(&self, file: &str) -> PathBuf {
+        let kp = KeyPair::generate().expect("key");
+        let other = KeyPair::generate().expect("key");
+        let cert = CertificateParams::new(vec!["mismatch.test".to_string()])
+            .expect("params")
+            .signed_by(&kp, &self.ca, &self.ca_key)
+            .expect("sign");
+        let path = self.path(file);
+        std::fs::write(&path, format!("{}{}", cert.pem(), other.serialize_pem())).expect("write");
+        path
+    }
+}
+
+/// A running `shuck serve`, killed on drop.
+pub struct Shuck {
+    child: Child,
+    pub addrs: Vec<SocketAddr>,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Shuck {
+    /// Starts `shuck serve --config <toml>` and waits for the ready file.
+    pub fn start(config: &str) -> Shuck {
+        Self::start_args(config, &[])
+    }
+
+    pub fn start_args(config: &str, extra: &[&str]) -> Shuck {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = dir.path().join("shuck.toml");
+        std::fs::write(&cfg, config).expect("write config");
+        let ready = dir.path().join("ready");
+        let log = dir.path().join("shuck.log");
+        let child = Command::new(SHUCK)
+            .arg("serve")
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--ready-file")
+            .arg(&ready)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn shuck");
+        let mut s = Shuck {
+            child,
+            addrs: Vec::new(),
+            log,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&ready) {
+                s.addrs = text
+                    .lines()
+                    .map(|l| l.parse().expect("ready file address"))
+                    .collect();
+                return s;
+            }
+            if let Some(status) = s.child.try_wait().expect("try_wait") {
+                panic!("shuck exited early ({status}): {}", s.log_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "shuck not ready in 30s: {}",
+                s.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addrs[0]
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addrs[0].port()
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn assert_alive(&mut self) {
+        assert!(
+            self.child.try_wait().expect("try_wait").is_none(),
+            "shuck died: {}",
+            self.log_text()
+        );
+    }
+
+    /// Waits (bounded) until the log contains `needle`.
+    pub fn wait_log(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let t = self.log_text();
+            if t.contains(needle) {
+                return t;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "log never contained {needle:?}: {t}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "shuck did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Shuck {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A tiny HTTP/1.x backend on a thread: answers every request with `backend got: <request line>`
+/// and closes. Stops when dropped.
+pub struct HttpBackend {
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl HttpBackend {
+    pub fn start() -> HttpBackend {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+        let addr = l.local_addr().expect("addr");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        std::thread::spawn(move || {
+            for conn in l.incoming() {
+                if stop2.load(Ordering::Relaxed) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                std::thread::spawn(move || {
+                    let mut r = BufReader::new(conn.try_clone().expect("clone"));
+                    let mut first = String::new();
+                    if r.read_line(&mut first).is_err() {
+                        return;
+                    }
+                    loop {
+                        let mut line = String::new();
+                        match r.read_line(&mut line) {
+                            Ok(0) | Err(_) => break,
+                            Ok(_) if line == "\r\n" => break,
+                            Ok(_) => {}
+                        }
+                    }
+                    let body = format!("backend got: {}", first.trim_end());
+                    let mut w = conn;
+                    let _ = write!(
+                        w,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                });
+            }
+        });
+        HttpBackend { addr, stop }
+    }
+}
+
+impl Drop for HttpBackend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+/// Runs a command with a time bound, returning its output.
+pub fn run_bounded(cmd: &mut Command, stdin: &[u8], secs: u64) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut si = child.stdin.take().expect("stdin");
+    let data = stdin.to_vec();
+    std::thread::spawn(move || {
+        let _ = si.write_all(&data);
+    });
+    let pid = child.id();
+    let done = Arc::new(AtomicBool::new(false));
+    let done2 = done.clone();
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < deadline {
+            if done2.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+    });
+    let out = child.wait_with_output().expect("wait");
+    done.store(true, Ordering::Relaxed);
+    out
+}
+
+/// `curl` through shuck: `name` is resolved to shuck's address, verified against the test CA.
+pub fn curl(pki: &Pki, shuck: &Shuck, name: &str, path: &str, extra: &[&str]) -> Output {
+    let a = shuck.addr();
+    let url_host = if a.is_ipv6() {
+        format!("[{}]", a.ip())
+    } else {
+        a.ip().to_string()
+    };
+    let mut c = Command::new("curl");
+    c.args(["-sS", "--max-time", "20", "--cacert"])
+        .arg(pki.ca_path())
+        .arg("--resolve")
+        .arg(format!("{name}:{}:{url_host}", a.port()))
+        .args(extra)
+        .arg(format!("https://{name}:{}{path}", a.port()));
+    run_bounded(&mut c, b"", 30)
+}
+
+/// `openssl s_client` through shuck with an HTTP/1.0 request; returns (success, stdout+stderr).
+pub fn s_client(pki: &Pki, addr: SocketAddr, sni: Option<&str>, extra: &[&str]) -> (bool, String) {
+    let mut c = Command::new("openssl");
+    c.arg("s_client")
+        .arg("-connect")
+        .arg(addr.to_string())
+        .arg("-CAfile")
+        .arg(pki.ca_path())
+        .args(["-verify_return_error", "-ign_eof"]);
+    match sni {
+        Some(n) => c.args(["-servername", n]),
+        None => c.arg("-noservername"),
+    };
+    c.args(extra);
+    let out = run_bounded(&mut c, b"GET /via-openssl HTTP/1.0\r\n\r\n", 30);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success() && text.contains("backend got:"), text)
+}
+
+/// The value after `key` on the first line that has it (`s_client` output).
+pub fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.trim_start().strip_prefix(key).map(str::trim))
+}
+
+/// True when this CPU has AES-NI (so shuck's default prefers AES-128-GCM).
+pub fn cpu_has_aes() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .map(|c| {
+            c.lines()
+                .any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "aes"))
+        })
+        .unwrap_or(false)
+}
+
+pub fn toml_path(p: &Path) -> String {
+    format!("{:?}", p.display().to_string())
+}
+
+/// Reads whatever arrives until EOF or error, bounded.
+pub fn read_all_bounded(s: &mut TcpStream) -> Vec<u8> {
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut v = Vec::new();
+    let _ = s.read_to_end(&mut v);
+    v
+}

@@ -1,0 +1,312 @@
+//! Real clients (curl, openssl s_client) through shuck to a real backend: protocol versions, key
+//! types, SNI policies, ALPN and the ECDSA/RSA choice, each asserted on what the client negotiated.
+
+mod common;
+
+use common::{curl, field, s_client, toml_path, HttpBackend, Key, Pki, Shuck};
+
+/// One frontend with ECDSA (default), RSA, wildcard and dual ECDSA+RSA certificates.
+fn setup(extra: &str) -> (Pki, HttpBackend, Shuck) {
+    let pki = Pki::new();
+    let certs = [
+        pki.leaf(
+            "a-ecdsa.pem",
+            "ecdsa-default",
+            &["ecdsa.test"],
+            Key::EcdsaP256,
+        ),
+        pki.leaf("b-rsa.pem", "rsa-only", &["rsa.test"], Key::Rsa2048),
+        pki.leaf("c-wild.pem", "wildcard", &["*.wild.test"], Key::EcdsaP384),
+        pki.leaf("d-dual-rsa.pem", "dual-rsa", &["dual.test"], Key::Rsa2048),
+        pki.leaf(
+            "e-dual-ecdsa.pem",
+            "dual-ecdsa",
+            &["dual.test"],
+            Key::EcdsaP256,
+        ),
+    ];
+    let list: Vec<String> = certs.iter().map(|p| toml_path(p)).collect();
+    let backend = HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "workers = 2\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = [{}]\n{extra}\n",
+        backend.addr,
+        list.join(", ")
+    ));
+    (pki, backend, shuck)
+}
+
+#[test]
+fn curl_reaches_the_backend_over_tls12_and_tls13_with_rsa_and_ecdsa() {
+    let (pki, _b, shuck) = setup("");
+    for (name, version) in [
+        ("ecdsa.test", "--tlsv1.3"),
+        ("rsa.test", "--tlsv1.3"),
+        ("ecdsa.test", "--tls-max"),
+        ("rsa.test", "--tls-max"),
+    ] {
+        let extra: &[&str] = if version == "--tls-max" {
+            &["--tlsv1.2", "--tls-max", "1.2"]
+        } else {
+            &["--tlsv1.3"]
+        };
+        let out = curl(&pki, &shuck, name, "/hello?x=1", extra);
+        let body = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name} {version}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            body, "backend got: GET /hello?x=1 HTTP/1.1",
+            "{name} {version}"
+        );
+    }
+}
+
+#[test]
+fn openssl_sees_the_negotiated_protocol_cipher_and_key() {
+    let (pki, _b, shuck) = setup("");
+    let (ok, out) = s_client(&pki, shuck.addr(), Some("ecdsa.test"), &["-tls1_3"]);
+    assert!(ok, "{out}");
+    assert_eq!(field(&out, "Protocol  :"), Some("TLSv1.3"), "{out}");
+    let want = if common::cpu_has_aes() {
+        "TLS_AES_128_GCM_SHA256"
+    } else {
+        "TLS_CHACHA20_POLY1305_SHA256"
+    };
+    assert_eq!(field(&out, "Cipher    :"), Some(want), "{out}");
+    assert!(out.contains("CN = ecdsa-default"), "{out}");
+
+    let (ok, out) = s_client(&pki, shuck.addr(), Some("rsa.test"), &["-tls1_2"]);
+    assert!(ok, "{out}");
+    assert_eq!(field(&out, "Protocol  :"), Some("TLSv1.2"), "{out}");
+    assert!(out.contains("CN = rsa-only"), "{out}");
+    assert!(out.contains("Server public key is 2048 bit"), "{out}");
+    // Server preference: the client lists ChaCha20 first, the server still picks AES-GCM.
+    if common::cpu_has_aes() {
+        let (ok, out) = s_client(
+            &pki,
+            shuck.addr(),
+            Some("rsa.test"),
+            &[
+                "-tls1_2",
+                "-cipher",
+                "ECDHE-RSA-CHACHA20-POLY1305:ECDHE-RSA-AES128-GCM-SHA256",
+            ],
+        );
+        assert!(ok, "{out}");
+        assert_eq!(
+            field(&out, "Cipher    :"),
+            Some("ECDHE-RSA-AES128-GCM-SHA256"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn sni_exact_wildcard_and_default() {
+    let (pki, _b, shuck) = setup("");
+    for (sni, cn) in [
+        (Some("ecdsa.test"), "ecdsa-default"),
+        (Some("rsa.test"), "rsa-only"),
+        (Some("api.wild.test"), "wildcard"),
+        (Some("unknown.test"), "ecdsa-default"),
+        (Some("a.b.wild.test"), "ecdsa-default"), // a wildcard covers one label only
+        (None, "ecdsa-default"),
+    ] {
+        let mut c = std::process::Command::new("openssl");
+        // Without verification: the default certificate does not match unknown names, and that
+        // is the point; we assert which certificate was served.
+        c.args([
+            "s_client",
+            "-connect",
+            &shuck.addr().to_string(),
+            "-ign_eof",
+        ]);
+        match sni {
+            Some(n) => c.args(["-servername", n]),
+            None => c.arg("-noservername"),
+        };
+        let out = common::run_bounded(&mut c, b"GET / HTTP/1.0\r\n\r\n", 30);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(&format!("CN = {cn}")),
+            "{sni:?} should get {cn}: {text}"
+        );
+        assert!(
+            text.contains("backend got: GET / HTTP/1.0"),
+            "{sni:?}: {text}"
+        );
+    }
+    // And curl verifying the wildcard name end to end.
+    let out = curl(&pki, &shuck, "www.wild.test", "/w", &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn sni_reject_policy_refuses_unknown_and_missing_names() {
+    let (pki, _b, mut shuck) = setup("unknown_sni = \"reject\"\nmissing_sni = \"reject\"");
+    let (ok, out) = s_client(&pki, shuck.addr(), Some("unknown.test"), &[]);
+    assert!(!ok, "unknown SNI must be refused: {out}");
+    assert!(out.contains("alert"), "the client gets a TLS alert: {out}");
+    let (ok, out) = s_client(&pki, shuck.addr(), None, &[]);
+    assert!(!ok, "missing SNI must be refused: {out}");
+    // Known names still work, and the refusals were logged with a reason.
+    let (ok, out) = s_client(&pki, shuck.addr(), Some("ecdsa.test"), &[]);
+    assert!(ok, "{out}");
+    shuck.wait_log("TLS handshake failed");
+    shuck.assert_alive();
+}
+
+#[test]
+fn dual_certificate_picks_ecdsa_unless_the_client_only_verifies_rsa() {
+    let (pki, _b, shuck) = setup("");
+    for (version, sigalgs, cn) in [
+        ("-tls1_3", None, "dual-ecdsa"),
+        (
+            "-tls1_3",
+            Some("rsa_pss_rsae_sha256:rsa_pss_rsae_sha384"),
+            "dual-rsa",
+        ),
+        ("-tls1_2", None, "dual-ecdsa"),
+        (
+            "-tls1_2",
+            Some("RSA+SHA256:rsa_pss_rsae_sha256"),
+            "dual-rsa",
+        ),
+    ] {
+        let mut extra = vec![version];
+        if let Some(s) = sigalgs {
+            extra.extend(["-sigalgs", s]);
+        }
+        let (ok, out) = s_client(&pki, shuck.addr(), Some("dual.test"), &extra);
+        assert!(ok, "{version} {sigalgs:?}: {out}");
+        assert!(
+            out.contains(&format!("CN = {cn}")),
+            "{version} {sigalgs:?} wants {cn}: {out}"
+        );
+    }
+}
+
+#[test]
+fn alpn_is_negotiated_in_server_order() {
+    let (pki, _b, shuck) = setup("alpn = [\"h2\", \"http/1.1\"]");
+    let (ok, out) = s_client(
+        &pki,
+        shuck.addr(),
+        Some("ecdsa.test"),
+        &["-alpn", "http/1.1,h2"],
+    );
+    assert!(ok, "{out}");
+    assert_eq!(field(&out, "ALPN protocol:"), Some("h2"), "{out}");
+    let (ok, out) = s_client(
+        &pki,
+        shuck.addr(),
+        Some("ecdsa.test"),
+        &["-alpn", "http/1.1"],
+    );
+    assert!(ok, "{out}");
+    assert_eq!(field(&out, "ALPN protocol:"), Some("http/1.1"), "{out}");
+    let (ok, out) = s_client(&pki, shuck.addr(), Some("ecdsa.test"), &[]);
+    assert!(ok, "{out}");
+    assert!(out.contains("No ALPN negotiated"), "{out}");
+}
+
+#[test]
+fn protocol_and_group_settings_are_enforced() {
+    let (pki, _b, shuck) = setup("protocols = [\"TLS1.3\"]\ngroups = [\"P-256\"]");
+    let (ok, out) = s_client(&pki, shuck.addr(), Some("ecdsa.test"), &["-tls1_2"]);
+    assert!(!ok, "TLS 1.2 is disabled: {out}");
+    let (ok, out) = s_client(&pki, shuck.addr(), Some("ecdsa.test"), &["-tls1_3"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("Server Temp Key: ECDH, prime256v1")
+            || out.contains("Negotiated TLS1.3 group: secp256r1"),
+        "group P-256 only: {out}"
+    );
+}
+
+#[test]
+fn ipv6_listener_serves_curl() {
+    let pki = Pki::new();
+    let cert = pki.leaf("v6.pem", "v6", &["v6.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nlisten = [\"[::1]:0\", \"127.0.0.1:0\"]\nbackend = \"{}\"\ncertificates = {}\n",
+        backend.addr,
+        toml_path(&cert)
+    ));
+    assert!(
+        shuck.addrs[0].is_ipv6() && shuck.addrs[1].is_ipv4(),
+        "{:?}",
+        shuck.addrs
+    );
+    let out = curl(&pki, &shuck, "v6.test", "/six", &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "backend got: GET /six HTTP/1.1"
+    );
+}
+
+#[test]
+fn self_signed_demo_backend_describes_the_connection() {
+    let mut c = std::process::Command::new(common::SHUCK);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ready = dir.path().join("ready");
+    let mut child = c
+        .args([
+            "serve",
+            "--self-signed",
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--ready-file",
+        ])
+        .arg(&ready)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let addr = loop {
+        if let Ok(t) = std::fs::read_to_string(&ready) {
+            break t.lines().next().expect("address").to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "not ready");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let port = addr.rsplit(':').next().expect("port");
+    let out = common::run_bounded(
+        std::process::Command::new("curl")
+            .args([
+                "-sS",
+                "-k",
+                "--max-time",
+                "20",
+                "--tlsv1.2",
+                "--tls-max",
+                "1.2",
+            ])
+            .arg(format!("https://localhost:{port}/")),
+        b"",
+        30,
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(body.contains("protocol: TLSv1.2"), "{body}");
+    assert!(body.contains("sni: localhost"), "{body}");
+    assert!(body.contains("alpn: http/1.1"), "{body}");
+    assert!(body.contains("resumed: no"), "{body}");
+    assert!(body.contains("client: 127.0.0.1:"), "{body}");
+    assert!(body.contains("cipher: TLS_ECDHE_ECDSA_WITH_"), "{body}");
+}
