@@ -1,0 +1,178 @@
+//! Byte-exact relay through shuck with a real TLS client (rustls) and a real TCP backend:
+//! random payloads of 1 B, 64 KiB and 64 MiB in both directions, compared by SHA-256, and
+//! half-close in both directions.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use common::{toml_path, Key, Pki, Shuck};
+use rustls::pki_types::{CertificateDer, ServerName};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsConnector;
+
+/// Deterministic pseudo-random bytes (xorshift64*), so both ends can derive the same payload.
+fn payload(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Backend: reads an 8-byte length, then everything up to EOF (so it answers only once the
+/// client's half-close has arrived as FIN), then sends SHA-256 of what it got and `length`
+/// pseudo-random bytes, and closes.
+async fn sink_then_source_backend() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let want = s.read_u64().await.expect("length");
+                let mut h = Sha256::new();
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = s.read(&mut buf).await.expect("read");
+                    if n == 0 {
+                        break;
+                    }
+                    h.update(&buf[..n]);
+                }
+                s.write_all(&h.finalize()).await.expect("write hash");
+                s.write_all(&payload(want, want as usize))
+                    .await
+                    .expect("write payload");
+                s.shutdown().await.expect("shutdown");
+            });
+        }
+    });
+    addr
+}
+
+fn connector(pki: &Pki) -> TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(pki.ca_path()).expect("ca");
+    for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
+        let c: CertificateDer<'static> = c.expect("pem");
+        roots.add(c).expect("root");
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    TlsConnector::from(Arc::new(cfg))
+}
+
+async fn exchange(conn: &TlsConnector, addr: SocketAddr, up_len: usize, down_len: usize) {
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let name = ServerName::try_from("relay.test").expect("name");
+    let mut tls = conn.connect(name, tcp).await.expect("handshake");
+    let up = payload(up_len as u64 ^ 0xABCD, up_len);
+    let want_hash = Sha256::digest(&up);
+    // Send and receive concurrently: neither side may need to buffer the whole payload.
+    let (mut r, mut w) = tokio::io::split(tls);
+    let writer = async move {
+        w.write_u64(down_len as u64).await.expect("len");
+        w.write_all(&up).await.expect("payload");
+        w.shutdown().await.expect("half-close");
+        w
+    };
+    let reader = async move {
+        let mut got = Vec::with_capacity(down_len + 32);
+        r.read_to_end(&mut got).await.expect("read");
+        (r, got)
+    };
+    let (w, (r, got)) = tokio::join!(writer, reader);
+    tls = r.unsplit(w);
+    drop(tls);
+    assert_eq!(
+        got.len(),
+        32 + down_len,
+        "response length for {up_len}/{down_len}"
+    );
+    assert_eq!(
+        &got[..32],
+        want_hash.as_slice(),
+        "upstream bytes differ ({up_len} B)"
+    );
+    let expect = payload(down_len as u64, down_len);
+    assert_eq!(
+        Sha256::digest(&got[32..]),
+        Sha256::digest(&expect),
+        "downstream bytes differ ({down_len} B)"
+    );
+}
+
+fn start(pki: &Pki, backend: SocketAddr) -> Shuck {
+    let cert = pki.leaf("relay.pem", "relay", &["relay.test"], Key::EcdsaP256);
+    Shuck::start(&format!(
+        "workers = 2\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = {}\n",
+        toml_path(&cert)
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_are_relayed_byte_exact_both_ways() {
+    let pki = Pki::new();
+    let backend = sink_then_source_backend().await;
+    let mut shuck = start(&pki, backend);
+    let conn = connector(&pki);
+    for (up, down) in [
+        (1, 1),
+        (64 * 1024, 64 * 1024),
+        (64 << 20, 1),
+        (1, 64 << 20),
+        (0, 64 * 1024),
+    ] {
+        exchange(&conn, shuck.addr(), up, down).await;
+    }
+    shuck.assert_alive();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_half_close_reaches_client_while_client_keeps_sending() {
+    let pki = Pki::new();
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let backend = l.local_addr().expect("addr");
+    let got = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.expect("accept");
+        s.write_all(b"early answer").await.expect("write");
+        // Backend closes its write side first; it still expects the client's data.
+        s.shutdown().await.expect("shutdown");
+        let mut v = Vec::new();
+        s.read_to_end(&mut v).await.expect("read");
+        v
+    });
+    let shuck = start(&pki, backend);
+    let conn = connector(&pki);
+    let tcp = TcpStream::connect(shuck.addr()).await.expect("connect");
+    let mut tls = conn
+        .connect(ServerName::try_from("relay.test").expect("name"), tcp)
+        .await
+        .expect("handshake");
+    let mut answer = Vec::new();
+    tls.read_to_end(&mut answer)
+        .await
+        .expect("read until close_notify");
+    assert_eq!(answer, b"early answer");
+    tls.write_all(b"late request")
+        .await
+        .expect("write after server close");
+    tls.shutdown().await.expect("shutdown");
+    assert_eq!(got.await.expect("backend"), b"late request");
+}
