@@ -4,12 +4,10 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-
-use common::{toml_path, Key, Pki, Shuck};
-use rustls::pki_types::{CertificateDer, ServerName};
+use common::{connector, toml_path, Key, Pki, Shuck};
+use rustls::pki_types::ServerName;
 use sha2::{Digest, Sha256};
+use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsConnector;
@@ -59,23 +57,6 @@ async fn sink_then_source_backend() -> SocketAddr {
         }
     });
     addr
-}
-
-fn connector(pki: &Pki) -> TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(pki.ca_path()).expect("ca");
-    for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
-        let c: CertificateDer<'static> = c.expect("pem");
-        roots.add(c).expect("root");
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    TlsConnector::from(Arc::new(cfg))
 }
 
 async fn exchange(conn: &TlsConnector, addr: SocketAddr, up_len: usize, down_len: usize) {

@@ -183,15 +183,15 @@ impl Shuck {
         }
     }
 
-    /// SIGTERM, then the exit status.
-    pub fn stop(mut self) -> std::process::ExitStatus {
+    /// SIGTERM, then the exit status and the log.
+    pub fn stop(mut self) -> (std::process::ExitStatus, String) {
         let _ = Command::new("kill")
             .arg(self.child.id().to_string())
             .status();
         let deadline = Instant::now() + Duration::from_secs(40);
         loop {
             if let Some(st) = self.child.try_wait().expect("try_wait") {
-                return st;
+                return (st, self.log_text());
             }
             assert!(Instant::now() < deadline, "shuck did not stop on SIGTERM");
             std::thread::sleep(Duration::from_millis(20));
@@ -293,7 +293,11 @@ pub fn run_bounded(cmd: &mut Command, stdin: &[u8], secs: u64) -> Output {
 
 /// `curl` through shuck: `name` is resolved to shuck's address, verified against the test CA.
 pub fn curl(pki: &Pki, shuck: &Shuck, name: &str, path: &str, extra: &[&str]) -> Output {
-    let a = shuck.addr();
+    curl_at(pki, shuck.addr(), name, path, extra)
+}
+
+/// `curl` to one of shuck's addresses.
+pub fn curl_at(pki: &Pki, a: SocketAddr, name: &str, path: &str, extra: &[&str]) -> Output {
     let url_host = if a.is_ipv6() {
         format!("[{}]", a.ip())
     } else {
@@ -340,12 +344,10 @@ pub fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
 
 /// True when this CPU has AES-NI (so shuck's default prefers AES-128-GCM).
 pub fn cpu_has_aes() -> bool {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .map(|c| {
-            c.lines()
-                .any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "aes"))
-        })
-        .unwrap_or(false)
+    std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| {
+        c.lines()
+            .any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "aes"))
+    })
 }
 
 pub fn toml_path(p: &Path) -> String {
@@ -359,4 +361,22 @@ pub fn read_all_bounded(s: &mut TcpStream) -> Vec<u8> {
     let mut v = Vec::new();
     let _ = s.read_to_end(&mut v);
     v
+}
+
+/// A rustls client trusting the test CA.
+pub fn connector(pki: &Pki) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(pki.ca_path()).expect("ca");
+    for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
+        let c: rustls::pki_types::CertificateDer<'static> = c.expect("pem");
+        roots.add(c).expect("root");
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
 }

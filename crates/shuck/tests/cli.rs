@@ -1,0 +1,179 @@
+//! The command line: `shuck check` on good and broken configurations, start-up errors that name
+//! the file or key (exit 1, no panic), help text, and a clean stop on SIGTERM.
+
+mod common;
+
+use std::process::Command;
+
+use common::{run_bounded, toml_path, Key, Pki, Shuck, SHUCK};
+
+fn shuck(args: &[&str]) -> (i32, String, String) {
+    let out = run_bounded(Command::new(SHUCK).args(args), b"", 60);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn write(pki: &Pki, name: &str, text: &str) -> String {
+    let p = pki.path(name);
+    std::fs::write(&p, text).expect("write config");
+    p.display().to_string()
+}
+
+#[test]
+fn check_summarises_a_good_configuration() {
+    let pki = Pki::new();
+    let ecdsa = pki.leaf(
+        "site-ecdsa.pem",
+        "site",
+        &["site.test", "www.site.test"],
+        Key::EcdsaP384,
+    );
+    let rsa = pki.leaf("site-rsa.pem", "site", &["site.test"], Key::Rsa2048);
+    let ed = pki.leaf("ed.pem", "ed", &["ed.test"], Key::Ed25519);
+    let cfg = write(
+        &pki,
+        "good.toml",
+        &format!(
+            "workers = 2\n[[frontend]]\nname = \"web\"\nlisten = [\"127.0.0.1:8443\", \"[::1]:8443\"]\nbackend = [\"127.0.0.1:8080\", \"127.0.0.1:8081\"]\ncertificates = [{}, {}, {}]\nalpn = [\"h2\", \"http/1.1\"]\n",
+            toml_path(&ecdsa),
+            toml_path(&rsa),
+            toml_path(&ed)
+        ),
+    );
+    let (code, out, err) = shuck(&["check", "--config", &cfg]);
+    assert_eq!(code, 0, "{out}{err}");
+    for want in [
+        "frontend \"web\"",
+        "listen: 127.0.0.1:8443, [::1]:8443",
+        "backend: 127.0.0.1:8080",
+        "[ECDSA P-384]",
+        "[RSA 2048]",
+        "[Ed25519]",
+        "names: site.test www.site.test",
+        "alpn: h2, http/1.1",
+        "chain of 2",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn check_and_serve_reject_broken_configurations_naming_the_problem() {
+    let pki = Pki::new();
+    let good = pki.leaf("good.pem", "good", &["good.test"], Key::EcdsaP256);
+    let mism = pki.mismatched("mismatch.pem");
+    let fe = |extra: &str| format!("[[frontend]]\nlisten = \"127.0.0.1:0\"\n{extra}\n");
+    let cases = [
+        (
+            "unknown-key.toml",
+            fe(&format!(
+                "certificates = {}\nbakend = \"x:1\"",
+                toml_path(&good)
+            )),
+            "bakend",
+        ),
+        (
+            "mismatch.toml",
+            fe(&format!("certificates = {}", toml_path(&mism))),
+            "mismatch.pem",
+        ),
+        (
+            "missing.toml",
+            fe("certificates = \"/nonexistent/cert.pem\""),
+            "/nonexistent/cert.pem",
+        ),
+        (
+            "duration.toml",
+            fe(&format!(
+                "certificates = {}\nidle_timeout = \"forever\"",
+                toml_path(&good)
+            )),
+            "idle_timeout",
+        ),
+        ("syntax.toml", "[[frontend]\n".to_string(), "syntax.toml"),
+    ];
+    for (name, text, want) in cases {
+        let cfg = write(&pki, name, &text);
+        for cmd in ["check", "serve"] {
+            let (code, out, err) = shuck(&[cmd, "--config", &cfg]);
+            assert_eq!(code, 1, "{cmd} {name}: {out}{err}");
+            assert!(
+                err.contains(want),
+                "{cmd} {name}: message should name {want:?}: {err}"
+            );
+            assert!(!err.contains("panicked"), "{cmd} {name}: {err}");
+        }
+    }
+    let (code, _, err) = shuck(&["check", "--config", "/nonexistent.toml"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent.toml"), "{err}");
+}
+
+#[test]
+fn check_warns_about_expiring_certificates() {
+    let pki = Pki::new();
+    // A certificate that expires in 10 days.
+    let kp = rcgen::KeyPair::generate().expect("key");
+    let mut p = rcgen::CertificateParams::new(vec!["soon.test".to_string()]).expect("params");
+    p.not_after = time::OffsetDateTime::now_utc() + time::Duration::days(10);
+    let cert = p.self_signed(&kp).expect("cert");
+    let path = pki.path("soon.pem");
+    std::fs::write(&path, format!("{}{}", cert.pem(), kp.serialize_pem())).expect("write");
+    let cfg = write(
+        &pki,
+        "soon.toml",
+        &format!("[[frontend]]\ncertificates = {}\n", toml_path(&path)),
+    );
+    let (code, out, err) = shuck(&["check", "--config", &cfg]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("expires in 9 days") || err.contains("expires in 10 days"),
+        "{err}"
+    );
+}
+
+#[test]
+fn help_lists_every_flag() {
+    let (code, out, _) = shuck(&["serve", "--help"]);
+    assert_eq!(code, 0);
+    for flag in [
+        "--config",
+        "--listen",
+        "--backend",
+        "--cert",
+        "--self-signed",
+        "--workers",
+        "--proxy-protocol",
+        "--alpn",
+        "--pin-cpus",
+        "--max-connections",
+        "--ready-file",
+        "--log-format",
+        "--log-level",
+        "--log-connections",
+    ] {
+        assert!(out.contains(flag), "serve --help lacks {flag}");
+    }
+    let (code, out, _) = shuck(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("serve") && out.contains("check"), "{out}");
+    let (code, _, err) = shuck(&["serve"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--self-signed"), "{err}");
+}
+
+#[test]
+fn sigterm_stops_cleanly() {
+    let pki = Pki::new();
+    let cert = pki.leaf("c.pem", "c", &["c.test"], Key::EcdsaP256);
+    let s = Shuck::start(&format!(
+        "shutdown_grace = \"2s\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+        toml_path(&cert)
+    ));
+    let (status, text) = s.stop();
+    assert!(status.success(), "{status}: {text}");
+    assert!(text.contains("shutting down"), "{text}");
+}

@@ -1,0 +1,296 @@
+//! Bad input and failure cases: each closes only the connection concerned, is logged with its
+//! reason, and leaves shuck alive and serving a parallel good connection. Also: workers share the
+//! load, backends fail over and rotate, max_connections queues in the backlog, idle connections
+//! are closed.
+
+mod common;
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::{connector, curl_at, read_all_bounded, toml_path, HttpBackend, Key, Pki, Shuck};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One `[[frontend]]` per (extra keys, backend TOML value), all with the same certificate.
+fn config(pki: &Pki, frontends: &[(&str, String)], global: &str) -> String {
+    let cert = pki.leaf("good.pem", "good", &["good.test"], Key::EcdsaP256);
+    let mut s = format!("{global}\n");
+    for (extra, backend) in frontends {
+        let _ = write!(
+            s,
+            "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = {backend}\ncertificates = {}\n{extra}\n",
+            toml_path(&cert)
+        );
+    }
+    s
+}
+
+fn assert_good_request(pki: &Pki, addr: SocketAddr) {
+    let out = curl_at(pki, addr, "good.test", "/still-fine", &[]);
+    assert!(
+        out.status.success(),
+        "good request failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "backend got: GET /still-fine HTTP/1.1"
+    );
+}
+
+#[test]
+fn garbage_instead_of_client_hello_is_refused_with_an_alert() {
+    let pki = Pki::new();
+    let b = HttpBackend::start();
+    let mut shuck = Shuck::start(&config(&pki, &[("", format!("\"{}\"", b.addr))], ""));
+    // Plain HTTP on the TLS port: a very common mistake.
+    let mut s = TcpStream::connect(shuck.addr()).expect("connect");
+    s.write_all(b"GET / HTTP/1.1\r\nHost: good.test\r\n\r\n")
+        .expect("write");
+    let reply = read_all_bounded(&mut s);
+    // A TLS alert record (content type 21), then the close.
+    assert_eq!(
+        reply.first(),
+        Some(&21u8),
+        "expected a TLS alert, got {reply:02x?}"
+    );
+    assert_good_request(&pki, shuck.addr());
+    shuck.wait_log("TLS handshake failed");
+    shuck.assert_alive();
+}
+
+#[test]
+fn a_handshake_that_never_completes_times_out() {
+    let pki = Pki::new();
+    let b = HttpBackend::start();
+    let mut shuck = Shuck::start(&config(
+        &pki,
+        &[("handshake_timeout = \"1s\"", format!("\"{}\"", b.addr))],
+        "",
+    ));
+    let started = Instant::now();
+    let mut s = TcpStream::connect(shuck.addr()).expect("connect");
+    // The first bytes of a TLS record header, then silence.
+    s.write_all(&[0x16, 0x03, 0x01]).expect("write");
+    // A good connection is served meanwhile.
+    assert_good_request(&pki, shuck.addr());
+    let reply = read_all_bounded(&mut s);
+    let waited = started.elapsed();
+    assert!(reply.is_empty() || reply[0] == 21, "{reply:02x?}");
+    assert!(
+        waited >= Duration::from_millis(900),
+        "closed too early: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(15),
+        "not closed by the timeout: {waited:?}"
+    );
+    shuck.wait_log("no complete handshake within 1s");
+    shuck.assert_alive();
+}
+
+#[test]
+fn unreachable_backend_closes_only_that_connection() {
+    let pki = Pki::new();
+    let good = HttpBackend::start();
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let mut shuck = Shuck::start(&config(
+        &pki,
+        &[
+            ("", format!("\"{dead}\"")),
+            ("", format!("\"{}\"", good.addr)),
+        ],
+        "",
+    ));
+    let out = curl_at(&pki, shuck.addrs[0], "good.test", "/nowhere", &[]);
+    assert!(!out.status.success(), "no backend, no answer");
+    assert!(out.stdout.is_empty());
+    let log = shuck.wait_log("backend unavailable");
+    assert!(
+        log.contains("Connection refused"),
+        "the reason is logged: {log}"
+    );
+    assert_good_request(&pki, shuck.addrs[1]);
+    shuck.assert_alive();
+}
+
+#[test]
+fn backend_reset_closes_only_that_connection() {
+    let pki = Pki::new();
+    let good = HttpBackend::start();
+    // A backend that reads a little, then resets the connection (SO_LINGER 0).
+    let resetter = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let reset_addr = resetter.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for c in resetter.incoming().flatten() {
+            let mut buf = [0u8; 16];
+            let mut c = c;
+            let _ = c.read(&mut buf);
+            let s = socket2::SockRef::from(&c);
+            let _ = s.set_linger(Some(Duration::ZERO));
+            drop(c);
+        }
+    });
+    let mut shuck = Shuck::start(&config(
+        &pki,
+        &[
+            ("", format!("\"{reset_addr}\"")),
+            ("", format!("\"{}\"", good.addr)),
+        ],
+        "",
+    ));
+    let out = curl_at(&pki, shuck.addrs[0], "good.test", "/reset", &[]);
+    assert!(!out.status.success(), "a reset backend gives no answer");
+    let log = shuck.wait_log("backend connection failed");
+    assert!(log.contains("reset"), "the reason is logged: {log}");
+    assert_good_request(&pki, shuck.addrs[1]);
+    shuck.assert_alive();
+}
+
+#[test]
+fn backends_fail_over_and_rotate() {
+    let pki = Pki::new();
+    let (b1, b2) = (HttpBackend::start(), HttpBackend::start());
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let shuck = Shuck::start(&config(
+        &pki,
+        &[(
+            "",
+            format!("[\"{dead}\", \"{}\", \"{}\"]", b1.addr, b2.addr),
+        )],
+        "workers = 1\nlog_connections = true",
+    ));
+    for i in 0..6 {
+        let out = curl_at(&pki, shuck.addr(), "good.test", &format!("/r{i}"), &[]);
+        assert!(
+            out.status.success(),
+            "request {i} must fail over to a live backend"
+        );
+    }
+    let log = shuck.wait_log("trying the next one");
+    for b in [&b1, &b2] {
+        assert!(
+            log.contains(&format!("backend={}", b.addr)),
+            "{} never used: {log}",
+            b.addr
+        );
+    }
+}
+
+#[test]
+fn connections_are_spread_over_workers() {
+    let pki = Pki::new();
+    let b = HttpBackend::start();
+    let shuck = Shuck::start(&config(
+        &pki,
+        &[("", format!("\"{}\"", b.addr))],
+        "workers = 2\nlog_connections = true",
+    ));
+    for i in 0..24 {
+        let out = curl_at(&pki, shuck.addr(), "good.test", &format!("/w{i}"), &[]);
+        assert!(out.status.success());
+    }
+    let log = shuck.log_text();
+    let workers: HashSet<&str> = log
+        .lines()
+        .filter(|l| l.contains("connection closed"))
+        .filter_map(|l| l.split("worker=").nth(1))
+        .filter_map(|w| w.split_whitespace().next())
+        .collect();
+    // SO_REUSEPORT hashes each connection's ports: 24 connections all on one worker would mean
+    // the sockets are not spread (odds 2^-23 otherwise).
+    assert_eq!(workers.len(), 2, "workers seen: {workers:?}\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_queues_new_clients_in_the_backlog() {
+    let pki = Pki::new();
+    let b = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let baddr = b.local_addr().expect("addr");
+    // Echo backend.
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = b.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    let shuck = Shuck::start(&config(
+        &pki,
+        &[("", format!("\"{baddr}\""))],
+        "workers = 1\nmax_connections = 1",
+    ));
+    let conn = connector(&pki);
+    let name = || ServerName::try_from("good.test").expect("name");
+    let tcp = tokio::net::TcpStream::connect(shuck.addr())
+        .await
+        .expect("connect");
+    let mut first = conn.connect(name(), tcp).await.expect("first handshake");
+    first.write_all(b"ping").await.expect("write");
+    let mut buf = [0u8; 4];
+    first.read_exact(&mut buf).await.expect("echo");
+    // The second client gets a TCP connection (kernel backlog) but no TLS service yet.
+    let tcp2 = tokio::net::TcpStream::connect(shuck.addr())
+        .await
+        .expect("backlog accepts");
+    let conn2 = conn.clone();
+    let mut second = tokio::spawn(async move { conn2.connect(name(), tcp2).await });
+    let waited = tokio::time::timeout(Duration::from_millis(700), &mut second).await;
+    assert!(
+        waited.is_err(),
+        "second connection served beyond max_connections"
+    );
+    // Closing the first frees the slot: the queued client is now served.
+    first.shutdown().await.expect("close");
+    drop(first);
+    let mut second = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .expect("served once the slot is free")
+        .expect("join")
+        .expect("second handshake");
+    second.write_all(b"pong").await.expect("write");
+    second.read_exact(&mut buf).await.expect("echo");
+    assert_eq!(&buf, b"pong");
+}
+
+#[test]
+fn idle_connections_are_closed() {
+    let pki = Pki::new();
+    // A backend that accepts and never speaks.
+    let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let saddr = silent.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in silent.incoming().flatten() {
+            held.push(c);
+        }
+    });
+    let mut shuck = Shuck::start(&config(
+        &pki,
+        &[("idle_timeout = \"1s\"", format!("\"{saddr}\""))],
+        "log_connections = true",
+    ));
+    let started = Instant::now();
+    let out = curl_at(&pki, shuck.addr(), "good.test", "/idle", &[]);
+    assert!(!out.status.success());
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(15),
+        "{waited:?}"
+    );
+    shuck.wait_log("idle for longer than 1s");
+    shuck.assert_alive();
+}
