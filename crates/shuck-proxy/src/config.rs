@@ -270,6 +270,16 @@ impl RawConfig {
             let fe = raw
                 .validate(&name, base)
                 .map_err(|(key, message)| err(format!("frontend {name:?}: {key}"), message))?;
+            // SO_REUSEPORT would let two frontends bind the same address and the kernel would
+            // silently split clients between them.
+            for addr in fe.listen.iter().filter(|a| a.port() != 0) {
+                if let Some(other) = frontends.iter().find(|f| f.listen.contains(addr)) {
+                    return Err(err(
+                        format!("frontend {name:?}: listen"),
+                        format!("{addr} is already used by frontend {:?}", other.name),
+                    ));
+                }
+            }
             frontends.push(fe);
         }
         Ok(Config {

@@ -34,6 +34,14 @@ impl Server {
             .iter()
             .map(TlsContext::load)
             .collect::<Result<Vec<_>>>()?;
+        let now = crate::tls::certs::now_unix();
+        for w in tls
+            .iter()
+            .flat_map(|t| &t.certs)
+            .flat_map(|c| c.warnings(now))
+        {
+            tracing::warn!("{w}");
+        }
         let mut listeners: Vec<Vec<(usize, std::net::TcpListener)>> =
             (0..config.workers).map(|_| Vec::new()).collect();
         let mut bound = Vec::new();

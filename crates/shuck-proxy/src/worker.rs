@@ -2,7 +2,6 @@
 //! configuration. Nothing on the connection path is shared with other workers except read-only
 //! tables (certificates) and the ticket key.
 
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -149,7 +148,7 @@ async fn accept_loop(
                 backoff = Duration::ZERO;
                 let fe = fe.clone();
                 tokio::task::spawn_local(async move {
-                    connection::handle(info, fe, tcp, normalize(client)).await;
+                    connection::handle(info, fe, tcp, client).await;
                     drop(permit);
                 });
             }
@@ -165,16 +164,5 @@ async fn accept_loop(
                 }
             }
         }
-    }
-}
-
-/// Shows IPv4 clients of dual-stack sockets as IPv4.
-fn normalize(a: SocketAddr) -> SocketAddr {
-    match a {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
-            None => a,
-        },
-        SocketAddr::V4(_) => a,
     }
 }

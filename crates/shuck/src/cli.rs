@@ -80,7 +80,8 @@ pub struct ConfigArgs {
     #[arg(long)]
     pub pin_cpus: bool,
 
-    /// Connections served at once, over all workers; beyond it new ones wait in the backlog.
+    /// Connections served at once, split evenly over the workers; beyond it new ones wait in the
+    /// kernel backlog.
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
 }
