@@ -55,7 +55,7 @@ cat > "$W/haproxy.cfg" <<CONF
 global
   nbthread 1
   cpu-map 1/1 0
-  maxconn 16000
+  maxconn 9000
 defaults
   mode tcp
   timeout connect 5s
@@ -80,29 +80,33 @@ cpu_ticks() { # utime+stime of a process (all threads), in clock ticks
 }
 HZ=$(getconf CLK_TCK)
 
-# run NAME PORT PID MODE(-new|-reuse)
+# run NAME PORT PID LABEL S_TIME-ARGS...
 run() {
-  local name=$1 port=$2 pid=$3 mode=$4
-  local t0 t1 out conns
+  local name=$1 port=$2 pid=$3 label=$4; shift 4
+  local t0 t1 out conns secs
   t0=$(cpu_ticks "$pid")
-  out=$(taskset -c 1 openssl s_time -connect "127.0.0.1:$port" "$mode" -time "$SECS" \
-        -ciphersuites TLS_AES_128_GCM_SHA256 2>/dev/null | grep 'connections in .* real seconds')
+  # -www: one HTTP/1.0 request per connection and a 1 KiB answer, as in the seeds' method.
+  out=$(taskset -c 1 openssl s_time -connect "127.0.0.1:$port" -time "$SECS" -www / "$@" 2>/dev/null \
+        | grep 'connections in .* real seconds')
   t1=$(cpu_ticks "$pid")
   conns=$(echo "$out" | awk '{print $1}')
-  local secs; secs=$(echo "$out" | awk '{print $4}')
-  awk -v n="$name" -v m="$mode" -v c="$conns" -v s="$secs" -v d="$((t1 - t0))" -v hz="$HZ" \
-    'BEGIN { printf "| %-7s | %-6s | %7.0f | %8.1f |\n", n, m, c / s, (d / hz) * 1e6 / c }'
+  secs=$(echo "$out" | awk '{print $4}')
+  awk -v n="$name" -v m="$label" -v c="$conns" -v s="$secs" -v d="$((t1 - t0))" -v hz="$HZ" \
+    'BEGIN { printf "| %-7s | %-15s | %7.0f | %18.0f |\n", n, m, c / s, (d / hz) * 1e6 / c }'
 }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "shuck $("$SHUCK" --version | cut -d' ' -f2), $(nginx -v 2>&1 | cut -d' ' -f3), $(haproxy -v | head -1 | cut -d' ' -f3), $(openssl version | cut -d' ' -f1-2)"
 echo
-echo "| server  | mode   | conn/s  | server CPU µs/conn |"
-echo "|---------|--------|---------|--------------------|"
-for mode in -new -reuse; do
-  run shuck 18443 "$SHUCK_PID" "$mode"
-  run nginx 18444 "$NGINX_WORKER" "$mode"
-  run haproxy 18445 "$HAPROXY_PID" "$mode"
+echo "| server  | handshake       | conn/s  | server CPU µs/conn |"
+echo "|---------|-----------------|---------|--------------------|"
+T13=(-tls1_3 -ciphersuites TLS_AES_128_GCM_SHA256)
+T12=(-tls1_2 -cipher ECDHE-ECDSA-AES128-GCM-SHA256)
+for t in "shuck 18443 $SHUCK_PID" "nginx 18444 $NGINX_WORKER" "haproxy 18445 $HAPROXY_PID"; do
+  set -- $t
+  run "$1" "$2" "$3" "TLS1.3 full" -new "${T13[@]}"
+  run "$1" "$2" "$3" "TLS1.2 full" -new "${T12[@]}"
+  run "$1" "$2" "$3" "TLS1.2 resumed" -reuse "${T12[@]}"
 done
 echo
 echo "idle TLS connections held: $IDLE (RSS growth of the terminator's processes / connections)"

@@ -310,3 +310,22 @@ fn self_signed_demo_backend_describes_the_connection() {
     assert!(body.contains("client: 127.0.0.1:"), "{body}");
     assert!(body.contains("cipher: TLS_ECDHE_ECDSA_WITH_"), "{body}");
 }
+
+#[test]
+fn sessions_resume_over_tls12_and_tls13_across_workers() {
+    let (pki, _b, shuck) = setup("");
+    for version in ["-tls1_2", "-tls1_3"] {
+        let sess = pki.path(&format!("session{version}"));
+        let sess = sess.to_str().expect("utf-8 path");
+        let (ok, out) = s_client(&pki, shuck.addr(), Some("ecdsa.test"), &[version, "-sess_out", sess]);
+        assert!(ok, "{out}");
+        assert!(out.contains("\nNew, TLSv1."), "{version}: first handshake is full: {out}");
+        // Two workers: with tickets shared by all workers, every attempt resumes wherever the
+        // kernel puts the connection.
+        for _ in 0..6 {
+            let (ok, out) = s_client(&pki, shuck.addr(), Some("ecdsa.test"), &[version, "-sess_in", sess]);
+            assert!(ok, "{out}");
+            assert!(out.contains("\nReused, TLSv1."), "{version}: not resumed: {out}");
+        }
+    }
+}
