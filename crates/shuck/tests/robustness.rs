@@ -294,3 +294,31 @@ fn idle_connections_are_closed() {
     shuck.wait_log("idle for longer than 1s");
     shuck.assert_alive();
 }
+
+#[test]
+fn running_out_of_file_descriptors_backs_off_and_recovers() {
+    let pki = Pki::new();
+    let b = HttpBackend::start();
+    let mut shuck = Shuck::start_limited(
+        &config(&pki, &[("", format!("\"{}\"", b.addr))], "workers = 1"),
+        &[],
+        Some(64),
+    );
+    let log = shuck.wait_log("starting");
+    assert!(log.contains("fd_limit=64"), "{log}");
+    assert!(
+        log.contains("max_connections exceeds"),
+        "the low limit is reported: {log}"
+    );
+    // Silent clients until shuck's descriptors run out (each holds one while its handshake waits).
+    let mut held = Vec::new();
+    for _ in 0..100 {
+        held.push(TcpStream::connect(shuck.addr()).expect("connect (kernel backlog)"));
+    }
+    shuck.wait_log("accept failed; backing off");
+    shuck.assert_alive();
+    drop(held);
+    // Once descriptors are free again, service resumes.
+    assert_good_request(&pki, shuck.addr());
+    shuck.assert_alive();
+}

@@ -317,15 +317,31 @@ fn sessions_resume_over_tls12_and_tls13_across_workers() {
     for version in ["-tls1_2", "-tls1_3"] {
         let sess = pki.path(&format!("session{version}"));
         let sess = sess.to_str().expect("utf-8 path");
-        let (ok, out) = s_client(&pki, shuck.addr(), Some("ecdsa.test"), &[version, "-sess_out", sess]);
+        let (ok, out) = s_client(
+            &pki,
+            shuck.addr(),
+            Some("ecdsa.test"),
+            &[version, "-sess_out", sess],
+        );
         assert!(ok, "{out}");
-        assert!(out.contains("\nNew, TLSv1."), "{version}: first handshake is full: {out}");
+        assert!(
+            out.contains("\nNew, TLSv1."),
+            "{version}: first handshake is full: {out}"
+        );
         // Two workers: with tickets shared by all workers, every attempt resumes wherever the
         // kernel puts the connection.
         for _ in 0..6 {
-            let (ok, out) = s_client(&pki, shuck.addr(), Some("ecdsa.test"), &[version, "-sess_in", sess]);
+            let (ok, out) = s_client(
+                &pki,
+                shuck.addr(),
+                Some("ecdsa.test"),
+                &[version, "-sess_in", sess],
+            );
             assert!(ok, "{out}");
-            assert!(out.contains("\nReused, TLSv1."), "{version}: not resumed: {out}");
+            assert!(
+                out.contains("\nReused, TLSv1."),
+                "{version}: not resumed: {out}"
+            );
         }
     }
 }

@@ -102,12 +102,28 @@ impl Shuck {
     }
 
     pub fn start_args(config: &str, extra: &[&str]) -> Shuck {
+        Self::start_limited(config, extra, None)
+    }
+
+    /// Like `start_args`, with the open-files limit (soft and hard) set to `nofile` first, so
+    /// shuck cannot raise it.
+    pub fn start_limited(config: &str, extra: &[&str], nofile: Option<u32>) -> Shuck {
         let dir = tempfile::tempdir().expect("tempdir");
         let cfg = dir.path().join("shuck.toml");
         std::fs::write(&cfg, config).expect("write config");
         let ready = dir.path().join("ready");
         let log = dir.path().join("shuck.log");
-        let child = Command::new(SHUCK)
+        let mut cmd = match nofile {
+            None => Command::new(SHUCK),
+            Some(n) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(SHUCK);
+                c
+            }
+        };
+        let child = cmd
             .arg("serve")
             .arg("--config")
             .arg(&cfg)
