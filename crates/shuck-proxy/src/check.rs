@@ -25,6 +25,9 @@ pub fn report(config: &Config) -> Result<Report> {
         config.max_connections,
         config.shutdown_grace
     );
+    if let Some(m) = config.metrics_listen {
+        let _ = writeln!(s, "metrics: http://{m}/metrics");
+    }
     for fe in &config.frontends {
         let tls = TlsContext::load(fe)?;
         let listen: Vec<String> = fe.listen.iter().map(ToString::to_string).collect();

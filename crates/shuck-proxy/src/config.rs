@@ -58,6 +58,7 @@ pub struct RawConfig {
     pub log_format: Option<LogFormat>,
     pub log_level: Option<String>,
     pub log_connections: Option<bool>,
+    pub metrics_listen: Option<String>,
     #[serde(default, rename = "frontend")]
     pub frontends: Vec<RawFrontend>,
 }
@@ -150,6 +151,8 @@ pub struct Config {
     pub log_format: LogFormat,
     pub log_level: String,
     pub log_connections: bool,
+    /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
     pub frontends: Vec<Frontend>,
 }
 
@@ -258,6 +261,15 @@ impl RawConfig {
                 format!("{log_level:?} is not one of error, warn, info, debug, trace"),
             ));
         }
+        let metrics_listen = match &self.metrics_listen {
+            None => None,
+            Some(a) => Some(a.parse::<SocketAddr>().map_err(|_| {
+                err(
+                    "metrics_listen".into(),
+                    format!("{a:?} is not an IP:port address (IPv6 as [::1]:9100)"),
+                )
+            })?),
+        };
         let mut frontends = Vec::with_capacity(self.frontends.len());
         for (i, raw) in self.frontends.into_iter().enumerate() {
             let name = raw.name.clone().unwrap_or_else(|| format!("frontend{i}"));
@@ -291,6 +303,7 @@ impl RawConfig {
             log_format: self.log_format.unwrap_or_default(),
             log_level,
             log_connections: self.log_connections.unwrap_or(false),
+            metrics_listen,
             frontends,
         })
     }

@@ -13,6 +13,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::backend::BackendPool;
 use crate::config::{Frontend, ProxyProtocol};
+use crate::metrics::{FrontendMetrics, HandshakeFailure};
 use crate::relay::{self, RelayError};
 use crate::tls::params;
 use crate::{demo, proxy_protocol};
@@ -23,6 +24,7 @@ pub struct FrontendRt {
     pub acceptor: TlsAcceptor,
     /// `None` means the built-in demo backend.
     pub backends: Option<BackendPool>,
+    pub metrics: FrontendMetrics,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -69,27 +71,64 @@ impl ConnInfo {
     }
 }
 
+/// Keeps the active-connections gauge right on every exit path.
+struct ActiveGuard<'a>(&'a FrontendMetrics);
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.active.dec();
+    }
+}
+
+/// Sorts a failed handshake into a metric label.
+fn classify(e: &std::io::Error) -> HandshakeFailure {
+    use rustls::Error as E;
+    match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        Some(
+            E::InvalidMessage(_)
+            | E::InappropriateMessage { .. }
+            | E::InappropriateHandshakeMessage { .. }
+            | E::PeerMisbehaved(_)
+            | E::DecryptError,
+        ) => HandshakeFailure::Malformed,
+        Some(E::PeerIncompatible(_)) => HandshakeFailure::Incompatible,
+        Some(E::General(m)) if m.contains("certificate") => HandshakeFailure::NoCertificate,
+        Some(E::AlertReceived(_)) => HandshakeFailure::ClientAlert,
+        _ => HandshakeFailure::Other,
+    }
+}
+
 pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, tcp: TcpStream, client: SocketAddr) {
     let started = Instant::now();
+    let m = &fe.metrics;
+    m.active.inc();
+    let _active = ActiveGuard(m);
     let _ = tcp.set_nodelay(true);
     let local = tcp.local_addr().ok();
     let cfg = &fe.cfg;
     let mut tls = match tokio::time::timeout(cfg.handshake_timeout, fe.acceptor.accept(tcp)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            // Port scanners and TCP health checks: not worth a warning each.
+            // Port scanners and TCP health checks: not worth a warning or a failure count each.
             tracing::debug!(frontend = %cfg.name, %client, worker = worker.id, "client closed before completing the TLS handshake");
             return;
         }
         Ok(Err(e)) => {
+            m.handshake_failed(classify(&e));
             tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, reason = %e, "TLS handshake failed");
             return;
         }
         Err(_) => {
+            m.handshake_failed(HandshakeFailure::Timeout);
             tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, reason = %format_args!("no complete handshake within {:?}", cfg.handshake_timeout), "TLS handshake failed");
             return;
         }
     };
+    if tls.get_ref().1.handshake_kind() == Some(HandshakeKind::Resumed) {
+        m.handshakes_resumed.inc();
+    } else {
+        m.handshakes_full.inc();
+    }
 
     let Some(pool) = &fe.backends else {
         let info = ConnInfo::new(tls.get_ref().1, client, &cfg.name, worker.id);
@@ -103,6 +142,7 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, tcp: TcpStream, clie
     let (mut upstream, backend) = match pool.connect().await {
         Ok(x) => x,
         Err(e) => {
+            m.backend_connect_errors.inc();
             tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, error = %e, "closing client connection: backend unavailable");
             // close_notify, so the client sees an orderly close rather than a truncation.
             let _ = tls.shutdown().await;
@@ -113,20 +153,30 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, tcp: TcpStream, clie
         let dst = local.unwrap_or(client);
         if let Some(h) = proxy_protocol::encode(cfg.proxy_protocol, client, dst) {
             if let Err(e) = upstream.write_all(h.as_bytes()).await {
+                m.backend_relay_errors.inc();
                 tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, backend = %backend.name, error = %e, "backend failed while sending the PROXY header");
                 return;
             }
         }
     }
     let (moved, res) = relay::relay(&mut tls, &mut upstream, cfg.idle_timeout).await;
+    m.bytes_up.inc_by(moved.up);
+    m.bytes_down.inc_by(moved.down);
     match &res {
         Err(RelayError::Backend(e)) => {
+            m.backend_relay_errors.inc();
             tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, backend = %backend.name, error = %e, up = moved.up, down = moved.down, "backend connection failed");
         }
-        Err(e) if worker.log_connections => {
-            tracing::info!(frontend = %cfg.name, %client, worker = worker.id, backend = %backend.name, error = %e, up = moved.up, down = moved.down, "connection ended early");
+        Err(e) => {
+            match e {
+                RelayError::Idle(_) => m.idle_timeouts.inc(),
+                _ => m.client_errors.inc(),
+            };
+            if worker.log_connections {
+                tracing::info!(frontend = %cfg.name, %client, worker = worker.id, backend = %backend.name, error = %e, up = moved.up, down = moved.down, "connection ended early");
+            }
         }
-        _ => {}
+        Ok(()) => {}
     }
     if worker.log_connections {
         let info = ConnInfo::new(tls.get_ref().1, client, &cfg.name, worker.id);

@@ -12,6 +12,7 @@ pub mod demo;
 pub mod error;
 pub mod limits;
 pub mod listener;
+pub mod metrics;
 pub mod proxy_protocol;
 pub mod relay;
 pub mod server;

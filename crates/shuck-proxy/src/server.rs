@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::metrics::{self, Metrics};
 use crate::tls::TlsContext;
 use crate::{limits, listener, worker};
 
@@ -22,6 +23,8 @@ pub struct Server {
     /// Per worker: (frontend index, socket).
     listeners: Vec<Vec<(usize, std::net::TcpListener)>>,
     bound: Vec<(String, SocketAddr)>,
+    metrics: Arc<Metrics>,
+    metrics_listener: Option<std::net::TcpListener>,
     fd_limit: u64,
 }
 
@@ -69,11 +72,21 @@ impl Server {
                 bound.push((fe.name.clone(), addr));
             }
         }
+        let metrics_listener = match config.metrics_listen {
+            None => None,
+            Some(addr) => Some(listener::bind(addr, 64).map_err(|source| Error::Bind {
+                addr,
+                frontend: "metrics".into(),
+                source,
+            })?),
+        };
         Ok(Server {
             config,
             tls,
             listeners,
             bound,
+            metrics: Arc::new(Metrics::new()),
+            metrics_listener,
             fd_limit,
         })
     }
@@ -81,6 +94,17 @@ impl Server {
     /// (frontend name, address) for every listening address, in configuration order.
     pub fn bound(&self) -> &[(String, SocketAddr)] {
         &self.bound
+    }
+
+    /// The metrics endpoint's address, when enabled.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     pub fn tls(&self) -> &[TlsContext] {
@@ -113,6 +137,7 @@ impl Server {
         } else {
             Vec::new()
         };
+        let metrics_addr = self.metrics_addr();
         let (tx, rx) = watch::channel(false);
         let mut handles = Vec::with_capacity(c.workers);
         for (id, listeners) in self.listeners.into_iter().enumerate() {
@@ -129,15 +154,13 @@ impl Server {
                 log_connections: c.log_connections,
                 shutdown_grace: c.shutdown_grace,
                 shutdown: rx.clone(),
+                metrics: self.metrics.clone(),
             };
             handles
                 .push(worker::spawn(spec).map_err(|source| Error::Worker { worker: id, source })?);
         }
         for (name, addr) in &self.bound {
             tracing::info!(frontend = %name, %addr, "listening");
-        }
-        if let Some(path) = ready_file {
-            write_ready_file(path, &self.bound)?;
         }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -146,6 +169,24 @@ impl Server {
                 worker: usize::MAX,
                 source,
             })?;
+        let _metrics_task = match (self.metrics_listener, metrics_addr) {
+            (Some(l), Some(addr)) => {
+                let _guard = rt.enter();
+                let l = tokio::net::TcpListener::from_std(l).map_err(|source| Error::Bind {
+                    addr,
+                    frontend: "metrics".into(),
+                    source,
+                })?;
+                tracing::info!(%addr, "metrics on http://{addr}/metrics");
+                Some(rt.spawn(metrics::serve(l, self.metrics.clone())))
+            }
+            _ => None,
+        };
+        if let Some(path) = ready_file {
+            let mut lines: Vec<SocketAddr> = self.bound.iter().map(|(_, a)| *a).collect();
+            lines.extend(metrics_addr);
+            write_ready_file(path, &lines)?;
+        }
         rt.block_on(shutdown);
         tracing::info!("shutting down: no new connections");
         let _ = tx.send(true);
@@ -156,15 +197,16 @@ impl Server {
     }
 }
 
+/// One address per line: the listeners in configuration order, then the metrics endpoint.
 /// Written to a temporary name then renamed, so a reader never sees half a file.
-fn write_ready_file(path: &Path, bound: &[(String, SocketAddr)]) -> Result<()> {
+fn write_ready_file(path: &Path, addrs: &[SocketAddr]) -> Result<()> {
     let err = |source| Error::ReadyFile {
         path: path.to_path_buf(),
         source,
     };
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp).map_err(err)?;
-    for (_, addr) in bound {
+    for addr in addrs {
         writeln!(f, "{addr}").map_err(err)?;
     }
     f.sync_all().map_err(err)?;

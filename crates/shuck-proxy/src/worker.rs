@@ -14,6 +14,7 @@ use crate::backend::BackendPool;
 use crate::config::{Backend, Frontend};
 use crate::connection::{self, FrontendRt, WorkerInfo};
 use crate::listener::is_connection_error;
+use crate::metrics::Metrics;
 
 /// Everything a worker thread is handed at start.
 pub struct WorkerSpec {
@@ -26,6 +27,7 @@ pub struct WorkerSpec {
     pub log_connections: bool,
     pub shutdown_grace: Duration,
     pub shutdown: watch::Receiver<bool>,
+    pub metrics: Arc<Metrics>,
 }
 
 pub fn spawn(spec: WorkerSpec) -> std::io::Result<std::thread::JoinHandle<()>> {
@@ -69,6 +71,7 @@ async fn run(spec: WorkerSpec) {
             Rc::new(FrontendRt {
                 cfg: fe.clone(),
                 acceptor: TlsAcceptor::from(tls.clone()),
+                metrics: spec.metrics.for_frontend(&fe.name, spec.id),
                 backends: match &fe.backend {
                     Backend::Demo => None,
                     Backend::Tcp(addrs) => Some(BackendPool::new(
@@ -146,6 +149,7 @@ async fn accept_loop(
         match accepted {
             Ok((tcp, client)) => {
                 backoff = Duration::ZERO;
+                fe.metrics.accepted.inc();
                 let fe = fe.clone();
                 tokio::task::spawn_local(async move {
                     connection::handle(info, fe, tcp, client).await;
@@ -157,6 +161,7 @@ async fn accept_loop(
                 // EMFILE/ENFILE/ENOBUFS: retrying at once would spin; back off and let
                 // connections finish and free descriptors.
                 backoff = (backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+                fe.metrics.accept_errors.inc();
                 tracing::warn!(worker = info.id, frontend = %fe.cfg.name, error = %e, backoff = ?backoff, "accept failed; backing off");
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}

@@ -80,6 +80,10 @@ pub struct ConfigArgs {
     #[arg(long)]
     pub pin_cpus: bool,
 
+    /// Serve Prometheus metrics at http://ADDR/metrics (plain HTTP: keep it on a private address).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
+
     /// Connections served at once, split evenly over the workers; beyond it new ones wait in the
     /// kernel backlog.
     #[arg(long, value_name = "N")]

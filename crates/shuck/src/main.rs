@@ -70,6 +70,9 @@ fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, Str
     if args.pin_cpus {
         raw.pin_cpus = Some(true);
     }
+    if let Some(m) = &args.metrics_listen {
+        raw.metrics_listen = Some(m.clone());
+    }
     if let Some(m) = args.max_connections {
         raw.max_connections = Some(m);
     }

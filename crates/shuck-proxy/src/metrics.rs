@@ -1,0 +1,271 @@
+//! Prometheus metrics. Each worker takes its own counter handles at start (one set per frontend),
+//! so counting on the connection path is an uncontended atomic add on memory no other worker
+//! writes: no lock, no label lookup.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// All metric families of the process.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    accepted: Family<Labels, Counter>,
+    active: Family<Labels, Gauge>,
+    handshakes: Family<Labels, Counter>,
+    handshake_failures: Family<Labels, Counter>,
+    backend_errors: Family<Labels, Counter>,
+    client_errors: Family<Labels, Counter>,
+    idle_timeouts: Family<Labels, Counter>,
+    bytes: Family<Labels, Counter>,
+    accept_errors: Family<Labels, Counter>,
+}
+
+/// Why a handshake failed, as a label value.
+#[derive(Debug, Clone, Copy)]
+pub enum HandshakeFailure {
+    /// Not TLS, or TLS that breaks the protocol.
+    Malformed,
+    /// No common version, cipher suite, group or signature scheme.
+    Incompatible,
+    /// No certificate for the requested name under the reject policy.
+    NoCertificate,
+    /// The client sent a fatal alert (it refused our certificate, for instance).
+    ClientAlert,
+    /// The handshake did not finish within `handshake_timeout`.
+    Timeout,
+    Other,
+}
+
+/// One worker's handles for one frontend.
+#[derive(Debug, Clone)]
+pub struct FrontendMetrics {
+    pub accepted: Counter,
+    pub active: Gauge,
+    pub handshakes_full: Counter,
+    pub handshakes_resumed: Counter,
+    failures: [Counter; 6],
+    pub backend_connect_errors: Counter,
+    pub backend_relay_errors: Counter,
+    pub client_errors: Counter,
+    pub idle_timeouts: Counter,
+    pub bytes_up: Counter,
+    pub bytes_down: Counter,
+    pub accept_errors: Counter,
+}
+
+impl FrontendMetrics {
+    pub fn handshake_failed(&self, why: HandshakeFailure) {
+        self.failures[why as usize].inc();
+    }
+}
+
+const FAILURE_REASONS: [&str; 6] = [
+    "malformed",
+    "incompatible",
+    "no_certificate",
+    "client_alert",
+    "timeout",
+    "other",
+];
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("shuck");
+        let m = Metrics {
+            accepted: Family::default(),
+            active: Family::default(),
+            handshakes: Family::default(),
+            handshake_failures: Family::default(),
+            backend_errors: Family::default(),
+            client_errors: Family::default(),
+            idle_timeouts: Family::default(),
+            bytes: Family::default(),
+            accept_errors: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "connections_accepted",
+            "TCP connections accepted",
+            m.accepted.clone(),
+        );
+        registry.register(
+            "connections_active",
+            "Connections open now (handshaking or relaying)",
+            m.active.clone(),
+        );
+        registry.register(
+            "handshakes",
+            "Completed TLS handshakes, by kind (full or resumed)",
+            m.handshakes.clone(),
+        );
+        registry.register(
+            "handshake_failures",
+            "Failed TLS handshakes, by reason",
+            m.handshake_failures.clone(),
+        );
+        registry.register(
+            "backend_errors",
+            "Backend failures: no backend reachable (connect) or error while relaying (relay)",
+            m.backend_errors.clone(),
+        );
+        registry.register(
+            "client_errors",
+            "Client-side errors while relaying (reset, broken TLS record)",
+            m.client_errors.clone(),
+        );
+        registry.register(
+            "idle_timeouts",
+            "Connections closed by idle_timeout",
+            m.idle_timeouts.clone(),
+        );
+        registry.register(
+            "bytes",
+            "Plaintext bytes relayed, by direction (up = client to backend)",
+            m.bytes.clone(),
+        );
+        registry.register(
+            "accept_errors",
+            "accept() failures that forced a back-off (EMFILE, ENFILE, ENOBUFS)",
+            m.accept_errors.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// Handles for one worker and one frontend. Called once per worker at start: the label
+    /// lookup takes the family's lock, the handles do not.
+    pub fn for_frontend(&self, frontend: &str, worker: usize) -> FrontendMetrics {
+        let base = || -> Labels {
+            vec![
+                ("frontend", frontend.to_string()),
+                ("worker", worker.to_string()),
+            ]
+        };
+        let with = |k: &'static str, v: &str| -> Labels {
+            let mut l = base();
+            l.push((k, v.to_string()));
+            l
+        };
+        let failures = FAILURE_REASONS.map(|r| get(&self.handshake_failures, &with("reason", r)));
+        FrontendMetrics {
+            accepted: get(&self.accepted, &base()),
+            active: get(&self.active, &base()),
+            handshakes_full: get(&self.handshakes, &with("kind", "full")),
+            handshakes_resumed: get(&self.handshakes, &with("kind", "resumed")),
+            failures,
+            backend_connect_errors: get(&self.backend_errors, &with("kind", "connect")),
+            backend_relay_errors: get(&self.backend_errors, &with("kind", "relay")),
+            client_errors: get(&self.client_errors, &base()),
+            idle_timeouts: get(&self.idle_timeouts, &base()),
+            bytes_up: get(&self.bytes, &with("direction", "up")),
+            bytes_down: get(&self.bytes, &with("direction", "down")),
+            accept_errors: get(&self.accept_errors, &base()),
+        }
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut s = String::with_capacity(8192);
+        // Writing to a String cannot fail.
+        let _ = encode(&mut s, &self.registry);
+        s
+    }
+}
+
+/// A handle out of a family. The family's read guard must be dropped before the next lookup, which
+/// may need the write lock; a function boundary makes sure of that (a guard living to the end of a
+/// struct literal would deadlock).
+fn get<M: Clone + Default>(f: &Family<Labels, M>, l: &Labels) -> M {
+    f.get_or_create(l).clone()
+}
+
+/// Serves `GET /metrics` over plain HTTP until the task is dropped. Scrapes are rare and cheap,
+/// so this runs on the main thread's runtime, away from the workers.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
+    loop {
+        let Ok((mut s, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let mut head = Vec::with_capacity(1024);
+            let mut chunk = [0u8; 1024];
+            let read = async {
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return false,
+                        Ok(n) => head.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                true
+            };
+            if !matches!(
+                tokio::time::timeout(Duration::from_secs(5), read).await,
+                Ok(true)
+            ) {
+                return;
+            }
+            let (status, ctype, body) = if head.starts_with(b"GET /metrics ") {
+                (
+                    "200 OK",
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    metrics.encode(),
+                )
+            } else {
+                (
+                    "404 Not Found",
+                    "text/plain",
+                    "only GET /metrics is served here\n".to_string(),
+                )
+            };
+            let resp = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = s.write_all(resp.as_bytes()).await;
+            let _ = s.shutdown().await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_worker_handles_feed_one_family() {
+        let m = Metrics::new();
+        let w0 = m.for_frontend("web", 0);
+        let w1 = m.for_frontend("web", 1);
+        w0.accepted.inc();
+        w1.accepted.inc_by(2);
+        w1.handshake_failed(HandshakeFailure::Timeout);
+        let text = m.encode();
+        assert!(
+            text.contains("shuck_connections_accepted_total{frontend=\"web\",worker=\"0\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("shuck_connections_accepted_total{frontend=\"web\",worker=\"1\"} 2"),
+            "{text}"
+        );
+        assert!(text.contains("shuck_handshake_failures_total{frontend=\"web\",worker=\"1\",reason=\"timeout\"} 1"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}

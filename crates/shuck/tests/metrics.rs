@@ -1,0 +1,123 @@
+//! The Prometheus endpoint: counters move with real traffic (curl, openssl, garbage), per worker.
+
+mod common;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+
+use common::{curl, read_all_bounded, s_client, toml_path, HttpBackend, Key, Pki, Shuck};
+
+fn scrape(addr: SocketAddr) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect metrics");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    String::from_utf8(read_all_bounded(&mut s)).expect("utf-8")
+}
+
+/// Sum of every sample of `name` whose labels contain all of `labels`.
+fn sum(text: &str, name: &str, labels: &[&str]) -> i64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+        .sum()
+}
+
+#[test]
+fn counters_follow_real_traffic() {
+    let pki = Pki::new();
+    let cert = pki.leaf("m.pem", "m", &["m.test"], Key::EcdsaP256);
+    let b = HttpBackend::start();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let shuck = Shuck::start(&format!(
+        "workers = 2\nmetrics_listen = \"127.0.0.1:0\"\n\
+         [[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {c}\nunknown_sni = \"reject\"\n\
+         [[frontend]]\nname = \"dead\"\nlisten = \"127.0.0.1:0\"\nbackend = \"{dead}\"\ncertificates = {c}\n",
+        b.addr,
+        c = toml_path(&cert)
+    ));
+    let (web, dead_fe, metrics) = (shuck.addrs[0], shuck.addrs[1], shuck.addrs[2]);
+    let before = scrape(metrics);
+    assert!(before.contains("HTTP/1.1 200 OK"), "{before}");
+    assert_eq!(sum(&before, "shuck_handshakes_total", &[]), 0, "{before}");
+
+    for i in 0..10 {
+        let out = curl(&pki, &shuck, "m.test", &format!("/{i}"), &[]);
+        assert!(out.status.success());
+    }
+    let mut g = TcpStream::connect(web).expect("connect");
+    g.write_all(b"GET / HTTP/1\r\n\r\n").expect("write");
+    let _ = read_all_bounded(&mut g);
+    let (ok, _) = s_client(&pki, web, Some("unknown.test"), &[]);
+    assert!(!ok);
+    let out = common::curl_at(&pki, dead_fe, "m.test", "/", &[]);
+    assert!(!out.status.success());
+
+    let after = scrape(metrics);
+    let web_l = "frontend=\"web\"";
+    assert_eq!(
+        sum(&after, "shuck_handshakes_total", &[web_l, "kind=\"full\""]),
+        10,
+        "{after}"
+    );
+    assert_eq!(
+        sum(
+            &after,
+            "shuck_handshake_failures_total",
+            &[web_l, "reason=\"malformed\""]
+        ),
+        1,
+        "{after}"
+    );
+    assert_eq!(
+        sum(
+            &after,
+            "shuck_handshake_failures_total",
+            &[web_l, "reason=\"no_certificate\""]
+        ),
+        1,
+        "{after}"
+    );
+    assert_eq!(
+        sum(
+            &after,
+            "shuck_backend_errors_total",
+            &["frontend=\"dead\"", "kind=\"connect\""]
+        ),
+        1,
+        "{after}"
+    );
+    assert_eq!(
+        sum(&after, "shuck_connections_accepted_total", &[web_l]),
+        12,
+        "{after}"
+    );
+    // Requests went up and 1 KiB-ish answers came down.
+    assert!(sum(&after, "shuck_bytes_total", &[web_l, "direction=\"up\""]) > 0);
+    assert!(sum(&after, "shuck_bytes_total", &[web_l, "direction=\"down\""]) > 0);
+    // Both workers served some of the 12 connections (per-worker labels).
+    for w in ["worker=\"0\"", "worker=\"1\""] {
+        assert!(
+            sum(&after, "shuck_connections_accepted_total", &[web_l, w]) > 0,
+            "{w}: {after}"
+        );
+    }
+    // The gauge drops back to zero once connections are closed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sum(&scrape(metrics), "shuck_connections_active", &[]) != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "active connections never reached 0"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let not_found = {
+        let mut s = TcpStream::connect(metrics).expect("connect");
+        s.write_all(b"GET / HTTP/1\r\n\r\n").expect("write");
+        String::from_utf8(read_all_bounded(&mut s)).expect("utf-8")
+    };
+    assert!(not_found.starts_with("HTTP/1.1 404"), "{not_found}");
+}
