@@ -132,7 +132,8 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, tcp: TcpStream, clie
 
     let Some(pool) = &fe.backends else {
         let info = ConnInfo::new(tls.get_ref().1, client, &cfg.name, worker.id);
-        let res = demo::serve(&mut tls, &info, cfg.idle_timeout).await;
+        // Boxed: the demo's state would otherwise enlarge every connection's future, relay ones too.
+        let res = Box::pin(demo::serve(&mut tls, &info, cfg.idle_timeout)).await;
         if worker.log_connections {
             tracing::info!(frontend = %cfg.name, %client, worker = worker.id, protocol = info.protocol, cipher = info.cipher, resumed = info.resumed, sni = info.sni.as_deref().unwrap_or("-"), backend = "demo", result = %res.as_ref().map_or_else(ToString::to_string, |()| "ok".into()), ms = started.elapsed().as_millis() as u64, "connection closed");
         }
