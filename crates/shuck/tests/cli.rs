@@ -177,3 +177,112 @@ fn sigterm_stops_cleanly() {
     assert!(status.success(), "{status}: {text}");
     assert!(text.contains("shutting down"), "{text}");
 }
+
+#[test]
+fn weak_rsa_keys_are_refused() {
+    let pki = Pki::new();
+    let dir = pki.path("weak");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let (key, cert) = (dir.join("k.pem"), dir.join("c.pem"));
+    let out = run_bounded(
+        Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:1024",
+                "-nodes",
+                "-days",
+                "30",
+                "-subj",
+                "/CN=weak.test",
+                "-keyout",
+            ])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert),
+        b"",
+        60,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bundle = pki.path("weak.pem");
+    let text = format!(
+        "{}{}",
+        std::fs::read_to_string(&cert).expect("cert"),
+        std::fs::read_to_string(&key).expect("key")
+    );
+    std::fs::write(&bundle, text).expect("bundle");
+    let cfg = write(
+        &pki,
+        "weak.toml",
+        &format!("[[frontend]]\ncertificates = {}\n", toml_path(&bundle)),
+    );
+    let (code, out, err) = shuck(&["check", "--config", &cfg]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("weak.pem") && err.contains("1024"), "{err}");
+}
+
+#[test]
+fn json_logs_carry_the_failure_reason() {
+    let pki = Pki::new();
+    let cert = pki.leaf("j.pem", "j", &["j.test"], Key::EcdsaP256);
+    let s = Shuck::start_args(
+        &format!(
+            "[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+            toml_path(&cert)
+        ),
+        &["--log-format", "json"],
+    );
+    let mut c = std::net::TcpStream::connect(s.addr()).expect("connect");
+    std::io::Write::write_all(&mut c, b"not tls at all\r\n\r\n").expect("write");
+    let _ = common::read_all_bounded(&mut c);
+    let log = s.wait_log("TLS handshake failed");
+    let line = log
+        .lines()
+        .find(|l| l.contains("TLS handshake failed"))
+        .expect("line");
+    assert!(
+        line.starts_with('{') && line.ends_with('}'),
+        "one JSON object per line: {line}"
+    );
+    assert!(line.contains("\"level\":\"WARN\""), "{line}");
+    assert!(line.contains("\"reason\":"), "{line}");
+    assert!(line.contains("\"client\":\"127.0.0.1:"), "{line}");
+}
+
+#[test]
+fn pinned_workers_run_on_their_own_cpu() {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let pki = Pki::new();
+    let cert = pki.leaf("p.pem", "p", &["p.test"], Key::EcdsaP256);
+    let s = Shuck::start(&format!(
+        "workers = 2\npin_cpus = true\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+        toml_path(&cert)
+    ));
+    let mut seen = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", s.pid()))
+        .expect("tasks")
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if let Some(id) = comm.trim().strip_prefix("shuck-worker-") {
+            let status = std::fs::read_to_string(task.path().join("status")).expect("status");
+            let allowed = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .expect("Cpus_allowed_list")
+                .trim()
+                .to_string();
+            seen.push((id.to_string(), allowed));
+        }
+    }
+    seen.sort();
+    let want: Vec<(String, String)> = (0..2)
+        .map(|i| (i.to_string(), (i % cpus).to_string()))
+        .collect();
+    assert_eq!(seen, want);
+}

@@ -345,3 +345,26 @@ fn sessions_resume_over_tls12_and_tls13_across_workers() {
         }
     }
 }
+
+#[test]
+fn certificate_directories_are_loaded_and_selected_by_sni() {
+    let pki = Pki::new();
+    let dir = pki.path("certs");
+    std::fs::create_dir(&dir).expect("mkdir");
+    for (file, cn, name) in [("a.pem", "dir-a", "a.test"), ("b.pem", "dir-b", "b.test")] {
+        let p = pki.leaf(file, cn, &[name], Key::EcdsaP256);
+        std::fs::rename(&p, dir.join(file)).expect("move");
+    }
+    std::fs::write(dir.join("README.txt"), "not a certificate").expect("write");
+    let backend = HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n",
+        backend.addr,
+        toml_path(&dir)
+    ));
+    for (sni, cn) in [("a.test", "dir-a"), ("b.test", "dir-b")] {
+        let (ok, out) = s_client(&pki, shuck.addr(), Some(sni), &[]);
+        assert!(ok, "{out}");
+        assert!(out.contains(&format!("CN = {cn}")), "{sni}: {out}");
+    }
+}

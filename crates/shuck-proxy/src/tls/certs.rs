@@ -184,11 +184,18 @@ pub fn from_parts(
         }
     }
     let leaf = &parsed[0];
-    let key_bits = match leaf.public_key().parsed() {
-        Ok(PublicKey::RSA(rsa)) => rsa.key_size(),
-        Ok(PublicKey::EC(ec)) => ec.key_size(),
-        _ => 0,
+    let (key_bits, is_rsa) = match leaf.public_key().parsed() {
+        Ok(PublicKey::RSA(rsa)) => (rsa.key_size(), true),
+        Ok(PublicKey::EC(ec)) => (ec.key_size(), false),
+        _ => (0, false),
     };
+    // Checked from the certificate, before the key is loaded: the crypto library refuses weak
+    // RSA keys with a message that does not say why.
+    if is_rsa && !(2048..=8192).contains(&key_bits) {
+        return Err(bad(format!(
+            "RSA key of {key_bits} bits: use 2048 to 8192 bits"
+        )));
+    }
     let mut names = Vec::new();
     if let Ok(Some(san)) = leaf.subject_alternative_name() {
         for n in &san.value.general_names {
@@ -214,14 +221,7 @@ pub fn from_parts(
         .load_private_key(key)
         .map_err(|e| bad(format!("private key cannot be used: {e}")))?;
     let key_kind = match signing_key.algorithm() {
-        SignatureAlgorithm::RSA => {
-            if !(2048..=8192).contains(&key_bits) {
-                return Err(bad(format!(
-                    "RSA key of {key_bits} bits: use 2048 to 8192 bits"
-                )));
-            }
-            KeyKind::Rsa { bits: key_bits }
-        }
+        SignatureAlgorithm::RSA => KeyKind::Rsa { bits: key_bits },
         SignatureAlgorithm::ECDSA => KeyKind::Ecdsa { bits: key_bits },
         SignatureAlgorithm::ED25519 => KeyKind::Ed25519,
         other => return Err(bad(format!("unsupported key type {other:?}"))),

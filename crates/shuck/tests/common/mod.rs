@@ -163,6 +163,10 @@ impl Shuck {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn addr(&self) -> SocketAddr {
         self.addrs[0]
     }
