@@ -259,32 +259,7 @@ fn ipv6_listener_serves_curl() {
 
 #[test]
 fn self_signed_demo_backend_describes_the_connection() {
-    let mut c = std::process::Command::new(common::SHUCK);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ready = dir.path().join("ready");
-    let mut child = c
-        .args([
-            "serve",
-            "--self-signed",
-            "--listen",
-            "127.0.0.1:0",
-            "--workers",
-            "1",
-            "--ready-file",
-        ])
-        .arg(&ready)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let addr = loop {
-        if let Ok(t) = std::fs::read_to_string(&ready) {
-            break t.lines().next().expect("address").to_string();
-        }
-        assert!(std::time::Instant::now() < deadline, "not ready");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    let port = addr.rsplit(':').next().expect("port");
+    let shuck = Shuck::start_flags(&["--self-signed", "--listen", "127.0.0.1:0", "--workers", "1"]);
     let out = common::run_bounded(
         std::process::Command::new("curl")
             .args([
@@ -296,12 +271,10 @@ fn self_signed_demo_backend_describes_the_connection() {
                 "--tls-max",
                 "1.2",
             ])
-            .arg(format!("https://localhost:{port}/")),
+            .arg(format!("https://localhost:{}/", shuck.port())),
         b"",
         30,
     );
-    let _ = child.kill();
-    let _ = child.wait();
     let body = String::from_utf8_lossy(&out.stdout);
     assert!(body.contains("protocol: TLSv1.2"), "{body}");
     assert!(body.contains("sni: localhost"), "{body}");

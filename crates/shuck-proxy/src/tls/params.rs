@@ -88,30 +88,43 @@ pub fn suite_name(s: SupportedCipherSuite) -> &'static str {
     s.suite().as_str().unwrap_or("unknown")
 }
 
-pub fn parse_ciphersuites(list: &[String]) -> Result<Vec<SupportedCipherSuite>, String> {
-    let mut out: Vec<SupportedCipherSuite> = Vec::new();
+/// Looks each name up (case-insensitively) in `all`, drops duplicates, keeps the given order.
+fn parse_names<T: Copy>(
+    list: &[String],
+    all: &[T],
+    name_of: impl Fn(T) -> &'static str,
+    what: &str,
+) -> Result<Vec<T>, String> {
+    let mut out: Vec<T> = Vec::with_capacity(list.len());
     for name in list {
-        let found = aws_lc_rs::ALL_CIPHER_SUITES
+        let found = all
             .iter()
-            .find(|s| suite_name(**s).eq_ignore_ascii_case(name))
+            .copied()
+            .find(|t| name_of(*t).eq_ignore_ascii_case(name))
             .ok_or_else(|| {
-                let known: Vec<&str> = aws_lc_rs::ALL_CIPHER_SUITES
-                    .iter()
-                    .map(|s| suite_name(*s))
-                    .collect();
+                let known: Vec<&str> = all.iter().map(|t| name_of(*t)).collect();
                 format!(
-                    "{name:?} is not a supported cipher suite; known: {}",
+                    "{name:?} is not a supported {what}; known: {}",
                     known.join(", ")
                 )
             })?;
-        if !out.iter().any(|o| o.suite() == found.suite()) {
-            out.push(*found);
+        if !out.iter().any(|o| name_of(*o) == name_of(found)) {
+            out.push(found);
         }
     }
     if out.is_empty() {
         return Err("empty list".into());
     }
     Ok(out)
+}
+
+pub fn parse_ciphersuites(list: &[String]) -> Result<Vec<SupportedCipherSuite>, String> {
+    parse_names(
+        list,
+        aws_lc_rs::ALL_CIPHER_SUITES,
+        suite_name,
+        "cipher suite",
+    )
 }
 
 /// Each enabled protocol version needs at least one suite, or every handshake at that version
@@ -155,32 +168,16 @@ pub fn group_name(g: &dyn SupportedKxGroup) -> &'static str {
 }
 
 pub fn parse_groups(list: &[String]) -> Result<Vec<&'static dyn SupportedKxGroup>, String> {
-    let all = aws_lc_rs::ALL_KX_GROUPS;
-    let mut out: Vec<&'static dyn SupportedKxGroup> = Vec::new();
-    for name in list {
-        let wanted = match name.to_ascii_lowercase().as_str() {
+    // OpenSSL-style aliases operators know from nginx/HAProxy configurations.
+    let list: Vec<String> = list
+        .iter()
+        .map(|n| match n.to_ascii_lowercase().as_str() {
             "p-256" | "p256" | "prime256v1" => "secp256r1".to_string(),
             "p-384" | "p384" => "secp384r1".to_string(),
-            other => other.to_string(),
-        };
-        let found = all
-            .iter()
-            .find(|g| group_name(**g).eq_ignore_ascii_case(&wanted))
-            .ok_or_else(|| {
-                let known: Vec<&str> = all.iter().map(|g| group_name(*g)).collect();
-                format!(
-                    "{name:?} is not a supported group; known: {}",
-                    known.join(", ")
-                )
-            })?;
-        if !out.iter().any(|o| o.name() == found.name()) {
-            out.push(*found);
-        }
-    }
-    if out.is_empty() {
-        return Err("empty list".into());
-    }
-    Ok(out)
+            _ => n.clone(),
+        })
+        .collect();
+    parse_names(&list, aws_lc_rs::ALL_KX_GROUPS, group_name, "group")
 }
 
 #[cfg(test)]

@@ -111,6 +111,18 @@ impl Shuck {
         let dir = tempfile::tempdir().expect("tempdir");
         let cfg = dir.path().join("shuck.toml");
         std::fs::write(&cfg, config).expect("write config");
+        let cfg = cfg.to_str().expect("utf-8 path").to_string();
+        let mut args = vec!["--config", &cfg];
+        args.extend(extra);
+        Self::spawn(dir, &args, nofile)
+    }
+
+    /// `shuck serve ARGS --ready-file ...`, without a configuration file.
+    pub fn start_flags(args: &[&str]) -> Shuck {
+        Self::spawn(tempfile::tempdir().expect("tempdir"), args, None)
+    }
+
+    fn spawn(dir: tempfile::TempDir, args: &[&str], nofile: Option<u32>) -> Shuck {
         let ready = dir.path().join("ready");
         let log = dir.path().join("shuck.log");
         let mut cmd = match nofile {
@@ -125,11 +137,9 @@ impl Shuck {
         };
         let child = cmd
             .arg("serve")
-            .arg("--config")
-            .arg(&cfg)
+            .args(args)
             .arg("--ready-file")
             .arg(&ready)
-            .args(extra)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
