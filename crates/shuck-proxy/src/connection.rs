@@ -15,13 +15,14 @@ use crate::backend::BackendPool;
 use crate::config::{Frontend, ProxyProtocol};
 use crate::metrics::{FrontendMetrics, HandshakeFailure};
 use crate::relay::{self, RelayError};
-use crate::tls::params;
+use crate::tls::{params, TlsSlot};
 use crate::{demo, proxy_protocol};
 
 /// What one worker knows about one frontend.
 pub struct FrontendRt {
     pub cfg: Arc<Frontend>,
-    pub acceptor: TlsAcceptor,
+    /// This worker's TLS configuration; replaced whole on reload.
+    pub tls: TlsSlot,
     /// `None` means the built-in demo backend.
     pub backends: Option<BackendPool>,
     pub metrics: FrontendMetrics,
@@ -106,7 +107,9 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, tcp: TcpStream, clie
     let _ = tcp.set_nodelay(true);
     let local = tcp.local_addr().ok();
     let cfg = &fe.cfg;
-    let mut tls = match tokio::time::timeout(cfg.handshake_timeout, fe.acceptor.accept(tcp)).await {
+    // An Arc clone of this worker's own configuration: no lock, no memory shared with other workers.
+    let acceptor = TlsAcceptor::from(fe.tls.load_full());
+    let mut tls = match tokio::time::timeout(cfg.handshake_timeout, acceptor.accept(tcp)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
             // Port scanners and TCP health checks: not worth a warning or a failure count each.

@@ -8,18 +8,22 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+use rustls::server::ProducesTickets;
 use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::metrics::{self, Metrics};
-use crate::tls::TlsContext;
+use crate::tls::{TlsContext, TlsSlot};
 use crate::{limits, listener, worker};
 
 /// A configured, bound server, not yet accepting.
 pub struct Server {
     config: Config,
     tls: Vec<TlsContext>,
+    /// `[frontend][worker]`: each worker's own TLS configuration, replaceable on reload.
+    slots: Vec<Vec<TlsSlot>>,
     /// Per worker: (frontend index, socket).
     listeners: Vec<Vec<(usize, std::net::TcpListener)>>,
     bound: Vec<(String, SocketAddr)>,
@@ -80,9 +84,18 @@ impl Server {
                 source,
             })?),
         };
+        let slots = tls
+            .iter()
+            .map(|t| {
+                (0..config.workers)
+                    .map(|_| Arc::new(ArcSwap::new(t.worker_config())))
+                    .collect()
+            })
+            .collect();
         Ok(Server {
             config,
             tls,
+            slots,
             listeners,
             bound,
             metrics: Arc::new(Metrics::new()),
@@ -94,6 +107,21 @@ impl Server {
     /// (frontend name, address) for every listening address, in configuration order.
     pub fn bound(&self) -> &[(String, SocketAddr)] {
         &self.bound
+    }
+
+    /// A handle to swap in new certificates and TLS settings while running (SIGHUP).
+    pub fn reloader(&self) -> Reloader {
+        Reloader {
+            current: self.config.frontends.clone(),
+            ticketers: self
+                .config
+                .frontends
+                .iter()
+                .zip(&self.tls)
+                .map(|(fe, t)| fe.session_tickets.then(|| t.ticketer()))
+                .collect(),
+            slots: self.slots.clone(),
+        }
     }
 
     /// The metrics endpoint's address, when enabled.
@@ -147,8 +175,8 @@ impl Server {
                 listeners,
                 frontends: frontends
                     .iter()
-                    .zip(&self.tls)
-                    .map(|(fe, tls)| (fe.clone(), tls.worker_config()))
+                    .zip(&self.slots)
+                    .map(|(fe, slots)| (fe.clone(), slots[id].clone()))
                     .collect(),
                 max_connections: per_worker,
                 log_connections: c.log_connections,
@@ -211,4 +239,96 @@ fn write_ready_file(path: &Path, addrs: &[SocketAddr]) -> Result<()> {
     }
     f.sync_all().map_err(err)?;
     std::fs::rename(&tmp, path).map_err(err)
+}
+
+/// Reloads certificates and TLS settings of running frontends (matched by name). Everything is
+/// loaded and checked before anything is swapped, so a bad certificate leaves the old ones
+/// serving. Listen addresses, backends, timeouts and workers need a restart.
+pub struct Reloader {
+    current: Vec<crate::config::Frontend>,
+    /// Per frontend, the ticket key to keep (tickets issued before a reload still resume).
+    ticketers: Vec<Option<Arc<dyn ProducesTickets>>>,
+    slots: Vec<Vec<TlsSlot>>,
+}
+
+impl Reloader {
+    /// Applies `new`; returns notes about changes that were not applied.
+    pub fn reload(&mut self, new: &Config) -> Result<Vec<String>> {
+        let mut notes = Vec::new();
+        let mut built = Vec::new();
+        for (i, old) in self.current.iter().enumerate() {
+            let Some(fe) = new.frontends.iter().find(|f| f.name == old.name) else {
+                notes.push(format!(
+                    "frontend {:?} is no longer configured: restart to remove it",
+                    old.name
+                ));
+                continue;
+            };
+            let keep = if fe.session_tickets {
+                self.ticketers[i].clone()
+            } else {
+                None
+            };
+            let ctx = TlsContext::load_keeping(fe, keep)?;
+            if let Some(what) = needs_restart(old, fe) {
+                notes.push(format!(
+                    "frontend {:?}: {what} changed; restart to apply it (TLS settings were reloaded)",
+                    fe.name
+                ));
+            }
+            built.push((i, fe.clone(), ctx));
+        }
+        for fe in &new.frontends {
+            if !self.current.iter().any(|o| o.name == fe.name) {
+                notes.push(format!("frontend {:?} is new: restart to add it", fe.name));
+            }
+        }
+        let now = crate::tls::certs::now_unix();
+        for (i, fe, ctx) in built {
+            for w in ctx.certs.iter().flat_map(|c| c.warnings(now)) {
+                tracing::warn!("{w}");
+            }
+            for slot in &self.slots[i] {
+                slot.store(ctx.worker_config());
+            }
+            self.ticketers[i] = fe.session_tickets.then(|| ctx.ticketer());
+            self.current[i] = fe;
+        }
+        Ok(notes)
+    }
+}
+
+/// The first setting outside TLS that differs, if any.
+fn needs_restart(
+    old: &crate::config::Frontend,
+    new: &crate::config::Frontend,
+) -> Option<&'static str> {
+    use crate::config::Backend;
+    let backends = |b: &Backend| match b {
+        Backend::Demo => Vec::new(),
+        Backend::Tcp(v) => v.iter().map(|b| b.addr).collect(),
+    };
+    if old.listen != new.listen {
+        Some("listen")
+    } else if backends(&old.backend) != backends(&new.backend) {
+        Some("backend")
+    } else if (
+        old.handshake_timeout,
+        old.idle_timeout,
+        old.connect_timeout,
+        old.backend_cooldown,
+    ) != (
+        new.handshake_timeout,
+        new.idle_timeout,
+        new.connect_timeout,
+        new.backend_cooldown,
+    ) {
+        Some("a timeout")
+    } else if old.backlog != new.backlog {
+        Some("backlog")
+    } else if old.proxy_protocol != new.proxy_protocol {
+        Some("proxy_protocol")
+    } else {
+        None
+    }
 }

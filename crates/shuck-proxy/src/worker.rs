@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
-use tokio_rustls::TlsAcceptor;
 
 use crate::backend::BackendPool;
 use crate::config::{Backend, Frontend};
 use crate::connection::{self, FrontendRt, WorkerInfo};
 use crate::listener::is_connection_error;
 use crate::metrics::Metrics;
+use crate::tls::TlsSlot;
 
 /// Everything a worker thread is handed at start.
 pub struct WorkerSpec {
@@ -22,7 +22,7 @@ pub struct WorkerSpec {
     pub core: Option<core_affinity::CoreId>,
     /// (frontend index, listening socket)
     pub listeners: Vec<(usize, std::net::TcpListener)>,
-    pub frontends: Vec<(Arc<Frontend>, Arc<rustls::ServerConfig>)>,
+    pub frontends: Vec<(Arc<Frontend>, TlsSlot)>,
     pub max_connections: usize,
     pub log_connections: bool,
     pub shutdown_grace: Duration,
@@ -70,7 +70,7 @@ async fn run(spec: WorkerSpec) {
         .map(|(fe, tls)| {
             Rc::new(FrontendRt {
                 cfg: fe.clone(),
-                acceptor: TlsAcceptor::from(tls.clone()),
+                tls: tls.clone(),
                 metrics: spec.metrics.for_frontend(&fe.name, spec.id),
                 backends: match &fe.backend {
                     Backend::Demo => None,

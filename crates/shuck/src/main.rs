@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use shuck_proxy::config::{self, Config, LogFormat, OneOrMany, Origin, RawConfig, RawFrontend};
-use shuck_proxy::server::Server;
+use shuck_proxy::server::{Reloader, Server};
 
 use cli::{Cli, Command, ConfigArgs, LogFormatArg, ProxyProtocolArg, ServeArgs};
 
@@ -119,22 +119,44 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     let config = load_config(&args.config, Some(args))?;
     init_logging(&config);
     let server = Server::prepare(config).map_err(|e| e.to_string())?;
+    let reloader = server.reloader();
     server
-        .run(args.ready_file.as_deref(), shutdown_signal())
+        .run(args.ready_file.as_deref(), signals(args, reloader))
         .map_err(|e| e.to_string())
 }
 
-async fn shutdown_signal() {
+/// Completes on SIGTERM or SIGINT; reloads certificates and TLS settings on SIGHUP.
+async fn signals(args: &ServeArgs, mut reloader: Reloader) {
     use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
+    let (Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::warn!("cannot install signal handlers; stop with Ctrl-C");
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = tokio::signal::ctrl_c() => return,
+            _ = hup.recv() => reload(args, &mut reloader),
         }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn reload(args: &ServeArgs, reloader: &mut Reloader) {
+    let result = load_config(&args.config, Some(args))
+        .and_then(|c| reloader.reload(&c).map_err(|e| e.to_string()));
+    match result {
+        Ok(notes) => {
+            for n in notes {
+                tracing::warn!("{n}");
+            }
+            tracing::info!("reloaded certificates and TLS settings");
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "reload failed; still serving the previous certificates");
         }
     }
 }

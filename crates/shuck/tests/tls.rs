@@ -341,3 +341,79 @@ fn certificate_directories_are_loaded_and_selected_by_sni() {
         assert!(out.contains(&format!("CN = {cn}")), "{sni}: {out}");
     }
 }
+
+#[test]
+fn sighup_reloads_certificates_and_tls_settings_and_keeps_tickets() {
+    let pki = Pki::new();
+    let path = pki.leaf("site.pem", "before", &["reload.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let config = |alpn: &str| {
+        format!(
+            "workers = 2\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\nalpn = [\"{alpn}\"]\n",
+            backend.addr,
+            toml_path(&path)
+        )
+    };
+    let mut shuck = Shuck::start(&config("http/1.1"));
+    let sess = pki.path("reload.sess");
+    let sess = sess.to_str().expect("utf-8");
+    let (ok, out) = s_client(
+        &pki,
+        shuck.addr(),
+        Some("reload.test"),
+        &["-tls1_3", "-alpn", "h2,http/1.1", "-sess_out", sess],
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("CN = before"), "{out}");
+    assert_eq!(field(&out, "ALPN protocol:"), Some("http/1.1"), "{out}");
+
+    // New certificate at the same path, new ALPN list, then SIGHUP.
+    let fresh = pki.leaf("fresh.pem", "after", &["reload.test"], Key::EcdsaP256);
+    std::fs::rename(&fresh, &path).expect("replace certificate");
+    std::fs::write(shuck.config_path(), config("h2")).expect("rewrite config");
+    shuck.signal("HUP");
+    shuck.wait_log("reloaded certificates");
+    // A session from before the reload still resumes: the ticket key was kept.
+    let (ok, out) = s_client(
+        &pki,
+        shuck.addr(),
+        Some("reload.test"),
+        &["-tls1_3", "-sess_in", sess],
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("\nReused, TLSv1.3"),
+        "ticket from before the reload: {out}"
+    );
+    for _ in 0..4 {
+        // Several connections, so both workers are seen to have the new configuration.
+        let (ok, out) = s_client(
+            &pki,
+            shuck.addr(),
+            Some("reload.test"),
+            &["-alpn", "h2,http/1.1"],
+        );
+        assert!(ok, "{out}");
+        assert!(out.contains("CN = after"), "{out}");
+        assert_eq!(field(&out, "ALPN protocol:"), Some("h2"), "{out}");
+    }
+
+    // A broken certificate on reload: the error is logged and the old one keeps serving.
+    std::fs::write(&path, "garbage").expect("break certificate");
+    shuck.signal("HUP");
+    let log = shuck.wait_log("reload failed");
+    assert!(log.contains("site.pem"), "the failing file is named: {log}");
+    let (ok, out) = s_client(&pki, shuck.addr(), Some("reload.test"), &[]);
+    assert!(ok, "{out}");
+    assert!(out.contains("CN = after"), "{out}");
+
+    // Settings outside TLS are reported as needing a restart.
+    let good = pki.leaf("good-again.pem", "after", &["reload.test"], Key::EcdsaP256);
+    std::fs::rename(&good, &path).expect("restore certificate");
+    let moved = config("h2").replace("127.0.0.1:0", "127.0.0.1:1");
+    std::fs::write(shuck.config_path(), moved).expect("rewrite config");
+    shuck.signal("HUP");
+    let log = shuck.wait_log_count("reloaded certificates", 2);
+    assert!(log.contains("listen changed; restart to apply it"), "{log}");
+    shuck.assert_alive();
+}

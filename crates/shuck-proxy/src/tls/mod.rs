@@ -16,6 +16,10 @@ use crate::error::{Error, Result};
 use certs::LoadedCert;
 use sni::SniResolver;
 
+/// One worker's TLS configuration for one frontend. Only the main thread stores into it (on
+/// reload); the worker loads it once per connection, which is an uncontended reference-count bump.
+pub type TlsSlot = Arc<arc_swap::ArcSwap<ServerConfig>>;
+
 /// Everything TLS a frontend needs, loaded and checked once at start.
 #[derive(Debug)]
 pub struct TlsContext {
@@ -34,6 +38,15 @@ pub fn provider_for(fe: &Frontend) -> CryptoProvider {
 
 impl TlsContext {
     pub fn load(fe: &Frontend) -> Result<TlsContext> {
+        Self::load_keeping(fe, None)
+    }
+
+    /// Like `load`, reusing `ticketer` (when tickets are on) so tickets issued before a reload
+    /// still resume after it.
+    pub fn load_keeping(
+        fe: &Frontend,
+        ticketer: Option<Arc<dyn ProducesTickets>>,
+    ) -> Result<TlsContext> {
         let provider = Arc::new(provider_for(fe));
         let (certs, default_index) = match &fe.certs {
             CertSource::SelfSigned => (vec![certs::self_signed(&provider)?], 0),
@@ -73,8 +86,10 @@ impl TlsContext {
         template.ignore_client_order = true;
         if fe.session_tickets {
             // Stateless tickets are shared by all workers, so a resumption can land on any of them.
-            let ticketer: Arc<dyn ProducesTickets> =
-                rustls::crypto::aws_lc_rs::Ticketer::new().map_err(tls_err)?;
+            let ticketer: Arc<dyn ProducesTickets> = match ticketer {
+                Some(t) => t,
+                None => rustls::crypto::aws_lc_rs::Ticketer::new().map_err(tls_err)?,
+            };
             template.ticketer = ticketer;
         }
         Ok(TlsContext {
@@ -82,6 +97,11 @@ impl TlsContext {
             template,
             session_cache_size: fe.session_cache_size,
         })
+    }
+
+    /// The ticket producer shared by every worker's configuration.
+    pub fn ticketer(&self) -> Arc<dyn ProducesTickets> {
+        self.template.ticketer.clone()
     }
 
     /// A server configuration for one worker. Each worker gets its own session-ID cache so no lock

@@ -92,7 +92,7 @@ pub struct Shuck {
     child: Child,
     pub addrs: Vec<SocketAddr>,
     pub log: PathBuf,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Shuck {
@@ -150,7 +150,7 @@ impl Shuck {
             child,
             addrs: Vec::new(),
             log,
-            _dir: dir,
+            dir,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -168,6 +168,37 @@ impl Shuck {
                 Instant::now() < deadline,
                 "shuck not ready in 30s: {}",
                 s.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The configuration file `start` wrote (rewrite it, then `signal("HUP")` to reload).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("shuck.toml")
+    }
+
+    /// Sends a signal by name ("HUP", "TERM").
+    pub fn signal(&self, sig: &str) {
+        let st = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill");
+        assert!(st.success());
+    }
+
+    /// Waits (bounded) until `needle` appears `n` times in the log.
+    pub fn wait_log_count(&self, needle: &str, n: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let t = self.log_text();
+            if t.matches(needle).count() >= n {
+                return t;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "log never had {n}x {needle:?}: {t}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
