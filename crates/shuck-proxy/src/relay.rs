@@ -70,6 +70,12 @@ enum State {
     Done,
 }
 
+/// Which end of a pump failed: its reader or its writer.
+enum PumpError {
+    Read(io::Error),
+    Write(io::Error),
+}
+
 /// One direction of the relay.
 struct Pump {
     state: State,
@@ -104,7 +110,7 @@ impl Pump {
         reader: &mut R,
         writer: &mut W,
         moved: &mut bool,
-    ) -> Poll<io::Result<()>>
+    ) -> Poll<Result<(), PumpError>>
     where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
@@ -122,7 +128,7 @@ impl Pump {
                         {
                             self.state = State::ShuttingDown;
                         }
-                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(PumpError::Read(e))),
                         Poll::Ready(Ok(())) => {
                             let n = rb.filled().len();
                             if n == 0 {
@@ -145,10 +151,12 @@ impl Pump {
                             .poll_write(cx, &buf[self.start..self.end])
                         {
                             Poll::Pending => return Poll::Pending,
-                            Poll::Ready(r) => r?,
+                            Poll::Ready(r) => r.map_err(PumpError::Write)?,
                         };
                         if n == 0 {
-                            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                            return Poll::Ready(Err(PumpError::Write(
+                                io::ErrorKind::WriteZero.into(),
+                            )));
                         }
                         self.start += n;
                         *moved = true;
@@ -159,7 +167,7 @@ impl Pump {
                 State::Flushing => {
                     match Pin::new(&mut *writer).poll_flush(cx) {
                         Poll::Pending => return Poll::Pending,
-                        Poll::Ready(r) => r?,
+                        Poll::Ready(r) => r.map_err(PumpError::Write)?,
                     }
                     self.state = State::Reading;
                 }
@@ -216,14 +224,28 @@ where
     tokio::pin!(sleep);
     let result = poll_fn(|cx| {
         let mut moved = false;
+        // Blame the side whose socket failed: the up pump reads the client and writes the
+        // backend, the down pump the other way round.
         if !up.done() {
-            if let Poll::Ready(Err(e)) = up.poll(cx, client, backend, &mut moved) {
-                return Poll::Ready(Err(RelayError::Client(e)));
+            match up.poll(cx, client, backend, &mut moved) {
+                Poll::Ready(Err(PumpError::Read(e))) => {
+                    return Poll::Ready(Err(RelayError::Client(e)))
+                }
+                Poll::Ready(Err(PumpError::Write(e))) => {
+                    return Poll::Ready(Err(RelayError::Backend(e)))
+                }
+                _ => {}
             }
         }
         if !down.done() {
-            if let Poll::Ready(Err(e)) = down.poll(cx, backend, client, &mut moved) {
-                return Poll::Ready(Err(RelayError::Backend(e)));
+            match down.poll(cx, backend, client, &mut moved) {
+                Poll::Ready(Err(PumpError::Read(e))) => {
+                    return Poll::Ready(Err(RelayError::Backend(e)))
+                }
+                Poll::Ready(Err(PumpError::Write(e))) => {
+                    return Poll::Ready(Err(RelayError::Client(e)))
+                }
+                _ => {}
             }
         }
         if up.done() && down.done() {

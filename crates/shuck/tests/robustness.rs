@@ -322,3 +322,44 @@ fn running_out_of_file_descriptors_backs_off_and_recovers() {
     assert_good_request(&pki, shuck.addr());
     shuck.assert_alive();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_reset_during_upload_is_blamed_on_the_backend() {
+    let pki = Pki::new();
+    // A backend that takes a little of the upload, then resets.
+    let resetter = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let reset_addr = resetter.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for mut c in resetter.incoming().flatten() {
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf);
+            let _ = socket2::SockRef::from(&c).set_linger(Some(Duration::ZERO));
+            drop(c);
+        }
+    });
+    let shuck = Shuck::start(&config(
+        &pki,
+        &[("", format!("\"{reset_addr}\""))],
+        "workers = 1",
+    ));
+    let conn = connector(&pki);
+    let tcp = tokio::net::TcpStream::connect(shuck.addr())
+        .await
+        .expect("connect");
+    let mut tls = conn
+        .connect(ServerName::try_from("good.test").expect("name"), tcp)
+        .await
+        .expect("handshake");
+    let chunk = vec![7u8; 64 * 1024];
+    // Keep uploading until shuck closes the connection (bounded).
+    for _ in 0..1600 {
+        if tls.write_all(&chunk).await.is_err() {
+            break;
+        }
+    }
+    let log = shuck.wait_log("backend connection failed");
+    assert!(
+        !log.contains("client side:"),
+        "a backend reset is not a client error: {log}"
+    );
+}
