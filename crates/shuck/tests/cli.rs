@@ -286,3 +286,52 @@ fn pinned_workers_run_on_their_own_cpu() {
         .collect();
     assert_eq!(seen, want);
 }
+
+#[test]
+fn the_example_configuration_is_valid() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/shuck.toml");
+    let (code, out, err) = shuck(&["check", "--config", example]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("frontend \"www\"") && out.contains("frontend \"api\""),
+        "{out}"
+    );
+}
+
+/// The keys shuck accepts, as its own unknown-key error lists them.
+fn accepted_keys(pki: &Pki, text: &str) -> Vec<String> {
+    let cfg = write(pki, "keys.toml", text);
+    let (code, _, err) = shuck(&["check", "--config", &cfg]);
+    assert_eq!(code, 1, "{err}");
+    let list = err
+        .split("expected one of")
+        .nth(1)
+        .expect("key list in the error");
+    list.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_key_is_documented() {
+    let pki = Pki::new();
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/configuration.md"
+    ))
+    .expect("docs/configuration.md");
+    let global = accepted_keys(&pki, "no_such_key = 1\n");
+    let frontend = accepted_keys(&pki, "[[frontend]]\nno_such_key = 1\n");
+    assert!(
+        global.len() > 5 && frontend.len() > 15,
+        "{global:?} {frontend:?}"
+    );
+    for key in global.iter().chain(&frontend).filter(|k| *k != "frontend") {
+        assert!(
+            doc.contains(&format!("### `{key}`")),
+            "docs/configuration.md lacks an entry for {key}"
+        );
+    }
+}
