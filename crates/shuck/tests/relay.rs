@@ -157,3 +157,55 @@ async fn backend_half_close_reaches_client_while_client_keeps_sending() {
     tls.shutdown().await.expect("shutdown");
     assert_eq!(got.await.expect("backend"), b"late request");
 }
+
+/// Backend that reads what arrives before the client's payload `marker` and returns it.
+async fn header_backend() -> (SocketAddr, tokio::task::JoinHandle<Vec<u8>>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let h = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.expect("accept");
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.expect("read");
+        got
+    });
+    (addr, h)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_protocol_headers_carry_the_client_address() {
+    let pki = Pki::new();
+    let cert = pki.leaf("pp.pem", "pp", &["relay.test"], Key::EcdsaP256);
+    for version in ["v1", "v2"] {
+        let (backend, got) = header_backend().await;
+        let shuck = Shuck::start(&format!(
+            "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = {}\nproxy_protocol = \"{version}\"\n",
+            toml_path(&cert)
+        ));
+        let tcp = TcpStream::connect(shuck.addr()).await.expect("connect");
+        let client = tcp.local_addr().expect("client addr");
+        let mut tls = connector(&pki)
+            .connect(ServerName::try_from("relay.test").expect("name"), tcp)
+            .await
+            .expect("handshake");
+        tls.write_all(b"PAYLOAD").await.expect("write");
+        tls.shutdown().await.expect("shutdown");
+        let got = got.await.expect("backend");
+        let header = &got[..got.len() - b"PAYLOAD".len()];
+        assert!(got.ends_with(b"PAYLOAD"), "{got:?}");
+        let (sport, dport) = (client.port(), shuck.port());
+        if version == "v1" {
+            assert_eq!(
+                String::from_utf8_lossy(header),
+                format!("PROXY TCP4 127.0.0.1 127.0.0.1 {sport} {dport}\r\n")
+            );
+        } else {
+            // Signature, v2 PROXY, TCP over IPv4, 12 address bytes, then the addresses (RFC-style
+            // layout from the public PROXY protocol specification).
+            let mut want = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c".to_vec();
+            want.extend([127, 0, 0, 1, 127, 0, 0, 1]);
+            want.extend(sport.to_be_bytes());
+            want.extend(dport.to_be_bytes());
+            assert_eq!(header, want.as_slice());
+        }
+    }
+}
