@@ -104,6 +104,12 @@ impl Pump {
         self.state == State::Done
     }
 
+    /// Gives up on this direction after a write error; its unsent bytes are dropped.
+    fn abandon(&mut self) {
+        self.buf = None;
+        self.state = State::Done;
+    }
+
     fn poll<R, W>(
         &mut self,
         cx: &mut Context<'_>,
@@ -222,6 +228,10 @@ where
     // One timer re-armed lazily, instead of resetting it on every read.
     let sleep = tokio::time::sleep(idle);
     tokio::pin!(sleep);
+    // A write error ends only its own direction: the other one may still carry an answer the
+    // peer sent before closing (a backend's 413 to an upload it refused, say). A read error means
+    // the stream itself is broken and ends the relay.
+    let mut write_error: Option<RelayError> = None;
     let result = poll_fn(|cx| {
         let mut moved = false;
         // Blame the side whose socket failed: the up pump reads the client and writes the
@@ -232,7 +242,8 @@ where
                     return Poll::Ready(Err(RelayError::Client(e)))
                 }
                 Poll::Ready(Err(PumpError::Write(e))) => {
-                    return Poll::Ready(Err(RelayError::Backend(e)))
+                    up.abandon();
+                    write_error.get_or_insert(RelayError::Backend(e));
                 }
                 _ => {}
             }
@@ -243,13 +254,14 @@ where
                     return Poll::Ready(Err(RelayError::Backend(e)))
                 }
                 Poll::Ready(Err(PumpError::Write(e))) => {
-                    return Poll::Ready(Err(RelayError::Client(e)))
+                    down.abandon();
+                    write_error.get_or_insert(RelayError::Client(e));
                 }
                 _ => {}
             }
         }
         if up.done() && down.done() {
-            return Poll::Ready(Ok(()));
+            return Poll::Ready(write_error.take().map_or(Ok(()), Err));
         }
         if moved {
             last_activity = Instant::now();
@@ -309,6 +321,31 @@ mod tests {
         let (moved, res) = relay.await.unwrap();
         res.unwrap();
         assert_eq!(moved.up, 100_000);
+        assert_eq!(moved.down, 22);
+    }
+
+    #[tokio::test]
+    async fn a_backend_that_answers_and_closes_early_still_gets_its_answer_through() {
+        let (mut client, mut proxy_client) = tokio::io::duplex(4096);
+        let (mut proxy_backend, mut backend) = tokio::io::duplex(4096);
+        // The backend refuses the upload: it answers, then goes away without reading.
+        backend.write_all(b"HTTP/1.1 413 Too Large").await.unwrap();
+        drop(backend);
+        // The client's upload is already on its way when the relay starts.
+        client.write_all(&[b'x'; 1000]).await.unwrap();
+        let relay = tokio::spawn(async move {
+            relay(
+                &mut proxy_client,
+                &mut proxy_backend,
+                Duration::from_secs(5),
+            )
+            .await
+        });
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).await.unwrap();
+        assert_eq!(answer, b"HTTP/1.1 413 Too Large");
+        let (moved, res) = relay.await.unwrap();
+        assert!(matches!(res, Err(RelayError::Backend(_))), "{res:?}");
         assert_eq!(moved.down, 22);
     }
 
