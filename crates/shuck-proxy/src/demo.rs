@@ -84,7 +84,11 @@ where
                 break p + 4;
             }
             if buf.len() >= MAX_HEAD {
-                let _ = respond(stream, 431, "Request Header Fields Too Large\n", false).await;
+                let _ = within(
+                    idle,
+                    respond(stream, 431, "Request Header Fields Too Large\n", false),
+                )
+                .await;
                 return Ok(());
             }
             let mut chunk = [0u8; 2048];
@@ -95,18 +99,13 @@ where
                 Err(_) => return Ok(()),
             };
             if n == 0 {
-                return stream.shutdown().await;
+                return within(idle, stream.shutdown()).await;
             }
             buf.extend_from_slice(&chunk[..n]);
         };
         let Some(req) = parse_head(&buf[..head_end]) else {
-            let _ = respond(
-                stream,
-                400,
-                "Bad Request: this demo backend speaks HTTP/1.x\n",
-                false,
-            )
-            .await;
+            let bad = "Bad Request: this demo backend speaks HTTP/1.x\n";
+            let _ = within(idle, respond(stream, 400, bad, false)).await;
             return Ok(());
         };
         // Discard a request body.
@@ -118,7 +117,7 @@ where
         rest.drain(..skip_now);
         while to_skip > 0 {
             let mut chunk = [0u8; 2048];
-            let n = stream.read(&mut chunk).await?;
+            let n = within(idle, stream.read(&mut chunk)).await?;
             if n == 0 {
                 return Ok(());
             }
@@ -127,12 +126,22 @@ where
             rest.extend_from_slice(&chunk[used..n]);
         }
         buf = rest;
-        respond(stream, 200, &body, req.keep_alive).await?;
+        within(idle, respond(stream, 200, &body, req.keep_alive)).await?;
         if !req.keep_alive {
-            return stream.shutdown().await;
+            return within(idle, stream.shutdown()).await;
         }
     }
-    stream.shutdown().await
+    within(idle, stream.shutdown()).await
+}
+
+/// Every read and write is bounded by the idle timeout, so a silent client cannot hold a slot.
+async fn within<T>(
+    idle: Duration,
+    f: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    tokio::time::timeout(idle, f)
+        .await
+        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
 }
 
 async fn respond<S: AsyncWrite + Unpin>(

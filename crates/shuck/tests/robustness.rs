@@ -363,3 +363,33 @@ async fn backend_reset_during_upload_is_blamed_on_the_backend() {
         "a backend reset is not a client error: {log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_backend_drops_a_client_that_stalls_mid_request() {
+    let pki = Pki::new();
+    let cert = pki.leaf("demo.pem", "demo", &["good.test"], Key::EcdsaP256);
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\nidle_timeout = \"1s\"\n",
+        toml_path(&cert)
+    ));
+    let tcp = tokio::net::TcpStream::connect(shuck.addr())
+        .await
+        .expect("connect");
+    let mut tls = connector(&pki)
+        .connect(ServerName::try_from("good.test").expect("name"), tcp)
+        .await
+        .expect("handshake");
+    // Announces a large body, then goes silent.
+    tls.write_all(b"POST / HTTP/1.1\r\nHost: good.test\r\nContent-Length: 999999\r\n\r\nabc")
+        .await
+        .expect("write");
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(15), tls.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the stalled client was never dropped");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+}
