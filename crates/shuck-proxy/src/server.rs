@@ -139,9 +139,17 @@ impl Server {
         &self.tls
     }
 
-    /// Runs until `shutdown` completes, then stops accepting, drains for the grace period and
-    /// returns. Writes `ready_file` (one address per line) once every worker is listening.
-    pub fn run(self, ready_file: Option<&Path>, shutdown: impl Future<Output = ()>) -> Result<()> {
+    /// Runs until `shutdown` completes, then stops accepting, drains for the grace period (or
+    /// until `force` completes) and returns. Writes `ready_file` (one address per line) once every
+    /// worker is listening. `rt` is the main thread's runtime: it drives `shutdown`, `force`, the
+    /// metrics endpoint and whatever the caller spawned on it (signal handling).
+    pub fn run(
+        self,
+        rt: &tokio::runtime::Runtime,
+        ready_file: Option<&Path>,
+        shutdown: impl Future<Output = ()>,
+        force: impl Future<Output = ()>,
+    ) -> Result<()> {
         let c = &self.config;
         let capacity = limits::connection_capacity(self.fd_limit);
         tracing::info!(
@@ -190,13 +198,6 @@ impl Server {
         for (name, addr) in &self.bound {
             tracing::info!(frontend = %name, %addr, "listening");
         }
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|source| Error::Worker {
-                worker: usize::MAX,
-                source,
-            })?;
         let _metrics_task = match (self.metrics_listener, metrics_addr) {
             (Some(l), Some(addr)) => {
                 let _guard = rt.enter();
@@ -218,9 +219,19 @@ impl Server {
         rt.block_on(shutdown);
         tracing::info!("shutting down: no new connections");
         let _ = tx.send(true);
-        for h in handles {
-            let _ = h.join();
-        }
+        // The runtime keeps running while workers drain, so metrics stay up and a second signal
+        // can cut the drain short.
+        rt.block_on(async {
+            let drained = tokio::task::spawn_blocking(move || {
+                for h in handles {
+                    let _ = h.join();
+                }
+            });
+            tokio::select! {
+                _ = drained => {}
+                () = force => tracing::warn!("second stop signal: exiting without waiting for open connections"),
+            }
+        });
         Ok(())
     }
 }

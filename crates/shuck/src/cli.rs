@@ -40,7 +40,7 @@ pub enum LogFormatArg {
 }
 
 /// What to serve: a configuration file, or one frontend described by flags.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ConfigArgs {
     /// TOML configuration file. Cannot be combined with --listen/--backend/--cert/--self-signed/
     /// --alpn/--proxy-protocol, which describe a single frontend without a file.
@@ -90,7 +90,7 @@ pub struct ConfigArgs {
     pub max_connections: Option<usize>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
     pub config: ConfigArgs,

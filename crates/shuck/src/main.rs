@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use shuck_proxy::config::{self, Config, LogFormat, OneOrMany, Origin, RawConfig, RawFrontend};
 use shuck_proxy::server::{Reloader, Server};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::watch;
 
 use cli::{Cli, Command, ConfigArgs, LogFormatArg, ProxyProtocolArg, ServeArgs};
 
@@ -118,29 +120,61 @@ fn init_logging(config: &Config) {
 fn serve(args: &ServeArgs) -> Result<(), String> {
     let config = load_config(&args.config, Some(args))?;
     init_logging(&config);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the main runtime: {e}"))?;
+    // Handlers first, before certificates are loaded and sockets bound: a SIGHUP (a certificate
+    // deploy hook, say) arriving during start-up must not kill the process.
+    let signals = {
+        let _guard = rt.enter();
+        Signals::install().map_err(|e| format!("cannot install signal handlers: {e}"))?
+    };
     let server = Server::prepare(config).map_err(|e| e.to_string())?;
-    let reloader = server.reloader();
-    server
-        .run(args.ready_file.as_deref(), signals(args, reloader))
-        .map_err(|e| e.to_string())
+    let (stops_tx, stops) = watch::channel(0u32);
+    rt.spawn(signals.handle(args.clone(), server.reloader(), stops_tx));
+    let (mut first, mut second) = (stops.clone(), stops);
+    let result = server
+        .run(
+            &rt,
+            args.ready_file.as_deref(),
+            async move {
+                let _ = first.wait_for(|n| *n >= 1).await;
+            },
+            async move {
+                let _ = second.wait_for(|n| *n >= 2).await;
+            },
+        )
+        .map_err(|e| e.to_string());
+    // Do not wait for workers still draining after a forced stop: leaving main ends them.
+    rt.shutdown_background();
+    result
 }
 
-/// Completes on SIGTERM or SIGINT; reloads certificates and TLS settings on SIGHUP.
-async fn signals(args: &ServeArgs, mut reloader: Reloader) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-    ) else {
-        tracing::warn!("cannot install signal handlers; stop with Ctrl-C");
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = term.recv() => return,
-            _ = tokio::signal::ctrl_c() => return,
-            _ = hup.recv() => reload(args, &mut reloader),
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// Counts SIGTERM/SIGINT into `stops` (the first drains, the second exits at once) and
+    /// reloads certificates and TLS settings on SIGHUP.
+    async fn handle(mut self, args: ServeArgs, mut reloader: Reloader, stops: watch::Sender<u32>) {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => { stops.send_modify(|n| *n += 1); }
+                _ = self.int.recv() => { stops.send_modify(|n| *n += 1); }
+                _ = self.hup.recv() => reload(&args, &mut reloader),
+            }
         }
     }
 }

@@ -335,3 +335,29 @@ fn every_key_is_documented() {
         );
     }
 }
+
+#[test]
+fn a_second_sigterm_cuts_the_drain_short() {
+    let pki = Pki::new();
+    let cert = pki.leaf("d.pem", "d", &["d.test"], Key::EcdsaP256);
+    let s = Shuck::start(&format!(
+        "shutdown_grace = \"60s\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+        toml_path(&cert)
+    ));
+    // An open connection keeps the drain waiting (its handshake is pending for up to 10 s).
+    let held = std::net::TcpStream::connect(s.addr()).expect("connect");
+    std::io::Write::write_all(&mut &held, &[0x16, 0x03, 0x01]).expect("write");
+    s.signal("TERM");
+    s.wait_log("draining connections");
+    let started = std::time::Instant::now();
+    s.signal("TERM");
+    let (status, log) = s.stop();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(8),
+        "took {:?}: {log}",
+        started.elapsed()
+    );
+    assert!(status.success(), "{status}: {log}");
+    assert!(log.contains("second stop signal"), "{log}");
+    drop(held);
+}
