@@ -247,8 +247,11 @@ impl RawConfig {
             n => n,
         };
         let max_connections = self.max_connections.unwrap_or(defaults::MAX_CONNECTIONS);
-        if max_connections == 0 {
-            return Err(err("max_connections".into(), "must be at least 1".into()));
+        if !(1..=MAX_CONNECTIONS_LIMIT).contains(&max_connections) {
+            return Err(err(
+                "max_connections".into(),
+                format!("{max_connections} is not in 1..={MAX_CONNECTIONS_LIMIT}"),
+            ));
         }
         let shutdown_grace = match &self.shutdown_grace {
             Some(s) => parse_duration(s).map_err(|m| err("shutdown_grace".into(), m))?,
@@ -293,6 +296,14 @@ impl RawConfig {
                 }
             }
             frontends.push(fe);
+        }
+        if let Some(m) = metrics_listen.filter(|m| m.port() != 0) {
+            if let Some(fe) = frontends.iter().find(|f| f.listen.contains(&m)) {
+                return Err(err(
+                    "metrics_listen".into(),
+                    format!("{m} is also a listen address of frontend {:?}", fe.name),
+                ));
+            }
         }
         Ok(Config {
             origin,
@@ -397,6 +408,8 @@ impl RawFrontend {
             None => params::default_groups(),
             Some(list) => params::parse_groups(list).map_err(|m| key_err("groups", m))?,
         };
+        params::check_groups_cover_versions(&groups, &versions)
+            .map_err(|m| key_err("groups", m))?;
         let alpn = match self.alpn {
             // The demo backend speaks HTTP/1.x only; advertising h2 would break browsers.
             None if matches!(backend, Backend::Demo) => vec![b"http/1.1".to_vec()],
@@ -480,10 +493,19 @@ impl RawFrontend {
     }
 }
 
-/// "10s", "5m", "1h 30m", "250ms".
+/// Far above any sane setting, far below where `Instant + Duration` could overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(30 * 86_400);
+/// Far above what one machine's descriptors allow; keeps the per-worker semaphore in range.
+pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 24;
+
+/// "10s", "5m", "1h 30m", "250ms"; at most 30 days.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s)
-        .map_err(|e| format!("{s:?} is not a duration like \"10s\", \"5m\" or \"250ms\": {e}"))
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration like \"10s\", \"5m\" or \"250ms\": {e}"))?;
+    if d > MAX_DURATION {
+        return Err(format!("{s:?} is longer than 30 days"));
+    }
+    Ok(d)
 }
 
 fn resolve_backend(s: &str) -> Result<SocketAddr, String> {

@@ -194,54 +194,59 @@ fn get<M: Clone + Default>(f: &Family<Labels, M>, l: &Labels) -> M {
     f.get_or_create(l).clone()
 }
 
+/// Scrapes served at once; more wait in the listen backlog.
+const MAX_SCRAPES: usize = 8;
+/// A scraper gets this long to send its request and to read the answer.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Serves `GET /metrics` over plain HTTP until the task is dropped. Scrapes are rare and cheap,
 /// so this runs on the main thread's runtime, away from the workers.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
+    let limit = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
     loop {
-        let Ok((mut s, _)) = listener.accept().await else {
+        let Ok(permit) = limit.clone().acquire_owned().await else {
+            return;
+        };
+        let Ok((s, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            let mut head = Vec::with_capacity(1024);
-            let mut chunk = [0u8; 1024];
-            let read = async {
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
-                    match s.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return false,
-                        Ok(n) => head.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                true
-            };
-            if !matches!(
-                tokio::time::timeout(Duration::from_secs(5), read).await,
-                Ok(true)
-            ) {
-                return;
-            }
-            let (status, ctype, body) = if head.starts_with(b"GET /metrics ") {
-                (
-                    "200 OK",
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    metrics.encode(),
-                )
-            } else {
-                (
-                    "404 Not Found",
-                    "text/plain",
-                    "only GET /metrics is served here\n".to_string(),
-                )
-            };
-            let resp = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = s.write_all(resp.as_bytes()).await;
-            let _ = s.shutdown().await;
+            let _ = tokio::time::timeout(SCRAPE_TIMEOUT, scrape(s, &metrics)).await;
+            drop(permit);
         });
     }
+}
+
+async fn scrape(mut s: tokio::net::TcpStream, metrics: &Metrics) {
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let (status, ctype, body) = if head.starts_with(b"GET /metrics ") {
+        (
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics.encode(),
+        )
+    } else {
+        (
+            "404 Not Found",
+            "text/plain",
+            "only GET /metrics is served here\n".to_string(),
+        )
+    };
+    let resp = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = s.write_all(resp.as_bytes()).await;
+    let _ = s.shutdown().await;
 }
 
 #[cfg(test)]

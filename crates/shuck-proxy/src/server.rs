@@ -76,13 +76,18 @@ impl Server {
                 bound.push((fe.name.clone(), addr));
             }
         }
+        // A plain socket, without SO_REUSEPORT: nothing else may share the metrics port.
         let metrics_listener = match config.metrics_listen {
             None => None,
-            Some(addr) => Some(listener::bind(addr, 64).map_err(|source| Error::Bind {
-                addr,
-                frontend: "metrics".into(),
-                source,
-            })?),
+            Some(addr) => Some(
+                std::net::TcpListener::bind(addr)
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .map_err(|source| Error::Bind {
+                        addr,
+                        frontend: "metrics".into(),
+                        source,
+                    })?,
+            ),
         };
         let slots = tls
             .iter()
@@ -112,7 +117,7 @@ impl Server {
     /// A handle to swap in new certificates and TLS settings while running (SIGHUP).
     pub fn reloader(&self) -> Reloader {
         Reloader {
-            current: self.config.frontends.clone(),
+            started: self.config.clone(),
             ticketers: self
                 .config
                 .frontends
@@ -256,7 +261,8 @@ fn write_ready_file(path: &Path, addrs: &[SocketAddr]) -> Result<()> {
 /// loaded and checked before anything is swapped, so a bad certificate leaves the old ones
 /// serving. Listen addresses, backends, timeouts and workers need a restart.
 pub struct Reloader {
-    current: Vec<crate::config::Frontend>,
+    /// The configuration the server started with: what non-reloadable settings are compared to.
+    started: Config,
     /// Per frontend, the ticket key to keep (tickets issued before a reload still resume).
     ticketers: Vec<Option<Arc<dyn ProducesTickets>>>,
     slots: Vec<Vec<TlsSlot>>,
@@ -265,9 +271,12 @@ pub struct Reloader {
 impl Reloader {
     /// Applies `new`; returns notes about changes that were not applied.
     pub fn reload(&mut self, new: &Config) -> Result<Vec<String>> {
-        let mut notes = Vec::new();
+        let mut notes: Vec<String> = global_changes(&self.started, new)
+            .into_iter()
+            .map(|key| format!("{key} changed; restart to apply it"))
+            .collect();
         let mut built = Vec::new();
-        for (i, old) in self.current.iter().enumerate() {
+        for (i, old) in self.started.frontends.iter().enumerate() {
             let Some(fe) = new.frontends.iter().find(|f| f.name == old.name) else {
                 notes.push(format!(
                     "frontend {:?} is no longer configured: restart to remove it",
@@ -275,6 +284,16 @@ impl Reloader {
                 ));
                 continue;
             };
+            // Frontends are matched by name, and unnamed ones are named by position: if the
+            // addresses differ, this may be another frontend, whose certificates must not be
+            // served here.
+            if old.listen != fe.listen {
+                notes.push(format!(
+                    "frontend {:?}: listen changed; not reloaded, restart to apply it",
+                    fe.name
+                ));
+                continue;
+            }
             let keep = if fe.session_tickets {
                 self.ticketers[i].clone()
             } else {
@@ -287,26 +306,50 @@ impl Reloader {
                     fe.name
                 ));
             }
-            built.push((i, fe.clone(), ctx));
+            built.push((i, fe.session_tickets, ctx));
         }
         for fe in &new.frontends {
-            if !self.current.iter().any(|o| o.name == fe.name) {
+            if !self.started.frontends.iter().any(|o| o.name == fe.name) {
                 notes.push(format!("frontend {:?} is new: restart to add it", fe.name));
             }
         }
         let now = crate::tls::certs::now_unix();
-        for (i, fe, ctx) in built {
+        for (i, tickets, ctx) in built {
             for w in ctx.certs.iter().flat_map(|c| c.warnings(now)) {
                 tracing::warn!("{w}");
             }
             for slot in &self.slots[i] {
                 slot.store(ctx.worker_config());
             }
-            self.ticketers[i] = fe.session_tickets.then(|| ctx.ticketer());
-            self.current[i] = fe;
+            self.ticketers[i] = tickets.then(|| ctx.ticketer());
         }
         Ok(notes)
     }
+}
+
+/// Global keys whose new value differs from the running one (none of them can be reloaded).
+fn global_changes(old: &Config, new: &Config) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    let mut check = |changed: bool, key: &'static str| {
+        if changed {
+            v.push(key);
+        }
+    };
+    check(old.workers != new.workers, "workers");
+    check(old.pin_cpus != new.pin_cpus, "pin_cpus");
+    check(
+        old.max_connections != new.max_connections,
+        "max_connections",
+    );
+    check(old.shutdown_grace != new.shutdown_grace, "shutdown_grace");
+    check(old.log_format != new.log_format, "log_format");
+    check(old.log_level != new.log_level, "log_level");
+    check(
+        old.log_connections != new.log_connections,
+        "log_connections",
+    );
+    check(old.metrics_listen != new.metrics_listen, "metrics_listen");
+    v
 }
 
 /// The first setting outside TLS that differs, if any.
@@ -319,9 +362,7 @@ fn needs_restart(
         Backend::Demo => Vec::new(),
         Backend::Tcp(v) => v.iter().map(|b| b.addr).collect(),
     };
-    if old.listen != new.listen {
-        Some("listen")
-    } else if backends(&old.backend) != backends(&new.backend) {
+    if backends(&old.backend) != backends(&new.backend) {
         Some("backend")
     } else if (
         old.handshake_timeout,

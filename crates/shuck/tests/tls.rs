@@ -407,13 +407,38 @@ fn sighup_reloads_certificates_and_tls_settings_and_keeps_tickets() {
     assert!(ok, "{out}");
     assert!(out.contains("CN = after"), "{out}");
 
-    // Settings outside TLS are reported as needing a restart.
+    // Settings outside TLS are reported as needing a restart, on every reload until then.
     let good = pki.leaf("good-again.pem", "after", &["reload.test"], Key::EcdsaP256);
     std::fs::rename(&good, &path).expect("restore certificate");
-    let moved = config("h2").replace("127.0.0.1:0", "127.0.0.1:1");
-    std::fs::write(shuck.config_path(), moved).expect("rewrite config");
+    let other = config("h2").replace("workers = 2", "workers = 3") + "idle_timeout = \"9s\"\n";
+    std::fs::write(shuck.config_path(), &other).expect("rewrite config");
     shuck.signal("HUP");
-    let log = shuck.wait_log_count("reloaded certificates", 2);
-    assert!(log.contains("listen changed; restart to apply it"), "{log}");
+    shuck.wait_log_count("reloaded certificates", 2);
+    shuck.signal("HUP");
+    let log = shuck.wait_log_count("reloaded certificates", 3);
+    assert_eq!(
+        log.matches("workers changed; restart to apply it").count(),
+        2,
+        "{log}"
+    );
+    assert!(
+        log.contains("a timeout changed; restart to apply it"),
+        "{log}"
+    );
+
+    // A frontend whose addresses changed may be another frontend: its TLS is left alone.
+    let moved = pki.leaf("moved.pem", "moved", &["reload.test"], Key::EcdsaP256);
+    std::fs::rename(&moved, &path).expect("new certificate");
+    std::fs::write(
+        shuck.config_path(),
+        config("h2").replace("127.0.0.1:0", "127.0.0.1:1"),
+    )
+    .expect("rewrite config");
+    shuck.signal("HUP");
+    let log = shuck.wait_log_count("reloaded certificates", 4);
+    assert!(log.contains("listen changed; not reloaded"), "{log}");
+    let (ok, out) = s_client(&pki, shuck.addr(), Some("reload.test"), &[]);
+    assert!(ok, "{out}");
+    assert!(out.contains("CN = after"), "{out}");
     shuck.assert_alive();
 }

@@ -144,6 +144,22 @@ pub fn check_suites_cover_versions(
     Ok(())
 }
 
+/// TLS 1.2 cannot use the post-quantum groups; with only those, every TLS 1.2 handshake fails.
+pub fn check_groups_cover_versions(
+    groups: &[&'static dyn SupportedKxGroup],
+    versions: &[&'static SupportedProtocolVersion],
+) -> Result<(), String> {
+    for v in versions {
+        if !groups.iter().any(|g| g.usable_for_version(v.version)) {
+            let name = version_name(v.version);
+            return Err(format!(
+                "no group usable with {name}, which is enabled: add X25519 or P-256, or remove {name} from protocols"
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn version_name(v: rustls::ProtocolVersion) -> &'static str {
     match v {
         rustls::ProtocolVersion::TLSv1_2 => "TLS1.2",
