@@ -16,7 +16,7 @@ use crate::config::{Frontend, ProxyProtocol};
 use crate::metrics::{FrontendMetrics, HandshakeFailure};
 use crate::relay::{self, RelayError};
 use crate::tls::{params, TlsSlot};
-use crate::{demo, proxy_protocol};
+use crate::{demo, log_limit, proxy_protocol};
 
 /// What one worker knows about one frontend.
 pub struct FrontendRt {
@@ -118,12 +118,16 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, tcp: TcpStream, clie
         }
         Ok(Err(e)) => {
             m.handshake_failed(classify(&e));
-            tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, reason = %e, "TLS handshake failed");
+            if log_limit::allow() {
+                tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, reason = %e, "TLS handshake failed");
+            }
             return;
         }
         Err(_) => {
             m.handshake_failed(HandshakeFailure::Timeout);
-            tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, reason = %format_args!("no complete handshake within {:?}", cfg.handshake_timeout), "TLS handshake failed");
+            if log_limit::allow() {
+                tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, reason = %format_args!("no complete handshake within {:?}", cfg.handshake_timeout), "TLS handshake failed");
+            }
             return;
         }
     };
@@ -147,7 +151,9 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, tcp: TcpStream, clie
         Ok(x) => x,
         Err(e) => {
             m.backend_connect_errors.inc();
-            tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, error = %e, "closing client connection: backend unavailable");
+            if log_limit::allow() {
+                tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, error = %e, "closing client connection: backend unavailable");
+            }
             // close_notify, so the client sees an orderly close rather than a truncation.
             let _ = tls.shutdown().await;
             return;
@@ -169,7 +175,9 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, tcp: TcpStream, clie
     match &res {
         Err(RelayError::Backend(e)) => {
             m.backend_relay_errors.inc();
-            tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, backend = %backend.name, error = %e, up = moved.up, down = moved.down, "backend connection failed");
+            if log_limit::allow() {
+                tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, backend = %backend.name, error = %e, up = moved.up, down = moved.down, "backend connection failed");
+            }
         }
         Err(e) => {
             match e {

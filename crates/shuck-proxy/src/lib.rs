@@ -12,6 +12,7 @@ pub mod demo;
 pub mod error;
 pub mod limits;
 pub mod listener;
+pub mod log_limit;
 pub mod metrics;
 pub mod proxy_protocol;
 pub mod relay;

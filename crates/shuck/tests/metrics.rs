@@ -121,3 +121,43 @@ fn counters_follow_real_traffic() {
     };
     assert!(not_found.starts_with("HTTP/1.1 404"), "{not_found}");
 }
+
+#[test]
+fn a_flood_of_bad_handshakes_is_counted_in_full_but_logged_sparingly() {
+    let pki = Pki::new();
+    let cert = pki.leaf("f.pem", "f", &["f.test"], Key::EcdsaP256);
+    let shuck = Shuck::start(&format!(
+        "workers = 1\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+        toml_path(&cert)
+    ));
+    let garbage = || {
+        let mut g = TcpStream::connect(shuck.addrs[0]).expect("connect");
+        g.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("write");
+        let _ = read_all_bounded(&mut g);
+    };
+    let started = std::time::Instant::now();
+    for _ in 0..200 {
+        garbage();
+    }
+    let flood_secs = started.elapsed().as_secs() + 1;
+    // A second later, one more: the worker reports how many lines it left out.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    garbage();
+    let log = shuck.wait_log("left out in the last second");
+    let lines = log.matches("TLS handshake failed").count();
+    let budget = 20 * (flood_secs as usize + 2);
+    assert!(
+        lines <= budget,
+        "{lines} lines for 201 failures in {flood_secs}s: {log}"
+    );
+    let m = scrape(shuck.addrs[1]);
+    assert_eq!(
+        sum(
+            &m,
+            "shuck_handshake_failures_total",
+            &["reason=\"malformed\""]
+        ),
+        201,
+        "{m}"
+    );
+}
