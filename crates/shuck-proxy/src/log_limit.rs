@@ -86,7 +86,7 @@ mod tests {
         for _ in 0..5 {
             assert_eq!(b.take(t0 + Duration::from_millis(500)), (false, 0));
         }
-        assert_eq!(b.take(t0 + Duration::from_millis(1000)), (true, 5));
+        assert_eq!(b.take(t0 + Duration::from_secs(1)), (true, 5));
         assert_eq!(b.take(t0 + Duration::from_millis(1001)), (true, 0));
     }
 }
