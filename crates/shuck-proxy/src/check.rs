@@ -102,6 +102,16 @@ pub fn report(config: &Config) -> Result<Report> {
         );
         let _ = writeln!(
             s,
+            "  resumption: session cache {} per worker, tickets {}",
+            fe.session_cache_size,
+            if fe.session_tickets {
+                format!("on (keys rotate every {:?})", fe.session_ticket_lifetime)
+            } else {
+                "off".into()
+            }
+        );
+        let _ = writeln!(
+            s,
             "  timeouts: handshake {:?}, idle {:?}, connect {:?}; backlog {}",
             fe.handshake_timeout, fe.idle_timeout, fe.connect_timeout, fe.backlog
         );

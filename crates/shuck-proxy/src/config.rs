@@ -86,6 +86,7 @@ pub struct RawFrontend {
     pub proxy_protocol: Option<ProxyProtocol>,
     pub session_cache_size: Option<usize>,
     pub session_tickets: Option<bool>,
+    pub session_ticket_lifetime: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -137,6 +138,7 @@ pub mod defaults {
     pub const BACKEND_COOLDOWN: Duration = Duration::from_secs(2);
     pub const BACKLOG: u32 = 1024;
     pub const SESSION_CACHE_SIZE: usize = 4096;
+    pub const SESSION_TICKET_LIFETIME: Duration = Duration::from_secs(6 * 3600);
 }
 
 /// The validated configuration.
@@ -200,6 +202,8 @@ pub struct Frontend {
     pub proxy_protocol: ProxyProtocol,
     pub session_cache_size: usize,
     pub session_tickets: bool,
+    /// Ticket keys rotate this often; a ticket stays valid one to two lifetimes.
+    pub session_ticket_lifetime: Duration,
 }
 
 impl Config {
@@ -447,6 +451,17 @@ impl RawFrontend {
             &self.connect_timeout,
             defaults::CONNECT_TIMEOUT,
         )?;
+        let session_ticket_lifetime = duration(
+            "session_ticket_lifetime",
+            &self.session_ticket_lifetime,
+            defaults::SESSION_TICKET_LIFETIME,
+        )?;
+        if session_ticket_lifetime < Duration::from_secs(60) {
+            return Err(key_err(
+                "session_ticket_lifetime",
+                "must be at least 1m: shorter only costs full handshakes",
+            ));
+        }
         let backend_cooldown = duration(
             "backend_cooldown",
             &self.backend_cooldown,
@@ -489,6 +504,7 @@ impl RawFrontend {
                 .session_cache_size
                 .unwrap_or(defaults::SESSION_CACHE_SIZE),
             session_tickets: self.session_tickets.unwrap_or(true),
+            session_ticket_lifetime,
         })
     }
 }

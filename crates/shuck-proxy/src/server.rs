@@ -380,6 +380,12 @@ fn needs_restart(
         Some("backlog")
     } else if old.proxy_protocol != new.proxy_protocol {
         Some("proxy_protocol")
+    } else if old.session_tickets
+        && new.session_tickets
+        && old.session_ticket_lifetime != new.session_ticket_lifetime
+    {
+        // The ticket key is kept across reloads, and with it its rotation period.
+        Some("session_ticket_lifetime")
     } else {
         None
     }

@@ -4,6 +4,7 @@
 pub mod certs;
 pub mod params;
 pub mod sni;
+pub mod tickets;
 
 use std::sync::Arc;
 
@@ -85,10 +86,13 @@ impl TlsContext {
         // Server preference: the server knows which cipher is cheap on its CPU.
         template.ignore_client_order = true;
         if fe.session_tickets {
-            // Stateless tickets are shared by all workers, so a resumption can land on any of them.
+            // Stateless tickets are shared by all workers, so a resumption can land on any of them;
+            // their keys are read without a lock (see tickets.rs).
             let ticketer: Arc<dyn ProducesTickets> = match ticketer {
                 Some(t) => t,
-                None => rustls::crypto::aws_lc_rs::Ticketer::new().map_err(tls_err)?,
+                None => {
+                    tickets::Ticketer::new(fe.session_ticket_lifetime.as_secs()).map_err(tls_err)?
+                }
             };
             template.ticketer = ticketer;
         }
