@@ -154,8 +154,9 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, tcp: TcpStream, clie
             if log_limit::allow() {
                 tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, error = %e, "closing client connection: backend unavailable");
             }
-            // close_notify, so the client sees an orderly close rather than a truncation.
-            let _ = tls.shutdown().await;
+            // close_notify, so the client sees an orderly close rather than a truncation; bounded,
+            // since a client that stopped reading could otherwise hold the task.
+            let _ = tokio::time::timeout(cfg.handshake_timeout, tls.shutdown()).await;
             return;
         }
     };
@@ -164,7 +165,9 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, tcp: TcpStream, clie
         if let Some(h) = proxy_protocol::encode(cfg.proxy_protocol, client, dst) {
             if let Err(e) = upstream.write_all(h.as_bytes()).await {
                 m.backend_relay_errors.inc();
-                tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, backend = %backend.name, error = %e, "backend failed while sending the PROXY header");
+                if log_limit::allow() {
+                    tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, backend = %backend.name, error = %e, "backend failed while sending the PROXY header");
+                }
                 return;
             }
         }
