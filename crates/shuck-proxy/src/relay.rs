@@ -70,6 +70,13 @@ enum State {
     Done,
 }
 
+/// Maps a pump's read error and write error to the side at fault.
+type Blame = (fn(io::Error) -> RelayError, fn(io::Error) -> RelayError);
+
+/// The up pump reads the client and writes the backend; the down pump the other way round.
+const UP: Blame = (RelayError::Client, RelayError::Backend);
+const DOWN: Blame = (RelayError::Backend, RelayError::Client);
+
 /// Which end of a pump failed: its reader or its writer.
 enum PumpError {
     Read(io::Error),
@@ -102,6 +109,36 @@ impl Pump {
 
     fn done(&self) -> bool {
         self.state == State::Done
+    }
+
+    /// Polls this direction unless it is done. A read error is returned (the stream is broken and
+    /// the relay ends); a write error ends only this direction and is kept in `write_error`.
+    /// `blame` maps a read error and a write error to the side at fault.
+    fn drive<R, W>(
+        &mut self,
+        cx: &mut Context<'_>,
+        reader: &mut R,
+        writer: &mut W,
+        moved: &mut bool,
+        blame: Blame,
+        write_error: &mut Option<RelayError>,
+    ) -> Result<(), RelayError>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        if self.done() {
+            return Ok(());
+        }
+        match self.poll(cx, reader, writer, moved) {
+            Poll::Ready(Err(PumpError::Read(e))) => Err(blame.0(e)),
+            Poll::Ready(Err(PumpError::Write(e))) => {
+                self.abandon();
+                write_error.get_or_insert(blame.1(e));
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Gives up on this direction after a write error; its unsent bytes are dropped.
@@ -234,31 +271,12 @@ where
     let mut write_error: Option<RelayError> = None;
     let result = poll_fn(|cx| {
         let mut moved = false;
-        // Blame the side whose socket failed: the up pump reads the client and writes the
-        // backend, the down pump the other way round.
-        if !up.done() {
-            match up.poll(cx, client, backend, &mut moved) {
-                Poll::Ready(Err(PumpError::Read(e))) => {
-                    return Poll::Ready(Err(RelayError::Client(e)))
-                }
-                Poll::Ready(Err(PumpError::Write(e))) => {
-                    up.abandon();
-                    write_error.get_or_insert(RelayError::Backend(e));
-                }
-                _ => {}
-            }
+        // Blame the side whose socket failed (see UP and DOWN).
+        if let Err(e) = up.drive(cx, client, backend, &mut moved, UP, &mut write_error) {
+            return Poll::Ready(Err(e));
         }
-        if !down.done() {
-            match down.poll(cx, backend, client, &mut moved) {
-                Poll::Ready(Err(PumpError::Read(e))) => {
-                    return Poll::Ready(Err(RelayError::Backend(e)))
-                }
-                Poll::Ready(Err(PumpError::Write(e))) => {
-                    down.abandon();
-                    write_error.get_or_insert(RelayError::Client(e));
-                }
-                _ => {}
-            }
+        if let Err(e) = down.drive(cx, backend, client, &mut moved, DOWN, &mut write_error) {
+            return Poll::Ready(Err(e));
         }
         if up.done() && down.done() {
             return Poll::Ready(write_error.take().map_or(Ok(()), Err));
