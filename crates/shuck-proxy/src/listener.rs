@@ -21,6 +21,22 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener>
     Ok(socket.into())
 }
 
+/// True when something already listens on `addr` (another shuck, or a forgotten instance):
+/// with SO_REUSEPORT our bind would succeed anyway and the kernel would split connections
+/// between the two, so the caller warns. Binding without SO_REUSEPORT (but with SO_REUSEADDR, so
+/// TIME_WAIT leftovers do not count) fails exactly in that case.
+pub fn in_use(addr: SocketAddr) -> bool {
+    let probe = || -> io::Result<()> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        if addr.is_ipv6() {
+            socket.set_only_v6(true)?;
+        }
+        socket.set_reuse_address(true)?;
+        socket.bind(&addr.into())
+    };
+    matches!(probe(), Err(e) if e.kind() == io::ErrorKind::AddrInUse)
+}
+
 /// Accept errors that mean "this one connection went away": retry at once.
 pub fn is_connection_error(e: &io::Error) -> bool {
     matches!(

@@ -61,6 +61,9 @@ impl Server {
                         source,
                     })
                 };
+                if want.port() != 0 && listener::in_use(want) {
+                    tracing::warn!(frontend = %fe.name, addr = %want, "another process already listens on this address; the kernel will split new connections between it and this shuck (expected only while taking over from an old instance)");
+                }
                 // The first socket fixes the port (port 0 picks a free one); the other workers
                 // bind the same address with SO_REUSEPORT.
                 let first = bind(want)?;

@@ -361,3 +361,24 @@ fn a_second_sigterm_cuts_the_drain_short() {
     assert!(log.contains("second stop signal"), "{log}");
     drop(held);
 }
+
+#[test]
+fn a_second_instance_on_the_same_address_is_warned_about() {
+    let pki = Pki::new();
+    let cert = pki.leaf("t.pem", "t", &["t.test"], Key::EcdsaP256);
+    let cfg = |listen: &str| {
+        format!(
+            "workers = 1\n[[frontend]]\nlisten = \"{listen}\"\ncertificates = {}\n",
+            toml_path(&cert)
+        )
+    };
+    let old = Shuck::start(&cfg("127.0.0.1:0"));
+    let new = Shuck::start(&cfg(&old.addr().to_string()));
+    assert_eq!(new.addr(), old.addr());
+    let log = new.wait_log("another process already listens on this address");
+    assert!(log.contains(&old.addr().to_string()), "{log}");
+    assert!(
+        !old.log_text().contains("already listens"),
+        "the first instance had it alone"
+    );
+}
