@@ -10,6 +10,9 @@ use tokio::net::TcpStream;
 
 use crate::config::BackendAddr;
 
+/// Backends per frontend; the health snapshot in `order` is a 128-bit mask.
+pub const MAX_BACKENDS: usize = 128;
+
 #[derive(Debug)]
 pub struct BackendPool {
     addrs: Vec<BackendAddr>,
@@ -39,13 +42,18 @@ impl BackendPool {
     }
 
     /// The order to try backends in: healthy ones round-robin from the cursor, then the ones in
-    /// cooldown (better a likely failure than a certain one).
+    /// cooldown (better a likely failure than a certain one). Health is read once, up front, so
+    /// a backend that fails during this connection is not tried a second time.
     fn order(&self, now: Instant) -> impl Iterator<Item = usize> + '_ {
         let n = self.addrs.len();
         let start = self.next.get();
         self.next.set((start + 1) % n);
-        let is_up = move |i: &usize| self.down_until[*i].get().is_none_or(|t| t <= now);
+        // A bit per backend (config allows at most MAX_BACKENDS): no allocation per connection.
+        let up: u128 = (0..n)
+            .filter(|&i| self.down_until[i].get().is_none_or(|t| t <= now))
+            .fold(0, |m, i| m | (1 << i));
         let ring = move || (0..n).map(move |k| (start + k) % n);
+        let is_up = move |i: &usize| up & (1 << *i) != 0;
         ring()
             .filter(is_up)
             .chain(ring().filter(move |i| !is_up(i)))
@@ -54,7 +62,8 @@ impl BackendPool {
     pub async fn connect(&self) -> Result<(TcpStream, &BackendAddr), ConnectError> {
         let mut attempts = Vec::new();
         let now = Instant::now();
-        for i in self.order(now) {
+        let n = self.addrs.len();
+        for (tried, i) in self.order(now).enumerate() {
             let b = &self.addrs[i];
             let res = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(b.addr))
                 .await
@@ -73,7 +82,10 @@ impl BackendPool {
                     return Ok((s, b));
                 }
                 Err(e) => {
-                    tracing::warn!(backend = %b.name, error = %e, "backend connect failed; trying the next one");
+                    let left = n - tried - 1;
+                    if left > 0 && crate::log_limit::allow() {
+                        tracing::warn!(backend = %b.name, error = %e, left, "backend connect failed; trying the next one");
+                    }
                     self.down_until[i].set(Some(Instant::now() + self.cooldown));
                     attempts.push((b.name.clone(), e));
                 }
@@ -110,6 +122,27 @@ mod tests {
             p.order(now + Duration::from_secs(6)).collect::<Vec<_>>(),
             vec![1, 2, 0]
         );
+    }
+
+    #[tokio::test]
+    async fn each_backend_is_tried_once_per_connection() {
+        let dead = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let p = BackendPool::new(
+            vec![BackendAddr {
+                name: "dead".into(),
+                addr: dead,
+            }],
+            Duration::from_secs(2),
+            Duration::from_secs(5),
+        );
+        let e = p.connect().await.unwrap_err();
+        assert_eq!(e.attempts.len(), 1, "{e}");
+        // Also when it was already in cooldown before the attempt.
+        let e = p.connect().await.unwrap_err();
+        assert_eq!(e.attempts.len(), 1, "{e}");
     }
 
     #[tokio::test]

@@ -355,6 +355,16 @@ impl RawFrontend {
         let backend = match self.backend.map(OneOrMany::into_vec) {
             None => Backend::Demo,
             Some(v) if v.is_empty() => Backend::Demo,
+            Some(v) if v.len() > crate::backend::MAX_BACKENDS => {
+                return Err(key_err(
+                    "backend",
+                    format!(
+                        "{} addresses: at most {} per frontend",
+                        v.len(),
+                        crate::backend::MAX_BACKENDS
+                    ),
+                ))
+            }
             Some(v) => {
                 let mut out = Vec::with_capacity(v.len());
                 for b in v {
