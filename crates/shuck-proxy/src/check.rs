@@ -19,11 +19,11 @@ pub fn report(config: &Config) -> Result<Report> {
     let _ = writeln!(s, "configuration {}: ok", config.origin);
     let _ = writeln!(
         s,
-        "workers: {}{}, max_connections: {}, shutdown_grace: {:?}",
+        "workers: {}{}, max_connections: {}, shutdown_grace: {}",
         config.workers,
         if config.pin_cpus { " (pinned)" } else { "" },
         config.max_connections,
-        config.shutdown_grace
+        humantime::format_duration(config.shutdown_grace)
     );
     if let Some(m) = config.metrics_listen {
         let _ = writeln!(s, "metrics: http://{m}/metrics");
@@ -40,7 +40,14 @@ pub fn report(config: &Config) -> Result<Report> {
             Backend::Tcp(b) => {
                 let list: Vec<String> = b
                     .iter()
-                    .map(|b| format!("{} ({})", b.name, b.addr))
+                    .map(|b| {
+                        // The resolved address, when the name was a host name.
+                        if b.name == b.addr.to_string() {
+                            b.name.clone()
+                        } else {
+                            format!("{} ({})", b.name, b.addr)
+                        }
+                    })
                     .collect();
                 let _ = writeln!(s, "  backend: {} (round-robin)", list.join(", "));
             }
@@ -77,9 +84,11 @@ pub fn report(config: &Config) -> Result<Report> {
             .iter()
             .map(|v| params::version_name(v.version))
             .collect();
+        // Only the suites of enabled versions: the others can never be chosen.
         let suites: Vec<&str> = fe
             .ciphersuites
             .iter()
+            .filter(|c| fe.versions.iter().any(|v| v.version == c.version().version))
             .map(|c| params::suite_name(*c))
             .collect();
         let groups: Vec<&str> = fe.groups.iter().map(|g| params::group_name(*g)).collect();
@@ -105,15 +114,21 @@ pub fn report(config: &Config) -> Result<Report> {
             "  resumption: session cache {} per worker, tickets {}",
             fe.session_cache_size,
             if fe.session_tickets {
-                format!("on (keys rotate every {:?})", fe.session_ticket_lifetime)
+                format!(
+                    "on (keys rotate every {})",
+                    humantime::format_duration(fe.session_ticket_lifetime)
+                )
             } else {
                 "off".into()
             }
         );
         let _ = writeln!(
             s,
-            "  timeouts: handshake {:?}, idle {:?}, connect {:?}; backlog {}",
-            fe.handshake_timeout, fe.idle_timeout, fe.connect_timeout, fe.backlog
+            "  timeouts: handshake {}, idle {}, connect {}; backlog {}",
+            humantime::format_duration(fe.handshake_timeout),
+            humantime::format_duration(fe.idle_timeout),
+            humantime::format_duration(fe.connect_timeout),
+            fe.backlog
         );
     }
     Ok(Report {

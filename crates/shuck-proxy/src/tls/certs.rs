@@ -251,8 +251,20 @@ pub fn from_parts(
 /// out and for tests. Never a production certificate: clients will not trust it.
 pub fn self_signed(provider: &CryptoProvider) -> Result<LoadedCert> {
     let names = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
-    let ck =
-        rcgen::generate_simple_self_signed(names).map_err(|e| Error::SelfSigned(e.to_string()))?;
+    let mut params =
+        rcgen::CertificateParams::new(names).map_err(|e| Error::SelfSigned(e.to_string()))?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "shuck self-signed (localhost)");
+    // Generated at each start, so a short validity costs nothing.
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::days(1);
+    params.not_after = now + time::Duration::days(90);
+    let key_pair = rcgen::KeyPair::generate().map_err(|e| Error::SelfSigned(e.to_string()))?;
+    let cert = params
+        .self_signed(&key_pair)
+        .map_err(|e| Error::SelfSigned(e.to_string()))?;
+    let ck = rcgen::CertifiedKey { cert, key_pair };
     let key = PrivateKeyDer::try_from(ck.key_pair.serialize_der())
         .map_err(|e| Error::SelfSigned(e.to_string()))?;
     from_parts(
