@@ -175,6 +175,10 @@ fn sigterm_stops_cleanly() {
     ));
     let (status, text) = s.stop();
     assert!(status.success(), "{status}: {text}");
+    assert!(
+        !text.contains('\x1b'),
+        "no colour escapes in a log file: {text:?}"
+    );
     assert!(text.contains("shutting down"), "{text}");
 }
 

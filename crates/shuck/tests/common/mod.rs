@@ -141,7 +141,6 @@ impl Shuck {
             .arg("--ready-file")
             .arg(&ready)
             .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
