@@ -121,23 +121,26 @@ fn unreachable_backend_closes_only_that_connection() {
     shuck.assert_alive();
 }
 
+/// A backend that reads up to `read` bytes, then resets the connection (SO_LINGER 0).
+fn resetting_backend(read: usize) -> SocketAddr {
+    let resetter = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = resetter.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for mut c in resetter.incoming().flatten() {
+            let mut buf = vec![0u8; read];
+            let _ = c.read(&mut buf);
+            let _ = socket2::SockRef::from(&c).set_linger(Some(Duration::ZERO));
+            drop(c);
+        }
+    });
+    addr
+}
+
 #[test]
 fn backend_reset_closes_only_that_connection() {
     let pki = Pki::new();
     let good = HttpBackend::start();
-    // A backend that reads a little, then resets the connection (SO_LINGER 0).
-    let resetter = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let reset_addr = resetter.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for c in resetter.incoming().flatten() {
-            let mut buf = [0u8; 16];
-            let mut c = c;
-            let _ = c.read(&mut buf);
-            let s = socket2::SockRef::from(&c);
-            let _ = s.set_linger(Some(Duration::ZERO));
-            drop(c);
-        }
-    });
+    let reset_addr = resetting_backend(16);
     let mut shuck = Shuck::start(&config(
         &pki,
         &[
@@ -326,17 +329,8 @@ fn running_out_of_file_descriptors_backs_off_and_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_reset_during_upload_is_blamed_on_the_backend() {
     let pki = Pki::new();
-    // A backend that takes a little of the upload, then resets.
-    let resetter = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let reset_addr = resetter.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for mut c in resetter.incoming().flatten() {
-            let mut buf = [0u8; 1024];
-            let _ = c.read(&mut buf);
-            let _ = socket2::SockRef::from(&c).set_linger(Some(Duration::ZERO));
-            drop(c);
-        }
-    });
+    // Takes a little of the upload, then resets.
+    let reset_addr = resetting_backend(1024);
     let shuck = Shuck::start(&config(
         &pki,
         &[("", format!("\"{reset_addr}\""))],
