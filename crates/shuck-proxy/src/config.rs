@@ -466,10 +466,12 @@ impl RawFrontend {
             &self.session_ticket_lifetime,
             defaults::SESSION_TICKET_LIFETIME,
         )?;
-        if session_ticket_lifetime < Duration::from_secs(60) {
+        if session_ticket_lifetime < Duration::from_secs(60)
+            || session_ticket_lifetime > Duration::from_secs(7 * 86_400)
+        {
             return Err(key_err(
                 "session_ticket_lifetime",
-                "must be at least 1m: shorter only costs full handshakes",
+                "must be from 1m (shorter only costs full handshakes) to 7d (TLS 1.3's limit)",
             ));
         }
         let backend_cooldown = duration(

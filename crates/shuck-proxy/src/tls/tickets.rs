@@ -38,6 +38,9 @@ struct KeySet {
     previous: Option<Arc<TicketKey>>,
     /// Unix seconds at which `current` is replaced.
     rotate_at: u64,
+    /// Unix seconds after which `previous` no longer decrypts. Rotation only happens when a
+    /// ticket is used, so without this bound a quiet server would accept very old tickets.
+    previous_until: u64,
 }
 
 pub struct Ticketer {
@@ -69,6 +72,7 @@ impl Ticketer {
                 current: Arc::new(current),
                 previous: None,
                 rotate_at: now_secs() + lifetime_secs,
+                previous_until: 0,
             }),
             lifetime_secs,
         }))
@@ -91,6 +95,9 @@ impl Ticketer {
                     current: Arc::new(fresh),
                     previous: Some(Arc::clone(&old.current)),
                     rotate_at: now + self.lifetime_secs,
+                    // The old key issued tickets until `old.rotate_at`; each gets one lifetime
+                    // beyond that, however late this rotation happens.
+                    previous_until: old.rotate_at + self.lifetime_secs,
                 }),
                 // No randomness: keep the old key rather than stop issuing tickets.
                 None => Arc::clone(old),
@@ -122,7 +129,8 @@ impl Ticketer {
         let (name, rest) = ticket.split_at(NAME_LEN);
         let (nonce, sealed) = rest.split_at(NONCE_LEN);
         let keys = self.keys_at(now);
-        let key = [Some(&keys.current), keys.previous.as_ref()]
+        let previous = keys.previous.as_ref().filter(|_| now < keys.previous_until);
+        let key = [Some(&keys.current), previous]
             .into_iter()
             .flatten()
             .find(|k| k.name == name)?;
@@ -175,6 +183,16 @@ mod tests {
             other.decrypt(&c).is_none(),
             "another ticketer's keys do not open it"
         );
+    }
+
+    #[test]
+    fn a_quiet_server_does_not_extend_old_tickets() {
+        let t = Ticketer::new(100).unwrap();
+        let now = now_secs();
+        let old = t.encrypt_at(b"old", now).unwrap();
+        // No ticket traffic for ten lifetimes: the first use rotates, and the old ticket, far
+        // past one lifetime after its key stopped issuing, is refused.
+        assert!(t.decrypt_at(&old, now + 1000).is_none());
     }
 
     #[test]
