@@ -41,13 +41,12 @@ impl BackendPool {
         }
     }
 
-    /// The order to try backends in: healthy ones round-robin from the cursor, then the ones in
+    /// The order to try backends in: healthy ones in ring order from the cursor, then the ones in
     /// cooldown (better a likely failure than a certain one). Health is read once, up front, so
     /// a backend that fails during this connection is not tried a second time.
     fn order(&self, now: Instant) -> impl Iterator<Item = usize> + '_ {
         let n = self.addrs.len();
         let start = self.next.get();
-        self.next.set((start + 1) % n);
         // A bit per backend (config allows at most MAX_BACKENDS): no allocation per connection.
         let up: u128 = (0..n)
             .filter(|&i| self.down_until[i].get().is_none_or(|t| t <= now))
@@ -77,6 +76,9 @@ impl BackendPool {
             match res {
                 Ok(s) => {
                     self.down_until[i].set(None);
+                    // Next time start after the one chosen, so a down backend's share is spread
+                    // over the healthy ones instead of all going to its successor.
+                    self.next.set((i + 1) % n);
                     // Nagle would hold small answers back ~40 ms (seed round 2's stud latency).
                     let _ = s.set_nodelay(true);
                     return Ok((s, b));
@@ -110,18 +112,56 @@ mod tests {
     }
 
     #[test]
-    fn round_robin_skips_down_backends_but_keeps_them_last() {
+    fn order_starts_at_the_cursor_and_puts_down_backends_last() {
         let p = pool(3);
         let now = Instant::now();
         assert_eq!(p.order(now).collect::<Vec<_>>(), vec![0, 1, 2]);
+        p.next.set(1);
         assert_eq!(p.order(now).collect::<Vec<_>>(), vec![1, 2, 0]);
         p.down_until[2].set(Some(now + Duration::from_secs(5)));
+        assert_eq!(p.order(now).collect::<Vec<_>>(), vec![1, 0, 2]);
+        p.next.set(2);
         assert_eq!(p.order(now).collect::<Vec<_>>(), vec![0, 1, 2]);
-        assert_eq!(p.order(now).collect::<Vec<_>>(), vec![0, 1, 2]);
+        // The cooldown is over: back in the ring.
         assert_eq!(
             p.order(now + Duration::from_secs(6)).collect::<Vec<_>>(),
-            vec![1, 2, 0]
+            vec![2, 0, 1]
         );
+    }
+
+    #[tokio::test]
+    async fn a_down_backend_shares_its_load_evenly() {
+        let a = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let dead = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let p = BackendPool::new(
+            vec![
+                BackendAddr {
+                    name: "a".into(),
+                    addr: a.local_addr().unwrap(),
+                },
+                BackendAddr {
+                    name: "dead".into(),
+                    addr: dead,
+                },
+                BackendAddr {
+                    name: "c".into(),
+                    addr: c.local_addr().unwrap(),
+                },
+            ],
+            Duration::from_secs(2),
+            Duration::from_secs(60),
+        );
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..12 {
+            let (_s, b) = p.connect().await.unwrap();
+            *counts.entry(b.name.clone()).or_insert(0) += 1;
+        }
+        assert_eq!(counts.get("a"), Some(&6), "{counts:?}");
+        assert_eq!(counts.get("c"), Some(&6), "{counts:?}");
     }
 
     #[tokio::test]
