@@ -25,18 +25,18 @@ impl LogBudget {
         }
     }
 
-    /// Whether a line may be logged at `now`, and how many lines were suppressed in the
-    /// previous window (to report once, when a new window opens).
-    pub fn take(&self, now: Instant) -> (bool, u64) {
-        let mut reported = 0;
-        let fresh = self
-            .window
-            .get()
-            .is_none_or(|w| now.duration_since(w) >= Duration::from_secs(1));
-        if fresh {
+    /// Whether a line may be logged at `now`, and, when a new window opens after lines were
+    /// left out, how many and since when (to report once).
+    pub fn take(&self, now: Instant) -> (bool, Option<(u64, Instant)>) {
+        let mut reported = None;
+        let window = self.window.get();
+        if window.is_none_or(|w| now.duration_since(w) >= Duration::from_secs(1)) {
+            let suppressed = self.suppressed.replace(0);
+            if let (Some(w), true) = (window, suppressed > 0) {
+                reported = Some((suppressed, w));
+            }
             self.window.set(Some(now));
             self.used.set(0);
-            reported = self.suppressed.replace(0);
         }
         if self.used.get() < PER_SECOND {
             self.used.set(self.used.get() + 1);
@@ -59,14 +59,17 @@ thread_local! {
     static BUDGET: LogBudget = const { LogBudget::new() };
 }
 
-/// True when this worker may log another per-connection warning now. Logs the number of lines
-/// left out in the previous second, if any.
+/// True when this worker may log another per-connection warning now. First logs how many were
+/// left out since the last window with omissions began, if any.
 pub fn allow() -> bool {
-    let (ok, suppressed) = BUDGET.with(|b| b.take(Instant::now()));
-    if suppressed > 0 {
+    let now = Instant::now();
+    let (ok, reported) = BUDGET.with(|b| b.take(now));
+    if let Some((suppressed, since)) = reported {
+        let seconds = now.duration_since(since).as_secs();
         tracing::warn!(
             suppressed,
-            "per-connection warnings left out in the last second (see metrics for every failure)"
+            seconds,
+            "per-connection warnings were left out (rate limit); metrics count every failure"
         );
     }
     ok
@@ -81,12 +84,16 @@ mod tests {
         let b = LogBudget::new();
         let t0 = Instant::now();
         for _ in 0..PER_SECOND {
-            assert_eq!(b.take(t0), (true, 0));
+            assert_eq!(b.take(t0), (true, None));
         }
         for _ in 0..5 {
-            assert_eq!(b.take(t0 + Duration::from_millis(500)), (false, 0));
+            assert_eq!(b.take(t0 + Duration::from_millis(500)), (false, None));
         }
-        assert_eq!(b.take(t0 + Duration::from_secs(1)), (true, 5));
-        assert_eq!(b.take(t0 + Duration::from_millis(1001)), (true, 0));
+        // Reported with the start of the window they were left out of, however late.
+        assert_eq!(
+            b.take(t0 + Duration::from_secs(3600)),
+            (true, Some((5, t0)))
+        );
+        assert_eq!(b.take(t0 + Duration::from_secs(3601)), (true, None));
     }
 }
