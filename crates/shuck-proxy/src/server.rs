@@ -126,7 +126,16 @@ impl Server {
                 .frontends
                 .iter()
                 .zip(&self.tls)
-                .map(|(fe, t)| fe.session_tickets.then(|| t.ticketer()))
+                .map(|(fe, t)| {
+                    fe.session_tickets
+                        .then(|| (t.ticketer(), fe.session_ticket_lifetime))
+                })
+                .collect(),
+            cache_sizes: self
+                .config
+                .frontends
+                .iter()
+                .map(|fe| fe.session_cache_size)
                 .collect(),
             slots: self.slots.clone(),
         }
@@ -266,8 +275,12 @@ fn write_ready_file(path: &Path, addrs: &[SocketAddr]) -> Result<()> {
 pub struct Reloader {
     /// The configuration the server started with: what non-reloadable settings are compared to.
     started: Config,
-    /// Per frontend, the ticket key to keep (tickets issued before a reload still resume).
-    ticketers: Vec<Option<Arc<dyn ProducesTickets>>>,
+    /// Per frontend, the ticket keys in use and their rotation period, kept across reloads so
+    /// tickets issued before a reload still resume.
+    ticketers: Vec<Option<(Arc<dyn ProducesTickets>, std::time::Duration)>>,
+    /// Per frontend, the size of the session caches in use (kept across reloads when unchanged,
+    /// so a reload does not cost every cached session a full handshake).
+    cache_sizes: Vec<usize>,
     slots: Vec<Vec<TlsSlot>>,
 }
 
@@ -297,10 +310,17 @@ impl Reloader {
                 ));
                 continue;
             }
-            let keep = if fe.session_tickets {
-                self.ticketers[i].clone()
-            } else {
-                None
+            let keep = match &self.ticketers[i] {
+                Some((t, lifetime)) if fe.session_tickets => {
+                    if *lifetime != fe.session_ticket_lifetime {
+                        notes.push(format!(
+                            "frontend {:?}: session_ticket_lifetime changed; restart to apply it (the ticket key is kept across reloads)",
+                            fe.name
+                        ));
+                    }
+                    Some(t.clone())
+                }
+                _ => None,
             };
             let ctx = TlsContext::load_keeping(fe, keep)?;
             if let Some(what) = needs_restart(old, fe) {
@@ -309,7 +329,7 @@ impl Reloader {
                     fe.name
                 ));
             }
-            built.push((i, fe.session_tickets, ctx));
+            built.push((i, fe, ctx));
         }
         for fe in &new.frontends {
             if !self.started.frontends.iter().any(|o| o.name == fe.name) {
@@ -317,14 +337,23 @@ impl Reloader {
             }
         }
         let now = crate::tls::certs::now_unix();
-        for (i, tickets, ctx) in built {
+        for (i, fe, ctx) in built {
             for w in ctx.certs.iter().flat_map(|c| c.warnings(now)) {
                 tracing::warn!("{w}");
             }
+            let same_cache = self.cache_sizes[i] == fe.session_cache_size;
             for slot in &self.slots[i] {
-                slot.store(ctx.worker_config());
+                let storage = same_cache.then(|| slot.load().session_storage.clone());
+                slot.store(ctx.worker_config_with(storage));
             }
-            self.ticketers[i] = tickets.then(|| ctx.ticketer());
+            self.cache_sizes[i] = fe.session_cache_size;
+            self.ticketers[i] = match self.ticketers[i].take() {
+                // Kept: the period is the one the key set was made with.
+                Some(kept) if fe.session_tickets => Some(kept),
+                _ => fe
+                    .session_tickets
+                    .then(|| (ctx.ticketer(), fe.session_ticket_lifetime)),
+            };
         }
         Ok(notes)
     }
@@ -361,9 +390,10 @@ fn needs_restart(
     new: &crate::config::Frontend,
 ) -> Option<&'static str> {
     use crate::config::Backend;
+    // By name as written: a host name whose DNS answer moved is not a configuration change.
     let backends = |b: &Backend| match b {
         Backend::Demo => Vec::new(),
-        Backend::Tcp(v) => v.iter().map(|b| b.addr).collect(),
+        Backend::Tcp(v) => v.iter().map(|b| b.name.clone()).collect(),
     };
     if backends(&old.backend) != backends(&new.backend) {
         Some("backend")
@@ -383,12 +413,6 @@ fn needs_restart(
         Some("backlog")
     } else if old.proxy_protocol != new.proxy_protocol {
         Some("proxy_protocol")
-    } else if old.session_tickets
-        && new.session_tickets
-        && old.session_ticket_lifetime != new.session_ticket_lifetime
-    {
-        // The ticket key is kept across reloads, and with it its rotation period.
-        Some("session_ticket_lifetime")
     } else {
         None
     }

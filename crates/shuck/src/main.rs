@@ -146,7 +146,10 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
                 let _ = first.wait_for(|n| *n >= 1).await;
             },
             async move {
-                let _ = second.wait_for(|n| *n >= 2).await;
+                // If the signal task is gone, no second signal can come: never force.
+                if second.wait_for(|n| *n >= 2).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
             },
         )
         .map_err(|e| e.to_string());
@@ -172,12 +175,34 @@ impl Signals {
 
     /// Counts SIGTERM/SIGINT into `stops` (the first drains, the second exits at once) and
     /// reloads certificates and TLS settings on SIGHUP.
-    async fn handle(mut self, args: ServeArgs, mut reloader: Reloader, stops: watch::Sender<u32>) {
+    async fn handle(mut self, args: ServeArgs, reloader: Reloader, stops: watch::Sender<u32>) {
+        let mut reloader = Some(reloader);
         loop {
             tokio::select! {
                 _ = self.term.recv() => { stops.send_modify(|n| *n += 1); }
                 _ = self.int.recv() => { stops.send_modify(|n| *n += 1); }
-                _ = self.hup.recv() => reload(&args, &mut reloader),
+                _ = self.hup.recv() => {
+                    // Off the main runtime: reading files and resolving backend names may block,
+                    // and metrics must keep answering meanwhile.
+                    let Some(mut r) = reloader.take() else {
+                        tracing::warn!("SIGHUP ignored: an earlier reload was lost");
+                        continue;
+                    };
+                    let args = args.clone();
+                    let task = tokio::task::spawn_blocking(move || {
+                        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            reload(&args, &mut r);
+                        }));
+                        if outcome.is_err() {
+                            tracing::error!("reload failed unexpectedly; still serving the previous certificates");
+                        }
+                        r
+                    });
+                    match task.await {
+                        Ok(r) => reloader = Some(r),
+                        Err(e) => tracing::error!(error = %e, "reload task lost; further SIGHUPs are ignored"),
+                    }
+                }
             }
         }
     }

@@ -442,3 +442,47 @@ fn sighup_reloads_certificates_and_tls_settings_and_keeps_tickets() {
     assert!(out.contains("CN = after"), "{out}");
     shuck.assert_alive();
 }
+
+#[test]
+fn session_cache_survives_a_reload() {
+    let pki = Pki::new();
+    let path = pki.leaf("cache.pem", "cache", &["cache.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    // Tickets off: TLS 1.2 resumption rests on the per-worker session-ID cache alone.
+    let shuck = Shuck::start(&format!(
+        "workers = 1\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\nsession_tickets = false\n",
+        backend.addr,
+        toml_path(&path)
+    ));
+    let sess = pki.path("cache.sess");
+    let sess = sess.to_str().expect("utf-8");
+    let (ok, out) = s_client(
+        &pki,
+        shuck.addr(),
+        Some("cache.test"),
+        &["-tls1_2", "-sess_out", sess],
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = s_client(
+        &pki,
+        shuck.addr(),
+        Some("cache.test"),
+        &["-tls1_2", "-sess_in", sess],
+    );
+    assert!(
+        ok && out.contains("\nReused, TLSv1.2"),
+        "resumed from the cache: {out}"
+    );
+    shuck.signal("HUP");
+    shuck.wait_log("reloaded certificates");
+    let (ok, out) = s_client(
+        &pki,
+        shuck.addr(),
+        Some("cache.test"),
+        &["-tls1_2", "-sess_in", sess],
+    );
+    assert!(
+        ok && out.contains("\nReused, TLSv1.2"),
+        "the reload kept the session cache: {out}"
+    );
+}

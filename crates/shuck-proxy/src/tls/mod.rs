@@ -9,7 +9,9 @@ pub mod tickets;
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
-use rustls::server::{NoServerSessionStorage, ProducesTickets, ServerSessionMemoryCache};
+use rustls::server::{
+    NoServerSessionStorage, ProducesTickets, ServerSessionMemoryCache, StoresServerSessions,
+};
 use rustls::ServerConfig;
 
 use crate::config::{CertSource, Frontend};
@@ -111,12 +113,22 @@ impl TlsContext {
     /// A server configuration for one worker. Each worker gets its own session-ID cache so no lock
     /// is shared by all workers on the handshake path; tickets (shared key) still resume anywhere.
     pub fn worker_config(&self) -> Arc<ServerConfig> {
+        self.worker_config_with(None)
+    }
+
+    /// Like `worker_config`, keeping `storage` (the worker's session cache, on reload) when given.
+    pub fn worker_config_with(
+        &self,
+        storage: Option<Arc<dyn StoresServerSessions>>,
+    ) -> Arc<ServerConfig> {
         let mut c = self.template.clone();
-        c.session_storage = if self.session_cache_size == 0 {
-            Arc::new(NoServerSessionStorage {})
-        } else {
-            ServerSessionMemoryCache::new(self.session_cache_size)
-        };
+        c.session_storage = storage.unwrap_or_else(|| {
+            if self.session_cache_size == 0 {
+                Arc::new(NoServerSessionStorage {})
+            } else {
+                ServerSessionMemoryCache::new(self.session_cache_size)
+            }
+        });
         Arc::new(c)
     }
 }
