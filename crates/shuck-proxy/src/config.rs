@@ -206,16 +206,6 @@ pub struct Frontend {
     pub session_ticket_lifetime: Duration,
 }
 
-impl Config {
-    /// Reads and validates a TOML file.
-    pub fn from_file(path: &Path) -> Result<Config> {
-        let raw = RawConfig::from_file(path)?;
-        // Relative certificate paths are relative to the file, as nginx and HAProxy do.
-        let base = path.parent().unwrap_or(Path::new("."));
-        raw.validate(Origin::File(path.to_path_buf()), Some(base))
-    }
-}
-
 impl RawConfig {
     /// Reads and parses a TOML file, without validating values yet.
     pub fn from_file(path: &Path) -> Result<RawConfig> {

@@ -1,6 +1,7 @@
 //! shuck's engine: configuration, workers, TLS, relay to backends.
 //!
-//! Entry points: [`config::Config`] (from a file or built from flags), [`server::Server`]
+//! Entry points: [`config::RawConfig`] (parsed from a file or built from flags) validated into
+//! [`config::Config`], [`server::Server`]
 //! (`prepare` binds and loads certificates, `run` serves until a shutdown future completes), and
 //! [`check::report`] for `shuck check`.
 

@@ -112,11 +112,6 @@ impl Server {
         })
     }
 
-    /// (frontend name, address) for every listening address, in configuration order.
-    pub fn bound(&self) -> &[(String, SocketAddr)] {
-        &self.bound
-    }
-
     /// A handle to swap in new certificates and TLS settings while running (SIGHUP).
     pub fn reloader(&self) -> Reloader {
         Reloader {
@@ -146,14 +141,6 @@ impl Server {
         self.metrics_listener
             .as_ref()
             .and_then(|l| l.local_addr().ok())
-    }
-
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
-    pub fn tls(&self) -> &[TlsContext] {
-        &self.tls
     }
 
     /// Runs until `shutdown` completes, then stops accepting, drains for the grace period (or

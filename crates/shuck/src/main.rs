@@ -93,6 +93,7 @@ fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, Str
             raw.log_connections = Some(true);
         }
     }
+    // Relative certificate paths in a file are relative to the file, as nginx and HAProxy do.
     let (origin, base) = match &args.config {
         Some(p) => (
             Origin::File(p.clone()),
