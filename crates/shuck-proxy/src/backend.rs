@@ -129,30 +129,36 @@ mod tests {
         );
     }
 
+    /// A loopback address that was just free: nothing listens there.
+    fn dead_addr() -> std::net::SocketAddr {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    }
+
+    /// A pool of named addresses with a 2 s connect timeout.
+    fn named(list: &[(&str, std::net::SocketAddr)], cooldown: Duration) -> BackendPool {
+        let addrs = list
+            .iter()
+            .map(|(name, addr)| BackendAddr {
+                name: (*name).to_string(),
+                addr: *addr,
+            })
+            .collect();
+        BackendPool::new(addrs, Duration::from_secs(2), cooldown)
+    }
+
     #[tokio::test]
     async fn a_down_backend_shares_its_load_evenly() {
         let a = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let c = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let dead = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let p = BackendPool::new(
-            vec![
-                BackendAddr {
-                    name: "a".into(),
-                    addr: a.local_addr().unwrap(),
-                },
-                BackendAddr {
-                    name: "dead".into(),
-                    addr: dead,
-                },
-                BackendAddr {
-                    name: "c".into(),
-                    addr: c.local_addr().unwrap(),
-                },
+        let p = named(
+            &[
+                ("a", a.local_addr().unwrap()),
+                ("dead", dead_addr()),
+                ("c", c.local_addr().unwrap()),
             ],
-            Duration::from_secs(2),
             Duration::from_secs(60),
         );
         let mut counts = std::collections::HashMap::new();
@@ -166,18 +172,7 @@ mod tests {
 
     #[tokio::test]
     async fn each_backend_is_tried_once_per_connection() {
-        let dead = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let p = BackendPool::new(
-            vec![BackendAddr {
-                name: "dead".into(),
-                addr: dead,
-            }],
-            Duration::from_secs(2),
-            Duration::from_secs(5),
-        );
+        let p = named(&[("dead", dead_addr())], Duration::from_secs(5));
         let e = p.connect().await.unwrap_err();
         assert_eq!(e.attempts.len(), 1, "{e}");
         // Also when it was already in cooldown before the attempt.
@@ -188,23 +183,8 @@ mod tests {
     #[tokio::test]
     async fn falls_over_to_the_next_backend() {
         let live = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        // A port that was just free: nothing listens there.
-        let dead = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let p = BackendPool::new(
-            vec![
-                BackendAddr {
-                    name: "dead".into(),
-                    addr: dead,
-                },
-                BackendAddr {
-                    name: "live".into(),
-                    addr: live.local_addr().unwrap(),
-                },
-            ],
-            Duration::from_secs(2),
+        let p = named(
+            &[("dead", dead_addr()), ("live", live.local_addr().unwrap())],
             Duration::from_secs(5),
         );
         let (_s, b) = p.connect().await.unwrap();
