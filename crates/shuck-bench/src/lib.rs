@@ -1,0 +1,10 @@
+//! shuck-bench: the benchmark method of the seed articles (K connections per TLS session, an
+//! offered-rate ramp, the latency-bounded maximum) as a library behind `shuck bench` and
+//! `shuck speed`.
+
+pub mod error;
+pub mod report;
+pub mod stats;
+pub mod verdict;
+
+pub use error::BenchError;
