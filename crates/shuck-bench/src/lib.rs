@@ -8,3 +8,11 @@ pub mod stats;
 pub mod verdict;
 
 pub use error::BenchError;
+pub mod backend;
+pub mod cli;
+pub mod http;
+pub mod idle;
+pub mod load;
+pub mod plot;
+pub mod procfs;
+pub mod tls;

@@ -24,6 +24,9 @@ pub enum Command {
     /// Validate a configuration (files, certificates, keys, chains, expiry) and print what would
     /// be served; exit 0 if it is valid, 1 if not.
     Check(ConfigArgs),
+    /// Load a TLS server the seeds' way (K connections per session, offered-rate ramp,
+    /// latency-bounded maximum); `shuck bench backend` and `shuck bench idle` help set it up.
+    Bench(Box<shuck_bench::cli::BenchCommand>),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -18,6 +18,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(&args),
         Command::Check(args) => check(&args),
+        Command::Bench(args) => shuck_bench::cli::run_bench(&args).map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,495 @@
+//! The load generator. Each load thread runs its own single-threaded runtime with a pool of
+//! virtual clients; a virtual client makes K connections per TLS session (the first a full
+//! handshake, the rest resumed), one at a time. Open loop: connections start on a schedule at
+//! the offered rate, whatever the server does, and latency runs from the scheduled start, so a
+//! slow server cannot hide its queue (coordinated omission). Closed loop: C clients back to back.
+
+use std::cell::{Cell, RefCell};
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, HandshakeKind};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::http::{self, Expect};
+use crate::report::StepMeta;
+use crate::stats::{Failure, StepAcc};
+use crate::tls::ClientTls;
+use crate::{procfs, BenchError};
+
+#[derive(Debug, Clone)]
+pub enum Schedule {
+    /// `concurrency` clients back to back for `steps` steps.
+    Closed { concurrency: usize, steps: usize },
+    /// One step per offered rate (connections per second).
+    Open { rates: Vec<f64> },
+}
+
+impl Schedule {
+    pub fn steps(&self) -> usize {
+        match self {
+            Schedule::Closed { steps, .. } => *steps,
+            Schedule::Open { rates } => rates.len(),
+        }
+    }
+}
+
+/// The offered rates of a ramp: start, start+step, ... up to max inclusive.
+pub fn ramp(start: f64, step: f64, max: f64) -> Result<Vec<f64>, BenchError> {
+    let bad = |reason: &str| BenchError::Option {
+        flag: "--rate-start/--rate-step/--rate-max",
+        reason: reason.into(),
+    };
+    if !(start > 0.0 && max >= start && step >= 0.0 && max.is_finite()) {
+        return Err(bad("need 0 < rate-start <= rate-max and rate-step >= 0"));
+    }
+    if step == 0.0 {
+        return Ok(vec![start]);
+    }
+    let n = ((max - start) / step).floor() + 1.0;
+    if n > 10_000.0 {
+        return Err(bad("more than 10000 steps: raise --rate-step"));
+    }
+    #[allow(clippy::cast_sign_loss)] // positive and at most 10000, checked above
+    let n = n as usize;
+    Ok((0..n).map(|i| start + step * i as f64).collect())
+}
+
+pub struct LoadPlan {
+    pub target: SocketAddr,
+    pub server_name: ServerName<'static>,
+    pub host_header: String,
+    pub tls: ClientTls,
+    pub requests_per_session: u32,
+    pub keepalive: u32,
+    pub path: String,
+    pub expect: Expect,
+    pub threads: usize,
+    /// Pin load thread i to `cpus[i % len]`; empty = no pinning.
+    pub cpus: Vec<usize>,
+    pub schedule: Schedule,
+    pub step: Duration,
+    pub timeout: Duration,
+    pub max_in_flight: usize,
+    /// Server processes whose tree's CPU time is charged per step.
+    pub server_pids: Vec<u32>,
+    pub progress: bool,
+}
+
+/// What the server chose, from the first connection that completed.
+#[derive(Debug, Clone, Default)]
+pub struct Negotiated {
+    pub protocol: Option<String>,
+    pub cipher_suite: Option<String>,
+    pub kx_group: Option<String>,
+    pub alpn: Option<String>,
+}
+
+pub struct LoadResult {
+    pub steps: Vec<(StepMeta, StepAcc)>,
+    pub negotiated: Negotiated,
+}
+
+#[derive(Default)]
+struct Live {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    in_flight: AtomicU64,
+    negotiated: Mutex<Option<Negotiated>>,
+}
+
+struct Done {
+    resumed: bool,
+    bytes: u64,
+    at: Instant,
+}
+
+/// One connection: TCP, TLS handshake, `keepalive` requests, answers checked.
+async fn transaction(
+    plan: &LoadPlan,
+    cfg: Arc<ClientConfig>,
+    live: &Live,
+    buf: &mut [u8],
+) -> Result<Done, (Failure, String)> {
+    let tcp = TcpStream::connect(plan.target)
+        .await
+        .map_err(|e| (Failure::Connect, e.to_string()))?;
+    // Without it, small answers wait for delayed ACKs (the seeds' 40 ms stud latency).
+    let _ = tcp.set_nodelay(true);
+    let mut tls = tokio_rustls::TlsConnector::from(cfg)
+        .connect(plan.server_name.clone(), tcp)
+        .await
+        .map_err(|e| (Failure::Handshake, e.to_string()))?;
+    let conn = tls.get_ref().1;
+    let resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
+    if !resumed {
+        let mut n = live
+            .negotiated
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if n.is_none() {
+            *n = Some(Negotiated {
+                protocol: conn
+                    .protocol_version()
+                    .map(|v| format!("{v:?}").replace("TLSv1_", "TLSv1.")),
+                cipher_suite: conn
+                    .negotiated_cipher_suite()
+                    .map(|s| format!("{:?}", s.suite())),
+                kx_group: conn
+                    .negotiated_key_exchange_group()
+                    .map(|g| format!("{:?}", g.name())),
+                alpn: conn
+                    .alpn_protocol()
+                    .map(|a| String::from_utf8_lossy(a).into_owned()),
+            });
+        }
+    }
+    let mut bytes = 0;
+    let keepalive = plan.keepalive > 1;
+    for i in 0..plan.keepalive {
+        let last = i + 1 == plan.keepalive;
+        tls.write_all(&http::request(
+            &plan.path,
+            &plan.host_header,
+            keepalive,
+            last,
+        ))
+        .await
+        .map_err(|e| (Failure::Io, e.to_string()))?;
+        bytes += http::read_response(&mut tls, buf, plan.expect).await?;
+    }
+    let at = Instant::now();
+    // close_notify, bounded: a server that already closed makes this fail, which is fine.
+    let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
+    Ok(Done { resumed, bytes, at })
+}
+
+/// A virtual client: its session configuration and how many connections it made with it.
+struct Client {
+    cfg: Arc<ClientConfig>,
+    used: u32,
+}
+
+struct Thread {
+    plan: Arc<LoadPlan>,
+    live: Arc<Live>,
+    stats: RefCell<Vec<StepAcc>>,
+    idle: RefCell<Vec<Client>>,
+    in_flight: Cell<usize>,
+    max_in_flight: usize,
+}
+
+impl Thread {
+    fn take_client(&self) -> Client {
+        let mut c = self.idle.borrow_mut().pop().unwrap_or_else(|| Client {
+            cfg: self.plan.tls.new_session(),
+            used: 0,
+        });
+        if c.used == self.plan.requests_per_session {
+            c = Client {
+                cfg: self.plan.tls.new_session(),
+                used: 0,
+            };
+        }
+        c.used += 1;
+        c
+    }
+
+    /// Runs one transaction and charges it to `step`, latency counted from `since`.
+    async fn run_one(self: Rc<Self>, step: usize, since: Instant) {
+        let client = self.take_client();
+        self.in_flight.set(self.in_flight.get() + 1);
+        self.live.in_flight.fetch_add(1, Ordering::Relaxed);
+        let mut buf = vec![0u8; 16 * 1024];
+        let out = tokio::time::timeout(
+            self.plan.timeout,
+            transaction(&self.plan, client.cfg.clone(), &self.live, &mut buf),
+        )
+        .await
+        .unwrap_or_else(|_| Err((Failure::Timeout, "timed out".into())));
+        {
+            let mut stats = self.stats.borrow_mut();
+            let s = &mut stats[step];
+            s.attempted += 1;
+            match out {
+                Ok(d) => {
+                    s.ok += 1;
+                    s.resumed += u64::from(d.resumed);
+                    s.bytes += d.bytes;
+                    s.latency
+                        .record(d.at.saturating_duration_since(since).as_micros() as u64);
+                    self.live.ok.fetch_add(1, Ordering::Relaxed);
+                }
+                Err((f, _)) => {
+                    s.fail(f);
+                    self.live.failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        self.idle.borrow_mut().push(client);
+        self.in_flight.set(self.in_flight.get() - 1);
+        self.live.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    async fn open_loop(self: Rc<Self>, start: Instant, rates: Vec<f64>, idx: usize) {
+        let threads = self.plan.threads as f64;
+        for (s, rate) in rates.iter().enumerate() {
+            let step_start = start + self.plan.step * s as u32;
+            let step_end = step_start + self.plan.step;
+            let per_thread = rate / threads;
+            if per_thread <= 0.0 {
+                continue;
+            }
+            let interval = Duration::from_secs_f64(1.0 / per_thread);
+            // Threads interleave their arrivals instead of starting in bursts.
+            let mut next = step_start + interval.mul_f64(idx as f64 / threads);
+            while next < step_end {
+                if next > Instant::now() {
+                    tokio::time::sleep_until(next.into()).await;
+                }
+                if self.in_flight.get() >= self.max_in_flight {
+                    let mut stats = self.stats.borrow_mut();
+                    stats[s].attempted += 1;
+                    stats[s].fail(Failure::Overload);
+                    self.live.failed.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    tokio::task::spawn_local(self.clone().run_one(s, next));
+                }
+                next += interval;
+            }
+        }
+    }
+
+    async fn closed_loop(self: Rc<Self>, start: Instant, clients: usize, steps: usize) {
+        let end = start + self.plan.step * steps as u32;
+        tokio::time::sleep_until(start.into()).await;
+        let mut tasks = Vec::new();
+        for _ in 0..clients {
+            let me = self.clone();
+            tasks.push(tokio::task::spawn_local(async move {
+                loop {
+                    let t0 = Instant::now();
+                    if t0 >= end {
+                        break;
+                    }
+                    let s = (t0 - start).as_nanos() / me.plan.step.as_nanos().max(1);
+                    let s = usize::try_from(s).unwrap_or(usize::MAX).min(steps - 1);
+                    me.clone().run_one(s, t0).await;
+                }
+            }));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+fn thread_main(plan: Arc<LoadPlan>, live: Arc<Live>, idx: usize, start: Instant) -> Vec<StepAcc> {
+    if !plan.cpus.is_empty() {
+        let id = plan.cpus[idx % plan.cpus.len()];
+        core_affinity::set_for_current(core_affinity::CoreId { id });
+    }
+    let steps = plan.schedule.steps();
+    let threads = plan.threads;
+    let t = Rc::new(Thread {
+        max_in_flight: plan.max_in_flight.div_ceil(threads),
+        stats: RefCell::new(vec![StepAcc::default(); steps]),
+        idle: RefCell::new(Vec::new()),
+        in_flight: Cell::new(0),
+        live,
+        plan,
+    });
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return t.stats.borrow().clone();
+    };
+    let local = tokio::task::LocalSet::new();
+    let t2 = t.clone();
+    local.block_on(&rt, async move {
+        match t2.plan.schedule.clone() {
+            Schedule::Open { rates } => t2.clone().open_loop(start, rates, idx).await,
+            Schedule::Closed { concurrency, steps } => {
+                let share = concurrency / threads + usize::from(idx < concurrency % threads);
+                t2.clone().closed_loop(start, share, steps).await;
+            }
+        }
+        // Let the last arrivals finish; each is bounded by the transaction timeout.
+        let deadline = Instant::now() + t2.plan.timeout + Duration::from_secs(2);
+        while t2.in_flight.get() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    let stats = t.stats.borrow().clone();
+    stats
+}
+
+/// One connection before the run: a wrong CA, port or protocol fails here with its reason
+/// instead of as a step full of failures.
+pub fn probe(plan: &LoadPlan) -> Result<Negotiated, BenchError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(BenchError::Threads)?;
+    let live = Live::default();
+    let mut buf = vec![0u8; 16 * 1024];
+    let out = rt.block_on(async {
+        tokio::time::timeout(
+            plan.timeout,
+            transaction(plan, plan.tls.new_session(), &live, &mut buf),
+        )
+        .await
+        .unwrap_or_else(|_| Err((Failure::Timeout, "timed out".into())))
+    });
+    match out {
+        Ok(_) => Ok(live
+            .negotiated
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_default()),
+        Err((f, why)) => Err(BenchError::Unreachable {
+            target: plan.target.to_string(),
+            reason: format!("{}: {why}", f.name()),
+        }),
+    }
+}
+
+pub fn run(plan: LoadPlan) -> Result<LoadResult, BenchError> {
+    if plan.threads == 0 || plan.requests_per_session == 0 || plan.keepalive == 0 {
+        return Err(BenchError::Option {
+            flag: "--threads/--requests-per-session/--keepalive",
+            reason: "must be at least 1".into(),
+        });
+    }
+    let nsteps = plan.schedule.steps();
+    if nsteps == 0 {
+        return Err(BenchError::Option {
+            flag: "--duration",
+            reason: "no step to run: the duration must be at least one step".into(),
+        });
+    }
+    let mut negotiated = probe(&plan)?;
+    let plan = Arc::new(plan);
+    let live = Arc::new(Live::default());
+    let start = Instant::now() + Duration::from_millis(100);
+    let mut handles = Vec::new();
+    for idx in 0..plan.threads {
+        let (p, l) = (plan.clone(), live.clone());
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("load-{idx}"))
+                .spawn(move || thread_main(p, l, idx, start))
+                .map_err(BenchError::Threads)?,
+        );
+    }
+    let mut metas = Vec::with_capacity(nsteps);
+    let cpu = |pids: &[u32]| {
+        if pids.is_empty() {
+            None
+        } else {
+            procfs::tree_cpu_us(pids).ok()
+        }
+    };
+    std::thread::sleep(start.saturating_duration_since(Instant::now()));
+    let mut cpu_before = cpu(&plan.server_pids);
+    let tty = std::io::stderr().is_terminal();
+    let (mut last_ok, mut last_failed, mut last_print) = (0, 0, Instant::now());
+    for s in 0..nsteps {
+        let step_end = start + plan.step * (s as u32 + 1);
+        let offered = match &plan.schedule {
+            Schedule::Open { rates } => Some(rates[s]),
+            Schedule::Closed { .. } => None,
+        };
+        while Instant::now() < step_end {
+            let wait = step_end
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_secs(1));
+            std::thread::sleep(wait);
+            let elapsed = last_print.elapsed().as_secs_f64();
+            if plan.progress && (elapsed >= 0.99 || (!tty && Instant::now() >= step_end)) {
+                let ok = live.ok.load(Ordering::Relaxed);
+                let failed = live.failed.load(Ordering::Relaxed);
+                let text = format!(
+                    "step {}/{nsteps}{}: {:.0} ok/s, {:.0} failed/s, {} in flight",
+                    s + 1,
+                    offered
+                        .map(|r| format!(" offered {r:.0}/s"))
+                        .unwrap_or_default(),
+                    (ok - last_ok) as f64 / elapsed,
+                    (failed - last_failed) as f64 / elapsed,
+                    live.in_flight.load(Ordering::Relaxed)
+                );
+                if tty {
+                    eprint!("\r{text:<78}");
+                } else {
+                    eprintln!("{text}");
+                }
+                (last_ok, last_failed, last_print) = (ok, failed, Instant::now());
+            }
+        }
+        let cpu_now = cpu(&plan.server_pids);
+        metas.push(StepMeta {
+            start_s: plan.step.as_secs_f64() * s as f64,
+            duration_s: plan.step.as_secs_f64(),
+            offered_rate: offered,
+            server_cpu_us: cpu_before
+                .zip(cpu_now)
+                .map(|(a, b)| b.saturating_sub(a) as f64),
+        });
+        cpu_before = cpu_now;
+    }
+    if plan.progress && tty {
+        eprintln!();
+    }
+    let mut merged = vec![StepAcc::default(); nsteps];
+    for h in handles {
+        let stats = h
+            .join()
+            .map_err(|_| BenchError::Threads(std::io::Error::other("a load thread panicked")))?;
+        for (m, s) in merged.iter_mut().zip(&stats) {
+            m.merge(s);
+        }
+    }
+    if let Some(n) = live
+        .negotiated
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+    {
+        negotiated = n;
+    }
+    Ok(LoadResult {
+        steps: metas.into_iter().zip(merged).collect(),
+        negotiated,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ramp_includes_both_ends() {
+        assert_eq!(
+            ramp(100.0, 50.0, 300.0).unwrap(),
+            vec![100.0, 150.0, 200.0, 250.0, 300.0]
+        );
+        assert_eq!(ramp(100.0, 0.0, 100.0).unwrap(), vec![100.0]);
+        assert_eq!(ramp(100.0, 70.0, 300.0).unwrap(), vec![100.0, 170.0, 240.0]);
+    }
+
+    #[test]
+    fn bad_ramps_are_refused() {
+        assert!(ramp(0.0, 10.0, 100.0).is_err());
+        assert!(ramp(200.0, 10.0, 100.0).is_err());
+        assert!(ramp(1.0, 0.0001, 100.0).is_err());
+        assert!(ramp(f64::NAN, 1.0, 100.0).is_err());
+    }
+}

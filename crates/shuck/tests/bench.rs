@@ -1,0 +1,263 @@
+//! `shuck bench` end to end: the real binary loads a real `shuck serve` relaying to the real
+//! `shuck bench backend`, and we check the counts, the resumption ratio and the output files.
+
+// Helpers outside #[test] functions too: a panic there is the test's failure report.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{run_bounded, Key, Pki, Shuck, SHUCK};
+
+/// `shuck bench backend` on port 0, killed on drop.
+struct Backend {
+    child: Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Backend {
+    fn start(size: u64) -> Backend {
+        let dir = tempfile::tempdir().unwrap();
+        let ready = dir.path().join("ready");
+        let mut b = Backend {
+            child: Command::new(SHUCK)
+                .args(["bench", "backend", "--listen", "127.0.0.1:0", "--size"])
+                .arg(size.to_string())
+                .arg("--ready-file")
+                .arg(&ready)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+            addr: String::new(),
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(t) = std::fs::read_to_string(&ready) {
+                if t.ends_with('\n') {
+                    b.addr = t.trim().to_string();
+                    return b;
+                }
+            }
+            assert!(Instant::now() < deadline, "backend not ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn bench(args: &[&str]) -> (bool, String, String) {
+    let mut c = Command::new(SHUCK);
+    c.arg("bench").args(args);
+    let out = run_bounded(&mut c, b"", 90);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let (ok, out, err) = bench(args);
+    assert!(ok, "shuck bench failed: {err}\n{out}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+fn check_png(p: &Path) {
+    let bytes = std::fs::read(p).unwrap();
+    assert_eq!(
+        &bytes[..8],
+        b"\x89PNG\r\n\x1a\n",
+        "{} has no PNG signature",
+        p.display()
+    );
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .unwrap();
+    assert_eq!((reader.info().width, reader.info().height), (900, 500));
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let frame = reader.next_frame(&mut buf).unwrap();
+    let px = &buf[..frame.buffer_size()];
+    // Something was drawn: not a blank canvas.
+    assert!(px.iter().any(|&b| b != px[0]), "{} is blank", p.display());
+}
+
+fn check_svg(p: &Path) {
+    let text = std::fs::read_to_string(p).unwrap();
+    let doc = roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let texts: String = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .collect();
+    assert!(
+        texts.contains("time (s)"),
+        "axis label missing in {}",
+        p.display()
+    );
+    assert!(
+        doc.descendants().any(|n| n.has_tag_name("polyline")),
+        "no series in {}",
+        p.display()
+    );
+}
+
+#[test]
+fn open_loop_ramp_against_shuck_resumes_k_minus_1_of_k_and_writes_plots() {
+    let pki = Pki::new();
+    let bundle = pki.leaf("leaf.pem", "bench.test", &["bench.test"], Key::EcdsaP256);
+    let backend = Backend::start(1024);
+    let shuck = Shuck::start_flags(&[
+        "--cert",
+        bundle.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--backend",
+        &backend.addr,
+        "--workers",
+        "1",
+    ]);
+    let out = tempfile::tempdir().unwrap();
+    let target = shuck.addr().to_string();
+    let pid = shuck.pid().to_string();
+    let v = json(&[
+        &target,
+        "--ca",
+        pki.ca_path().to_str().unwrap(),
+        "--sni",
+        "bench.test",
+        "--rate-start",
+        "20",
+        "--rate-step",
+        "20",
+        "--rate-max",
+        "60",
+        "--step-duration",
+        "1",
+        "-k",
+        "4",
+        "--expect-size",
+        "1024",
+        "--server-pid",
+        &pid,
+        "--out",
+        out.path().to_str().unwrap(),
+        "--json",
+        "--quiet",
+    ]);
+    let t = &v["totals"];
+    assert_eq!(t["failed"], 0, "{v:#}");
+    // 20+40+60 connections/s for 1 s each.
+    let ok = t["successful"].as_u64().unwrap();
+    assert!((110..=130).contains(&ok), "{ok} connections: {v:#}");
+    let ratio = t["resumption_ratio"].as_f64().unwrap();
+    // Sessions still open at the end of the run have fewer than K connections: allow for a few.
+    assert!((ratio - 0.75).abs() < 0.06, "resumption ratio {ratio}");
+    assert_eq!(v["steps"].as_array().unwrap().len(), 3);
+    assert_eq!(v["settings"]["protocol"], "TLSv1.3");
+    assert!(v["verdict"]["max_tps"].as_f64().unwrap() > 50.0, "{v:#}");
+    assert!(t["server_cpu_us_per_conn"].as_f64().unwrap() > 0.0);
+    // 1024 body bytes plus a head per connection.
+    assert!(t["bytes"].as_u64().unwrap() > ok * 1024);
+
+    let csv = std::fs::read_to_string(out.path().join("steps.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 4, "{csv}");
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
+            .unwrap();
+    assert_eq!(saved["totals"], v["totals"]);
+    for name in ["tps", "latency"] {
+        check_svg(&out.path().join(format!("{name}.svg")));
+        check_png(&out.path().join(format!("{name}.png")));
+    }
+}
+
+#[test]
+fn tls12_session_id_and_ticket_resumption_in_a_closed_loop() {
+    let backend = Backend::start(100);
+    let shuck = Shuck::start_flags(&[
+        "--self-signed",
+        "--listen",
+        "127.0.0.1:0",
+        "--backend",
+        &backend.addr,
+        "--workers",
+        "1",
+    ]);
+    let target = shuck.addr().to_string();
+    for mode in ["session-id", "ticket"] {
+        let v = json(&[
+            &target,
+            "--insecure",
+            "--resume",
+            mode,
+            "-k",
+            "3",
+            "-c",
+            "2",
+            "--duration",
+            "1",
+            "--step-duration",
+            "0.5",
+            "--keepalive",
+            "2",
+            "--expect-size",
+            "100",
+            "--json",
+            "--quiet",
+        ]);
+        let t = &v["totals"];
+        assert_eq!(t["failed"], 0, "{mode}: {v:#}");
+        assert!(t["successful"].as_u64().unwrap() >= 10, "{mode}: {v:#}");
+        let ratio = t["resumption_ratio"].as_f64().unwrap();
+        assert!(
+            (ratio - 2.0 / 3.0).abs() < 0.1,
+            "{mode}: resumption ratio {ratio}"
+        );
+        assert_eq!(v["settings"]["protocol"], "TLSv1.2", "{mode}");
+        assert_eq!(v["settings"]["mode"], "closed");
+        assert_eq!(v["steps"].as_array().unwrap().len(), 2);
+    }
+}
+
+#[test]
+fn unreachable_or_untrusted_targets_fail_with_the_reason() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = dead.local_addr().unwrap().to_string();
+    drop(dead);
+    let (ok, _, err) = bench(&[&addr, "--insecure", "--duration", "1", "--quiet"]);
+    assert!(!ok);
+    assert!(
+        err.contains("no connection to") && err.contains("connect"),
+        "{err}"
+    );
+
+    let shuck = Shuck::start_flags(&["--self-signed", "--listen", "127.0.0.1:0"]);
+    let pki = Pki::new();
+    let (ok, _, err) = bench(&[
+        &shuck.addr().to_string(),
+        "--ca",
+        pki.ca_path().to_str().unwrap(),
+        "--duration",
+        "1",
+        "--quiet",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("handshake"), "{err}");
+
+    let (ok, _, err) = bench(&["--insecure"]);
+    assert!(!ok);
+    assert!(err.contains("HOST:PORT"), "{err}");
+}
