@@ -13,7 +13,7 @@ use crate::load::{self, LoadPlan, Schedule};
 use crate::report::{BenchReport, Settings};
 use crate::tls::{ClientTls, ResumeMode, TlsOptions, TlsVersion};
 use crate::verdict::Thresholds;
-use crate::{backend, idle, plot, BenchError};
+use crate::{backend, idle, plot, speed, BenchError};
 
 /// `shuck bench [OPTIONS] HOST:PORT`, or one of its helper tools.
 #[derive(Debug, Args)]
@@ -394,5 +394,69 @@ pub fn write_outputs(
     write("results.json", r.json())?;
     write("steps.csv", r.csv())?;
     plot::write_all(r, dir, title)?;
+    Ok(())
+}
+
+/// `shuck speed`: per-core crypto speed and the capacity it predicts.
+#[derive(Debug, Args)]
+pub struct SpeedArgs {
+    /// 0.1 s per measurement instead of 1 s (done in a few seconds; figures less steady).
+    #[arg(long)]
+    pub quick: bool,
+    /// The server's key type, for the prediction.
+    #[arg(long, value_enum, default_value = "p256")]
+    pub key: speed::KeyType,
+    /// Key exchange, for the prediction (a --bench-json's negotiated group overrides it).
+    #[arg(long, value_enum, default_value = "x25519mlkem768")]
+    pub kx: speed::Kx,
+    /// Bulk cipher, for the prediction (a --bench-json's suite overrides it).
+    #[arg(long, value_enum, default_value = "aes-128-gcm")]
+    pub cipher: speed::Cipher,
+    /// Cores to scale the prediction to (default: this machine's).
+    #[arg(long, value_name = "N")]
+    pub cores: Option<usize>,
+    /// Connections per TLS session in the mixed prediction (a --bench-json's K overrides it).
+    #[arg(short = 'k', long, default_value_t = 8, value_name = "K")]
+    pub requests_per_session: u32,
+    /// A `shuck bench --json` result (or its results.json): print measured/predicted.
+    #[arg(long, value_name = "FILE")]
+    pub bench_json: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run_speed(a: &SpeedArgs) -> Result<(), BenchError> {
+    let mut o = speed::SpeedOptions {
+        quick: a.quick,
+        key: a.key,
+        kx: a.kx,
+        cipher: a.cipher,
+        cores: a
+            .cores
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
+            .max(1),
+        requests_per_session: a.requests_per_session.max(1),
+    };
+    let bench = match &a.bench_json {
+        Some(p) => Some(speed::read_bench(p, &mut o)?),
+        None => None,
+    };
+    let measured = speed::measure(o.quick)?;
+    let prediction = speed::predict(&measured, &o);
+    let comparison = bench.as_ref().map(|b| speed::compare(b, &prediction));
+    let r = speed::SpeedReport {
+        measured,
+        prediction,
+        comparison,
+    };
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).expect("plain data serialises")
+        );
+    } else {
+        print!("{}", speed::text(&r));
+    }
     Ok(())
 }

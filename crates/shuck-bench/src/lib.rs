@@ -15,4 +15,5 @@ pub mod idle;
 pub mod load;
 pub mod plot;
 pub mod procfs;
+pub mod speed;
 pub mod tls;

@@ -27,6 +27,8 @@ pub enum Command {
     /// Load a TLS server the seeds' way (K connections per session, offered-rate ramp,
     /// latency-bounded maximum); `shuck bench backend` and `shuck bench idle` help set it up.
     Bench(Box<shuck_bench::cli::BenchCommand>),
+    /// Measure this machine's per-core crypto speed and predict handshakes/s and bulk MB/s.
+    Speed(shuck_bench::cli::SpeedArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -19,6 +19,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(&args),
         Command::Check(args) => check(&args),
         Command::Bench(args) => shuck_bench::cli::run_bench(&args).map_err(|e| e.to_string()),
+        Command::Speed(args) => shuck_bench::cli::run_speed(&args).map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

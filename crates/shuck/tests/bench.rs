@@ -182,6 +182,79 @@ fn open_loop_ramp_against_shuck_resumes_k_minus_1_of_k_and_writes_plots() {
         check_svg(&out.path().join(format!("{name}.svg")));
         check_png(&out.path().join(format!("{name}.png")));
     }
+
+    // The capacity estimate reads the run back and sets K and the key exchange from it.
+    let results = out.path().join("results.json");
+    let (ok, text, err) = speed(&[
+        "--quick",
+        "--cores",
+        "1",
+        "--json",
+        "--bench-json",
+        results.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let s: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(s["prediction"]["requests_per_session"], 4);
+    assert_eq!(s["prediction"]["kx"], "x25519mlkem768");
+    let c = &s["comparison"];
+    let ratio = c["ratio"].as_f64().unwrap();
+    let expected = v["verdict"]["max_tps"].as_f64().unwrap() / c["predicted_tps"].as_f64().unwrap();
+    assert!((ratio - expected).abs() < 1e-9 && ratio > 0.0, "{s:#}");
+    assert!(c["cpu_ratio"].as_f64().unwrap() > 0.0, "{s:#}");
+}
+
+fn speed(args: &[&str]) -> (bool, String, String) {
+    let mut c = Command::new(SHUCK);
+    c.arg("speed").args(args);
+    let out = run_bounded(&mut c, b"", 120);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn speed_quick_measures_every_algorithm_and_predicts() {
+    let (ok, text, err) = speed(&["--quick", "--cores", "4", "--key", "rsa2048"]);
+    assert!(ok, "{err}");
+    for row in [
+        "sign      rsa2048",
+        "sign      rsa3072",
+        "sign      rsa4096",
+        "sign      p256",
+        "sign      p384",
+        "sign      ed25519",
+        "kx        x25519 ",
+        "kx        p256",
+        "kx        x25519mlkem768",
+        "aead      aes-128-gcm",
+        "aead      aes-256-gcm",
+        "aead      chacha20-poly1305",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.contains(row))
+            .unwrap_or_else(|| panic!("no {row:?} in {text}"));
+        let n: f64 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+        assert!(n > 0.0, "{line}");
+    }
+    assert_eq!(text.matches(" at 1 KiB").count(), 3, "{text}");
+    assert_eq!(text.matches(" at 16 KiB").count(), 3, "{text}");
+    assert!(text.contains("prediction for key rsa2048"), "{text}");
+    let full = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("full handshakes/s"))
+        .unwrap();
+    let cols: Vec<f64> = full
+        .split_whitespace()
+        .skip(2)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    // Four cores predict four times one core.
+    assert!((cols[1] / cols[0] - 4.0).abs() < 0.01, "{full}");
+    assert!(text.contains("bulk MB/s"));
 }
 
 #[test]
