@@ -13,7 +13,7 @@ use crate::load::{self, LoadPlan, Schedule};
 use crate::report::{BenchReport, Settings};
 use crate::tls::{ClientTls, ResumeMode, TlsOptions, TlsVersion};
 use crate::verdict::Thresholds;
-use crate::{backend, idle, plot, speed, BenchError};
+use crate::{backend, compare, idle, plot, speed, BenchError};
 
 /// `shuck bench [OPTIONS] HOST:PORT`, or one of its helper tools.
 #[derive(Debug, Args)]
@@ -32,6 +32,21 @@ pub enum BenchTool {
     Backend(BackendArgs),
     /// Hold N idle TLS connections and report the server's resident memory per connection.
     Idle(IdleArgs),
+    /// Several runs side by side: a Markdown table of verdicts and plots against offered rate.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// NAME=FILE pairs, FILE being a run's results.json (or --json output).
+    #[arg(required = true, value_name = "NAME=FILE")]
+    pub runs: Vec<String>,
+    /// Write compare-tps and compare-latency (.svg, .png) into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Title of the plots.
+    #[arg(long, default_value = "shootout", value_name = "TEXT")]
+    pub title: String,
 }
 
 #[derive(Debug, Args)]
@@ -200,6 +215,14 @@ pub fn run_bench(cmd: &BenchCommand) -> Result<(), BenchError> {
             ready_file: a.ready_file.clone(),
         }),
         Some(BenchTool::Idle(a)) => run_idle(a),
+        Some(BenchTool::Compare(a)) => {
+            let runs = compare::load(&a.runs)?;
+            print!("{}", compare::table(&runs));
+            if let Some(dir) = &a.out {
+                compare::plots(&runs, dir, &a.title)?;
+            }
+            Ok(())
+        }
         None => run_load(&cmd.run),
     }
 }

@@ -10,6 +10,7 @@ pub mod verdict;
 pub use error::BenchError;
 pub mod backend;
 pub mod cli;
+pub mod compare;
 pub mod http;
 pub mod idle;
 pub mod load;

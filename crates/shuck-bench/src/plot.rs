@@ -11,7 +11,7 @@ use crate::report::{BenchReport, StepReport};
 use crate::stats::LatencySummary;
 use crate::BenchError;
 
-const SIZE: (u32, u32) = (900, 500);
+pub(crate) const SIZE: (u32, u32) = (900, 500);
 
 /// Label, colour, line width and the figure drawn.
 type TpsSeries = (&'static str, RGBColor, u32, fn(&StepReport) -> f64);
@@ -24,7 +24,7 @@ const FONT_PATHS: [&str; 3] = [
 
 /// plotters' ab_glyph backend draws text with a font registered from bytes; we load a system
 /// TrueType font once rather than ship one.
-fn font() -> Result<(), BenchError> {
+pub(crate) fn font() -> Result<(), BenchError> {
     static FONT: OnceLock<Result<(), String>> = OnceLock::new();
     FONT.get_or_init(|| {
         let mut tried: Vec<String> = Vec::new();

@@ -93,7 +93,7 @@ fn check_png(p: &Path) {
     assert!(px.iter().any(|&b| b != px[0]), "{} is blank", p.display());
 }
 
-fn check_svg(p: &Path) {
+fn check_svg(p: &Path, axis: &str) {
     let text = std::fs::read_to_string(p).unwrap();
     let doc = roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     assert_eq!(doc.root_element().tag_name().name(), "svg");
@@ -103,7 +103,7 @@ fn check_svg(p: &Path) {
         .filter_map(|n| n.text())
         .collect();
     assert!(
-        texts.contains("time (s)"),
+        texts.contains(axis),
         "axis label missing in {}",
         p.display()
     );
@@ -179,7 +179,32 @@ fn open_loop_ramp_against_shuck_resumes_k_minus_1_of_k_and_writes_plots() {
             .unwrap();
     assert_eq!(saved["totals"], v["totals"]);
     for name in ["tps", "latency"] {
-        check_svg(&out.path().join(format!("{name}.svg")));
+        check_svg(&out.path().join(format!("{name}.svg")), "time (s)");
+        check_png(&out.path().join(format!("{name}.png")));
+    }
+
+    // Side by side (the shootout's summary): a table row per run and the comparison plots.
+    let (ok, table, err) = bench(&[
+        "compare",
+        "--out",
+        out.path().to_str().unwrap(),
+        &format!("one={}", out.path().join("results.json").display()),
+        &format!("two={}", out.path().join("results.json").display()),
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        table
+            .lines()
+            .filter(|l| l.starts_with("| one |") || l.starts_with("| two |"))
+            .count(),
+        2,
+        "{table}"
+    );
+    for name in ["compare-tps", "compare-latency"] {
+        check_svg(
+            &out.path().join(format!("{name}.svg")),
+            "offered rate (connections/s)",
+        );
         check_png(&out.path().join(format!("{name}.png")));
     }
 
