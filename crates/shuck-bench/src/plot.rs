@@ -145,14 +145,15 @@ fn draw_tps<DB: DrawingBackend>(
     }
     if let Some(best) = r.verdict.best_step.and_then(|i| r.steps.get(i)) {
         let x = mid(best);
+        let grey = RGBColor(90, 90, 90).stroke_width(2);
         chart
             .draw_series(std::iter::once(PathElement::new(
                 vec![(x, 0.0), (x, y_max)],
-                BLACK.mix(0.4),
+                grey,
             )))
             .map_err(e)?
             .label(format!("verdict {:.0} TPS", best.successful_tps))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.4)));
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey));
     }
     chart
         .configure_series_labels()
