@@ -319,6 +319,12 @@ fn run_load(a: &RunArgs) -> Result<(), BenchError> {
     })?;
     raise_fd_limit();
     let (addr, host, server_name) = target(t, &a.tls)?;
+    // An IPv6 literal goes in brackets in Host:, as in a URL.
+    let host_header = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    };
     let step = secs("--step-duration", a.step_duration)?;
     let schedule = if let Some(start) = a.rate_start {
         Schedule::Open {
@@ -342,7 +348,7 @@ fn run_load(a: &RunArgs) -> Result<(), BenchError> {
     let plan = LoadPlan {
         target: addr,
         server_name: server_name.clone(),
-        host_header: host,
+        host_header,
         tls: client_tls(&a.tls)?,
         requests_per_session: a.requests_per_session,
         keepalive: a.keepalive,

@@ -290,7 +290,12 @@ impl Thread {
     }
 }
 
-fn thread_main(plan: Arc<LoadPlan>, live: Arc<Live>, idx: usize, start: Instant) -> Vec<StepAcc> {
+fn thread_main(
+    plan: Arc<LoadPlan>,
+    live: Arc<Live>,
+    idx: usize,
+    start: Instant,
+) -> std::io::Result<Vec<StepAcc>> {
     if !plan.cpus.is_empty() {
         let id = plan.cpus[idx % plan.cpus.len()];
         core_affinity::set_for_current(core_affinity::CoreId { id });
@@ -305,12 +310,9 @@ fn thread_main(plan: Arc<LoadPlan>, live: Arc<Live>, idx: usize, start: Instant)
         live,
         plan,
     });
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()
-    else {
-        return t.stats.borrow().clone();
-    };
+        .build()?;
     let local = tokio::task::LocalSet::new();
     let t2 = t.clone();
     local.block_on(&rt, async move {
@@ -328,7 +330,7 @@ fn thread_main(plan: Arc<LoadPlan>, live: Arc<Live>, idx: usize, start: Instant)
         }
     });
     let stats = t.stats.borrow().clone();
-    stats
+    Ok(stats)
 }
 
 /// One connection before the run: a wrong CA, port or protocol fails here with its reason
@@ -452,7 +454,8 @@ pub fn run(plan: LoadPlan) -> Result<LoadResult, BenchError> {
     for h in handles {
         let stats = h
             .join()
-            .map_err(|_| BenchError::Threads(std::io::Error::other("a load thread panicked")))?;
+            .map_err(|_| BenchError::Threads(std::io::Error::other("a load thread panicked")))?
+            .map_err(BenchError::Threads)?;
         for (m, s) in merged.iter_mut().zip(&stats) {
             m.merge(s);
         }

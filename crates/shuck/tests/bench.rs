@@ -331,6 +331,45 @@ fn tls12_session_id_and_ticket_resumption_in_a_closed_loop() {
 }
 
 #[test]
+fn ipv6_target_with_alpn_and_sni() {
+    let backend = Backend::start(64);
+    let shuck = Shuck::start_flags(&[
+        "--self-signed",
+        "--listen",
+        "[::1]:0",
+        "--backend",
+        &backend.addr,
+        "--alpn",
+        "http/1.1",
+    ]);
+    assert!(shuck.addr().is_ipv6());
+    let target = format!("[::1]:{}", shuck.port());
+    let v = json(&[
+        &target,
+        "--insecure",
+        "--sni",
+        "localhost",
+        "--alpn",
+        "http/1.1",
+        "-c",
+        "2",
+        "--duration",
+        "1",
+        "--step-duration",
+        "1",
+        "--expect-size",
+        "64",
+        "--json",
+        "--quiet",
+    ]);
+    assert_eq!(v["totals"]["failed"], 0, "{v:#}");
+    assert!(v["totals"]["successful"].as_u64().unwrap() > 0);
+    assert_eq!(v["settings"]["target"], target);
+    assert_eq!(v["settings"]["server_name"], "localhost");
+    assert_eq!(v["settings"]["alpn"], "http/1.1");
+}
+
+#[test]
 fn unreachable_or_untrusted_targets_fail_with_the_reason() {
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = dead.local_addr().unwrap().to_string();
