@@ -162,8 +162,11 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, tcp: TcpStream, clie
     };
     if cfg.proxy_protocol != ProxyProtocol::None {
         let dst = local.unwrap_or(client);
-        if let Some(h) = proxy_protocol::encode(cfg.proxy_protocol, client, dst) {
-            if let Err(e) = upstream.write_all(h.as_bytes()).await {
+        let mut h = [0u8; proxy_protocol::V1_MAX];
+        let addrs = proxy_protocol::Addresses::tcp(client, dst);
+        let no_tlvs = proxy_protocol::Tlvs::default();
+        if let Ok(n) = proxy_protocol::encode(cfg.proxy_protocol, addrs, &no_tlvs, &mut h) {
+            if let Err(e) = upstream.write_all(&h[..n]).await {
                 m.backend_relay_errors.inc();
                 if log_limit::allow() {
                     tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, backend = %backend.name, error = %e, "backend failed while sending the PROXY header");
