@@ -2,6 +2,8 @@
 //! with a ready file, small real backends, and helpers to drive curl and `openssl s_client`.
 #![allow(dead_code)] // each test file uses a different part of the harness
 
+pub mod peers;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
