@@ -206,7 +206,6 @@ fn harness_haproxy_front_sends_the_client_address() {
 /// TLVs have no fetch in HAProxy 2.6 nor variable in nginx 1.22; sending them checks that
 /// both still parse the header.
 #[test]
-#[ignore = "needs v2 TLVs (in progress)"]
 fn v2_tlvs_reach_haproxy_and_nginx_still_parses_them() {
     let pki = Pki::new();
     let tlvs = "proxy_protocol = \"v2\"\n\
@@ -256,7 +255,6 @@ fn v2_tlvs_reach_haproxy_and_nginx_still_parses_them() {
 /// HAProxy echo: the backend sees curl's address and the balancer's listener, not the
 /// balancer's own outgoing connection.
 #[test]
-#[ignore = "needs accept_proxy (in progress)"]
 fn haproxy_in_front_client_address_passes_through_shuck() {
     let pki = Pki::new();
     for family in families() {

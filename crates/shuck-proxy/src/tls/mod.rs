@@ -2,6 +2,7 @@
 //! for each frontend.
 
 pub mod certs;
+pub mod client_auth;
 pub mod params;
 pub mod sni;
 pub mod tickets;
@@ -79,11 +80,15 @@ impl TlsContext {
             frontend: fe.name.clone(),
             source,
         };
-        let mut template = ServerConfig::builder_with_provider(provider)
+        let client_verifier = client_auth::verifier(fe, &provider)?;
+        let builder = ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&fe.versions)
-            .map_err(tls_err)?
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::new(resolver));
+            .map_err(tls_err)?;
+        let builder = match client_verifier {
+            Some(v) => builder.with_client_cert_verifier(v),
+            None => builder.with_no_client_auth(),
+        };
+        let mut template = builder.with_cert_resolver(Arc::new(resolver));
         template.alpn_protocols.clone_from(&fe.alpn);
         // Server preference: the server knows which cipher is cheap on its CPU.
         template.ignore_client_order = true;

@@ -88,6 +88,21 @@ pub fn suite_name(s: SupportedCipherSuite) -> &'static str {
     s.suite().as_str().unwrap_or("unknown")
 }
 
+/// The OpenSSL name of a suite, as HAProxy and nginx report ciphers (`ssl_fc_cipher`,
+/// `$ssl_cipher`) and so as backends reading the PROXY SSL TLV expect them. TLS 1.3 names are the
+/// same in both.
+pub fn openssl_suite_name(s: SupportedCipherSuite) -> &'static str {
+    match suite_name(s) {
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256" => "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384" => "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256" => "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256" => "ECDHE-RSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384" => "ECDHE-RSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256" => "ECDHE-RSA-CHACHA20-POLY1305",
+        other => other,
+    }
+}
+
 /// Looks each name up (case-insensitively) in `all`, drops duplicates, keeps the given order.
 fn parse_names<T: Copy>(
     list: &[String],
