@@ -99,6 +99,9 @@ pub fn openssl_suite_name(s: SupportedCipherSuite) -> &'static str {
         "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256" => "ECDHE-RSA-AES128-GCM-SHA256",
         "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384" => "ECDHE-RSA-AES256-GCM-SHA384",
         "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256" => "ECDHE-RSA-CHACHA20-POLY1305",
+        "TLS13_AES_128_GCM_SHA256" => "TLS_AES_128_GCM_SHA256",
+        "TLS13_AES_256_GCM_SHA384" => "TLS_AES_256_GCM_SHA384",
+        "TLS13_CHACHA20_POLY1305_SHA256" => "TLS_CHACHA20_POLY1305_SHA256",
         other => other,
     }
 }
@@ -134,8 +137,17 @@ fn parse_names<T: Copy>(
 }
 
 pub fn parse_ciphersuites(list: &[String]) -> Result<Vec<SupportedCipherSuite>, String> {
+    // The RFC 8446 / OpenSSL spelling of TLS 1.3 suites ("TLS_AES_128_GCM_SHA256") is what
+    // operators copy from other servers; rustls spells them "TLS13_…".
+    let list: Vec<String> = list
+        .iter()
+        .map(|n| match n.strip_prefix("TLS_") {
+            Some(rest) if !rest.starts_with("ECDHE") => format!("TLS13_{rest}"),
+            _ => n.clone(),
+        })
+        .collect();
     parse_names(
-        list,
+        &list,
         aws_lc_rs::ALL_CIPHER_SUITES,
         suite_name,
         "cipher suite",

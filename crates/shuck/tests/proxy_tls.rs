@@ -1,0 +1,392 @@
+//! What a backend learns through the PROXY v2 TLVs (checked by a raw backend that walks the header
+//! itself), client certificates (curl with and without one), and accept_proxy's refusals of bad
+//! headers (raw sockets), each counted in the metrics.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::{curl, read_all_bounded, toml_path, HttpBackend, Key, Pki, Shuck};
+
+/// A backend that keeps the bytes it receives up to the end of the HTTP request head, answers
+/// 200, and sends what it received to the test.
+struct RawBackend {
+    addr: SocketAddr,
+    got: mpsc::Receiver<Vec<u8>>,
+}
+
+impl RawBackend {
+    fn start() -> RawBackend {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let (tx, got) = mpsc::channel();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // The v2 signature itself holds CRLF CRLF: look for the end of the request head.
+                while !request_complete(&buf) {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let _ = s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                if tx.send(buf).is_err() {
+                    return;
+                }
+            }
+        });
+        RawBackend { addr, got }
+    }
+
+    fn next(&self) -> Vec<u8> {
+        self.got
+            .recv_timeout(Duration::from_secs(20))
+            .expect("backend got no connection")
+    }
+}
+
+fn request_complete(buf: &[u8]) -> bool {
+    let Some(start) = buf
+        .windows(9)
+        .position(|w| w == b" HTTP/1.1" || w == b" HTTP/1.0")
+    else {
+        return false;
+    };
+    buf[start..].windows(4).any(|w| w == b"\r\n\r\n")
+}
+
+/// The test's own reading of a v2 header (independent of shuck's decoder): addresses skipped,
+/// TLVs as (type, value), and the bytes after the header.
+fn walk_v2(got: &[u8]) -> (Vec<(u8, Vec<u8>)>, Vec<u8>) {
+    assert_eq!(
+        &got[..12],
+        b"\r\n\r\n\0\r\nQUIT\n",
+        "no v2 signature: {got:02x?}"
+    );
+    assert_eq!(got[12], 0x21, "not v2 PROXY");
+    let len = usize::from(u16::from_be_bytes([got[14], got[15]]));
+    let addr_len = match got[13] {
+        0x11 => 12,
+        0x21 => 36,
+        f => panic!("family {f:#x}"),
+    };
+    let mut tlvs = Vec::new();
+    let mut rest = &got[16 + addr_len..16 + len];
+    while !rest.is_empty() {
+        let n = usize::from(u16::from_be_bytes([rest[1], rest[2]]));
+        tlvs.push((rest[0], rest[3..3 + n].to_vec()));
+        rest = &rest[3 + n..];
+    }
+    (tlvs, got[16 + len..].to_vec())
+}
+
+fn tlv(tlvs: &[(u8, Vec<u8>)], t: u8) -> Option<&[u8]> {
+    tlvs.iter()
+        .find(|(k, _)| *k == t)
+        .map(|(_, v)| v.as_slice())
+}
+
+fn text(v: Option<&[u8]>) -> &str {
+    v.map_or("<absent>", |v| std::str::from_utf8(v).expect("utf-8"))
+}
+
+fn first_cert_der(pem_file: &std::path::Path) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    let c = rustls::pki_types::CertificateDer::pem_file_iter(pem_file)
+        .expect("read")
+        .next()
+        .expect("a certificate")
+        .expect("pem");
+    c.as_ref().to_vec()
+}
+
+fn mtls_frontend(pki: &Pki, backend: SocketAddr, client_auth: &str, tlvs: &str) -> Shuck {
+    let cert = pki.leaf("server.pem", "server", &["tlv.test"], Key::EcdsaP256);
+    Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\n\
+         certificates = {}\nalpn = [\"http/1.1\"]\nciphersuites = [\"TLS_AES_256_GCM_SHA384\", \"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384\"]\n\
+         proxy_protocol = \"v2\"\nproxy_protocol_tlvs = {tlvs}\n\
+         client_auth = \"{client_auth}\"\nclient_ca = {}\n",
+        toml_path(&cert),
+        toml_path(&pki.ca_path())
+    ))
+}
+
+#[test]
+fn ssl_tlvs_and_the_client_certificate_reach_the_backend() {
+    let pki = Pki::new();
+    let client = pki.leaf("client.pem", "client one", &[], Key::EcdsaP256);
+    let backend = RawBackend::start();
+    let shuck = mtls_frontend(
+        &pki,
+        backend.addr,
+        "required",
+        r#"["alpn", "authority", "ssl", "client_cert", "crc32c"]"#,
+    );
+    let out = curl(
+        &pki,
+        &shuck,
+        "tlv.test",
+        "/x",
+        &["--cert", client.to_str().expect("path"), "--tlsv1.3"],
+    );
+    assert!(
+        out.status.success(),
+        "curl: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        shuck.log_text()
+    );
+    let (tlvs, after) = walk_v2(&backend.next());
+    assert!(after.starts_with(b"GET /x HTTP/1.1\r\n"), "{after:?}");
+    assert_eq!(text(tlv(&tlvs, 0x01)), "http/1.1");
+    assert_eq!(text(tlv(&tlvs, 0x02)), "tlv.test");
+    let ssl = tlv(&tlvs, 0x20).expect("SSL TLV");
+    assert_eq!(
+        ssl[0],
+        0x01 | 0x02,
+        "client: SSL + certificate on this connection"
+    );
+    assert_eq!(&ssl[1..5], &[0, 0, 0, 0], "verify: 0 = verified");
+    let mut subs = Vec::new();
+    let mut rest = &ssl[5..];
+    while !rest.is_empty() {
+        let n = usize::from(u16::from_be_bytes([rest[1], rest[2]]));
+        subs.push((rest[0], rest[3..3 + n].to_vec()));
+        rest = &rest[3 + n..];
+    }
+    assert_eq!(text(tlv(&subs, 0x21)), "TLSv1.3");
+    assert_eq!(text(tlv(&subs, 0x22)), "client one");
+    assert_eq!(text(tlv(&subs, 0x23)), "TLS_AES_256_GCM_SHA384");
+    // The server certificate: a P-256 key signed by the test CA's P-256 key with SHA-256.
+    assert_eq!(text(tlv(&subs, 0x24)), "ecdsa-with-SHA256");
+    assert_eq!(text(tlv(&subs, 0x25)), "EC256");
+    assert_eq!(tlv(&tlvs, 0xE0), Some(first_cert_der(&client).as_slice()));
+    // The checksum TLV comes last, covering everything before it.
+    assert_eq!(tlvs.last().map(|t| t.0), Some(0x03));
+}
+
+#[test]
+fn client_auth_required_refuses_clients_without_a_valid_certificate() {
+    let pki = Pki::new();
+    let other_ca = Pki::new();
+    let stranger = other_ca.leaf("stranger.pem", "stranger", &[], Key::EcdsaP256);
+    let good = pki.leaf("client.pem", "client one", &[], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let shuck = mtls_frontend(&pki, backend.addr, "required", "[]");
+
+    let none = curl(&pki, &shuck, "tlv.test", "/", &[]);
+    assert!(!none.status.success(), "served without a certificate");
+    let bad = curl(
+        &pki,
+        &shuck,
+        "tlv.test",
+        "/",
+        &["--cert", stranger.to_str().expect("path")],
+    );
+    assert!(
+        !bad.status.success(),
+        "served a certificate from another CA"
+    );
+    let ok = curl(
+        &pki,
+        &shuck,
+        "tlv.test",
+        "/",
+        &["--cert", good.to_str().expect("path")],
+    );
+    assert!(
+        ok.status.success() && String::from_utf8_lossy(&ok.stdout).contains("backend got"),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let metrics = scrape(*shuck.addrs.last().expect("metrics addr"));
+    assert_eq!(
+        sum(
+            &metrics,
+            "shuck_handshake_failures_total",
+            &["reason=\"client_certificate\""]
+        ),
+        2,
+        "{metrics}"
+    );
+}
+
+#[test]
+fn client_auth_optional_serves_anonymous_clients_and_tells_the_backend() {
+    let pki = Pki::new();
+    let other_ca = Pki::new();
+    let stranger = other_ca.leaf("stranger.pem", "stranger", &[], Key::EcdsaP256);
+    let backend = RawBackend::start();
+    let shuck = mtls_frontend(&pki, backend.addr, "optional", r#"["ssl"]"#);
+
+    let anon = curl(&pki, &shuck, "tlv.test", "/", &[]);
+    assert!(
+        anon.status.success(),
+        "{}",
+        String::from_utf8_lossy(&anon.stderr)
+    );
+    let (tlvs, _) = walk_v2(&backend.next());
+    let ssl = tlv(&tlvs, 0x20).expect("SSL TLV");
+    assert_eq!(ssl[0], 0x01, "SSL, no certificate");
+    assert_ne!(&ssl[1..5], &[0, 0, 0, 0], "verify must not claim success");
+    assert!(tlv(&tlvs, 0x01).is_none(), "ALPN TLV not asked for");
+
+    // Optional is not 'anything goes': a certificate that does not verify is refused.
+    let bad = curl(
+        &pki,
+        &shuck,
+        "tlv.test",
+        "/",
+        &["--cert", stranger.to_str().expect("path")],
+    );
+    assert!(
+        !bad.status.success(),
+        "served a certificate from another CA"
+    );
+}
+
+fn scrape(addr: SocketAddr) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect metrics");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    String::from_utf8(read_all_bounded(&mut s)).expect("utf-8")
+}
+
+fn sum(text: &str, name: &str, labels: &[&str]) -> i64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+        .sum()
+}
+
+/// Sends `bytes` (and optionally closes the write side), then waits for shuck to close the
+/// connection without sending anything; returns what came back.
+fn refused(addr: SocketAddr, bytes: &[u8], close_write: bool) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.write_all(bytes).expect("write");
+    if close_write {
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    }
+    read_all_bounded(&mut s)
+}
+
+#[test]
+fn accept_proxy_refuses_bad_headers_and_counts_them() {
+    let pki = Pki::new();
+    let cert = pki.leaf("s.pem", "s", &["pp.test"], Key::EcdsaP256);
+    let backend = RawBackend::start();
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\n\
+         certificates = {}\naccept_proxy = true\nproxy_header_timeout = \"1s\"\nproxy_protocol = \"v1\"\n",
+        backend.addr,
+        toml_path(&cert)
+    ));
+    let a = shuck.addr();
+    // A TLS client that sends no header: its ClientHello is refused on the first byte.
+    let direct = curl(&pki, &shuck, "pp.test", "/", &[]);
+    assert!(!direct.status.success(), "served a client without a header");
+    assert!(refused(a, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", false).is_empty());
+    assert!(refused(a, b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\n", false).is_empty());
+    assert!(refused(a, b"PROXY TCP4 1.2.3.4 5.6.7.8 99999 2\r\n", false).is_empty());
+    // v2 with a CRC32C TLV that does not match.
+    let mut bad_crc = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x13".to_vec();
+    bad_crc.extend([192, 0, 2, 1, 198, 51, 100, 2, 0xdc, 0x04, 0x01, 0xbb]);
+    bad_crc.extend([0x03, 0, 4, 0xde, 0xad, 0xbe, 0xef]);
+    assert!(refused(a, &bad_crc, false).is_empty());
+    // Truncated: the peer closes mid-header.
+    assert!(refused(a, &bad_crc[..20], true).is_empty());
+    // Never completes: closed by proxy_header_timeout (1s), not held open.
+    let started = std::time::Instant::now();
+    assert!(refused(a, b"PROXY TCP4 1.2", false).is_empty());
+    assert!(started.elapsed() < Duration::from_secs(15));
+
+    // After all that, a well-formed header followed by TLS is served, and the backend sees the
+    // announced client.
+    let mut s = TcpStream::connect(a).expect("connect");
+    s.write_all(b"PROXY TCP4 203.0.113.9 198.51.100.7 40000 443\r\n")
+        .expect("header");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let answer = rt.block_on(async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        s.set_nonblocking(true).expect("nonblocking");
+        let tcp = tokio::net::TcpStream::from_std(s).expect("tokio");
+        let name = rustls::pki_types::ServerName::try_from("pp.test").expect("name");
+        let mut tls = common::connector(&pki)
+            .connect(name, tcp)
+            .await
+            .expect("TLS after a good header");
+        tls.write_all(b"GET /ok HTTP/1.0\r\n\r\n")
+            .await
+            .expect("write");
+        let mut v = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(20), tls.read_to_end(&mut v)).await;
+        v
+    });
+    assert!(answer.ends_with(b"ok"), "{answer:?}");
+    let got = backend.next();
+    assert!(
+        got.starts_with(b"PROXY TCP4 203.0.113.9 198.51.100.7 40000 443\r\nGET /ok HTTP/1.0"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+
+    let m = scrape(*shuck.addrs.last().expect("metrics addr"));
+    let errs = |reason: &str| {
+        sum(
+            &m,
+            "shuck_proxy_header_errors_total",
+            &[&format!("reason=\"{reason}\"")],
+        )
+    };
+    assert_eq!(errs("not_proxy"), 2, "{m}");
+    assert_eq!(errs("v1_malformed"), 2, "{m}");
+    assert_eq!(errs("bad_checksum"), 1, "{m}");
+    assert_eq!(errs("closed"), 1, "{m}");
+    assert_eq!(errs("timeout"), 1, "{m}");
+    assert_eq!(
+        sum(&m, "shuck_proxy_headers_total", &["command=\"proxy\""]),
+        1,
+        "{m}"
+    );
+}
+
+#[test]
+fn accept_proxy_from_closes_peers_outside_the_list() {
+    let pki = Pki::new();
+    let cert = pki.leaf("s.pem", "s", &["pp.test"], Key::EcdsaP256);
+    let backend = RawBackend::start();
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\n\
+         certificates = {}\naccept_proxy = true\naccept_proxy_from = [\"192.0.2.0/24\", \"2001:db8::/32\"]\n",
+        backend.addr,
+        toml_path(&cert)
+    ));
+    assert!(refused(
+        shuck.addr(),
+        b"PROXY TCP4 203.0.113.9 198.51.100.7 40000 443\r\n",
+        false
+    )
+    .is_empty());
+    let m = scrape(*shuck.addrs.last().expect("metrics addr"));
+    assert_eq!(
+        sum(
+            &m,
+            "shuck_proxy_header_errors_total",
+            &["reason=\"untrusted_peer\""]
+        ),
+        1,
+        "{m}"
+    );
+    assert!(backend.got.try_recv().is_err(), "backend reached");
+}
