@@ -382,6 +382,92 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    /// A backend end that records each write call separately.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+
+    impl AsyncRead for Writes {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(())) // EOF: the backend says nothing
+        }
+    }
+
+    impl AsyncWrite for Writes {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.0.push(buf.to_vec());
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn prefix(bytes: &[u8]) -> Option<(PooledBuf, usize)> {
+        let mut b = PooledBuf::at_least(bytes.len());
+        b.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
+        Some((b, bytes.len()))
+    }
+
+    #[tokio::test]
+    async fn prefix_and_bytes_already_sent_leave_in_one_write() {
+        let (mut client, mut proxy_client) = tokio::io::duplex(4096);
+        client.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut backend = Writes::default();
+        let (moved, res) = relay_with_prefix(
+            &mut proxy_client,
+            &mut backend,
+            Duration::from_secs(5),
+            prefix(b"PROXY UNKNOWN\r\n"),
+        )
+        .await;
+        res.unwrap();
+        assert_eq!(backend.0[0], b"PROXY UNKNOWN\r\nGET / HTTP/1.0\r\n\r\n");
+        assert_eq!(backend.0.len(), 1, "{:?}", backend.0);
+        assert_eq!(moved.up, 18, "the header is not client data");
+    }
+
+    #[tokio::test]
+    async fn prefix_goes_out_alone_when_the_client_is_silent() {
+        // A server-speaks-first backend: the header must not wait for the client.
+        let (mut client, mut proxy_client) = tokio::io::duplex(4096);
+        let (mut proxy_backend, mut backend) = tokio::io::duplex(4096);
+        let relay = tokio::spawn(async move {
+            relay_with_prefix(
+                &mut proxy_client,
+                &mut proxy_backend,
+                Duration::from_secs(5),
+                prefix(b"HEADER"),
+            )
+            .await
+        });
+        let mut got = [0u8; 6];
+        backend.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"HEADER");
+        backend.write_all(b"220 hello").await.unwrap();
+        backend.shutdown().await.unwrap();
+        let mut greeting = [0u8; 9];
+        client.read_exact(&mut greeting).await.unwrap();
+        assert_eq!(&greeting, b"220 hello");
+        client.write_all(b"QUIT").await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        backend.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"QUIT");
+        relay.await.unwrap().1.unwrap();
+    }
+
     #[tokio::test]
     async fn relays_both_ways_with_half_close_and_returns_buffers() {
         let (mut client, mut proxy_client) = tokio::io::duplex(1024);
