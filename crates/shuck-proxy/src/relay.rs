@@ -413,10 +413,10 @@ mod tests {
         }
     }
 
-    fn prefix(bytes: &[u8]) -> Option<(PooledBuf, usize)> {
+    fn prefix(bytes: &[u8]) -> (PooledBuf, usize) {
         let mut b = PooledBuf::at_least(bytes.len());
         b.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
-        Some((b, bytes.len()))
+        (b, bytes.len())
     }
 
     #[tokio::test]
@@ -429,7 +429,7 @@ mod tests {
             &mut proxy_client,
             &mut backend,
             Duration::from_secs(5),
-            prefix(b"PROXY UNKNOWN\r\n"),
+            Some(prefix(b"PROXY UNKNOWN\r\n")),
         )
         .await;
         res.unwrap();
@@ -448,7 +448,7 @@ mod tests {
                 &mut proxy_client,
                 &mut proxy_backend,
                 Duration::from_secs(5),
-                prefix(b"HEADER"),
+                Some(prefix(b"HEADER")),
             )
             .await
         });
