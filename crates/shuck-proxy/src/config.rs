@@ -851,6 +851,42 @@ mod tests {
                 "log_level = \"loud\"\n[[frontend]]\nself_signed = true\n",
                 "log_level",
             ),
+            (
+                "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nproxy_protocol = \"v1\"\nproxy_protocol_tlvs = [\"alpn\"]\n",
+                "proxy_protocol_tlvs",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nproxy_protocol = \"v2\"\nproxy_protocol_tlvs = [\"sni\"]\n",
+                "proxy_protocol_tlvs",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nproxy_protocol = \"v2\"\nproxy_protocol_tlvs = [\"client_cert\"]\n",
+                "proxy_protocol_tlvs",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\nproxy_client_cert_tlv = 0x20\n",
+                "proxy_client_cert_tlv",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\naccept_proxy_from = [\"10.0.0.0/8\"]\n",
+                "accept_proxy_from",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\naccept_proxy = true\naccept_proxy_from = [\"10.0.0.0/33\"]\n",
+                "accept_proxy_from",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\naccept_proxy = true\nproxy_header_timeout = \"0s\"\n",
+                "proxy_header_timeout",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\nclient_auth = \"required\"\n",
+                "client_ca",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\nclient_ca = \"ca.pem\"\n",
+                "client_ca",
+            ),
         ] {
             let e = parse(text).unwrap_err().to_string();
             assert!(e.contains(key), "{text}: {e}");

@@ -398,8 +398,10 @@ fn needs_restart(
         Some("a timeout")
     } else if old.backlog != new.backlog {
         Some("backlog")
-    } else if old.proxy_protocol != new.proxy_protocol {
-        Some("proxy_protocol")
+    } else if (old.proxy_protocol, old.proxy_tlvs) != (new.proxy_protocol, new.proxy_tlvs) {
+        Some("proxy_protocol or proxy_protocol_tlvs")
+    } else if old.accept_proxy != new.accept_proxy {
+        Some("accept_proxy settings")
     } else {
         None
     }
