@@ -53,15 +53,15 @@ pub fn report(config: &Config) -> Result<Report> {
             }
         }
         if fe.proxy_protocol != ProxyProtocol::None {
-            let tlvs = fe.proxy_tlvs.names();
+            let tlv_names = fe.proxy_tlvs.names();
             let _ = writeln!(
                 s,
                 "  proxy_protocol: {} to the backend{}",
                 fe.proxy_protocol,
-                if tlvs.is_empty() {
+                if tlv_names.is_empty() {
                     String::new()
                 } else {
-                    format!(", TLVs: {}", tlvs.join(", "))
+                    format!(", TLVs: {}", tlv_names.join(", "))
                 }
             );
         }
