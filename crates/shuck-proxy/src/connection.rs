@@ -96,7 +96,10 @@ impl UniqueId {
     }
 
     fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or("-")
+        match std::str::from_utf8(&self.bytes[..self.len]) {
+            Ok(s) if !s.is_empty() => s,
+            _ => "-",
+        }
     }
 }
 
@@ -180,6 +183,12 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, mut tcp: TcpStream, 
                     local = dst;
                 }
                 passthrough = a.passthrough;
+            }
+            // A TCP health check (connect, close) is not worth a warning each time.
+            Err(e @ proxy_in::HeaderError::Closed { received: 0 }) => {
+                m.proxy_header_failed(e.label());
+                tracing::debug!(frontend = %cfg.name, %peer, worker = worker.id, "peer closed before sending a PROXY header");
+                return;
             }
             Err(e) => {
                 m.proxy_header_failed(e.label());
@@ -275,16 +284,19 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, mut tcp: TcpStream, 
             None
         };
         let ssl = want.ssl.then(|| proxy_protocol::SslInfo {
+            // The spec: CERT_SESS = a certificate was presented at least once in this TLS
+            // session; CERT_CONN = on this very connection, which a resumption never does.
             client: proxy_protocol::tlv::CLIENT_SSL
-                | if peer_cert.is_some() {
-                    proxy_protocol::tlv::CLIENT_CERT_CONN
-                        | if conn.handshake_kind() == Some(HandshakeKind::Resumed) {
-                            proxy_protocol::tlv::CLIENT_CERT_SESS
-                        } else {
-                            0
-                        }
-                } else {
-                    0
+                | match (
+                    peer_cert.is_some(),
+                    conn.handshake_kind() == Some(HandshakeKind::Resumed),
+                ) {
+                    (true, false) => {
+                        proxy_protocol::tlv::CLIENT_CERT_CONN
+                            | proxy_protocol::tlv::CLIENT_CERT_SESS
+                    }
+                    (true, true) => proxy_protocol::tlv::CLIENT_CERT_SESS,
+                    (false, _) => 0,
                 },
             // rustls finishes a handshake only with a verified certificate or none at all.
             verify: u32::from(peer_cert.is_none()),

@@ -27,8 +27,8 @@ pub struct Announced {
 pub enum HeaderError {
     #[error(transparent)]
     Decode(#[from] DecodeError),
-    #[error("connection closed before the PROXY header was complete")]
-    Closed,
+    #[error("connection closed after {received} bytes, before the PROXY header was complete")]
+    Closed { received: usize },
     #[error("no complete PROXY header within {0:?}")]
     Timeout(std::time::Duration),
     #[error("peer is not in accept_proxy_from")]
@@ -41,7 +41,7 @@ impl HeaderError {
     pub fn label(&self) -> &'static str {
         match self {
             HeaderError::Decode(e) => e.label(),
-            HeaderError::Closed => "closed",
+            HeaderError::Closed { .. } => "closed",
             HeaderError::Timeout(_) => "timeout",
             HeaderError::Untrusted => "untrusted_peer",
             HeaderError::Io(_) => "other",
@@ -70,14 +70,14 @@ pub async fn read_header(tcp: &mut TcpStream) -> Result<Announced, HeaderError> 
         // every peek after a consuming read either sees new bytes or waits for them.
         let n = tcp.peek(&mut buf[have..]).await?;
         if n == 0 {
-            return Err(HeaderError::Closed);
+            return Err(HeaderError::Closed { received: have });
         }
         match proxy_protocol::decode(&buf[..have + n])? {
             Parsed::Complete { len, .. } => {
                 tcp.read_exact(&mut buf[have..len]).await?;
                 // Decode again from the owned copy (same bytes) to build the answer.
                 let Parsed::Complete { header, .. } = proxy_protocol::decode(&buf[..len])? else {
-                    return Err(HeaderError::Closed);
+                    return Err(HeaderError::Decode(DecodeError::V2Truncated));
                 };
                 let addrs = match header.addrs {
                     Addresses::Tcp { src, dst } if !header.local => Some((src, dst)),

@@ -150,8 +150,8 @@ fn ssl_tlvs_and_the_client_certificate_reach_the_backend() {
     let ssl = tlv(&tlvs, 0x20).expect("SSL TLV");
     assert_eq!(
         ssl[0],
-        0x01 | 0x02,
-        "client: SSL + certificate on this connection"
+        0x01 | 0x02 | 0x04,
+        "client: SSL + certificate on this connection and so in this session"
     );
     assert_eq!(&ssl[1..5], &[0, 0, 0, 0], "verify: 0 = verified");
     let mut subs = Vec::new();

@@ -39,7 +39,9 @@ pub fn verifier(
     }
     let v = builder.build().map_err(|e| Error::Cert {
         path: ca.to_path_buf(),
-        message: format!("cannot build the client certificate verifier: {e}"),
+        message: format!(
+            "cannot build the client certificate verifier from client_ca and client_crl: {e}"
+        ),
     })?;
     Ok(Some(v))
 }

@@ -89,8 +89,8 @@ pub fn suite_name(s: SupportedCipherSuite) -> &'static str {
 }
 
 /// The OpenSSL name of a suite, as HAProxy and nginx report ciphers (`ssl_fc_cipher`,
-/// `$ssl_cipher`) and so as backends reading the PROXY SSL TLV expect them. TLS 1.3 names are the
-/// same in both.
+/// `$ssl_cipher`) and so as backends reading the PROXY SSL TLV expect them. For TLS 1.3 that is
+/// the RFC 8446 name, which rustls spells with a "TLS13_" prefix.
 pub fn openssl_suite_name(s: SupportedCipherSuite) -> &'static str {
     match suite_name(s) {
         "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256" => "ECDHE-ECDSA-AES128-GCM-SHA256",
