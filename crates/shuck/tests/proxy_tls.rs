@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{curl, read_all_bounded, toml_path, HttpBackend, Key, Pki, Shuck};
+use common::{curl, read_all_bounded, scrape, sum, toml_path, HttpBackend, Key, Pki, Shuck};
 
 /// A backend that keeps the bytes it receives up to the end of the HTTP request head, answers
 /// 200, and sends what it received to the test.
@@ -252,21 +252,6 @@ fn client_auth_optional_serves_anonymous_clients_and_tells_the_backend() {
     );
 }
 
-fn scrape(addr: SocketAddr) -> String {
-    let mut s = TcpStream::connect(addr).expect("connect metrics");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .expect("write");
-    String::from_utf8(read_all_bounded(&mut s)).expect("utf-8")
-}
-
-fn sum(text: &str, name: &str, labels: &[&str]) -> i64 {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
-        .filter(|l| labels.iter().all(|want| l.contains(want)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
-        .sum()
-}
-
 /// Sends `bytes` (and optionally closes the write side), then waits for shuck to close the
 /// connection without sending anything; returns what came back.
 fn refused(addr: SocketAddr, bytes: &[u8], close_write: bool) -> Vec<u8> {
@@ -389,4 +374,42 @@ fn accept_proxy_from_closes_peers_outside_the_list() {
         "{m}"
     );
     assert!(backend.got.try_recv().is_err(), "backend reached");
+}
+
+#[test]
+fn a_client_certificate_revoked_by_the_crl_is_refused() {
+    let pki = Pki::new();
+    let revoked = pki.client("revoked.pem", "revoked one", 1001);
+    let kept = pki.client("kept.pem", "kept one", 1002);
+    let crl = pki.crl("ca.crl.pem", &[1001]);
+    let cert = pki.leaf("server.pem", "server", &["tlv.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n\
+         client_auth = \"required\"\nclient_ca = {}\nclient_crl = {}\n",
+        backend.addr,
+        toml_path(&cert),
+        toml_path(&pki.ca_path()),
+        toml_path(&crl)
+    ));
+    let with = |c: &std::path::Path| {
+        curl(
+            &pki,
+            &shuck,
+            "tlv.test",
+            "/",
+            &["--cert", c.to_str().expect("path")],
+        )
+    };
+    let out = with(&kept);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        shuck.log_text()
+    );
+    assert!(
+        !with(&revoked).status.success(),
+        "revoked certificate served"
+    );
 }

@@ -46,15 +46,21 @@ pub fn verifier(
     Ok(Some(v))
 }
 
-fn load_roots(path: &Path) -> Result<RootCertStore> {
-    let bad = |message: String| Error::Cert {
-        path: path.to_path_buf(),
-        message,
-    };
+/// The file's bytes, and a constructor for errors naming it.
+fn read(path: &Path) -> Result<(Vec<u8>, impl Fn(String) -> Error + '_)> {
     let bytes = std::fs::read(path).map_err(|source| Error::CertRead {
         path: path.to_path_buf(),
         source,
     })?;
+    let bad = move |message: String| Error::Cert {
+        path: path.to_path_buf(),
+        message,
+    };
+    Ok((bytes, bad))
+}
+
+fn load_roots(path: &Path) -> Result<RootCertStore> {
+    let (bytes, bad) = read(path)?;
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&bytes)
         .collect::<std::result::Result<_, _>>()
         .map_err(|e| bad(format!("unreadable PEM in client_ca: {e}")))?;
@@ -73,14 +79,7 @@ fn load_roots(path: &Path) -> Result<RootCertStore> {
 }
 
 fn load_crls(path: &Path) -> Result<Vec<CertificateRevocationListDer<'static>>> {
-    let bad = |message: String| Error::Cert {
-        path: path.to_path_buf(),
-        message,
-    };
-    let bytes = std::fs::read(path).map_err(|source| Error::CertRead {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let (bytes, bad) = read(path)?;
     let crls: Vec<_> = CertificateRevocationListDer::pem_slice_iter(&bytes)
         .collect::<std::result::Result<_, _>>()
         .map_err(|e| bad(format!("unreadable PEM CRL: {e}")))?;
