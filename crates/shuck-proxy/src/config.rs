@@ -217,6 +217,16 @@ pub struct AcceptProxy {
     /// Peers allowed to connect (and so to send a header); empty means any.
     pub from: Vec<ipnet::IpNet>,
     pub timeout: Duration,
+    /// The TLV type shuck uses for client certificates: never taken from a received header.
+    pub cert_tlv: u8,
+}
+
+impl AcceptProxy {
+    /// Received TLVs (unique ID, custom ones) are passed on only from named load balancers:
+    /// with any peer allowed, anyone could put words in the backend's mouth.
+    pub fn passes_tlvs(&self) -> bool {
+        !self.from.is_empty()
+    }
 }
 
 impl AcceptProxy {
@@ -746,7 +756,19 @@ impl RawFrontend {
             }
             return Ok(None);
         }
-        Ok(Some(AcceptProxy { from, timeout }))
+        if self.accept_proxy_from.as_ref().is_some_and(Vec::is_empty) {
+            return Err(key_err(
+                "accept_proxy_from",
+                "empty list: name the load balancers' networks, or leave the key out to accept any peer",
+            ));
+        }
+        Ok(Some(AcceptProxy {
+            from,
+            timeout,
+            cert_tlv: self
+                .proxy_client_cert_tlv
+                .unwrap_or(defaults::PROXY_CLIENT_CERT_TLV),
+        }))
     }
 }
 
@@ -878,6 +900,10 @@ mod tests {
             (
                 "[[frontend]]\nself_signed = true\naccept_proxy = true\nproxy_header_timeout = \"0s\"\n",
                 "proxy_header_timeout",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\naccept_proxy = true\naccept_proxy_from = []\n",
+                "accept_proxy_from",
             ),
             (
                 "[[frontend]]\nself_signed = true\nclient_auth = \"required\"\n",

@@ -165,9 +165,12 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, mut tcp: TcpStream, 
     let mut passthrough = None;
     if let Some(ap) = &cfg.accept_proxy {
         let res = if ap.allows(peer.ip()) {
-            tokio::time::timeout(ap.timeout, proxy_in::read_header(&mut tcp))
-                .await
-                .unwrap_or(Err(proxy_in::HeaderError::Timeout(ap.timeout)))
+            tokio::time::timeout(
+                ap.timeout,
+                proxy_in::read_header(&mut tcp, ap.passes_tlvs().then_some(ap.cert_tlv)),
+            )
+            .await
+            .unwrap_or(Err(proxy_in::HeaderError::Timeout(ap.timeout)))
         } else {
             Err(proxy_in::HeaderError::Untrusted)
         };
@@ -206,6 +209,7 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, mut tcp: TcpStream, 
     // The certificate resolver runs inside these polls and notes which certificate it chose, so
     // the SSL TLV can name its algorithms (rustls does not say after the handshake).
     let handshake = std::future::poll_fn(|cx| {
+        sni::take_chosen();
         let r = accept.as_mut().poll(cx);
         if let Some(c) = sni::take_chosen() {
             served_cert = Some(c);

@@ -12,6 +12,9 @@ use tokio::net::TcpStream;
 use crate::proxy_protocol::{self, tlv, Addresses, DecodeError, Parsed};
 use crate::relay::PooledBuf;
 
+// The whole v2 header must fit the pooled buffer it is read into.
+const _: () = assert!(crate::relay::BUF_SIZE >= proxy_protocol::V2_MAX_RECEIVED);
+
 /// What a load balancer told us about the connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Announced {
@@ -52,16 +55,22 @@ impl HeaderError {
 /// TLVs that describe the client rather than the load balancer's own TLS, and that shuck does
 /// not produce itself: the unique ID (request tracing across hops), network namespace, and the
 /// custom range (cloud load balancers put endpoint IDs there).
-fn keep_tlv(kind: u8) -> bool {
-    matches!(
-        kind,
-        tlv::UNIQUE_ID | tlv::NETNS | tlv::CUSTOM_MIN..=tlv::CUSTOM_MAX
-    )
+fn keep_tlv(kind: u8, cert_tlv: u8) -> bool {
+    kind != cert_tlv
+        && matches!(
+            kind,
+            tlv::UNIQUE_ID | tlv::NETNS | tlv::CUSTOM_MIN..=tlv::CUSTOM_MAX
+        )
 }
 
 /// Reads one header. Cancel-safe only in the sense that dropping it drops the connection: the
 /// caller wraps it in the header timeout and closes on any error.
-pub async fn read_header(tcp: &mut TcpStream) -> Result<Announced, HeaderError> {
+/// `pass_on`: keep the received TLVs worth passing on (see [`keep_tlv`]) except this client
+/// certificate type; `None` keeps none.
+pub async fn read_header(
+    tcp: &mut TcpStream,
+    pass_on: Option<u8>,
+) -> Result<Announced, HeaderError> {
     let mut buf = PooledBuf::take();
     let buf = buf.bytes_mut();
     let mut have = 0;
@@ -86,7 +95,7 @@ pub async fn read_header(tcp: &mut TcpStream) -> Result<Announced, HeaderError> 
                 let mut kept = Vec::new();
                 for t in proxy_protocol::tlvs(header.tlvs) {
                     let (kind, value) = t?;
-                    if keep_tlv(kind) {
+                    if pass_on.is_some_and(|cert_tlv| keep_tlv(kind, cert_tlv)) {
                         kept.push(kind);
                         kept.extend_from_slice(&(value.len() as u16).to_be_bytes());
                         kept.extend_from_slice(value);

@@ -295,29 +295,12 @@ fn accept_proxy_refuses_bad_headers_and_counts_them() {
 
     // After all that, a well-formed header followed by TLS is served, and the backend sees the
     // announced client.
-    let mut s = TcpStream::connect(a).expect("connect");
-    s.write_all(b"PROXY TCP4 203.0.113.9 198.51.100.7 40000 443\r\n")
-        .expect("header");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let answer = rt.block_on(async {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        s.set_nonblocking(true).expect("nonblocking");
-        let tcp = tokio::net::TcpStream::from_std(s).expect("tokio");
-        let name = rustls::pki_types::ServerName::try_from("pp.test").expect("name");
-        let mut tls = common::connector(&pki)
-            .connect(name, tcp)
-            .await
-            .expect("TLS after a good header");
-        tls.write_all(b"GET /ok HTTP/1.0\r\n\r\n")
-            .await
-            .expect("write");
-        let mut v = Vec::new();
-        let _ = tokio::time::timeout(Duration::from_secs(20), tls.read_to_end(&mut v)).await;
-        v
-    });
+    let answer = tls_after_header(
+        &pki,
+        a,
+        b"PROXY TCP4 203.0.113.9 198.51.100.7 40000 443\r\n",
+        "/ok",
+    );
     assert!(answer.ends_with(b"ok"), "{answer:?}");
     let got = backend.next();
     assert!(
@@ -412,4 +395,135 @@ fn a_client_certificate_revoked_by_the_crl_is_refused() {
         !with(&revoked).status.success(),
         "revoked certificate served"
     );
+}
+
+/// Resumption does not check a client certificate again, so a reload that revokes one must also
+/// retire the sessions and tickets made under the old trust: the revoked client's ticket must
+/// not get it back in.
+#[test]
+fn a_reload_with_a_new_crl_does_not_let_revoked_clients_resume() {
+    let pki = Pki::new();
+    let client = pki.client("alice.pem", "alice", 2001);
+    let crl = pki.crl("ca.crl.pem", &[]);
+    let cert = pki.leaf("server.pem", "server", &["tlv.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n\
+         client_auth = \"required\"\nclient_ca = {}\nclient_crl = {}\n",
+        backend.addr,
+        toml_path(&cert),
+        toml_path(&pki.ca_path()),
+        toml_path(&crl)
+    ));
+    let sess = pki.path("alice.sess");
+    let c = client.to_str().expect("path");
+    let s = sess.to_str().expect("path");
+    let (ok, out) = common::s_client(
+        &pki,
+        shuck.addr(),
+        Some("tlv.test"),
+        &["-tls1_3", "-cert", c, "-key", c, "-sess_out", s],
+    );
+    assert!(ok, "{out}");
+    // Control: before the reload the session resumes.
+    let (ok, out) = common::s_client(
+        &pki,
+        shuck.addr(),
+        Some("tlv.test"),
+        &["-tls1_3", "-cert", c, "-key", c, "-sess_in", s],
+    );
+    assert!(ok && out.contains("\nReused, TLSv1.3"), "{out}");
+
+    // Revoke alice, reload, and try the old session again.
+    let revoking = pki.crl("revoking.crl.pem", &[2001]);
+    std::fs::rename(&revoking, &crl).expect("replace CRL");
+    shuck.signal("HUP");
+    let log = shuck.wait_log("reloaded certificates");
+    assert!(log.contains("client certificate trust changed"), "{log}");
+    let (ok, out) = common::s_client(
+        &pki,
+        shuck.addr(),
+        Some("tlv.test"),
+        &["-tls1_3", "-cert", c, "-key", c, "-sess_in", s],
+    );
+    assert!(!out.contains("\nReused,"), "revoked client resumed: {out}");
+    assert!(
+        !out.contains("backend got"),
+        "revoked client served: {ok} {out}"
+    );
+}
+
+/// Sends `header`, then a TLS handshake (SNI pp.test) and an HTTP/1.0 request for `path` over the
+/// same connection; returns the answer.
+fn tls_after_header(pki: &Pki, addr: SocketAddr, header: &[u8], path: &str) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.write_all(header).expect("header");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        s.set_nonblocking(true).expect("nonblocking");
+        let tcp = tokio::net::TcpStream::from_std(s).expect("tokio");
+        let name = rustls::pki_types::ServerName::try_from("pp.test").expect("name");
+        let mut tls = common::connector(pki)
+            .connect(name, tcp)
+            .await
+            .expect("TLS after a good header");
+        tls.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+            .await
+            .expect("write");
+        let mut v = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(20), tls.read_to_end(&mut v)).await;
+        v
+    })
+}
+
+/// A v2 header from 203.0.113.9:40000 to 198.51.100.7:443 carrying `tlvs` (type, value).
+fn v2_with(tlvs: &[(u8, &[u8])]) -> Vec<u8> {
+    let mut body = vec![203, 0, 113, 9, 198, 51, 100, 7, 0x9c, 0x40, 0x01, 0xbb];
+    for (t, v) in tlvs {
+        body.push(*t);
+        body.extend((v.len() as u16).to_be_bytes());
+        body.extend(*v);
+    }
+    let mut h = b"\r\n\r\n\0\r\nQUIT\n\x21\x11".to_vec();
+    h.extend((body.len() as u16).to_be_bytes());
+    h.extend(body);
+    h
+}
+
+/// Received unique-ID and custom TLVs reach the backend only from listed load balancers, and a
+/// received TLV of the client-certificate type never does (it would forge a client identity).
+#[test]
+fn received_tlvs_pass_on_only_from_listed_balancers_and_never_a_client_certificate() {
+    let pki = Pki::new();
+    let cert = pki.leaf("s.pem", "s", &["pp.test"], Key::EcdsaP256);
+    let header = v2_with(&[(0x05, b"lb-42"), (0xEA, b"\x01vpc-1"), (0xE0, b"forged")]);
+    for (from, passes) in [
+        ("accept_proxy_from = [\"127.0.0.0/8\"]\n", true),
+        ("", false),
+    ] {
+        let backend = RawBackend::start();
+        let shuck = Shuck::start(&format!(
+            "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n\
+             accept_proxy = true\n{from}proxy_protocol = \"v2\"\nproxy_protocol_tlvs = [\"unique_id\"]\n",
+            backend.addr,
+            toml_path(&cert)
+        ));
+        let answer = tls_after_header(&pki, shuck.addr(), &header, "/");
+        assert!(answer.ends_with(b"ok"), "{answer:?}");
+        let (tlvs, _) = walk_v2(&backend.next());
+        assert_eq!(tlv(&tlvs, 0xE0), None, "client certificate TLV passed on");
+        if passes {
+            assert_eq!(text(tlv(&tlvs, 0x05)), "lb-42");
+            assert_eq!(tlv(&tlvs, 0xEA), Some(&b"\x01vpc-1"[..]));
+        } else {
+            assert_eq!(tlv(&tlvs, 0xEA), None);
+            // shuck's own unique ID instead of the peer's.
+            let id = text(tlv(&tlvs, 0x05));
+            assert!(id != "lb-42" && !id.is_empty(), "{id}");
+        }
+    }
 }

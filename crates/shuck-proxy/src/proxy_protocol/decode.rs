@@ -97,19 +97,20 @@ pub fn decode(buf: &[u8]) -> Result<Parsed<'_>, DecodeError> {
 }
 
 fn decode_v1(buf: &[u8]) -> Result<Parsed<'_>, DecodeError> {
-    let window = &buf[..buf.len().min(V1_MAX)];
+    // The CR may stand at most at index 105, so that CRLF ends within 107 bytes.
+    let window = &buf[..buf.len().min(V1_MAX - 1)];
     let Some(cr) = window.iter().position(|&b| b == b'\r') else {
         if window.contains(&b'\n') {
             return Err(DecodeError::V1Malformed("LF without CR"));
         }
-        return if buf.len() >= V1_MAX {
+        return if buf.len() >= V1_MAX - 1 {
             Err(DecodeError::V1TooLong)
         } else {
             Ok(Parsed::Incomplete { total: None })
         };
     };
     match buf.get(cr + 1) {
-        None if cr + 1 < V1_MAX => return Ok(Parsed::Incomplete { total: None }),
+        None => return Ok(Parsed::Incomplete { total: None }),
         Some(b'\n') => {}
         _ => return Err(DecodeError::V1Malformed("CR not followed by LF")),
     }

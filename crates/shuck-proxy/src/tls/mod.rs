@@ -30,6 +30,8 @@ pub struct TlsContext {
     pub certs: Vec<LoadedCert>,
     template: ServerConfig,
     session_cache_size: usize,
+    /// Digest of the client-certificate trust (mode, CA, CRLs); `None` without client_auth.
+    pub client_trust: Option<[u8; 32]>,
 }
 
 pub fn provider_for(fe: &Frontend) -> CryptoProvider {
@@ -81,11 +83,12 @@ impl TlsContext {
             source,
         };
         let client_verifier = client_auth::verifier(fe, &provider)?;
+        let client_trust = client_verifier.as_ref().map(|v| v.trust_digest);
         let builder = ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&fe.versions)
             .map_err(tls_err)?;
         let builder = match client_verifier {
-            Some(v) => builder.with_client_cert_verifier(v),
+            Some(v) => builder.with_client_cert_verifier(v.verifier),
             None => builder.with_no_client_auth(),
         };
         let mut template = builder.with_cert_resolver(Arc::new(resolver));
@@ -107,6 +110,7 @@ impl TlsContext {
             certs,
             template,
             session_cache_size: fe.session_cache_size,
+            client_trust,
         })
     }
 
