@@ -115,6 +115,11 @@ fn decode_v1(buf: &[u8]) -> Result<Parsed<'_>, DecodeError> {
         _ => return Err(DecodeError::V1Malformed("CR not followed by LF")),
     }
     let line = &buf[V1_PREFIX.len()..cr];
+    // Refused whole as it is refused in part (before the CR has arrived): the answer must not
+    // depend on where TCP split the line.
+    if line.contains(&b'\n') {
+        return Err(DecodeError::V1Malformed("LF without CR"));
+    }
     let len = cr + 2;
     let header = |addrs| Parsed::Complete {
         header: Received {
