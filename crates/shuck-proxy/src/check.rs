@@ -53,7 +53,43 @@ pub fn report(config: &Config) -> Result<Report> {
             }
         }
         if fe.proxy_protocol != ProxyProtocol::None {
-            let _ = writeln!(s, "  proxy_protocol: {}", fe.proxy_protocol);
+            let tlv_names = fe.proxy_tlvs.names();
+            let _ = writeln!(
+                s,
+                "  proxy_protocol: {} to the backend{}",
+                fe.proxy_protocol,
+                if tlv_names.is_empty() {
+                    String::new()
+                } else {
+                    format!(", TLVs: {}", tlv_names.join(", "))
+                }
+            );
+        }
+        if let Some(ap) = &fe.accept_proxy {
+            let from: Vec<String> = ap.from.iter().map(ToString::to_string).collect();
+            let _ = writeln!(
+                s,
+                "  accept_proxy: v1/v2 header required from {} (timeout {:?})",
+                if from.is_empty() {
+                    "any peer".to_string()
+                } else {
+                    from.join(", ")
+                },
+                ap.timeout
+            );
+        }
+        if let Some(ca) = &fe.client_ca {
+            let _ = writeln!(
+                s,
+                "  client certificates: {} (CA {}{})",
+                fe.client_auth,
+                ca.display(),
+                if fe.client_crls.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} CRL file(s)", fe.client_crls.len())
+                }
+            );
         }
         for c in &tls.certs {
             let days = (c.not_after - now).div_euclid(86_400);

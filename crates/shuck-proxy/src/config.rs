@@ -84,6 +84,14 @@ pub struct RawFrontend {
     pub backend_cooldown: Option<String>,
     pub backlog: Option<u32>,
     pub proxy_protocol: Option<ProxyProtocol>,
+    pub proxy_protocol_tlvs: Option<Vec<String>>,
+    pub proxy_client_cert_tlv: Option<u8>,
+    pub accept_proxy: Option<bool>,
+    pub accept_proxy_from: Option<Vec<String>>,
+    pub proxy_header_timeout: Option<String>,
+    pub client_auth: Option<ClientAuth>,
+    pub client_ca: Option<PathBuf>,
+    pub client_crl: Option<OneOrMany<PathBuf>>,
     pub session_cache_size: Option<usize>,
     pub session_tickets: Option<bool>,
     pub session_ticket_lifetime: Option<String>,
@@ -126,6 +134,111 @@ impl fmt::Display for ProxyProtocol {
     }
 }
 
+/// Whether clients must present a certificate (mutual TLS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    #[default]
+    None,
+    /// Ask for a certificate; a client without one is served, one with an invalid one is not.
+    Optional,
+    /// Refuse clients without a valid certificate.
+    Required,
+}
+
+impl fmt::Display for ClientAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClientAuth::None => "none",
+            ClientAuth::Optional => "optional",
+            ClientAuth::Required => "required",
+        })
+    }
+}
+
+/// Which TLVs a v2 header to the backend carries.
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "independent on/off switches, one per TLV, as in the configuration"
+)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProxyTlvs {
+    pub alpn: bool,
+    pub authority: bool,
+    pub unique_id: bool,
+    pub ssl: bool,
+    /// The client certificate (DER) under this custom TLV type.
+    pub client_cert: Option<u8>,
+    pub crc32c: bool,
+}
+
+impl ProxyTlvs {
+    /// Names accepted in `proxy_protocol_tlvs`.
+    pub const NAMES: [&'static str; 6] = [
+        "alpn",
+        "authority",
+        "unique_id",
+        "ssl",
+        "client_cert",
+        "crc32c",
+    ];
+
+    /// What a v2 header carries unless `proxy_protocol_tlvs` says otherwise: what hitch and
+    /// HAProxy's `send-proxy-v2-ssl` send, and cheap to produce.
+    pub const DEFAULT: ProxyTlvs = ProxyTlvs {
+        alpn: true,
+        authority: true,
+        unique_id: false,
+        ssl: true,
+        client_cert: None,
+        crc32c: false,
+    };
+
+    pub fn names(&self) -> Vec<&'static str> {
+        let on = [
+            self.alpn,
+            self.authority,
+            self.unique_id,
+            self.ssl,
+            self.client_cert.is_some(),
+            self.crc32c,
+        ];
+        Self::NAMES
+            .iter()
+            .zip(on)
+            .filter_map(|(n, on)| on.then_some(*n))
+            .collect()
+    }
+}
+
+/// Receiving PROXY headers from a load balancer in front of shuck.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptProxy {
+    /// Peers allowed to connect (and so to send a header); empty means any.
+    pub from: Vec<ipnet::IpNet>,
+    pub timeout: Duration,
+    /// The TLV type shuck uses for client certificates: never taken from a received header.
+    pub cert_tlv: u8,
+}
+
+impl AcceptProxy {
+    /// Received TLVs (unique ID, custom ones) are passed on only from named load balancers:
+    /// with any peer allowed, anyone could put words in the backend's mouth.
+    pub fn passes_tlvs(&self) -> bool {
+        !self.from.is_empty()
+    }
+}
+
+impl AcceptProxy {
+    pub fn allows(&self, peer: std::net::IpAddr) -> bool {
+        let peer = match peer {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, std::net::IpAddr::V4),
+            v4 @ std::net::IpAddr::V4(_) => v4,
+        };
+        self.from.is_empty() || self.from.iter().any(|n| n.contains(&peer))
+    }
+}
+
 /// Defaults, in one place so docs/configuration.md can be checked against them.
 pub mod defaults {
     use std::time::Duration;
@@ -139,6 +252,9 @@ pub mod defaults {
     pub const BACKLOG: u32 = 1024;
     pub const SESSION_CACHE_SIZE: usize = 4096;
     pub const SESSION_TICKET_LIFETIME: Duration = Duration::from_secs(6 * 3600);
+    pub const PROXY_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+    /// hitch's choice for the client certificate TLV.
+    pub const PROXY_CLIENT_CERT_TLV: u8 = 0xE0;
 }
 
 /// The validated configuration.
@@ -200,6 +316,13 @@ pub struct Frontend {
     pub backend_cooldown: Duration,
     pub backlog: u32,
     pub proxy_protocol: ProxyProtocol,
+    /// TLVs of v2 headers to the backend (none for v1).
+    pub proxy_tlvs: ProxyTlvs,
+    pub accept_proxy: Option<AcceptProxy>,
+    pub client_auth: ClientAuth,
+    /// CA bundle that client certificates must chain to (set when `client_auth` is not none).
+    pub client_ca: Option<PathBuf>,
+    pub client_crls: Vec<PathBuf>,
     pub session_cache_size: usize,
     pub session_tickets: bool,
     /// Ticket keys rotate this often; a ticket stays valid one to two lifetimes.
@@ -322,6 +445,9 @@ fn key_err(key: &str, message: impl Into<String>) -> KeyError {
 
 impl RawFrontend {
     fn validate(self, name: &str, base: Option<&Path>) -> Result<Frontend, KeyError> {
+        let proxy_protocol = self.proxy_protocol.unwrap_or_default();
+        let proxy_tlvs = self.proxy_tlvs(proxy_protocol)?;
+        let accept_proxy = self.accept_proxy()?;
         let listen_raw = self
             .listen
             .map_or_else(|| vec![defaults::LISTEN.to_string()], OneOrMany::into_vec);
@@ -478,11 +604,43 @@ impl RawFrontend {
                 return Err(key_err(key, "must be longer than 0s"));
             }
         }
-        let proxy_protocol = self.proxy_protocol.unwrap_or_default();
         if proxy_protocol != ProxyProtocol::None && matches!(backend, Backend::Demo) {
             return Err(key_err(
                 "proxy_protocol",
                 "needs a backend: the built-in demo backend reads the connection directly",
+            ));
+        }
+        let client_ca = self.client_ca.map(resolve);
+        let client_crls: Vec<PathBuf> = self
+            .client_crl
+            .map(OneOrMany::into_vec)
+            .unwrap_or_default()
+            .into_iter()
+            .map(resolve)
+            .collect();
+        let client_auth = self.client_auth.unwrap_or_default();
+        match (client_auth, &client_ca) {
+            (ClientAuth::None, Some(_)) => {
+                return Err(key_err(
+                    "client_ca",
+                    "is set but client_auth is \"none\": set client_auth = \"optional\" or \"required\"",
+                ))
+            }
+            (ClientAuth::None, None) if !client_crls.is_empty() => {
+                return Err(key_err("client_crl", "needs client_auth and client_ca"))
+            }
+            (ClientAuth::Optional | ClientAuth::Required, None) => {
+                return Err(key_err(
+                    "client_ca",
+                    "missing: client_auth needs the CA bundle (PEM) client certificates chain to",
+                ))
+            }
+            _ => {}
+        }
+        if proxy_tlvs.client_cert.is_some() && client_auth == ClientAuth::None {
+            return Err(key_err(
+                "proxy_protocol_tlvs",
+                "\"client_cert\" needs client_auth = \"optional\" or \"required\"",
             ));
         }
         Ok(Frontend {
@@ -502,12 +660,115 @@ impl RawFrontend {
             backend_cooldown,
             backlog,
             proxy_protocol,
+            proxy_tlvs,
+            accept_proxy,
+            client_auth,
+            client_ca,
+            client_crls,
             session_cache_size: self
                 .session_cache_size
                 .unwrap_or(defaults::SESSION_CACHE_SIZE),
             session_tickets: self.session_tickets.unwrap_or(true),
             session_ticket_lifetime,
         })
+    }
+}
+
+impl RawFrontend {
+    fn proxy_tlvs(&self, version: ProxyProtocol) -> Result<ProxyTlvs, KeyError> {
+        let cert_type = self
+            .proxy_client_cert_tlv
+            .unwrap_or(defaults::PROXY_CLIENT_CERT_TLV);
+        if !(crate::proxy_protocol::tlv::CUSTOM_MIN..=crate::proxy_protocol::tlv::CUSTOM_MAX)
+            .contains(&cert_type)
+        {
+            return Err(key_err(
+                "proxy_client_cert_tlv",
+                format!("{cert_type:#04x} is outside the custom range 0xE0..=0xEF the spec reserves for applications"),
+            ));
+        }
+        let Some(names) = &self.proxy_protocol_tlvs else {
+            return Ok(if version == ProxyProtocol::V2 {
+                ProxyTlvs::DEFAULT
+            } else {
+                ProxyTlvs::default()
+            });
+        };
+        if version != ProxyProtocol::V2 && !names.is_empty() {
+            return Err(key_err(
+                "proxy_protocol_tlvs",
+                "TLVs exist only in PROXY v2: set proxy_protocol = \"v2\"",
+            ));
+        }
+        let mut out = ProxyTlvs::default();
+        for n in names {
+            match n.as_str() {
+                "alpn" => out.alpn = true,
+                "authority" => out.authority = true,
+                "unique_id" => out.unique_id = true,
+                "ssl" => out.ssl = true,
+                "client_cert" => out.client_cert = Some(cert_type),
+                "crc32c" => out.crc32c = true,
+                other => {
+                    return Err(key_err(
+                        "proxy_protocol_tlvs",
+                        format!(
+                            "{other:?} is not a TLV name; known: {}",
+                            ProxyTlvs::NAMES.join(", ")
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn accept_proxy(&self) -> Result<Option<AcceptProxy>, KeyError> {
+        let timeout = match &self.proxy_header_timeout {
+            None => defaults::PROXY_HEADER_TIMEOUT,
+            Some(s) => parse_duration(s).map_err(|m| key_err("proxy_header_timeout", m))?,
+        };
+        if timeout.is_zero() {
+            return Err(key_err("proxy_header_timeout", "must be longer than 0s"));
+        }
+        let mut from = Vec::new();
+        for s in self.accept_proxy_from.iter().flatten() {
+            // A bare address means that one host.
+            let net = s
+                .parse::<ipnet::IpNet>()
+                .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    key_err(
+                        "accept_proxy_from",
+                        format!("{s:?} is not an address or network (10.0.0.0/8, 2001:db8::/32, 192.0.2.7)"),
+                    )
+                })?;
+            from.push(net.trunc());
+        }
+        if !self.accept_proxy.unwrap_or(false) {
+            if self.accept_proxy_from.is_some() || self.proxy_header_timeout.is_some() {
+                let key = if self.accept_proxy_from.is_some() {
+                    "accept_proxy_from"
+                } else {
+                    "proxy_header_timeout"
+                };
+                return Err(key_err(key, "has no effect without accept_proxy = true"));
+            }
+            return Ok(None);
+        }
+        if self.accept_proxy_from.as_ref().is_some_and(Vec::is_empty) {
+            return Err(key_err(
+                "accept_proxy_from",
+                "empty list: name the load balancers' networks, or leave the key out to accept any peer",
+            ));
+        }
+        Ok(Some(AcceptProxy {
+            from,
+            timeout,
+            cert_tlv: self
+                .proxy_client_cert_tlv
+                .unwrap_or(defaults::PROXY_CLIENT_CERT_TLV),
+        }))
     }
 }
 
@@ -611,6 +872,46 @@ mod tests {
             (
                 "log_level = \"loud\"\n[[frontend]]\nself_signed = true\n",
                 "log_level",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nproxy_protocol = \"v1\"\nproxy_protocol_tlvs = [\"alpn\"]\n",
+                "proxy_protocol_tlvs",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nproxy_protocol = \"v2\"\nproxy_protocol_tlvs = [\"sni\"]\n",
+                "proxy_protocol_tlvs",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nproxy_protocol = \"v2\"\nproxy_protocol_tlvs = [\"client_cert\"]\n",
+                "proxy_protocol_tlvs",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\nproxy_client_cert_tlv = 0x20\n",
+                "proxy_client_cert_tlv",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\naccept_proxy_from = [\"10.0.0.0/8\"]\n",
+                "accept_proxy_from",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\naccept_proxy = true\naccept_proxy_from = [\"10.0.0.0/33\"]\n",
+                "accept_proxy_from",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\naccept_proxy = true\nproxy_header_timeout = \"0s\"\n",
+                "proxy_header_timeout",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\naccept_proxy = true\naccept_proxy_from = []\n",
+                "accept_proxy_from",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\nclient_auth = \"required\"\n",
+                "client_ca",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\nclient_ca = \"ca.pem\"\n",
+                "client_ca",
             ),
         ] {
             let e = parse(text).unwrap_err().to_string();

@@ -1,6 +1,7 @@
 //! One client connection: TLS handshake (with timeout), then the backend (TCP relay or the demo
 //! page), and at most one log line, at the end, when something failed or connection logs are on.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -15,8 +16,8 @@ use crate::backend::BackendPool;
 use crate::config::{Frontend, ProxyProtocol};
 use crate::metrics::{FrontendMetrics, HandshakeFailure};
 use crate::relay::{self, RelayError};
-use crate::tls::{params, TlsSlot};
-use crate::{demo, log_limit, proxy_protocol};
+use crate::tls::{self, params, sni, TlsSlot};
+use crate::{demo, log_limit, proxy_in, proxy_protocol};
 
 /// What one worker knows about one frontend.
 pub struct FrontendRt {
@@ -48,14 +49,64 @@ pub struct ConnInfo {
     pub worker: usize,
 }
 
+fn protocol_name(conn: &ServerConnection) -> &'static str {
+    match conn.protocol_version() {
+        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+        _ => "unknown",
+    }
+}
+
+thread_local! {
+    static NEXT_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A connection ID for the PROXY unique-ID TLV: a random per-process prefix, the worker and a
+/// per-worker counter. Unique without any shared state, built on the stack.
+#[derive(Default)]
+struct UniqueId {
+    bytes: [u8; 32],
+    len: usize,
+}
+
+impl UniqueId {
+    fn next(worker: usize) -> UniqueId {
+        use std::io::Write;
+        static PREFIX: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        let prefix = *PREFIX.get_or_init(|| {
+            let mut b = [0u8; 4];
+            // A fixed prefix if the system RNG fails: IDs stay unique within the process.
+            let _ = aws_lc_rs::rand::fill(&mut b);
+            u32::from_be_bytes(b)
+        });
+        let n = NEXT_ID.with(|c| {
+            let n = c.get();
+            c.set(n + 1);
+            n
+        });
+        let mut id = UniqueId::default();
+        let mut w = &mut id.bytes[..];
+        let _ = write!(w, "{prefix:08x}-{worker}-{n:x}");
+        id.len = 32 - w.len();
+        id
+    }
+
+    fn as_bytes(&self) -> Option<&[u8]> {
+        (self.len > 0).then(|| &self.bytes[..self.len])
+    }
+
+    fn as_str(&self) -> &str {
+        match std::str::from_utf8(&self.bytes[..self.len]) {
+            Ok(s) if !s.is_empty() => s,
+            _ => "-",
+        }
+    }
+}
+
 impl ConnInfo {
     pub fn new(conn: &ServerConnection, client: SocketAddr, frontend: &str, worker: usize) -> Self {
         ConnInfo {
-            protocol: match conn.protocol_version() {
-                Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
-                Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
-                _ => "unknown",
-            },
+            protocol: protocol_name(conn),
             cipher: conn
                 .negotiated_cipher_suite()
                 .map_or("unknown", params::suite_name),
@@ -95,21 +146,77 @@ fn classify(e: &std::io::Error) -> HandshakeFailure {
         Some(E::PeerIncompatible(_)) => HandshakeFailure::Incompatible,
         Some(E::General(m)) if m.contains("certificate") => HandshakeFailure::NoCertificate,
         Some(E::AlertReceived(_)) => HandshakeFailure::ClientAlert,
+        Some(E::NoCertificatesPresented | E::InvalidCertificate(_)) => {
+            HandshakeFailure::ClientCertificate
+        }
         _ => HandshakeFailure::Other,
     }
 }
 
-pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, tcp: TcpStream, client: SocketAddr) {
+pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, mut tcp: TcpStream, peer: SocketAddr) {
     let started = Instant::now();
     let m = &fe.metrics;
     m.active.inc();
     let _active = ActiveGuard(m);
     let _ = tcp.set_nodelay(true);
-    let local = tcp.local_addr().ok();
     let cfg = &fe.cfg;
+    let mut client = peer;
+    let mut local = tcp.local_addr().unwrap_or(peer);
+    let mut passthrough = None;
+    if let Some(ap) = &cfg.accept_proxy {
+        let res = if ap.allows(peer.ip()) {
+            tokio::time::timeout(
+                ap.timeout,
+                proxy_in::read_header(&mut tcp, ap.passes_tlvs().then_some(ap.cert_tlv)),
+            )
+            .await
+            .unwrap_or(Err(proxy_in::HeaderError::Timeout(ap.timeout)))
+        } else {
+            Err(proxy_in::HeaderError::Untrusted)
+        };
+        match res {
+            Ok(a) => {
+                if a.local {
+                    m.proxy_headers_local.inc();
+                } else {
+                    m.proxy_headers_proxy.inc();
+                }
+                if let Some((src, dst)) = a.addrs {
+                    client = src;
+                    local = dst;
+                }
+                passthrough = a.passthrough;
+            }
+            // A TCP health check (connect, close) is not worth a warning each time.
+            Err(e @ proxy_in::HeaderError::Closed { received: 0 }) => {
+                m.proxy_header_failed(e.label());
+                tracing::debug!(frontend = %cfg.name, %peer, worker = worker.id, "peer closed before sending a PROXY header");
+                return;
+            }
+            Err(e) => {
+                m.proxy_header_failed(e.label());
+                if log_limit::allow() {
+                    tracing::warn!(frontend = %cfg.name, %peer, worker = worker.id, reason = %e, "closing connection: PROXY header refused");
+                }
+                return;
+            }
+        }
+    }
     // An Arc clone of this worker's own configuration: no lock, no memory shared with other workers.
     let acceptor = TlsAcceptor::from(fe.tls.load_full());
-    let mut tls = match tokio::time::timeout(cfg.handshake_timeout, acceptor.accept(tcp)).await {
+    let mut accept = std::pin::pin!(acceptor.accept(tcp));
+    let mut served_cert = None;
+    // The certificate resolver runs inside these polls and notes which certificate it chose, so
+    // the SSL TLV can name its algorithms (rustls does not say after the handshake).
+    let handshake = std::future::poll_fn(|cx| {
+        sni::take_chosen();
+        let r = accept.as_mut().poll(cx);
+        if let Some(c) = sni::take_chosen() {
+            served_cert = Some(c);
+        }
+        r
+    });
+    let mut tls = match tokio::time::timeout(cfg.handshake_timeout, handshake).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
             // Port scanners and TCP health checks: not worth a warning or a failure count each.
@@ -160,19 +267,91 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, tcp: TcpStream, clie
             return;
         }
     };
-    if cfg.proxy_protocol != ProxyProtocol::None {
-        let dst = local.unwrap_or(client);
-        if let Some(h) = proxy_protocol::encode(cfg.proxy_protocol, client, dst) {
-            if let Err(e) = upstream.write_all(h.as_bytes()).await {
-                m.backend_relay_errors.inc();
+    let mut unique_id = UniqueId::default();
+    let prefix = if cfg.proxy_protocol == ProxyProtocol::None {
+        None
+    } else {
+        let conn = tls.get_ref().1;
+        let want = &cfg.proxy_tlvs;
+        let received_id = passthrough.as_deref().is_some_and(|p| {
+            proxy_protocol::tlvs(p)
+                .flatten()
+                .any(|(k, _)| k == proxy_protocol::tlv::UNIQUE_ID)
+        });
+        if want.unique_id && !received_id {
+            unique_id = UniqueId::next(worker.id);
+        }
+        let peer_cert = conn.peer_certificates().and_then(|c| c.first());
+        let cn = if want.ssl {
+            peer_cert.and_then(|c| tls::client_auth::subject_cn(c))
+        } else {
+            None
+        };
+        let ssl = want.ssl.then(|| proxy_protocol::SslInfo {
+            // The spec: CERT_SESS = a certificate was presented at least once in this TLS
+            // session; CERT_CONN = on this very connection, which a resumption never does.
+            client: proxy_protocol::tlv::CLIENT_SSL
+                | match (
+                    peer_cert.is_some(),
+                    conn.handshake_kind() == Some(HandshakeKind::Resumed),
+                ) {
+                    (true, false) => {
+                        proxy_protocol::tlv::CLIENT_CERT_CONN
+                            | proxy_protocol::tlv::CLIENT_CERT_SESS
+                    }
+                    (true, true) => proxy_protocol::tlv::CLIENT_CERT_SESS,
+                    (false, _) => 0,
+                },
+            // rustls finishes a handshake only with a verified certificate or none at all.
+            verify: u32::from(peer_cert.is_none()),
+            version: protocol_name(conn),
+            cn: cn.as_deref().map(str::as_bytes),
+            cipher: conn
+                .negotiated_cipher_suite()
+                .map_or("unknown", params::openssl_suite_name),
+            sig_alg: served_cert.as_ref().map(|c| c.sig_alg.as_str()),
+            key_alg: served_cert.as_ref().map(|c| c.key_alg.as_str()),
+        });
+        let tlv_values = proxy_protocol::Tlvs {
+            alpn: conn.alpn_protocol().filter(|_| want.alpn),
+            authority: conn
+                .server_name()
+                .filter(|_| want.authority)
+                .map(str::as_bytes),
+            unique_id: unique_id.as_bytes(),
+            ssl,
+            client_cert: want.client_cert.zip(peer_cert.map(AsRef::as_ref)),
+            passthrough: passthrough.as_deref().unwrap_or_default(),
+            crc32c: want.crc32c,
+        };
+        let addrs = proxy_protocol::Addresses::tcp(client, local);
+        match proxy_protocol::encoded_len(cfg.proxy_protocol, addrs, &tlv_values) {
+            Ok(len) => {
+                let mut buf = relay::PooledBuf::at_least(len);
+                match proxy_protocol::encode(
+                    cfg.proxy_protocol,
+                    addrs,
+                    &tlv_values,
+                    buf.bytes_mut(),
+                ) {
+                    Ok(n) => Some((buf, n)),
+                    Err(e) => {
+                        tracing::error!(frontend = %cfg.name, %client, error = %e, "PROXY header not encodable; closing");
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
                 if log_limit::allow() {
-                    tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, backend = %backend.name, error = %e, "backend failed while sending the PROXY header");
+                    tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, error = %e, "closing connection: PROXY header too large (client certificate?)");
                 }
                 return;
             }
         }
-    }
-    let (moved, res) = relay::relay(&mut tls, &mut upstream, cfg.idle_timeout).await;
+    };
+    // The header goes out with the client's first bytes when they have arrived, in one segment.
+    let (moved, res) =
+        relay::relay_with_prefix(&mut tls, &mut upstream, cfg.idle_timeout, prefix).await;
     m.bytes_up.inc_by(moved.up);
     m.bytes_down.inc_by(moved.down);
     match &res {
@@ -195,6 +374,6 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, tcp: TcpStream, clie
     }
     if worker.log_connections {
         let info = ConnInfo::new(tls.get_ref().1, client, &cfg.name, worker.id);
-        tracing::info!(frontend = %cfg.name, %client, worker = worker.id, protocol = info.protocol, cipher = info.cipher, group = info.group.unwrap_or("-"), resumed = info.resumed, sni = info.sni.as_deref().unwrap_or("-"), alpn = info.alpn.as_deref().unwrap_or("-"), backend = %backend.name, up = moved.up, down = moved.down, ms = started.elapsed().as_millis() as u64, "connection closed");
+        tracing::info!(frontend = %cfg.name, %client, worker = worker.id, protocol = info.protocol, cipher = info.cipher, group = info.group.unwrap_or("-"), resumed = info.resumed, sni = info.sni.as_deref().unwrap_or("-"), alpn = info.alpn.as_deref().unwrap_or("-"), backend = %backend.name, peer = %peer, id = unique_id.as_str(), up = moved.up, down = moved.down, ms = started.elapsed().as_millis() as u64, "connection closed");
     }
 }

@@ -28,6 +28,8 @@ pub struct Metrics {
     idle_timeouts: Family<Labels, Counter>,
     bytes: Family<Labels, Counter>,
     accept_errors: Family<Labels, Counter>,
+    proxy_headers: Family<Labels, Counter>,
+    proxy_header_errors: Family<Labels, Counter>,
 }
 
 /// Why a handshake failed, as a label value.
@@ -43,6 +45,8 @@ pub enum HandshakeFailure {
     ClientAlert,
     /// The handshake did not finish within `handshake_timeout`.
     Timeout,
+    /// mTLS: no client certificate where one is required, or one that does not verify.
+    ClientCertificate,
     Other,
 }
 
@@ -53,7 +57,7 @@ pub struct FrontendMetrics {
     pub active: Gauge,
     pub handshakes_full: Counter,
     pub handshakes_resumed: Counter,
-    failures: [Counter; 6],
+    failures: [Counter; 7],
     pub backend_connect_errors: Counter,
     pub backend_relay_errors: Counter,
     pub client_errors: Counter,
@@ -61,20 +65,47 @@ pub struct FrontendMetrics {
     pub bytes_up: Counter,
     pub bytes_down: Counter,
     pub accept_errors: Counter,
+    pub proxy_headers_proxy: Counter,
+    pub proxy_headers_local: Counter,
+    proxy_header_errors: [Counter; PROXY_HEADER_REASONS.len()],
 }
 
 impl FrontendMetrics {
     pub fn handshake_failed(&self, why: HandshakeFailure) {
         self.failures[why as usize].inc();
     }
+
+    /// Counts a refused PROXY header under `reason`, one of [`PROXY_HEADER_REASONS`].
+    pub fn proxy_header_failed(&self, reason: &str) {
+        let i = PROXY_HEADER_REASONS
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(PROXY_HEADER_REASONS.len() - 1);
+        self.proxy_header_errors[i].inc();
+    }
 }
 
-const FAILURE_REASONS: [&str; 6] = [
+const FAILURE_REASONS: [&str; 7] = [
     "malformed",
     "incompatible",
     "no_certificate",
     "client_alert",
     "timeout",
+    "client_certificate",
+    "other",
+];
+
+/// Why a received PROXY header was refused: the decoder's labels, then the connection's own.
+pub const PROXY_HEADER_REASONS: [&str; 10] = [
+    "not_proxy",
+    "v1_malformed",
+    "v2_unsupported",
+    "too_long",
+    "v2_malformed",
+    "bad_checksum",
+    "untrusted_peer",
+    "timeout",
+    "closed",
     "other",
 ];
 
@@ -97,6 +128,8 @@ impl Metrics {
             idle_timeouts: Family::default(),
             bytes: Family::default(),
             accept_errors: Family::default(),
+            proxy_headers: Family::default(),
+            proxy_header_errors: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -144,6 +177,16 @@ impl Metrics {
             "accept() failures that forced a back-off (EMFILE, ENFILE, ENOBUFS)",
             m.accept_errors.clone(),
         );
+        registry.register(
+            "proxy_headers",
+            "PROXY headers received (accept_proxy), by command (proxy, or local for health checks)",
+            m.proxy_headers.clone(),
+        );
+        registry.register(
+            "proxy_header_errors",
+            "Connections closed because of their PROXY header (accept_proxy), by reason",
+            m.proxy_header_errors.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -175,6 +218,10 @@ impl Metrics {
             bytes_up: get(&self.bytes, &with("direction", "up")),
             bytes_down: get(&self.bytes, &with("direction", "down")),
             accept_errors: get(&self.accept_errors, &base()),
+            proxy_headers_proxy: get(&self.proxy_headers, &with("command", "proxy")),
+            proxy_headers_local: get(&self.proxy_headers, &with("command", "local")),
+            proxy_header_errors: PROXY_HEADER_REASONS
+                .map(|r| get(&self.proxy_header_errors, &with("reason", r))),
         }
     }
 

@@ -27,6 +27,16 @@ thread_local! {
 pub struct PooledBuf(Option<Box<[u8]>>);
 
 impl PooledBuf {
+    /// A buffer of at least `n` bytes plus room for one read after them: from the pool when that
+    /// fits, else allocated for this use only (a PROXY header carrying a large client certificate).
+    pub fn at_least(n: usize) -> PooledBuf {
+        if n < BUF_SIZE / 2 {
+            PooledBuf::take()
+        } else {
+            PooledBuf(Some(vec![0u8; n + BUF_SIZE].into_boxed_slice()))
+        }
+    }
+
     pub fn take() -> PooledBuf {
         let b = POOL
             .with(|p| p.borrow_mut().pop())
@@ -34,7 +44,7 @@ impl PooledBuf {
         PooledBuf(Some(b))
     }
 
-    fn as_mut(&mut self) -> &mut [u8] {
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
         self.0.as_deref_mut().unwrap_or_default()
     }
 
@@ -45,7 +55,7 @@ impl PooledBuf {
 
 impl Drop for PooledBuf {
     fn drop(&mut self) {
-        if let Some(b) = self.0.take() {
+        if let Some(b) = self.0.take().filter(|b| b.len() == BUF_SIZE) {
             POOL.with(|p| {
                 let mut p = p.borrow_mut();
                 if p.len() < POOL_MAX_IDLE {
@@ -63,6 +73,9 @@ pub fn pool_idle() -> usize {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
+    /// The first bytes for the writer (a PROXY header) are in `buf[..end]`; client bytes that
+    /// have already arrived are read in behind them so both leave in one segment.
+    Prefix,
     Reading,
     Writing,
     Flushing,
@@ -93,6 +106,8 @@ struct Pump {
     /// Treat `UnexpectedEof` from the reader as a clean end: TLS clients that close TCP without
     /// close_notify (common for HTTP/1.0 clients) have still sent everything they meant to.
     lenient_eof: bool,
+    /// The reader ended while the prefix was being written: shut down after it.
+    eof_after_write: bool,
 }
 
 impl Pump {
@@ -104,6 +119,16 @@ impl Pump {
             end: 0,
             bytes: 0,
             lenient_eof,
+            eof_after_write: false,
+        }
+    }
+
+    fn with_prefix(lenient_eof: bool, buf: PooledBuf, len: usize) -> Pump {
+        Pump {
+            state: State::Prefix,
+            buf: Some(buf),
+            end: len,
+            ..Pump::new(lenient_eof)
         }
     }
 
@@ -160,9 +185,36 @@ impl Pump {
     {
         loop {
             match self.state {
+                State::Prefix => {
+                    let len = self.end;
+                    let buf = self.buf.as_mut().map_or(&mut [][..], PooledBuf::bytes_mut);
+                    let mut rb = ReadBuf::new(&mut buf[len..]);
+                    // One poll, never a wait: a server-speaks-first backend must get the
+                    // header even if the client says nothing.
+                    match Pin::new(&mut *reader).poll_read(cx, &mut rb) {
+                        Poll::Pending => {}
+                        Poll::Ready(Err(e))
+                            if self.lenient_eof && e.kind() == io::ErrorKind::UnexpectedEof =>
+                        {
+                            self.eof_after_write = true;
+                        }
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(PumpError::Read(e))),
+                        Poll::Ready(Ok(())) => {
+                            let n = rb.filled().len();
+                            if n == 0 {
+                                self.eof_after_write = true;
+                            }
+                            self.end += n;
+                            self.bytes += n as u64;
+                        }
+                    }
+                    self.start = 0;
+                    self.state = State::Writing;
+                    *moved = true;
+                }
                 State::Reading => {
                     let mut buf = PooledBuf::take();
-                    let mut rb = ReadBuf::new(buf.as_mut());
+                    let mut rb = ReadBuf::new(buf.bytes_mut());
                     match Pin::new(&mut *reader).poll_read(cx, &mut rb) {
                         // `buf` goes back to the pool here: nothing held while idle.
                         Poll::Pending => return Poll::Pending,
@@ -212,7 +264,11 @@ impl Pump {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(r) => r.map_err(PumpError::Write)?,
                     }
-                    self.state = State::Reading;
+                    self.state = if self.eof_after_write {
+                        State::ShuttingDown
+                    } else {
+                        State::Reading
+                    };
                 }
                 State::ShuttingDown => {
                     // Half-close: the peer's EOF reaches the other side as FIN (or close_notify
@@ -259,7 +315,25 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut up = Pump::new(true);
+    relay_with_prefix(client, backend, idle, None).await
+}
+
+/// Like [`relay`], sending `prefix` (a buffer and the length of the bytes in it) to the backend
+/// first, together with whatever the client has already sent.
+pub async fn relay_with_prefix<C, B>(
+    client: &mut C,
+    backend: &mut B,
+    idle: Duration,
+    prefix: Option<(PooledBuf, usize)>,
+) -> (Moved, Result<(), RelayError>)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut up = match prefix {
+        Some((buf, len)) => Pump::with_prefix(true, buf, len),
+        None => Pump::new(true),
+    };
     let mut down = Pump::new(false);
     let mut last_activity = Instant::now();
     // One timer re-armed lazily, instead of resetting it on every read.
@@ -307,6 +381,92 @@ where
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A backend end that records each write call separately.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+
+    impl AsyncRead for Writes {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(())) // EOF: the backend says nothing
+        }
+    }
+
+    impl AsyncWrite for Writes {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.0.push(buf.to_vec());
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn prefix(bytes: &[u8]) -> (PooledBuf, usize) {
+        let mut b = PooledBuf::at_least(bytes.len());
+        b.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
+        (b, bytes.len())
+    }
+
+    #[tokio::test]
+    async fn prefix_and_bytes_already_sent_leave_in_one_write() {
+        let (mut client, mut proxy_client) = tokio::io::duplex(4096);
+        client.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut backend = Writes::default();
+        let (moved, res) = relay_with_prefix(
+            &mut proxy_client,
+            &mut backend,
+            Duration::from_secs(5),
+            Some(prefix(b"PROXY UNKNOWN\r\n")),
+        )
+        .await;
+        res.unwrap();
+        assert_eq!(backend.0[0], b"PROXY UNKNOWN\r\nGET / HTTP/1.0\r\n\r\n");
+        assert_eq!(backend.0.len(), 1, "{:?}", backend.0);
+        assert_eq!(moved.up, 18, "the header is not client data");
+    }
+
+    #[tokio::test]
+    async fn prefix_goes_out_alone_when_the_client_is_silent() {
+        // A server-speaks-first backend: the header must not wait for the client.
+        let (mut client, mut proxy_client) = tokio::io::duplex(4096);
+        let (mut proxy_backend, mut backend) = tokio::io::duplex(4096);
+        let relay = tokio::spawn(async move {
+            relay_with_prefix(
+                &mut proxy_client,
+                &mut proxy_backend,
+                Duration::from_secs(5),
+                Some(prefix(b"HEADER")),
+            )
+            .await
+        });
+        let mut got = [0u8; 6];
+        backend.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"HEADER");
+        backend.write_all(b"220 hello").await.unwrap();
+        backend.shutdown().await.unwrap();
+        let mut greeting = [0u8; 9];
+        client.read_exact(&mut greeting).await.unwrap();
+        assert_eq!(&greeting, b"220 hello");
+        client.write_all(b"QUIT").await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        backend.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"QUIT");
+        relay.await.unwrap().1.unwrap();
+    }
 
     #[tokio::test]
     async fn relays_both_ways_with_half_close_and_returns_buffers() {

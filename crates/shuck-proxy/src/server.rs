@@ -132,6 +132,7 @@ impl Server {
                 .iter()
                 .map(|fe| fe.session_cache_size)
                 .collect(),
+            client_trust: self.tls.iter().map(|t| t.client_trust).collect(),
             slots: self.slots.clone(),
         }
     }
@@ -268,6 +269,10 @@ pub struct Reloader {
     /// Per frontend, the size of the session caches in use (kept across reloads when unchanged,
     /// so a reload does not cost every cached session a full handshake).
     cache_sizes: Vec<usize>,
+    /// Per frontend, the digest of the client-certificate trust in force. Resumption does not
+    /// check a client certificate again, so when this changes (a new CRL, a new CA, optional
+    /// made required) the old tickets and cached sessions must go with it.
+    client_trust: Vec<Option<[u8; 32]>>,
     slots: Vec<Vec<TlsSlot>>,
 }
 
@@ -309,14 +314,24 @@ impl Reloader {
                 }
                 _ => None,
             };
-            let ctx = TlsContext::load_keeping(fe, keep)?;
+            let mut ctx = TlsContext::load_keeping(fe, keep)?;
+            let trust_changed = ctx.client_trust != self.client_trust[i];
+            if trust_changed {
+                // A fresh ticket key: sessions resumed under the old trust would skip the new
+                // checks (a revoked certificate would keep working until its ticket expired).
+                ctx = TlsContext::load(fe)?;
+                notes.push(format!(
+                    "frontend {:?}: client certificate trust changed; sessions and tickets issued before were invalidated",
+                    fe.name
+                ));
+            }
             if let Some(what) = needs_restart(old, fe) {
                 notes.push(format!(
                     "frontend {:?}: {what} changed; restart to apply it (TLS settings were reloaded)",
                     fe.name
                 ));
             }
-            built.push((i, fe, ctx));
+            built.push((i, fe, ctx, trust_changed));
         }
         for fe in &new.frontends {
             if !self.started.frontends.iter().any(|o| o.name == fe.name) {
@@ -324,19 +339,20 @@ impl Reloader {
             }
         }
         let now = crate::tls::certs::now_unix();
-        for (i, fe, ctx) in built {
+        for (i, fe, ctx, trust_changed) in built {
             for w in ctx.certs.iter().flat_map(|c| c.warnings(now)) {
                 tracing::warn!("{w}");
             }
-            let same_cache = self.cache_sizes[i] == fe.session_cache_size;
+            let same_cache = self.cache_sizes[i] == fe.session_cache_size && !trust_changed;
             for slot in &self.slots[i] {
                 let storage = same_cache.then(|| slot.load().session_storage.clone());
                 slot.store(ctx.worker_config_with(storage));
             }
             self.cache_sizes[i] = fe.session_cache_size;
+            self.client_trust[i] = ctx.client_trust;
             self.ticketers[i] = match self.ticketers[i].take() {
                 // Kept: the period is the one the key set was made with.
-                Some(kept) if fe.session_tickets => Some(kept),
+                Some(kept) if fe.session_tickets && !trust_changed => Some(kept),
                 _ => fe
                     .session_tickets
                     .then(|| (ctx.ticketer(), fe.session_ticket_lifetime)),
@@ -398,8 +414,10 @@ fn needs_restart(
         Some("a timeout")
     } else if old.backlog != new.backlog {
         Some("backlog")
-    } else if old.proxy_protocol != new.proxy_protocol {
-        Some("proxy_protocol")
+    } else if (old.proxy_protocol, old.proxy_tlvs) != (new.proxy_protocol, new.proxy_tlvs) {
+        Some("proxy_protocol or proxy_protocol_tlvs")
+    } else if old.accept_proxy != new.accept_proxy {
+        Some("accept_proxy settings")
     } else {
         None
     }

@@ -37,10 +37,14 @@ fn check_summarises_a_good_configuration() {
         &pki,
         "good.toml",
         &format!(
-            "workers = 2\n[[frontend]]\nname = \"web\"\nlisten = [\"127.0.0.1:8443\", \"[::1]:8443\"]\nbackend = [\"127.0.0.1:8080\", \"127.0.0.1:8081\"]\ncertificates = [{}, {}, {}]\nalpn = [\"h2\", \"http/1.1\"]\n",
+            "workers = 2\n[[frontend]]\nname = \"web\"\nlisten = [\"127.0.0.1:8443\", \"[::1]:8443\"]\nbackend = [\"127.0.0.1:8080\", \"127.0.0.1:8081\"]\ncertificates = [{}, {}, {}]\nalpn = [\"h2\", \"http/1.1\"]\n\
+             proxy_protocol = \"v2\"\nproxy_protocol_tlvs = [\"authority\", \"unique_id\"]\n\
+             accept_proxy = true\naccept_proxy_from = [\"10.1.2.3\", \"2001:db8::/32\"]\n\
+             client_auth = \"optional\"\nclient_ca = {}\n",
             toml_path(&ecdsa),
             toml_path(&rsa),
-            toml_path(&ed)
+            toml_path(&ed),
+            toml_path(&pki.ca_path())
         ),
     );
     let (code, out, err) = shuck(&["check", "--config", &cfg]);
@@ -55,6 +59,9 @@ fn check_summarises_a_good_configuration() {
         "names: site.test www.site.test",
         "alpn: h2, http/1.1",
         "chain of 2",
+        "proxy_protocol: v2 to the backend, TLVs: authority, unique_id",
+        "accept_proxy: v1/v2 header required from 10.1.2.3/32, 2001:db8::/32",
+        "client certificates: optional (CA ",
     ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }

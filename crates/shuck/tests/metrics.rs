@@ -3,25 +3,11 @@
 mod common;
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 
-use common::{curl, read_all_bounded, s_client, toml_path, HttpBackend, Key, Pki, Shuck};
-
-fn scrape(addr: SocketAddr) -> String {
-    let mut s = TcpStream::connect(addr).expect("connect metrics");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .expect("write");
-    String::from_utf8(read_all_bounded(&mut s)).expect("utf-8")
-}
-
-/// Sum of every sample of `name` whose labels contain all of `labels`.
-fn sum(text: &str, name: &str, labels: &[&str]) -> i64 {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
-        .filter(|l| labels.iter().all(|want| l.contains(want)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
-        .sum()
-}
+use common::{
+    curl, read_all_bounded, s_client, scrape, sum, toml_path, HttpBackend, Key, Pki, Shuck,
+};
 
 #[test]
 fn counters_follow_real_traffic() {

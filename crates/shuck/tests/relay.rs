@@ -178,7 +178,7 @@ async fn proxy_protocol_headers_carry_the_client_address() {
     for version in ["v1", "v2"] {
         let (backend, got) = header_backend().await;
         let shuck = Shuck::start(&format!(
-            "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = {}\nproxy_protocol = \"{version}\"\n",
+            "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = {}\nproxy_protocol = \"{version}\"\nproxy_protocol_tlvs = []\n",
             toml_path(&cert)
         ));
         let tcp = TcpStream::connect(shuck.addr()).await.expect("connect");

@@ -1,39 +1,80 @@
-//! PROXY protocol header encoding (v1 text, v2 binary), pure: no I/O, no allocation.
+//! The PROXY protocol (v1 text, v2 binary with TLVs), pure: no I/O, no allocation.
 //!
-//! The backend learns the real client address from this header (stud's `--write-proxy`). See the
-//! public specification "The PROXY protocol, versions 1 & 2" (haproxy.org).
+//! Sent to backends so they learn the real client and what TLS negotiated (stud's
+//! `--write-proxy`), and received from L4 load balancers in front of shuck. Reference: the public
+//! specification "The PROXY protocol, versions 1 & 2" (haproxy.org, doc/proxy-protocol.txt).
+//!
+//! [`encode`] writes into a caller's buffer so the connection can put the header and the first
+//! client bytes in one segment; [`decode`] works on whatever prefix of the stream has arrived and
+//! says how much more it needs, so the reader never consumes a byte past the header.
 
-use std::io::Write;
+mod decode;
+mod encode;
+
+pub use decode::{decode, ssl_tlv, tlvs, DecodeError, Parsed, Received, SslTlv, TlvIter};
+pub use encode::{encode, encoded_len, EncodeError, SslInfo, Tlvs};
+
 use std::net::{IpAddr, SocketAddr};
-
-use crate::config::ProxyProtocol;
 
 /// The 12-byte v2 signature.
 pub const V2_SIGNATURE: [u8; 12] = *b"\r\n\r\n\0\r\nQUIT\n";
-/// The spec's maximum v1 line is 107 bytes.
-const MAX_HEADER: usize = 108;
+/// The v1 line starts with this.
+pub const V1_PREFIX: &[u8; 6] = b"PROXY ";
+/// The spec's longest v1 line, CRLF included.
+pub const V1_MAX: usize = 107;
+/// Longest v2 header we accept (signature + fixed part + payload). The spec allows 64 KiB; real
+/// load balancers send a few hundred bytes, and this bounds what one connection can make us hold.
+pub const V2_MAX_RECEIVED: usize = 16 * 1024;
 
-/// An encoded header, on the stack.
-#[derive(Clone, Copy)]
-pub struct Header {
-    bytes: [u8; MAX_HEADER],
-    len: usize,
+/// TLV types from the specification.
+pub mod tlv {
+    pub const ALPN: u8 = 0x01;
+    pub const AUTHORITY: u8 = 0x02;
+    pub const CRC32C: u8 = 0x03;
+    pub const NOOP: u8 = 0x04;
+    pub const UNIQUE_ID: u8 = 0x05;
+    pub const SSL: u8 = 0x20;
+    pub const SSL_VERSION: u8 = 0x21;
+    pub const SSL_CN: u8 = 0x22;
+    pub const SSL_CIPHER: u8 = 0x23;
+    pub const SSL_SIG_ALG: u8 = 0x24;
+    pub const SSL_KEY_ALG: u8 = 0x25;
+    pub const NETNS: u8 = 0x30;
+    /// The range the spec leaves to applications (hitch sends the client certificate as 0xE0).
+    pub const CUSTOM_MIN: u8 = 0xE0;
+    pub const CUSTOM_MAX: u8 = 0xEF;
+    /// Longest unique ID the spec allows.
+    pub const UNIQUE_ID_MAX: usize = 128;
+
+    /// Bits of the SSL TLV's `client` field.
+    pub const CLIENT_SSL: u8 = 0x01;
+    pub const CLIENT_CERT_CONN: u8 = 0x02;
+    pub const CLIENT_CERT_SESS: u8 = 0x04;
 }
 
-impl Header {
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len]
+/// The connection a header announces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Addresses {
+    /// A TCP connection from `src` (the client) to `dst` (the address it connected to).
+    Tcp { src: SocketAddr, dst: SocketAddr },
+    /// Unknown or unsupported family: the receiver uses the connection's own addresses.
+    Unknown,
+}
+
+impl Addresses {
+    /// IPv4-mapped IPv6 addresses (from dual-stack sockets) are announced as IPv4, so a v4 client
+    /// looks the same to the backend whichever socket accepted it. Mixed families (possible only
+    /// with a received header and a different local family) become `Unknown`.
+    pub fn tcp(src: SocketAddr, dst: SocketAddr) -> Addresses {
+        let (src, dst) = (canonical(src), canonical(dst));
+        if src.is_ipv4() == dst.is_ipv4() {
+            Addresses::Tcp { src, dst }
+        } else {
+            Addresses::Unknown
+        }
     }
 }
 
-impl std::fmt::Debug for Header {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Header({:02x?})", self.as_bytes())
-    }
-}
-
-/// IPv4-mapped IPv6 addresses (from dual-stack sockets) are written as IPv4, so a v4 client looks
-/// the same to the backend whichever socket accepted it.
 fn canonical(a: SocketAddr) -> SocketAddr {
     match a.ip() {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -44,128 +85,17 @@ fn canonical(a: SocketAddr) -> SocketAddr {
     }
 }
 
-/// Encodes the header announcing a TCP connection from `src` (the client) to `dst` (the address
-/// it connected to). Returns `None` for `ProxyProtocol::None`.
-pub fn encode(version: ProxyProtocol, src: SocketAddr, dst: SocketAddr) -> Option<Header> {
-    let (src, dst) = (canonical(src), canonical(dst));
-    let mut h = Header {
-        bytes: [0; MAX_HEADER],
-        len: 0,
-    };
-    match version {
-        ProxyProtocol::None => return None,
-        ProxyProtocol::V1 => {
-            let mut w = &mut h.bytes[..];
-            let res = match (src.ip(), dst.ip()) {
-                (IpAddr::V4(s), IpAddr::V4(d)) => {
-                    write!(w, "PROXY TCP4 {s} {d} {} {}\r\n", src.port(), dst.port())
-                }
-                (IpAddr::V6(s), IpAddr::V6(d)) => {
-                    write!(w, "PROXY TCP6 {s} {d} {} {}\r\n", src.port(), dst.port())
-                }
-                _ => write!(w, "PROXY UNKNOWN\r\n"),
-            };
-            // The longest v1 line fits MAX_HEADER by the spec's arithmetic.
-            debug_assert!(res.is_ok());
-            h.len = MAX_HEADER - w.len();
-        }
-        ProxyProtocol::V2 => {
-            h.bytes[..12].copy_from_slice(&V2_SIGNATURE);
-            h.bytes[12] = 0x21; // version 2, command PROXY
-            let body = &mut h.bytes[16..];
-            let (family, len) = match (src.ip(), dst.ip()) {
-                (IpAddr::V4(s), IpAddr::V4(d)) => {
-                    body[..4].copy_from_slice(&s.octets());
-                    body[4..8].copy_from_slice(&d.octets());
-                    body[8..10].copy_from_slice(&src.port().to_be_bytes());
-                    body[10..12].copy_from_slice(&dst.port().to_be_bytes());
-                    (0x11, 12u16) // AF_INET, STREAM
-                }
-                (IpAddr::V6(s), IpAddr::V6(d)) => {
-                    body[..16].copy_from_slice(&s.octets());
-                    body[16..32].copy_from_slice(&d.octets());
-                    body[32..34].copy_from_slice(&src.port().to_be_bytes());
-                    body[34..36].copy_from_slice(&dst.port().to_be_bytes());
-                    (0x21, 36u16) // AF_INET6, STREAM
-                }
-                _ => (0x00, 0u16), // AF_UNSPEC: the receiver uses the socket's own addresses
-            };
-            h.bytes[13] = family;
-            h.bytes[14..16].copy_from_slice(&len.to_be_bytes());
-            h.len = 16 + usize::from(len);
-        }
-    }
-    Some(h)
+/// CRC32C (Castagnoli) as the spec's CRC32C TLV wants it.
+const CRC32C: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+
+/// The checksum of `header` computed with the 4 value bytes at `at` taken as zero.
+fn crc32c_with_hole(header: &[u8], at: usize) -> u32 {
+    let mut d = CRC32C.digest();
+    d.update(&header[..at]);
+    d.update(&[0; 4]);
+    d.update(&header[at + 4..]);
+    d.finalize()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sa(s: &str) -> SocketAddr {
-        s.parse().unwrap()
-    }
-
-    #[test]
-    fn v1_lines() {
-        let h = encode(
-            ProxyProtocol::V1,
-            sa("192.0.2.1:56324"),
-            sa("198.51.100.2:443"),
-        )
-        .unwrap();
-        assert_eq!(
-            h.as_bytes(),
-            b"PROXY TCP4 192.0.2.1 198.51.100.2 56324 443\r\n"
-        );
-        let h = encode(ProxyProtocol::V1, sa("[2001:db8::1]:1"), sa("[::1]:443")).unwrap();
-        assert_eq!(h.as_bytes(), b"PROXY TCP6 2001:db8::1 ::1 1 443\r\n");
-        let h = encode(
-            ProxyProtocol::V1,
-            sa("[::ffff:10.0.0.1]:5"),
-            sa("10.0.0.2:6"),
-        )
-        .unwrap();
-        assert_eq!(h.as_bytes(), b"PROXY TCP4 10.0.0.1 10.0.0.2 5 6\r\n");
-        assert!(encode(ProxyProtocol::None, sa("1.1.1.1:1"), sa("1.1.1.1:1")).is_none());
-    }
-
-    #[test]
-    fn v1_longest_line_fits() {
-        let a = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe]:65535";
-        let h = encode(ProxyProtocol::V1, sa(a), sa(a)).unwrap();
-        assert_eq!(h.as_bytes().len(), 104);
-        assert!(h.as_bytes().ends_with(b"65535 65535\r\n"));
-    }
-
-    #[test]
-    fn v2_ipv4_matches_spec_layout() {
-        let h = encode(
-            ProxyProtocol::V2,
-            sa("192.0.2.1:56324"),
-            sa("198.51.100.2:443"),
-        )
-        .unwrap();
-        // signature | ver/cmd 0x21 | fam 0x11 | len 12 | src | dst | sport 0xdc04 | dport 0x01bb
-        let want: [u8; 28] = [
-            0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a, //
-            0x21, 0x11, 0x00, 0x0c, //
-            192, 0, 2, 1, 198, 51, 100, 2, //
-            0xdc, 0x04, 0x01, 0xbb,
-        ];
-        assert_eq!(h.as_bytes(), &want);
-    }
-
-    #[test]
-    fn v2_ipv6_length() {
-        let h = encode(
-            ProxyProtocol::V2,
-            sa("[2001:db8::1]:1"),
-            sa("[2001:db8::2]:2"),
-        )
-        .unwrap();
-        assert_eq!(h.as_bytes().len(), 52);
-        assert_eq!(&h.as_bytes()[13..16], &[0x21, 0x00, 0x24]);
-        assert_eq!(&h.as_bytes()[48..52], &[0, 1, 0, 2]);
-    }
-}
+mod vectors;

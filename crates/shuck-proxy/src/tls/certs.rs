@@ -59,6 +59,17 @@ pub struct LoadedCert {
     /// Seconds since the epoch.
     pub not_after: i64,
     pub certified: Arc<CertifiedKey>,
+    /// What the PROXY SSL TLV says about this certificate when it is served.
+    pub served: Arc<ServedCert>,
+}
+
+/// Algorithms of a certificate shuck serves, as text for backends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedCert {
+    /// The certificate's signature algorithm ("ecdsa-with-SHA256", "sha256WithRSAEncryption").
+    pub sig_alg: String,
+    /// Key type and size, HAProxy's style ("EC256", "RSA2048", "ED25519").
+    pub key_alg: String,
 }
 
 impl LoadedCert {
@@ -212,6 +223,9 @@ pub fn from_parts(
             }
         }
     }
+    let sig_oid = &leaf.signature_algorithm.algorithm;
+    let sig_alg = x509_parser::objects::oid2sn(sig_oid, x509_parser::objects::oid_registry())
+        .map_or_else(|_| sig_oid.to_id_string(), str::to_string);
     let subject = leaf.subject().to_string();
     let not_after = leaf.validity().not_after.timestamp();
     drop(parsed);
@@ -236,6 +250,11 @@ pub fn from_parts(
             ))
         }
     }
+    let key_alg = match key_kind {
+        KeyKind::Ecdsa { bits } => format!("EC{bits}"),
+        KeyKind::Ed25519 => "ED25519".to_string(),
+        KeyKind::Rsa { bits } => format!("RSA{bits}"),
+    };
     Ok(LoadedCert {
         path: path.to_path_buf(),
         names,
@@ -244,6 +263,7 @@ pub fn from_parts(
         chain_len,
         not_after,
         certified: Arc::new(certified),
+        served: Arc::new(ServedCert { sig_alg, key_alg }),
     })
 }
 

@@ -2,6 +2,7 @@
 //! for each frontend.
 
 pub mod certs;
+pub mod client_auth;
 pub mod params;
 pub mod sni;
 pub mod tickets;
@@ -29,6 +30,8 @@ pub struct TlsContext {
     pub certs: Vec<LoadedCert>,
     template: ServerConfig,
     session_cache_size: usize,
+    /// Digest of the client-certificate trust (mode, CA, CRLs); `None` without client_auth.
+    pub client_trust: Option<[u8; 32]>,
 }
 
 pub fn provider_for(fe: &Frontend) -> CryptoProvider {
@@ -79,11 +82,16 @@ impl TlsContext {
             frontend: fe.name.clone(),
             source,
         };
-        let mut template = ServerConfig::builder_with_provider(provider)
+        let client_verifier = client_auth::verifier(fe, &provider)?;
+        let client_trust = client_verifier.as_ref().map(|v| v.trust_digest);
+        let builder = ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&fe.versions)
-            .map_err(tls_err)?
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::new(resolver));
+            .map_err(tls_err)?;
+        let builder = match client_verifier {
+            Some(v) => builder.with_client_cert_verifier(v.verifier),
+            None => builder.with_no_client_auth(),
+        };
+        let mut template = builder.with_cert_resolver(Arc::new(resolver));
         template.alpn_protocols.clone_from(&fe.alpn);
         // Server preference: the server knows which cipher is cheap on its CPU.
         template.ignore_client_order = true;
@@ -102,6 +110,7 @@ impl TlsContext {
             certs,
             template,
             session_cache_size: fe.session_cache_size,
+            client_trust,
         })
     }
 

@@ -88,6 +88,24 @@ pub fn suite_name(s: SupportedCipherSuite) -> &'static str {
     s.suite().as_str().unwrap_or("unknown")
 }
 
+/// The OpenSSL name of a suite, as HAProxy and nginx report ciphers (`ssl_fc_cipher`,
+/// `$ssl_cipher`) and so as backends reading the PROXY SSL TLV expect them. For TLS 1.3 that is
+/// the RFC 8446 name, which rustls spells with a "TLS13_" prefix.
+pub fn openssl_suite_name(s: SupportedCipherSuite) -> &'static str {
+    match suite_name(s) {
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256" => "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384" => "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256" => "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256" => "ECDHE-RSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384" => "ECDHE-RSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256" => "ECDHE-RSA-CHACHA20-POLY1305",
+        "TLS13_AES_128_GCM_SHA256" => "TLS_AES_128_GCM_SHA256",
+        "TLS13_AES_256_GCM_SHA384" => "TLS_AES_256_GCM_SHA384",
+        "TLS13_CHACHA20_POLY1305_SHA256" => "TLS_CHACHA20_POLY1305_SHA256",
+        other => other,
+    }
+}
+
 /// Looks each name up (case-insensitively) in `all`, drops duplicates, keeps the given order.
 fn parse_names<T: Copy>(
     list: &[String],
@@ -119,8 +137,17 @@ fn parse_names<T: Copy>(
 }
 
 pub fn parse_ciphersuites(list: &[String]) -> Result<Vec<SupportedCipherSuite>, String> {
+    // The RFC 8446 / OpenSSL spelling of TLS 1.3 suites ("TLS_AES_128_GCM_SHA256") is what
+    // operators copy from other servers; rustls spells them "TLS13_…".
+    let list: Vec<String> = list
+        .iter()
+        .map(|n| match n.strip_prefix("TLS_") {
+            Some(rest) if !rest.starts_with("ECDHE") => format!("TLS13_{rest}"),
+            _ => n.clone(),
+        })
+        .collect();
     parse_names(
-        list,
+        &list,
         aws_lc_rs::ALL_CIPHER_SUITES,
         suite_name,
         "cipher suite",

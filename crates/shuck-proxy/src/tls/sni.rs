@@ -9,8 +9,19 @@ use std::sync::Arc;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use super::certs::LoadedCert;
+use super::certs::{LoadedCert, ServedCert};
 use crate::config::SniFallback;
+
+thread_local! {
+    /// The certificate the last `resolve` on this thread chose. Workers are single-threaded and
+    /// `resolve` runs inside one connection's handshake poll, which takes it right after.
+    static CHOSEN: std::cell::Cell<Option<Arc<ServedCert>>> = const { std::cell::Cell::new(None) };
+}
+
+/// Takes what the resolver noted during the poll that just returned (see [`CHOSEN`]).
+pub fn take_chosen() -> Option<Arc<ServedCert>> {
+    CHOSEN.with(std::cell::Cell::take)
+}
 
 /// Certificates that serve one name, most preferred first.
 type Candidates = Vec<Arc<CertifiedKey>>;
@@ -23,6 +34,8 @@ pub struct SniResolver {
     default: Candidates,
     unknown_sni: SniFallback,
     missing_sni: SniFallback,
+    /// By certified-key address: what to tell backends about each certificate.
+    served: HashMap<usize, Arc<ServedCert>>,
 }
 
 impl SniResolver {
@@ -69,12 +82,17 @@ impl SniResolver {
         {
             default.insert(0, default_cert.certified.clone());
         }
+        let served = certs
+            .iter()
+            .map(|c| (Arc::as_ptr(&c.certified) as usize, c.served.clone()))
+            .collect();
         SniResolver {
             exact,
             wildcard,
             default,
             unknown_sni,
             missing_sni,
+            served,
         }
     }
 
@@ -105,10 +123,12 @@ impl ResolvesServerCert for SniResolver {
         let candidates = self.candidates(hello.server_name())?;
         let schemes = hello.signature_schemes();
         // First candidate whose key can sign with a scheme the client offered.
-        candidates
+        let chosen = candidates
             .iter()
-            .find(|k| k.key.choose_scheme(schemes).is_some())
-            .cloned()
+            .find(|k| k.key.choose_scheme(schemes).is_some())?;
+        let served = self.served.get(&(Arc::as_ptr(chosen) as usize)).cloned();
+        CHOSEN.with(|c| c.set(served));
+        Some(chosen.clone())
     }
 }
 

@@ -2,6 +2,8 @@
 //! with a ready file, small real backends, and helpers to drive curl and `openssl s_client`.
 #![allow(dead_code)] // each test file uses a different part of the harness
 
+pub mod peers;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -52,6 +54,48 @@ impl Pki {
 
     /// Writes `<file>` holding leaf, CA, key; the leaf's CN is `cn`, its SANs `names`.
     pub fn leaf(&self, file: &str, cn: &str, names: &[&str], key: Key) -> PathBuf {
+        self.leaf_with_serial(file, cn, names, key, None)
+    }
+
+    /// A client certificate (no names) with a known serial number, for CRL tests.
+    pub fn client(&self, file: &str, cn: &str, serial: u64) -> PathBuf {
+        self.leaf_with_serial(file, cn, &[], Key::EcdsaP256, Some(serial))
+    }
+
+    /// A PEM CRL, signed by the CA, revoking `serials`.
+    pub fn crl(&self, file: &str, serials: &[u64]) -> PathBuf {
+        let now = time::OffsetDateTime::now_utc();
+        let crl = rcgen::CertificateRevocationListParams {
+            this_update: now - time::Duration::hours(1),
+            next_update: now + time::Duration::days(1),
+            crl_number: rcgen::SerialNumber::from(1u64),
+            issuing_distribution_point: None,
+            revoked_certs: serials
+                .iter()
+                .map(|s| rcgen::RevokedCertParams {
+                    serial_number: rcgen::SerialNumber::from(*s),
+                    revocation_time: now - time::Duration::minutes(5),
+                    reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+                    invalidity_date: None,
+                })
+                .collect(),
+            key_identifier_method: rcgen::KeyIdMethod::Sha256,
+        }
+        .signed_by(&self.ca, &self.ca_key)
+        .expect("sign CRL");
+        let path = self.path(file);
+        std::fs::write(&path, crl.pem().expect("CRL PEM")).expect("write CRL");
+        path
+    }
+
+    fn leaf_with_serial(
+        &self,
+        file: &str,
+        cn: &str,
+        names: &[&str],
+        key: Key,
+        serial: Option<u64>,
+    ) -> PathBuf {
         let alg: &'static SignatureAlgorithm = match key {
             Key::EcdsaP256 => &rcgen::PKCS_ECDSA_P256_SHA256,
             Key::EcdsaP384 => &rcgen::PKCS_ECDSA_P384_SHA384,
@@ -63,6 +107,7 @@ impl Pki {
             CertificateParams::new(names.iter().map(|s| (*s).to_string()).collect::<Vec<_>>())
                 .expect("leaf params");
         p.distinguished_name.push(DnType::CommonName, cn);
+        p.serial_number = serial.map(rcgen::SerialNumber::from);
         let cert = p.signed_by(&kp, &self.ca, &self.ca_key).expect("sign leaf");
         let path = self.path(file);
         std::fs::write(
@@ -439,4 +484,21 @@ pub fn connector(pki: &Pki) -> tokio_rustls::TlsConnector {
     .with_root_certificates(roots)
     .with_no_client_auth();
     tokio_rustls::TlsConnector::from(Arc::new(cfg))
+}
+
+/// The Prometheus text from shuck's metrics endpoint.
+pub fn scrape(addr: SocketAddr) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect metrics");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    String::from_utf8(read_all_bounded(&mut s)).expect("utf-8")
+}
+
+/// Sum of every sample of `name` whose labels contain all of `labels`.
+pub fn sum(text: &str, name: &str, labels: &[&str]) -> i64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+        .sum()
 }

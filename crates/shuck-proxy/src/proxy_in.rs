@@ -1,0 +1,116 @@
+//! Reading a PROXY header from a load balancer in front of shuck (`accept_proxy`), before TLS.
+//!
+//! The header is consumed exactly: bytes are peeked, and only those the decoder says belong to
+//! the header are read, so the ClientHello behind it stays in the socket for rustls.
+
+use std::io;
+use std::net::SocketAddr;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+use crate::proxy_protocol::{self, tlv, Addresses, DecodeError, Parsed};
+use crate::relay::PooledBuf;
+
+// The whole v2 header must fit the pooled buffer it is read into.
+const _: () = assert!(crate::relay::BUF_SIZE >= proxy_protocol::V2_MAX_RECEIVED);
+
+/// What a load balancer told us about the connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announced {
+    /// The real client and the address it connected to; `None` for LOCAL (health checks) and
+    /// unknown families, where the connection's own addresses stand.
+    pub addrs: Option<(SocketAddr, SocketAddr)>,
+    pub local: bool,
+    /// Received TLVs worth passing on to the backend, in wire form (see [`keep_tlv`]).
+    pub passthrough: Option<Box<[u8]>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HeaderError {
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error("connection closed after {received} bytes, before the PROXY header was complete")]
+    Closed { received: usize },
+    #[error("no complete PROXY header within {0:?}")]
+    Timeout(std::time::Duration),
+    #[error("peer is not in accept_proxy_from")]
+    Untrusted,
+    #[error("reading the PROXY header: {0}")]
+    Io(#[from] io::Error),
+}
+
+impl HeaderError {
+    pub fn label(&self) -> &'static str {
+        match self {
+            HeaderError::Decode(e) => e.label(),
+            HeaderError::Closed { .. } => "closed",
+            HeaderError::Timeout(_) => "timeout",
+            HeaderError::Untrusted => "untrusted_peer",
+            HeaderError::Io(_) => "other",
+        }
+    }
+}
+
+/// TLVs that describe the client rather than the load balancer's own TLS, and that shuck does
+/// not produce itself: the unique ID (request tracing across hops), network namespace, and the
+/// custom range (cloud load balancers put endpoint IDs there).
+fn keep_tlv(kind: u8, cert_tlv: u8) -> bool {
+    kind != cert_tlv
+        && matches!(
+            kind,
+            tlv::UNIQUE_ID | tlv::NETNS | tlv::CUSTOM_MIN..=tlv::CUSTOM_MAX
+        )
+}
+
+/// Reads one header. Cancel-safe only in the sense that dropping it drops the connection: the
+/// caller wraps it in the header timeout and closes on any error.
+/// `pass_on`: keep the received TLVs worth passing on (see [`keep_tlv`]) except this client
+/// certificate type; `None` keeps none.
+pub async fn read_header(
+    tcp: &mut TcpStream,
+    pass_on: Option<u8>,
+) -> Result<Announced, HeaderError> {
+    let mut buf = PooledBuf::take();
+    let buf = buf.bytes_mut();
+    let mut have = 0;
+    loop {
+        // Peeked bytes are consumed only once the decoder has placed them inside the header, so
+        // every peek after a consuming read either sees new bytes or waits for them.
+        let n = tcp.peek(&mut buf[have..]).await?;
+        if n == 0 {
+            return Err(HeaderError::Closed { received: have });
+        }
+        match proxy_protocol::decode(&buf[..have + n])? {
+            Parsed::Complete { len, .. } => {
+                tcp.read_exact(&mut buf[have..len]).await?;
+                // Decode again from the owned copy (same bytes) to build the answer.
+                let Parsed::Complete { header, .. } = proxy_protocol::decode(&buf[..len])? else {
+                    return Err(HeaderError::Decode(DecodeError::V2Truncated));
+                };
+                let addrs = match header.addrs {
+                    Addresses::Tcp { src, dst } if !header.local => Some((src, dst)),
+                    _ => None,
+                };
+                let mut kept = Vec::new();
+                for t in proxy_protocol::tlvs(header.tlvs) {
+                    let (kind, value) = t?;
+                    if pass_on.is_some_and(|cert_tlv| keep_tlv(kind, cert_tlv)) {
+                        kept.push(kind);
+                        kept.extend_from_slice(&(value.len() as u16).to_be_bytes());
+                        kept.extend_from_slice(value);
+                    }
+                }
+                return Ok(Announced {
+                    addrs,
+                    local: header.local,
+                    passthrough: (!kept.is_empty()).then(|| kept.into_boxed_slice()),
+                });
+            }
+            Parsed::Incomplete { .. } => {
+                tcp.read_exact(&mut buf[have..have + n]).await?;
+                have += n;
+            }
+        }
+    }
+}

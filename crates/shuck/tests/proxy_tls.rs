@@ -1,0 +1,529 @@
+//! What a backend learns through the PROXY v2 TLVs (checked by a raw backend that walks the header
+//! itself), client certificates (curl with and without one), and accept_proxy's refusals of bad
+//! headers (raw sockets), each counted in the metrics.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::{curl, read_all_bounded, scrape, sum, toml_path, HttpBackend, Key, Pki, Shuck};
+
+/// A backend that keeps the bytes it receives up to the end of the HTTP request head, answers
+/// 200, and sends what it received to the test.
+struct RawBackend {
+    addr: SocketAddr,
+    got: mpsc::Receiver<Vec<u8>>,
+}
+
+impl RawBackend {
+    fn start() -> RawBackend {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let (tx, got) = mpsc::channel();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // The v2 signature itself holds CRLF CRLF: look for the end of the request head.
+                while !request_complete(&buf) {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let _ = s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                if tx.send(buf).is_err() {
+                    return;
+                }
+            }
+        });
+        RawBackend { addr, got }
+    }
+
+    fn next(&self) -> Vec<u8> {
+        self.got
+            .recv_timeout(Duration::from_secs(20))
+            .expect("backend got no connection")
+    }
+}
+
+fn request_complete(buf: &[u8]) -> bool {
+    let Some(start) = buf
+        .windows(9)
+        .position(|w| w == b" HTTP/1.1" || w == b" HTTP/1.0")
+    else {
+        return false;
+    };
+    buf[start..].windows(4).any(|w| w == b"\r\n\r\n")
+}
+
+/// The test's own reading of a v2 header (independent of shuck's decoder): addresses skipped,
+/// TLVs as (type, value), and the bytes after the header.
+fn walk_v2(got: &[u8]) -> (Vec<(u8, Vec<u8>)>, Vec<u8>) {
+    assert_eq!(
+        &got[..12],
+        b"\r\n\r\n\0\r\nQUIT\n",
+        "no v2 signature: {got:02x?}"
+    );
+    assert_eq!(got[12], 0x21, "not v2 PROXY");
+    let len = usize::from(u16::from_be_bytes([got[14], got[15]]));
+    let addr_len = match got[13] {
+        0x11 => 12,
+        0x21 => 36,
+        f => panic!("family {f:#x}"),
+    };
+    let mut tlvs = Vec::new();
+    let mut rest = &got[16 + addr_len..16 + len];
+    while !rest.is_empty() {
+        let n = usize::from(u16::from_be_bytes([rest[1], rest[2]]));
+        tlvs.push((rest[0], rest[3..3 + n].to_vec()));
+        rest = &rest[3 + n..];
+    }
+    (tlvs, got[16 + len..].to_vec())
+}
+
+fn tlv(tlvs: &[(u8, Vec<u8>)], t: u8) -> Option<&[u8]> {
+    tlvs.iter()
+        .find(|(k, _)| *k == t)
+        .map(|(_, v)| v.as_slice())
+}
+
+fn text(v: Option<&[u8]>) -> &str {
+    v.map_or("<absent>", |v| std::str::from_utf8(v).expect("utf-8"))
+}
+
+fn first_cert_der(pem_file: &std::path::Path) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    let c = rustls::pki_types::CertificateDer::pem_file_iter(pem_file)
+        .expect("read")
+        .next()
+        .expect("a certificate")
+        .expect("pem");
+    c.as_ref().to_vec()
+}
+
+fn mtls_frontend(pki: &Pki, backend: SocketAddr, client_auth: &str, tlvs: &str) -> Shuck {
+    let cert = pki.leaf("server.pem", "server", &["tlv.test"], Key::EcdsaP256);
+    Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\n\
+         certificates = {}\nalpn = [\"http/1.1\"]\nciphersuites = [\"TLS_AES_256_GCM_SHA384\", \"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384\"]\n\
+         proxy_protocol = \"v2\"\nproxy_protocol_tlvs = {tlvs}\n\
+         client_auth = \"{client_auth}\"\nclient_ca = {}\n",
+        toml_path(&cert),
+        toml_path(&pki.ca_path())
+    ))
+}
+
+#[test]
+fn ssl_tlvs_and_the_client_certificate_reach_the_backend() {
+    let pki = Pki::new();
+    let client = pki.leaf("client.pem", "client one", &[], Key::EcdsaP256);
+    let backend = RawBackend::start();
+    let shuck = mtls_frontend(
+        &pki,
+        backend.addr,
+        "required",
+        r#"["alpn", "authority", "ssl", "client_cert", "crc32c"]"#,
+    );
+    let out = curl(
+        &pki,
+        &shuck,
+        "tlv.test",
+        "/x",
+        &["--cert", client.to_str().expect("path"), "--tlsv1.3"],
+    );
+    assert!(
+        out.status.success(),
+        "curl: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        shuck.log_text()
+    );
+    let (tlvs, after) = walk_v2(&backend.next());
+    assert!(after.starts_with(b"GET /x HTTP/1.1\r\n"), "{after:?}");
+    assert_eq!(text(tlv(&tlvs, 0x01)), "http/1.1");
+    assert_eq!(text(tlv(&tlvs, 0x02)), "tlv.test");
+    let ssl = tlv(&tlvs, 0x20).expect("SSL TLV");
+    assert_eq!(
+        ssl[0],
+        0x01 | 0x02 | 0x04,
+        "client: SSL + certificate on this connection and so in this session"
+    );
+    assert_eq!(&ssl[1..5], &[0, 0, 0, 0], "verify: 0 = verified");
+    let mut subs = Vec::new();
+    let mut rest = &ssl[5..];
+    while !rest.is_empty() {
+        let n = usize::from(u16::from_be_bytes([rest[1], rest[2]]));
+        subs.push((rest[0], rest[3..3 + n].to_vec()));
+        rest = &rest[3 + n..];
+    }
+    assert_eq!(text(tlv(&subs, 0x21)), "TLSv1.3");
+    assert_eq!(text(tlv(&subs, 0x22)), "client one");
+    assert_eq!(text(tlv(&subs, 0x23)), "TLS_AES_256_GCM_SHA384");
+    // The server certificate: a P-256 key signed by the test CA's P-256 key with SHA-256.
+    assert_eq!(text(tlv(&subs, 0x24)), "ecdsa-with-SHA256");
+    assert_eq!(text(tlv(&subs, 0x25)), "EC256");
+    assert_eq!(tlv(&tlvs, 0xE0), Some(first_cert_der(&client).as_slice()));
+    // The checksum TLV comes last, covering everything before it.
+    assert_eq!(tlvs.last().map(|t| t.0), Some(0x03));
+}
+
+#[test]
+fn client_auth_required_refuses_clients_without_a_valid_certificate() {
+    let pki = Pki::new();
+    let other_ca = Pki::new();
+    let stranger = other_ca.leaf("stranger.pem", "stranger", &[], Key::EcdsaP256);
+    let good = pki.leaf("client.pem", "client one", &[], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let shuck = mtls_frontend(&pki, backend.addr, "required", "[]");
+
+    let none = curl(&pki, &shuck, "tlv.test", "/", &[]);
+    assert!(!none.status.success(), "served without a certificate");
+    let bad = curl(
+        &pki,
+        &shuck,
+        "tlv.test",
+        "/",
+        &["--cert", stranger.to_str().expect("path")],
+    );
+    assert!(
+        !bad.status.success(),
+        "served a certificate from another CA"
+    );
+    let ok = curl(
+        &pki,
+        &shuck,
+        "tlv.test",
+        "/",
+        &["--cert", good.to_str().expect("path")],
+    );
+    assert!(
+        ok.status.success() && String::from_utf8_lossy(&ok.stdout).contains("backend got"),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let metrics = scrape(*shuck.addrs.last().expect("metrics addr"));
+    assert_eq!(
+        sum(
+            &metrics,
+            "shuck_handshake_failures_total",
+            &["reason=\"client_certificate\""]
+        ),
+        2,
+        "{metrics}"
+    );
+}
+
+#[test]
+fn client_auth_optional_serves_anonymous_clients_and_tells_the_backend() {
+    let pki = Pki::new();
+    let other_ca = Pki::new();
+    let stranger = other_ca.leaf("stranger.pem", "stranger", &[], Key::EcdsaP256);
+    let backend = RawBackend::start();
+    let shuck = mtls_frontend(&pki, backend.addr, "optional", r#"["ssl"]"#);
+
+    let anon = curl(&pki, &shuck, "tlv.test", "/", &[]);
+    assert!(
+        anon.status.success(),
+        "{}",
+        String::from_utf8_lossy(&anon.stderr)
+    );
+    let (tlvs, _) = walk_v2(&backend.next());
+    let ssl = tlv(&tlvs, 0x20).expect("SSL TLV");
+    assert_eq!(ssl[0], 0x01, "SSL, no certificate");
+    assert_ne!(&ssl[1..5], &[0, 0, 0, 0], "verify must not claim success");
+    assert!(tlv(&tlvs, 0x01).is_none(), "ALPN TLV not asked for");
+
+    // Optional is not 'anything goes': a certificate that does not verify is refused.
+    let bad = curl(
+        &pki,
+        &shuck,
+        "tlv.test",
+        "/",
+        &["--cert", stranger.to_str().expect("path")],
+    );
+    assert!(
+        !bad.status.success(),
+        "served a certificate from another CA"
+    );
+}
+
+/// Sends `bytes` (and optionally closes the write side), then waits for shuck to close the
+/// connection without sending anything; returns what came back.
+fn refused(addr: SocketAddr, bytes: &[u8], close_write: bool) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.write_all(bytes).expect("write");
+    if close_write {
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    }
+    read_all_bounded(&mut s)
+}
+
+#[test]
+fn accept_proxy_refuses_bad_headers_and_counts_them() {
+    let pki = Pki::new();
+    let cert = pki.leaf("s.pem", "s", &["pp.test"], Key::EcdsaP256);
+    let backend = RawBackend::start();
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\n\
+         certificates = {}\naccept_proxy = true\nproxy_header_timeout = \"1s\"\nproxy_protocol = \"v1\"\n",
+        backend.addr,
+        toml_path(&cert)
+    ));
+    let a = shuck.addr();
+    // A TLS client that sends no header: its ClientHello is refused on the first byte.
+    let direct = curl(&pki, &shuck, "pp.test", "/", &[]);
+    assert!(!direct.status.success(), "served a client without a header");
+    assert!(refused(a, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", false).is_empty());
+    assert!(refused(a, b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\n", false).is_empty());
+    assert!(refused(a, b"PROXY TCP4 1.2.3.4 5.6.7.8 99999 2\r\n", false).is_empty());
+    // v2 with a CRC32C TLV that does not match.
+    let mut bad_crc = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x13".to_vec();
+    bad_crc.extend([192, 0, 2, 1, 198, 51, 100, 2, 0xdc, 0x04, 0x01, 0xbb]);
+    bad_crc.extend([0x03, 0, 4, 0xde, 0xad, 0xbe, 0xef]);
+    assert!(refused(a, &bad_crc, false).is_empty());
+    // Truncated: the peer closes mid-header.
+    assert!(refused(a, &bad_crc[..20], true).is_empty());
+    // Never completes: closed by proxy_header_timeout (1s), not held open.
+    let started = std::time::Instant::now();
+    assert!(refused(a, b"PROXY TCP4 1.2", false).is_empty());
+    assert!(started.elapsed() < Duration::from_secs(15));
+
+    // After all that, a well-formed header followed by TLS is served, and the backend sees the
+    // announced client.
+    let answer = tls_after_header(
+        &pki,
+        a,
+        b"PROXY TCP4 203.0.113.9 198.51.100.7 40000 443\r\n",
+        "/ok",
+    );
+    assert!(answer.ends_with(b"ok"), "{answer:?}");
+    let got = backend.next();
+    assert!(
+        got.starts_with(b"PROXY TCP4 203.0.113.9 198.51.100.7 40000 443\r\nGET /ok HTTP/1.0"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+
+    let m = scrape(*shuck.addrs.last().expect("metrics addr"));
+    let errs = |reason: &str| {
+        sum(
+            &m,
+            "shuck_proxy_header_errors_total",
+            &[&format!("reason=\"{reason}\"")],
+        )
+    };
+    assert_eq!(errs("not_proxy"), 2, "{m}");
+    assert_eq!(errs("v1_malformed"), 2, "{m}");
+    assert_eq!(errs("bad_checksum"), 1, "{m}");
+    assert_eq!(errs("closed"), 1, "{m}");
+    assert_eq!(errs("timeout"), 1, "{m}");
+    assert_eq!(
+        sum(&m, "shuck_proxy_headers_total", &["command=\"proxy\""]),
+        1,
+        "{m}"
+    );
+}
+
+#[test]
+fn accept_proxy_from_closes_peers_outside_the_list() {
+    let pki = Pki::new();
+    let cert = pki.leaf("s.pem", "s", &["pp.test"], Key::EcdsaP256);
+    let backend = RawBackend::start();
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\n\
+         certificates = {}\naccept_proxy = true\naccept_proxy_from = [\"192.0.2.0/24\", \"2001:db8::/32\"]\n",
+        backend.addr,
+        toml_path(&cert)
+    ));
+    assert!(refused(
+        shuck.addr(),
+        b"PROXY TCP4 203.0.113.9 198.51.100.7 40000 443\r\n",
+        false
+    )
+    .is_empty());
+    let m = scrape(*shuck.addrs.last().expect("metrics addr"));
+    assert_eq!(
+        sum(
+            &m,
+            "shuck_proxy_header_errors_total",
+            &["reason=\"untrusted_peer\""]
+        ),
+        1,
+        "{m}"
+    );
+    assert!(backend.got.try_recv().is_err(), "backend reached");
+}
+
+#[test]
+fn a_client_certificate_revoked_by_the_crl_is_refused() {
+    let pki = Pki::new();
+    let revoked = pki.client("revoked.pem", "revoked one", 1001);
+    let kept = pki.client("kept.pem", "kept one", 1002);
+    let crl = pki.crl("ca.crl.pem", &[1001]);
+    let cert = pki.leaf("server.pem", "server", &["tlv.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n\
+         client_auth = \"required\"\nclient_ca = {}\nclient_crl = {}\n",
+        backend.addr,
+        toml_path(&cert),
+        toml_path(&pki.ca_path()),
+        toml_path(&crl)
+    ));
+    let with = |c: &std::path::Path| {
+        curl(
+            &pki,
+            &shuck,
+            "tlv.test",
+            "/",
+            &["--cert", c.to_str().expect("path")],
+        )
+    };
+    let out = with(&kept);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        shuck.log_text()
+    );
+    assert!(
+        !with(&revoked).status.success(),
+        "revoked certificate served"
+    );
+}
+
+/// Resumption does not check a client certificate again, so a reload that revokes one must also
+/// retire the sessions and tickets made under the old trust: the revoked client's ticket must
+/// not get it back in.
+#[test]
+fn a_reload_with_a_new_crl_does_not_let_revoked_clients_resume() {
+    let pki = Pki::new();
+    let client = pki.client("alice.pem", "alice", 2001);
+    let crl = pki.crl("ca.crl.pem", &[]);
+    let cert = pki.leaf("server.pem", "server", &["tlv.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n\
+         client_auth = \"required\"\nclient_ca = {}\nclient_crl = {}\n",
+        backend.addr,
+        toml_path(&cert),
+        toml_path(&pki.ca_path()),
+        toml_path(&crl)
+    ));
+    let sess = pki.path("alice.sess");
+    let c = client.to_str().expect("path");
+    let s = sess.to_str().expect("path");
+    let (ok, out) = common::s_client(
+        &pki,
+        shuck.addr(),
+        Some("tlv.test"),
+        &["-tls1_3", "-cert", c, "-key", c, "-sess_out", s],
+    );
+    assert!(ok, "{out}");
+    // Control: before the reload the session resumes.
+    let (ok, out) = common::s_client(
+        &pki,
+        shuck.addr(),
+        Some("tlv.test"),
+        &["-tls1_3", "-cert", c, "-key", c, "-sess_in", s],
+    );
+    assert!(ok && out.contains("\nReused, TLSv1.3"), "{out}");
+
+    // Revoke alice, reload, and try the old session again.
+    let revoking = pki.crl("revoking.crl.pem", &[2001]);
+    std::fs::rename(&revoking, &crl).expect("replace CRL");
+    shuck.signal("HUP");
+    let log = shuck.wait_log("reloaded certificates");
+    assert!(log.contains("client certificate trust changed"), "{log}");
+    let (ok, out) = common::s_client(
+        &pki,
+        shuck.addr(),
+        Some("tlv.test"),
+        &["-tls1_3", "-cert", c, "-key", c, "-sess_in", s],
+    );
+    assert!(!out.contains("\nReused,"), "revoked client resumed: {out}");
+    assert!(
+        !out.contains("backend got"),
+        "revoked client served: {ok} {out}"
+    );
+}
+
+/// Sends `header`, then a TLS handshake (SNI pp.test) and an HTTP/1.0 request for `path` over the
+/// same connection; returns the answer.
+fn tls_after_header(pki: &Pki, addr: SocketAddr, header: &[u8], path: &str) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.write_all(header).expect("header");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        s.set_nonblocking(true).expect("nonblocking");
+        let tcp = tokio::net::TcpStream::from_std(s).expect("tokio");
+        let name = rustls::pki_types::ServerName::try_from("pp.test").expect("name");
+        let mut tls = common::connector(pki)
+            .connect(name, tcp)
+            .await
+            .expect("TLS after a good header");
+        tls.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+            .await
+            .expect("write");
+        let mut v = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(20), tls.read_to_end(&mut v)).await;
+        v
+    })
+}
+
+/// A v2 header from 203.0.113.9:40000 to 198.51.100.7:443 carrying `tlvs` (type, value).
+fn v2_with(tlvs: &[(u8, &[u8])]) -> Vec<u8> {
+    let mut body = vec![203, 0, 113, 9, 198, 51, 100, 7, 0x9c, 0x40, 0x01, 0xbb];
+    for (t, v) in tlvs {
+        body.push(*t);
+        body.extend((v.len() as u16).to_be_bytes());
+        body.extend(*v);
+    }
+    let mut h = b"\r\n\r\n\0\r\nQUIT\n\x21\x11".to_vec();
+    h.extend((body.len() as u16).to_be_bytes());
+    h.extend(body);
+    h
+}
+
+/// Received unique-ID and custom TLVs reach the backend only from listed load balancers, and a
+/// received TLV of the client-certificate type never does (it would forge a client identity).
+#[test]
+fn received_tlvs_pass_on_only_from_listed_balancers_and_never_a_client_certificate() {
+    let pki = Pki::new();
+    let cert = pki.leaf("s.pem", "s", &["pp.test"], Key::EcdsaP256);
+    let header = v2_with(&[(0x05, b"lb-42"), (0xEA, b"\x01vpc-1"), (0xE0, b"forged")]);
+    for (from, passes) in [
+        ("accept_proxy_from = [\"127.0.0.0/8\"]\n", true),
+        ("", false),
+    ] {
+        let backend = RawBackend::start();
+        let shuck = Shuck::start(&format!(
+            "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n\
+             accept_proxy = true\n{from}proxy_protocol = \"v2\"\nproxy_protocol_tlvs = [\"unique_id\"]\n",
+            backend.addr,
+            toml_path(&cert)
+        ));
+        let answer = tls_after_header(&pki, shuck.addr(), &header, "/");
+        assert!(answer.ends_with(b"ok"), "{answer:?}");
+        let (tlvs, _) = walk_v2(&backend.next());
+        assert_eq!(tlv(&tlvs, 0xE0), None, "client certificate TLV passed on");
+        if passes {
+            assert_eq!(text(tlv(&tlvs, 0x05)), "lb-42");
+            assert_eq!(tlv(&tlvs, 0xEA), Some(&b"\x01vpc-1"[..]));
+        } else {
+            assert_eq!(tlv(&tlvs, 0xEA), None);
+            // shuck's own unique ID instead of the peer's.
+            let id = text(tlv(&tlvs, 0x05));
+            assert!(id != "lb-42" && !id.is_empty(), "{id}");
+        }
+    }
+}
