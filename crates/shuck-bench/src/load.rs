@@ -400,7 +400,9 @@ pub fn run(plan: LoadPlan) -> Result<LoadResult, BenchError> {
         }
     };
     std::thread::sleep(start.saturating_duration_since(Instant::now()));
+    let me = [std::process::id()];
     let mut cpu_before = cpu(&plan.server_pids);
+    let mut client_before = cpu(&me);
     let tty = std::io::stderr().is_terminal();
     let (mut last_ok, mut last_failed, mut last_print) = (0, 0, Instant::now());
     for s in 0..nsteps {
@@ -437,6 +439,7 @@ pub fn run(plan: LoadPlan) -> Result<LoadResult, BenchError> {
             }
         }
         let cpu_now = cpu(&plan.server_pids);
+        let client_now = cpu(&me);
         metas.push(StepMeta {
             start_s: plan.step.as_secs_f64() * s as f64,
             duration_s: plan.step.as_secs_f64(),
@@ -444,8 +447,12 @@ pub fn run(plan: LoadPlan) -> Result<LoadResult, BenchError> {
             server_cpu_us: cpu_before
                 .zip(cpu_now)
                 .map(|(a, b)| b.saturating_sub(a) as f64),
+            client_cpu_us: client_before
+                .zip(client_now)
+                .map(|(a, b)| b.saturating_sub(a) as f64),
         });
         cpu_before = cpu_now;
+        client_before = client_now;
     }
     if plan.progress && tty {
         eprintln!();

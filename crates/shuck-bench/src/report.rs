@@ -31,6 +31,10 @@ pub struct StepReport {
     pub failures: BTreeMap<String, u64>,
     /// The server's process-tree CPU time during the step per successful connection.
     pub server_cpu_us_per_conn: Option<f64>,
+    /// CPU the load generator itself used during the step, in % of one core: near 100% per
+    /// load thread, the figures show the client's limit rather than the server's.
+    #[serde(default)]
+    pub client_cpu_percent: Option<f64>,
     pub passes: bool,
 }
 
@@ -92,6 +96,7 @@ pub struct StepMeta {
     pub duration_s: f64,
     pub offered_rate: Option<f64>,
     pub server_cpu_us: Option<f64>,
+    pub client_cpu_us: Option<f64>,
 }
 
 impl BenchReport {
@@ -192,7 +197,7 @@ impl BenchReport {
         );
         let _ = writeln!(
             o,
-            "{:>4} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>4}",
+            "{:>4} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>4}",
             "step",
             "offered",
             "attempt/s",
@@ -204,7 +209,8 @@ impl BenchReport {
             "p99",
             "max",
             "resumed",
-            "cpu µs",
+            "srv µs/c",
+            "client %",
             "pass"
         );
         for r in &self.steps {
@@ -216,7 +222,7 @@ impl BenchReport {
             };
             let _ = writeln!(
                 o,
-                "{:>4} {:>8} {:>9.1} {:>9.1} {:>8.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7} {:>8} {:>4}",
+                "{:>4} {:>8} {:>9.1} {:>9.1} {:>8.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7} {:>8} {:>8} {:>4}",
                 r.step,
                 r.offered_rate.map_or_else(|| "-".into(), |x| format!("{x:.0}")),
                 r.attempted_tps,
@@ -229,6 +235,7 @@ impl BenchReport {
                 l.max,
                 res,
                 r.server_cpu_us_per_conn.map_or_else(|| "-".into(), |x| format!("{x:.0}")),
+                r.client_cpu_percent.map_or_else(|| "-".into(), |x| format!("{x:.0}")),
                 if r.passes { "yes" } else { "no" }
             );
         }
@@ -271,7 +278,7 @@ impl BenchReport {
         o
     }
 
-    pub const CSV_HEADER: &'static str = "step,start_s,duration_s,offered_rate,attempted,successful,failed,resumed,bytes,attempted_tps,successful_tps,failed_tps,mean_ms,p50_ms,p90_ms,p99_ms,max_ms,server_cpu_us_per_conn,passes";
+    pub const CSV_HEADER: &'static str = "step,start_s,duration_s,offered_rate,attempted,successful,failed,resumed,bytes,attempted_tps,successful_tps,failed_tps,mean_ms,p50_ms,p90_ms,p99_ms,max_ms,server_cpu_us_per_conn,client_cpu_percent,passes";
 
     /// One line per step; empty fields where a figure does not exist.
     pub fn csv(&self) -> String {
@@ -282,7 +289,7 @@ impl BenchReport {
             let l = r.latency_ms;
             let _ = writeln!(
                 o,
-                "{},{:.3},{:.3},{},{},{},{},{},{},{:.3},{:.3},{:.3},{},{},{},{},{},{},{}",
+                "{},{:.3},{:.3},{},{},{},{},{},{},{:.3},{:.3},{:.3},{},{},{},{},{},{},{},{}",
                 r.step,
                 r.start_s,
                 r.duration_s,
@@ -301,6 +308,7 @@ impl BenchReport {
                 opt(l.map(|l| l.p99)),
                 opt(l.map(|l| l.max)),
                 opt(r.server_cpu_us_per_conn),
+                opt(r.client_cpu_percent),
                 r.passes
             );
         }
@@ -345,6 +353,9 @@ fn step_report(i: usize, m: &StepMeta, a: &StepAcc) -> StepReport {
         server_cpu_us_per_conn: m
             .server_cpu_us
             .and_then(|c| (a.ok > 0).then(|| c / a.ok as f64)),
+        client_cpu_percent: m
+            .client_cpu_us
+            .and_then(|c| (m.duration_s > 0.0).then(|| c / m.duration_s / 1e4)),
         passes: false,
     }
 }
@@ -382,6 +393,7 @@ mod tests {
                 duration_s: 2.0,
                 offered_rate: Some(50.0 * (i as f64 + 1.0)),
                 server_cpu_us: Some(ok as f64 * 400.0),
+                client_cpu_us: Some(1_000_000.0),
             };
             steps.push((m, a));
         }
@@ -423,7 +435,7 @@ mod tests {
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), 1 + r.steps.len());
         let cols = BenchReport::CSV_HEADER.split(',').count();
-        assert_eq!(cols, 19);
+        assert_eq!(cols, 20);
         for l in &lines {
             assert_eq!(l.split(',').count(), cols, "{l}");
         }
@@ -431,7 +443,9 @@ mod tests {
         assert_eq!(row1[0], "1");
         assert_eq!(row1[3], "100.000");
         assert_eq!(row1[10], "100.000");
-        assert_eq!(row1[18], "true");
+        // 1 s of CPU in a 2 s step.
+        assert_eq!(row1[18], "50.000");
+        assert_eq!(row1[19], "true");
     }
 
     #[test]

@@ -173,6 +173,7 @@ fn open_loop_ramp_against_shuck_resumes_k_minus_1_of_k_and_writes_plots() {
         "{v:#}"
     );
     assert!(t["server_cpu_us_per_conn"].as_f64().unwrap() > 0.0);
+    assert!(v["steps"][2]["client_cpu_percent"].is_number(), "{v:#}");
     // 1024 body bytes plus a head per connection.
     assert!(t["bytes"].as_u64().unwrap() > ok * 1024);
 
