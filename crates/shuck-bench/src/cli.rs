@@ -435,6 +435,9 @@ pub struct SpeedArgs {
     /// The server's key type, for the prediction.
     #[arg(long, value_enum, default_value = "p256")]
     pub key: speed::KeyType,
+    /// Take the key type from the private key in this PEM (a shuck certificate bundle).
+    #[arg(long, value_name = "PEM", conflicts_with = "key")]
+    pub cert: Option<PathBuf>,
     /// Key exchange, for the prediction (a --bench-json's negotiated group overrides it).
     #[arg(long, value_enum, default_value = "x25519mlkem768")]
     pub kx: speed::Kx,
@@ -467,6 +470,9 @@ pub fn run_speed(a: &SpeedArgs) -> Result<(), BenchError> {
             .max(1),
         requests_per_session: a.requests_per_session.max(1),
     };
+    if let Some(pem) = &a.cert {
+        o.key = speed::key_type_of(pem)?;
+    }
     let bench = match &a.bench_json {
         Some(p) => Some(speed::read_bench(p, &mut o)?),
         None => None,

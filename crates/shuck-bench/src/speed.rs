@@ -305,6 +305,53 @@ pub fn predict(m: &Measured, o: &SpeedOptions) -> Prediction {
     }
 }
 
+/// The type of the private key in a PEM file: a shuck bundle (chain + key) or a key file.
+pub fn key_type_of(path: &Path) -> Result<KeyType, BenchError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::PrivateKeyDer;
+    let bad = |reason: String| BenchError::BadFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let key = PrivateKeyDer::from_pem_file(path)
+        .map_err(|e| bad(format!("no usable private key in it ({e})")))?;
+    let der = key.secret_der();
+    if let Ok(kp) =
+        signature::RsaKeyPair::from_pkcs8(der).or_else(|_| signature::RsaKeyPair::from_der(der))
+    {
+        return match kp.public_modulus_len() * 8 {
+            2048 => Ok(KeyType::Rsa2048),
+            3072 => Ok(KeyType::Rsa3072),
+            4096 => Ok(KeyType::Rsa4096),
+            bits => Err(bad(format!(
+                "an RSA {bits}-bit key; shuck speed measures 2048, 3072 and 4096 (use --key)"
+            ))),
+        };
+    }
+    if signature::EcdsaKeyPair::from_private_key_der(
+        &signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+        der,
+    )
+    .is_ok()
+    {
+        return Ok(KeyType::P256);
+    }
+    if signature::EcdsaKeyPair::from_private_key_der(
+        &signature::ECDSA_P384_SHA384_ASN1_SIGNING,
+        der,
+    )
+    .is_ok()
+    {
+        return Ok(KeyType::P384);
+    }
+    if signature::Ed25519KeyPair::from_pkcs8_maybe_unchecked(der).is_ok() {
+        return Ok(KeyType::Ed25519);
+    }
+    Err(bad(
+        "a private key of a type shuck speed does not measure (use --key)".into(),
+    ))
+}
+
 /// Reads a `shuck bench` JSON and sets the options it determines (K, key exchange, cipher).
 pub fn read_bench(path: &Path, o: &mut SpeedOptions) -> Result<BenchReport, BenchError> {
     let text = std::fs::read_to_string(path).map_err(|source| BenchError::Read {

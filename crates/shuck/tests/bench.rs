@@ -220,6 +220,8 @@ fn open_loop_ramp_against_shuck_resumes_k_minus_1_of_k_and_writes_plots() {
         "--cores",
         "1",
         "--json",
+        "--cert",
+        bundle.to_str().unwrap(),
         "--bench-json",
         results.to_str().unwrap(),
     ]);
@@ -227,6 +229,10 @@ fn open_loop_ramp_against_shuck_resumes_k_minus_1_of_k_and_writes_plots() {
     let s: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(s["prediction"]["requests_per_session"], 4);
     assert_eq!(s["prediction"]["kx"], "x25519mlkem768");
+    assert_eq!(
+        s["prediction"]["key"], "p256",
+        "the key type comes from the bundle"
+    );
     let c = &s["comparison"];
     let ratio = c["ratio"].as_f64().unwrap();
     let expected = v["verdict"]["max_tps"].as_f64().unwrap() / c["predicted_tps"].as_f64().unwrap();
@@ -247,7 +253,9 @@ fn speed(args: &[&str]) -> (bool, String, String) {
 
 #[test]
 fn speed_quick_measures_every_algorithm_and_predicts() {
-    let (ok, text, err) = speed(&["--quick", "--cores", "4", "--key", "rsa2048"]);
+    let pki = Pki::new();
+    let rsa = pki.leaf("rsa.pem", "rsa.test", &["rsa.test"], Key::Rsa2048);
+    let (ok, text, err) = speed(&["--quick", "--cores", "4", "--cert", rsa.to_str().unwrap()]);
     assert!(ok, "{err}");
     for row in [
         "sign      rsa2048",
