@@ -13,11 +13,11 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::backend::BackendPool;
-use crate::config::{Frontend, ProxyProtocol};
+use crate::config::Frontend;
 use crate::metrics::{FrontendMetrics, HandshakeFailure};
 use crate::relay::{self, RelayError};
-use crate::tls::{self, params, sni, TlsSlot};
-use crate::{demo, log_limit, proxy_in, proxy_protocol};
+use crate::tls::{params, sni, TlsSlot};
+use crate::{demo, log_limit, proxy_in, proxy_out};
 
 /// What one worker knows about one frontend.
 pub struct FrontendRt {
@@ -49,57 +49,11 @@ pub struct ConnInfo {
     pub worker: usize,
 }
 
-fn protocol_name(conn: &ServerConnection) -> &'static str {
+pub(crate) fn protocol_name(conn: &ServerConnection) -> &'static str {
     match conn.protocol_version() {
         Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
         Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
         _ => "unknown",
-    }
-}
-
-thread_local! {
-    static NEXT_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-/// A connection ID for the PROXY unique-ID TLV: a random per-process prefix, the worker and a
-/// per-worker counter. Unique without any shared state, built on the stack.
-#[derive(Default)]
-struct UniqueId {
-    bytes: [u8; 32],
-    len: usize,
-}
-
-impl UniqueId {
-    fn next(worker: usize) -> UniqueId {
-        use std::io::Write;
-        static PREFIX: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-        let prefix = *PREFIX.get_or_init(|| {
-            let mut b = [0u8; 4];
-            // A fixed prefix if the system RNG fails: IDs stay unique within the process.
-            let _ = aws_lc_rs::rand::fill(&mut b);
-            u32::from_be_bytes(b)
-        });
-        let n = NEXT_ID.with(|c| {
-            let n = c.get();
-            c.set(n + 1);
-            n
-        });
-        let mut id = UniqueId::default();
-        let mut w = &mut id.bytes[..];
-        let _ = write!(w, "{prefix:08x}-{worker}-{n:x}");
-        id.len = 32 - w.len();
-        id
-    }
-
-    fn as_bytes(&self) -> Option<&[u8]> {
-        (self.len > 0).then(|| &self.bytes[..self.len])
-    }
-
-    fn as_str(&self) -> &str {
-        match std::str::from_utf8(&self.bytes[..self.len]) {
-            Ok(s) if !s.is_empty() => s,
-            _ => "-",
-        }
     }
 }
 
@@ -267,88 +221,28 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, mut tcp: TcpStream, 
             return;
         }
     };
-    let mut unique_id = UniqueId::default();
-    let prefix = if cfg.proxy_protocol == ProxyProtocol::None {
-        None
+    let unique_id = if proxy_out::makes_unique_id(cfg, passthrough.as_deref()) {
+        proxy_out::UniqueId::next(worker.id)
     } else {
-        let conn = tls.get_ref().1;
-        let want = &cfg.proxy_tlvs;
-        let received_id = passthrough.as_deref().is_some_and(|p| {
-            proxy_protocol::tlvs(p)
-                .flatten()
-                .any(|(k, _)| k == proxy_protocol::tlv::UNIQUE_ID)
-        });
-        if want.unique_id && !received_id {
-            unique_id = UniqueId::next(worker.id);
-        }
-        let peer_cert = conn.peer_certificates().and_then(|c| c.first());
-        let cn = if want.ssl {
-            peer_cert.and_then(|c| tls::client_auth::subject_cn(c))
-        } else {
-            None
-        };
-        let ssl = want.ssl.then(|| proxy_protocol::SslInfo {
-            // The spec: CERT_SESS = a certificate was presented at least once in this TLS
-            // session; CERT_CONN = on this very connection, which a resumption never does.
-            client: proxy_protocol::tlv::CLIENT_SSL
-                | match (
-                    peer_cert.is_some(),
-                    conn.handshake_kind() == Some(HandshakeKind::Resumed),
-                ) {
-                    (true, false) => {
-                        proxy_protocol::tlv::CLIENT_CERT_CONN
-                            | proxy_protocol::tlv::CLIENT_CERT_SESS
-                    }
-                    (true, true) => proxy_protocol::tlv::CLIENT_CERT_SESS,
-                    (false, _) => 0,
-                },
-            // rustls finishes a handshake only with a verified certificate or none at all.
-            verify: u32::from(peer_cert.is_none()),
-            version: protocol_name(conn),
-            cn: cn.as_deref().map(str::as_bytes),
-            cipher: conn
-                .negotiated_cipher_suite()
-                .map_or("unknown", params::openssl_suite_name),
-            sig_alg: served_cert.as_ref().map(|c| c.sig_alg.as_str()),
-            key_alg: served_cert.as_ref().map(|c| c.key_alg.as_str()),
-        });
-        let tlv_values = proxy_protocol::Tlvs {
-            alpn: conn.alpn_protocol().filter(|_| want.alpn),
-            authority: conn
-                .server_name()
-                .filter(|_| want.authority)
-                .map(str::as_bytes),
-            unique_id: unique_id.as_bytes(),
-            ssl,
-            client_cert: want.client_cert.zip(peer_cert.map(AsRef::as_ref)),
-            passthrough: passthrough.as_deref().unwrap_or_default(),
-            crc32c: want.crc32c,
-        };
-        let addrs = proxy_protocol::Addresses::tcp(client, local);
-        match proxy_protocol::encoded_len(cfg.proxy_protocol, addrs, &tlv_values) {
-            Ok(len) => {
-                let mut buf = relay::PooledBuf::at_least(len);
-                match proxy_protocol::encode(
-                    cfg.proxy_protocol,
-                    addrs,
-                    &tlv_values,
-                    buf.bytes_mut(),
-                ) {
-                    Ok(n) => Some((buf, n)),
-                    Err(e) => {
-                        tracing::error!(frontend = %cfg.name, %client, error = %e, "PROXY header not encodable; closing");
-                        return;
-                    }
-                }
+        proxy_out::UniqueId::default()
+    };
+    let prefix = match proxy_out::header(
+        cfg,
+        tls.get_ref().1,
+        (client, local),
+        passthrough.as_deref(),
+        served_cert.as_deref(),
+        unique_id.as_bytes(),
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            if log_limit::allow() {
+                tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, error = %e, "closing connection: PROXY header too large (client certificate?)");
             }
-            Err(e) => {
-                if log_limit::allow() {
-                    tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, error = %e, "closing connection: PROXY header too large (client certificate?)");
-                }
-                return;
-            }
+            return;
         }
     };
+    drop(passthrough);
     // The header goes out with the client's first bytes when they have arrived, in one segment.
     let (moved, res) =
         relay::relay_with_prefix(&mut tls, &mut upstream, cfg.idle_timeout, prefix).await;

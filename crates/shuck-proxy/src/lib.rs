@@ -16,6 +16,7 @@ pub mod listener;
 pub mod log_limit;
 pub mod metrics;
 pub mod proxy_in;
+pub mod proxy_out;
 pub mod proxy_protocol;
 pub mod relay;
 pub mod server;
