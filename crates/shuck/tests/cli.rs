@@ -352,12 +352,20 @@ fn a_second_sigterm_cuts_the_drain_short() {
     let pki = Pki::new();
     let cert = pki.leaf("d.pem", "d", &["d.test"], Key::EcdsaP256);
     let s = Shuck::start(&format!(
-        "shutdown_grace = \"60s\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+        "shutdown_grace = \"60s\"\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
         toml_path(&cert)
     ));
     // An open connection keeps the drain waiting (its handshake is pending for up to 10 s).
     let held = std::net::TcpStream::connect(s.addr()).expect("connect");
     std::io::Write::write_all(&mut &held, &[0x16, 0x03, 0x01]).expect("write");
+    // Accepted by a worker, not just queued in the kernel: only then is there a drain to cut.
+    let metrics = *s.addrs.last().expect("metrics addr");
+    let text = common::wait_metric(metrics, "shuck_connections_active", &[], 1);
+    assert_eq!(
+        common::sum(&text, "shuck_connections_active", &[]),
+        1,
+        "{text}"
+    );
     s.signal("TERM");
     s.wait_log("draining connections");
     let started = std::time::Instant::now();

@@ -9,7 +9,9 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{curl, read_all_bounded, scrape, sum, toml_path, HttpBackend, Key, Pki, Shuck};
+use common::{
+    curl, read_all_bounded, scrape, sum, toml_path, wait_metric, HttpBackend, Key, Pki, Shuck,
+};
 
 /// A backend that keeps the bytes it receives up to the end of the HTTP request head, answers
 /// 200, and sends what it received to the test.
@@ -206,13 +208,15 @@ fn client_auth_required_refuses_clients_without_a_valid_certificate() {
         "{}",
         String::from_utf8_lossy(&ok.stderr)
     );
-    let metrics = scrape(*shuck.addrs.last().expect("metrics addr"));
+    let labels = ["reason=\"client_certificate\""];
+    let metrics = wait_metric(
+        *shuck.addrs.last().expect("metrics addr"),
+        "shuck_handshake_failures_total",
+        &labels,
+        2,
+    );
     assert_eq!(
-        sum(
-            &metrics,
-            "shuck_handshake_failures_total",
-            &["reason=\"client_certificate\""]
-        ),
+        sum(&metrics, "shuck_handshake_failures_total", &labels),
         2,
         "{metrics}"
     );

@@ -502,3 +502,16 @@ pub fn sum(text: &str, name: &str, labels: &[&str]) -> i64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
         .sum()
 }
+
+/// Scrapes until the sum of `name` over samples with `labels` equals `want` (counters move on
+/// shuck's worker threads, a little after the client saw the effect); bounded at 20 s.
+pub fn wait_metric(addr: SocketAddr, name: &str, labels: &[&str], want: i64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = scrape(addr);
+        if sum(&text, name, labels) == want || Instant::now() >= deadline {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
