@@ -318,6 +318,10 @@ fn run_load(a: &RunArgs) -> Result<(), BenchError> {
         reason: "give the TLS server to load, e.g. shuck bench 127.0.0.1:8443 --insecure (see shuck bench --help)".into(),
     })?;
     raise_fd_limit();
+    if a.out.is_some() {
+        // A missing font would otherwise surface only after the whole run.
+        plot::font()?;
+    }
     let (addr, host, server_name) = target(t, &a.tls)?;
     // An IPv6 literal goes in brackets in Host:, as in a URL.
     let host_header = if host.contains(':') {

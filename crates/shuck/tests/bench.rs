@@ -365,6 +365,8 @@ fn ipv6_target_with_alpn_and_sni() {
         "--alpn",
         "http/1.1",
         "-c",
+        "4",
+        "--threads",
         "2",
         "--duration",
         "1",
@@ -377,6 +379,13 @@ fn ipv6_target_with_alpn_and_sni() {
     ]);
     assert_eq!(v["totals"]["failed"], 0, "{v:#}");
     assert!(v["totals"]["successful"].as_u64().unwrap() > 0);
+    // Two load threads' histograms merged: one count per successful connection.
+    assert_eq!(v["settings"]["threads"], 2);
+    let step = &v["steps"][0];
+    assert_eq!(step["successful"], v["totals"]["successful"]);
+    assert!(
+        step["latency_ms"]["max"].as_f64().unwrap() >= step["latency_ms"]["p99"].as_f64().unwrap()
+    );
     assert_eq!(v["settings"]["target"], target);
     assert_eq!(v["settings"]["server_name"], "localhost");
     assert_eq!(v["settings"]["alpn"], "http/1.1");
