@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::plot::{font, SIZE};
+use crate::plot::{font, write_svg_and_png, Figure};
 use crate::report::BenchReport;
 use crate::BenchError;
 
@@ -78,31 +78,23 @@ pub fn plots(
         source,
     })?;
     let mut out = Vec::new();
-    for name in ["compare-tps", "compare-latency"] {
-        let svg = dir.join(format!("{name}.svg"));
-        {
-            let area = SVGBackend::new(&svg, SIZE).into_drawing_area();
-            draw(runs, title, name == "compare-tps", &area)
-                .and_then(|()| area.present().map_err(|e| e.to_string()))
-                .map_err(|reason| BenchError::Plot {
-                    path: svg.clone(),
-                    reason,
-                })?;
-        }
-        let png = dir.join(format!("{name}.png"));
-        {
-            let area = BitMapBackend::new(&png, SIZE).into_drawing_area();
-            draw(runs, title, name == "compare-tps", &area)
-                .and_then(|()| area.present().map_err(|e| e.to_string()))
-                .map_err(|reason| BenchError::Plot {
-                    path: png.clone(),
-                    reason,
-                })?;
-        }
-        out.push(svg);
-        out.push(png);
+    for (name, tps) in [("compare-tps", true), ("compare-latency", false)] {
+        write_svg_and_png(&ComparePlot { runs, title, tps }, dir, name, &mut out)?;
     }
     Ok(out)
+}
+
+/// Every run's TPS or latency against the offered rate, one line each.
+struct ComparePlot<'a> {
+    runs: &'a [(String, BenchReport)],
+    title: &'a str,
+    tps: bool,
+}
+
+impl Figure for ComparePlot<'_> {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        draw(self.runs, self.title, self.tps, area)
+    }
 }
 
 fn draw<DB: DrawingBackend>(

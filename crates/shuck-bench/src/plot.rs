@@ -45,41 +45,74 @@ pub(crate) fn font() -> Result<(), BenchError> {
     .map_err(|tried| BenchError::NoFont { tried })
 }
 
+/// A plot that can be drawn on any plotters backend, so one description gives the SVG and the PNG.
+pub(crate) trait Figure {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String>;
+}
+
+/// Writes `<name>.svg` and `<name>.png` of `fig` into `dir`, adding their paths to `out`.
+pub(crate) fn write_svg_and_png(
+    fig: &impl Figure,
+    dir: &Path,
+    name: &str,
+    out: &mut Vec<PathBuf>,
+) -> Result<(), BenchError> {
+    let svg = dir.join(format!("{name}.svg"));
+    {
+        let area = SVGBackend::new(&svg, SIZE).into_drawing_area();
+        present(fig.draw(&area), &area, &svg)?;
+    }
+    out.push(svg);
+    let png = dir.join(format!("{name}.png"));
+    {
+        let area = BitMapBackend::new(&png, SIZE).into_drawing_area();
+        present(fig.draw(&area), &area, &png)?;
+    }
+    out.push(png);
+    Ok(())
+}
+
+fn present<DB: DrawingBackend>(
+    drawn: Result<(), String>,
+    area: &DrawingArea<DB, Shift>,
+    path: &Path,
+) -> Result<(), BenchError> {
+    drawn
+        .and_then(|()| area.present().map_err(|e| e.to_string()))
+        .map_err(|reason| BenchError::Plot {
+            path: path.to_path_buf(),
+            reason,
+        })
+}
+
+/// One run's TPS (attempted, successful, failed) or latency over time.
+struct RunPlot<'a> {
+    report: &'a BenchReport,
+    title: &'a str,
+    tps: bool,
+}
+
+impl Figure for RunPlot<'_> {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        if self.tps {
+            draw_tps(self.report, self.title, area)
+        } else {
+            draw_latency(self.report, self.title, area)
+        }
+    }
+}
+
 /// Writes tps.svg, tps.png, latency.svg, latency.png into `dir`; returns their paths.
 pub fn write_all(r: &BenchReport, dir: &Path, title: &str) -> Result<Vec<PathBuf>, BenchError> {
     font()?;
     let mut out = Vec::new();
-    for name in ["tps", "latency"] {
-        let svg = dir.join(format!("{name}.svg"));
-        {
-            let area = SVGBackend::new(&svg, SIZE).into_drawing_area();
-            let res = if name == "tps" {
-                draw_tps(r, title, &area)
-            } else {
-                draw_latency(r, title, &area)
-            };
-            res.and_then(|()| area.present().map_err(|e| e.to_string()))
-                .map_err(|reason| BenchError::Plot {
-                    path: svg.clone(),
-                    reason,
-                })?;
-        }
-        out.push(svg);
-        let png = dir.join(format!("{name}.png"));
-        {
-            let area = BitMapBackend::new(&png, SIZE).into_drawing_area();
-            let res = if name == "tps" {
-                draw_tps(r, title, &area)
-            } else {
-                draw_latency(r, title, &area)
-            };
-            res.and_then(|()| area.present().map_err(|e| e.to_string()))
-                .map_err(|reason| BenchError::Plot {
-                    path: png.clone(),
-                    reason,
-                })?;
-        }
-        out.push(png);
+    for (name, tps) in [("tps", true), ("latency", false)] {
+        let fig = RunPlot {
+            report: r,
+            title,
+            tps,
+        };
+        write_svg_and_png(&fig, dir, name, &mut out)?;
     }
     Ok(out)
 }
