@@ -48,7 +48,7 @@ pub enum LogFormatArg {
 #[derive(Debug, Clone, Args)]
 pub struct ConfigArgs {
     /// TOML configuration file. Cannot be combined with --listen/--backend/--cert/--self-signed/
-    /// --alpn/--proxy-protocol, which describe a single frontend without a file.
+    /// --alpn/--proxy-protocol/--accept-proxy, which describe a single frontend without a file.
     #[arg(short, long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -76,6 +76,11 @@ pub struct ConfigArgs {
     /// Send a PROXY protocol header to the backend so it learns the client address.
     #[arg(long, value_enum, value_name = "VERSION")]
     pub proxy_protocol: Option<ProxyProtocolArg>,
+
+    /// Expect a PROXY protocol header (v1 or v2) from a load balancer before TLS on every
+    /// connection (the file's accept_proxy; limit it to your balancers with accept_proxy_from).
+    #[arg(long)]
+    pub accept_proxy: bool,
 
     /// Worker threads, each with its own listening socket; 0 = one per CPU core.
     #[arg(short, long, value_name = "N")]

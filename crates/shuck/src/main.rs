@@ -38,11 +38,12 @@ fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, Str
         || !args.cert.is_empty()
         || args.self_signed
         || !args.alpn.is_empty()
-        || args.proxy_protocol.is_some();
+        || args.proxy_protocol.is_some()
+        || args.accept_proxy;
     let mut raw = if let Some(path) = &args.config {
         if one_liner {
             return Err(
-                    "--config cannot be combined with --listen/--backend/--cert/--self-signed/--alpn/--proxy-protocol: put them in the file".into(),
+                    "--config cannot be combined with --listen/--backend/--cert/--self-signed/--alpn/--proxy-protocol/--accept-proxy: put them in the file".into(),
                 );
         }
         RawConfig::from_file(path).map_err(|e| e.to_string())?
@@ -62,6 +63,7 @@ fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, Str
                 ProxyProtocolArg::V1 => config::ProxyProtocol::V1,
                 ProxyProtocolArg::V2 => config::ProxyProtocol::V2,
             }),
+            accept_proxy: args.accept_proxy.then_some(true),
             ..RawFrontend::default()
         };
         RawConfig {

@@ -531,3 +531,26 @@ fn received_tlvs_pass_on_only_from_listed_balancers_and_never_a_client_certifica
         }
     }
 }
+
+/// `--accept-proxy` without a file: the demo page reports the client the header announced.
+#[test]
+fn accept_proxy_flag_shows_the_announced_client_on_the_demo_page() {
+    let pki = Pki::new();
+    let cert = pki.leaf("s.pem", "s", &["pp.test"], Key::EcdsaP256);
+    let shuck = Shuck::start_flags(&[
+        "--cert",
+        cert.to_str().expect("path"),
+        "--listen",
+        "127.0.0.1:0",
+        "--accept-proxy",
+    ]);
+    let page = tls_after_header(
+        &pki,
+        shuck.addr(),
+        b"PROXY TCP4 203.0.113.9 198.51.100.7 40000 443\r\n",
+        "/",
+    );
+    let page = String::from_utf8_lossy(&page);
+    assert!(page.contains("203.0.113.9:40000"), "{page}");
+    assert!(!curl(&pki, &shuck, "pp.test", "/", &[]).status.success());
+}
