@@ -57,15 +57,20 @@ impl Drop for Backend {
     }
 }
 
-fn bench(args: &[&str]) -> (bool, String, String) {
+/// `shuck <sub> args…`, bounded at `secs`: (success, stdout, stderr).
+fn shuck_sub(sub: &str, args: &[&str], secs: u64) -> (bool, String, String) {
     let mut c = Command::new(SHUCK);
-    c.arg("bench").args(args);
-    let out = run_bounded(&mut c, b"", 90);
+    c.arg(sub).args(args);
+    let out = run_bounded(&mut c, b"", secs);
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+fn bench(args: &[&str]) -> (bool, String, String) {
+    shuck_sub("bench", args, 90)
 }
 
 fn json(args: &[&str]) -> serde_json::Value {
@@ -241,14 +246,7 @@ fn open_loop_ramp_against_shuck_resumes_k_minus_1_of_k_and_writes_plots() {
 }
 
 fn speed(args: &[&str]) -> (bool, String, String) {
-    let mut c = Command::new(SHUCK);
-    c.arg("speed").args(args);
-    let out = run_bounded(&mut c, b"", 120);
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    shuck_sub("speed", args, 120)
 }
 
 #[test]

@@ -109,6 +109,17 @@ fn first_cert_der(pem_file: &std::path::Path) -> Vec<u8> {
     c.as_ref().to_vec()
 }
 
+/// curl to tlv.test presenting the client certificate (and key) in the bundle `cert`.
+fn curl_with_cert(pki: &Pki, shuck: &Shuck, cert: &std::path::Path) -> std::process::Output {
+    curl(
+        pki,
+        shuck,
+        "tlv.test",
+        "/",
+        &["--cert", cert.to_str().expect("path")],
+    )
+}
+
 fn mtls_frontend(pki: &Pki, backend: SocketAddr, client_auth: &str, tlvs: &str) -> Shuck {
     let cert = pki.leaf("server.pem", "server", &["tlv.test"], Key::EcdsaP256);
     Shuck::start(&format!(
@@ -185,24 +196,12 @@ fn client_auth_required_refuses_clients_without_a_valid_certificate() {
 
     let none = curl(&pki, &shuck, "tlv.test", "/", &[]);
     assert!(!none.status.success(), "served without a certificate");
-    let bad = curl(
-        &pki,
-        &shuck,
-        "tlv.test",
-        "/",
-        &["--cert", stranger.to_str().expect("path")],
-    );
+    let bad = curl_with_cert(&pki, &shuck, &stranger);
     assert!(
         !bad.status.success(),
         "served a certificate from another CA"
     );
-    let ok = curl(
-        &pki,
-        &shuck,
-        "tlv.test",
-        "/",
-        &["--cert", good.to_str().expect("path")],
-    );
+    let ok = curl_with_cert(&pki, &shuck, &good);
     assert!(
         ok.status.success() && String::from_utf8_lossy(&ok.stdout).contains("backend got"),
         "{}",
@@ -243,13 +242,7 @@ fn client_auth_optional_serves_anonymous_clients_and_tells_the_backend() {
     assert!(tlv(&tlvs, 0x01).is_none(), "ALPN TLV not asked for");
 
     // Optional is not 'anything goes': a certificate that does not verify is refused.
-    let bad = curl(
-        &pki,
-        &shuck,
-        "tlv.test",
-        "/",
-        &["--cert", stranger.to_str().expect("path")],
-    );
+    let bad = curl_with_cert(&pki, &shuck, &stranger);
     assert!(
         !bad.status.success(),
         "served a certificate from another CA"
@@ -379,16 +372,7 @@ fn a_client_certificate_revoked_by_the_crl_is_refused() {
         toml_path(&pki.ca_path()),
         toml_path(&crl)
     ));
-    let with = |c: &std::path::Path| {
-        curl(
-            &pki,
-            &shuck,
-            "tlv.test",
-            "/",
-            &["--cert", c.to_str().expect("path")],
-        )
-    };
-    let out = with(&kept);
+    let out = curl_with_cert(&pki, &shuck, &kept);
     assert!(
         out.status.success(),
         "{}\n{}",
@@ -396,7 +380,7 @@ fn a_client_certificate_revoked_by_the_crl_is_refused() {
         shuck.log_text()
     );
     assert!(
-        !with(&revoked).status.success(),
+        !curl_with_cert(&pki, &shuck, &revoked).status.success(),
         "revoked certificate served"
     );
 }
