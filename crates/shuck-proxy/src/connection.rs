@@ -248,8 +248,15 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, mut tcp: TcpStream, 
         relay::relay_with_prefix(&mut tls, &mut upstream, cfg.idle_timeout, prefix).await;
     m.bytes_up.inc_by(moved.up);
     m.bytes_down.inc_by(moved.down);
+    // An abort on one side is passed on as an abort (RST, no close_notify) to the other, as
+    // HAProxy does: an orderly close would let the peer take a cut stream for a complete one.
     match &res {
-        Err(RelayError::Backend(e)) => {
+        Err(RelayError::BackendAborted(_)) => abort(tls.get_ref().0),
+        Err(RelayError::ClientAborted(_)) => abort(&upstream),
+        _ => {}
+    }
+    match &res {
+        Err(RelayError::Backend(e) | RelayError::BackendAborted(e)) => {
             m.backend_relay_errors.inc();
             if log_limit::allow() {
                 tracing::warn!(frontend = %cfg.name, %client, worker = worker.id, backend = %backend.name, error = %e, up = moved.up, down = moved.down, "backend connection failed");
@@ -269,5 +276,12 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, mut tcp: TcpStream, 
     if worker.log_connections {
         let info = ConnInfo::new(tls.get_ref().1, client, &cfg.name, worker.id);
         tracing::info!(frontend = %cfg.name, %client, worker = worker.id, protocol = info.protocol, cipher = info.cipher, group = info.group.unwrap_or("-"), resumed = info.resumed, sni = info.sni.as_deref().unwrap_or("-"), alpn = info.alpn.as_deref().unwrap_or("-"), backend = %backend.name, peer = %peer, id = unique_id.as_str(), up = moved.up, down = moved.down, ms = started.elapsed().as_millis() as u64, "connection closed");
+    }
+}
+
+/// Makes the coming close of `tcp` a reset: SO_LINGER 0 sends RST and drops unsent bytes.
+fn abort(tcp: &TcpStream) {
+    if let Err(e) = tcp.set_zero_linger() {
+        tracing::debug!(error = %e, "could not arm an abortive close");
     }
 }

@@ -87,8 +87,8 @@ enum State {
 type Blame = (fn(io::Error) -> RelayError, fn(io::Error) -> RelayError);
 
 /// The up pump reads the client and writes the backend; the down pump the other way round.
-const UP: Blame = (RelayError::Client, RelayError::Backend);
-const DOWN: Blame = (RelayError::Backend, RelayError::Client);
+const UP: Blame = (RelayError::ClientAborted, RelayError::Backend);
+const DOWN: Blame = (RelayError::BackendAborted, RelayError::Client);
 
 /// Which end of a pump failed: its reader or its writer.
 enum PumpError {
@@ -289,8 +289,17 @@ impl Pump {
 /// Why a relay ended early.
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
+    /// Reading the client failed (a reset, a TLS error): its stream is broken mid-way, and the
+    /// backend should learn that by an abort, not by an EOF it could take for a complete request.
+    #[error("client aborted: {0}")]
+    ClientAborted(io::Error),
+    /// Reading the backend failed (usually a reset): the client should see an abort too.
+    #[error("backend aborted: {0}")]
+    BackendAborted(io::Error),
+    /// Writing to the client failed; the other direction was still carried to its end.
     #[error("client side: {0}")]
     Client(io::Error),
+    /// Writing to the backend failed; the other direction was still carried to its end.
     #[error("backend side: {0}")]
     Backend(io::Error),
     #[error("idle for longer than {0:?}")]

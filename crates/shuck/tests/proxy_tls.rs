@@ -191,7 +191,9 @@ fn client_auth_required_refuses_clients_without_a_valid_certificate() {
     let other_ca = Pki::new();
     let stranger = other_ca.leaf("stranger.pem", "stranger", &[], Key::EcdsaP256);
     let good = pki.leaf("client.pem", "client one", &[], Key::EcdsaP256);
-    let backend = HttpBackend::start();
+    // A backend that reads the PROXY v2 header (an HTTP-only one would answer the header's first
+    // CRLF and close on the unread request, resetting the connection).
+    let backend = RawBackend::start();
     let shuck = mtls_frontend(&pki, backend.addr, "required", "[]");
 
     let none = curl(&pki, &shuck, "tlv.test", "/", &[]);
@@ -203,10 +205,15 @@ fn client_auth_required_refuses_clients_without_a_valid_certificate() {
     );
     let ok = curl_with_cert(&pki, &shuck, &good);
     assert!(
-        ok.status.success() && String::from_utf8_lossy(&ok.stdout).contains("backend got"),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
+        ok.status.success() && ok.stdout == b"ok",
+        "{:?} stdout {:?} stderr {:?}\n{}",
+        ok.status,
+        String::from_utf8_lossy(&ok.stdout),
+        String::from_utf8_lossy(&ok.stderr),
+        shuck.log_text()
     );
+    let (_, request) = walk_v2(&backend.next());
+    assert!(request.starts_with(b"GET / HTTP/1.1\r\n"), "{request:?}");
     let labels = ["reason=\"client_certificate\""];
     let metrics = wait_metric(
         *shuck.addrs.last().expect("metrics addr"),

@@ -209,3 +209,104 @@ async fn proxy_protocol_headers_carry_the_client_address() {
         }
     }
 }
+
+/// A backend that breaks off mid-answer with a reset must not look like a finished answer to the
+/// client: shuck resets the client connection too (no close_notify, no FIN), so a client that
+/// tolerates a missing close_notify still learns that the response is cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_reset_reaches_the_client_as_a_reset() {
+    let pki = Pki::new();
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let backend = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Len").await;
+            s.set_zero_linger().expect("linger");
+            drop(s);
+        }
+    });
+    let shuck = start(&pki, backend);
+    let tcp = TcpStream::connect(shuck.addr()).await.expect("connect");
+    let mut tls = connector(&pki)
+        .connect(ServerName::try_from("relay.test").expect("name"), tcp)
+        .await
+        .expect("handshake");
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: relay.test\r\n\r\n")
+        .await
+        .expect("request");
+    let mut got = Vec::new();
+    let end = tls.read_to_end(&mut got).await;
+    assert_eq!(
+        end.as_ref().map_err(std::io::Error::kind).err(),
+        Some(std::io::ErrorKind::ConnectionReset),
+        "{end:?} after {got:?}"
+    );
+
+    // The same through curl, which accepts a TCP close without close_notify as an end.
+    let out = common::curl_at(&pki, shuck.addr(), "relay.test", "/", &[]);
+    assert!(
+        !out.status.success(),
+        "curl reported success for a cut answer: {:?} {:?}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A client that resets mid-request must not look like a finished request to the backend: the
+/// backend sees a reset, not an EOF it could take for a complete half-closed upload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reset_reaches_the_backend_as_a_reset() {
+    let pki = Pki::new();
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let backend = l.local_addr().expect("addr");
+    let (arrived_tx, arrived) = tokio::sync::oneshot::channel();
+    let seen = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.expect("accept");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        // The reset must come after shuck relayed the start: a reset during the handshake would
+        // only test that the backend is never contacted.
+        while !got.ends_with(b"part") {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = arrived_tx.send(());
+        let end = s.read_to_end(&mut got).await;
+        (got, end.map_err(|e| e.kind()))
+    });
+    let shuck = start(&pki, backend);
+    let tcp = TcpStream::connect(shuck.addr()).await.expect("connect");
+    let mut tls = connector(&pki)
+        .connect(ServerName::try_from("relay.test").expect("name"), tcp)
+        .await
+        .expect("handshake");
+    tls.write_all(b"POST / HTTP/1.1\r\nContent-Length: 1000\r\n\r\npart")
+        .await
+        .expect("request");
+    tls.flush().await.expect("flush");
+    tokio::time::timeout(std::time::Duration::from_secs(20), arrived)
+        .await
+        .expect("the request start never reached the backend")
+        .expect("backend task");
+    tls.get_ref().0.set_zero_linger().expect("linger");
+    drop(tls);
+    let (got, end) = tokio::time::timeout(std::time::Duration::from_secs(20), seen)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "backend still waiting 20 s after the client reset\n{}",
+                shuck.log_text()
+            )
+        })
+        .expect("backend task");
+    assert_eq!(
+        end.err(),
+        Some(std::io::ErrorKind::ConnectionReset),
+        "backend saw a clean end after {:?}",
+        String::from_utf8_lossy(&got)
+    );
+}
