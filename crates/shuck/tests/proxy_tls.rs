@@ -160,20 +160,13 @@ fn ssl_tlvs_and_the_client_certificate_reach_the_backend() {
     assert!(after.starts_with(b"GET /x HTTP/1.1\r\n"), "{after:?}");
     assert_eq!(text(tlv(&tlvs, 0x01)), "http/1.1");
     assert_eq!(text(tlv(&tlvs, 0x02)), "tlv.test");
-    let ssl = tlv(&tlvs, 0x20).expect("SSL TLV");
+    let (client_bits, verify, subs) = ssl_subs(&tlvs);
     assert_eq!(
-        ssl[0],
+        client_bits,
         0x01 | 0x02 | 0x04,
         "client: SSL + certificate on this connection and so in this session"
     );
-    assert_eq!(&ssl[1..5], &[0, 0, 0, 0], "verify: 0 = verified");
-    let mut subs = Vec::new();
-    let mut rest = &ssl[5..];
-    while !rest.is_empty() {
-        let n = usize::from(u16::from_be_bytes([rest[1], rest[2]]));
-        subs.push((rest[0], rest[3..3 + n].to_vec()));
-        rest = &rest[3 + n..];
-    }
+    assert_eq!(verify, 0, "verify: 0 = verified");
     assert_eq!(text(tlv(&subs, 0x21)), "TLSv1.3");
     assert_eq!(text(tlv(&subs, 0x22)), "client one");
     assert_eq!(text(tlv(&subs, 0x23)), "TLS_AES_256_GCM_SHA384");
@@ -183,6 +176,67 @@ fn ssl_tlvs_and_the_client_certificate_reach_the_backend() {
     assert_eq!(tlv(&tlvs, 0xE0), Some(first_cert_der(&client).as_slice()));
     // The checksum TLV comes last, covering everything before it.
     assert_eq!(tlvs.last().map(|t| t.0), Some(0x03));
+}
+
+/// The SSL sub-TLVs of `tlvs`' SSL TLV: (client flags, verify, [(type, value)]).
+fn ssl_subs(tlvs: &[(u8, Vec<u8>)]) -> (u8, u32, Vec<(u8, Vec<u8>)>) {
+    let ssl = tlv(tlvs, 0x20).expect("SSL TLV");
+    let mut subs = Vec::new();
+    let mut rest = &ssl[5..];
+    while !rest.is_empty() {
+        let n = usize::from(u16::from_be_bytes([rest[1], rest[2]]));
+        subs.push((rest[0], rest[3..3 + n].to_vec()));
+        rest = &rest[3 + n..];
+    }
+    let verify = u32::from_be_bytes([ssl[1], ssl[2], ssl[3], ssl[4]]);
+    (ssl[0], verify, subs)
+}
+
+/// Most connections in production are resumed (the seeds' K requests per session): a resumed
+/// one must tell the backend as much as the full handshake did, with CERT_SESS but not
+/// CERT_CONN, since the certificate was shown earlier in the session, not on this connection.
+#[test]
+fn resumed_sessions_still_carry_the_whole_ssl_tlv() {
+    let pki = Pki::new();
+    let client = pki.leaf("client.pem", "client one", &[], Key::EcdsaP256);
+    let backend = RawBackend::start();
+    let shuck = mtls_frontend(&pki, backend.addr, "required", r#"["ssl"]"#);
+    let c = client.to_str().expect("path");
+    for (proto, version, cipher) in [
+        ("-tls1_3", "TLSv1.3", "TLS_AES_256_GCM_SHA384"),
+        ("-tls1_2", "TLSv1.2", "ECDHE-ECDSA-AES256-GCM-SHA384"),
+    ] {
+        let sess = pki.path(&format!("resume{proto}.sess"));
+        let s = sess.to_str().expect("path");
+        for (pass, flag) in [("full", "-sess_out"), ("resumed", "-sess_in")] {
+            let (_, out) = common::s_client(
+                &pki,
+                shuck.addr(),
+                Some("tlv.test"),
+                &[proto, "-cert", c, "-key", c, flag, s],
+            );
+            assert!(out.contains("\nok"), "{proto} {pass}: {out}");
+            assert_eq!(
+                out.contains("\nReused,"),
+                pass == "resumed",
+                "{proto} {pass}: {out}"
+            );
+            let (tlvs, _) = walk_v2(&backend.next());
+            let (client_bits, verify, subs) = ssl_subs(&tlvs);
+            let cert_bits = if pass == "full" { 0x02 | 0x04 } else { 0x04 };
+            assert_eq!(client_bits, 0x01 | cert_bits, "{proto} {pass}");
+            assert_eq!(verify, 0, "{proto} {pass}");
+            assert_eq!(text(tlv(&subs, 0x21)), version, "{proto} {pass}");
+            assert_eq!(text(tlv(&subs, 0x22)), "client one", "{proto} {pass}");
+            assert_eq!(text(tlv(&subs, 0x23)), cipher, "{proto} {pass}");
+            assert_eq!(
+                text(tlv(&subs, 0x24)),
+                "ecdsa-with-SHA256",
+                "{proto} {pass}"
+            );
+            assert_eq!(text(tlv(&subs, 0x25)), "EC256", "{proto} {pass}");
+        }
+    }
 }
 
 #[test]
