@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::config::{Backend, Config, ProxyProtocol, SniFallback};
+use crate::config::{Backend, ClientAuth, Config, ProxyProtocol, SniFallback};
 use crate::error::Result;
 use crate::tls::{certs, params, TlsContext};
 
@@ -78,12 +78,15 @@ pub fn report(config: &Config) -> Result<Report> {
                 ap.timeout
             );
         }
-        if let Some(ca) = &fe.client_ca {
+        if fe.client_auth != ClientAuth::None {
             let _ = writeln!(
                 s,
-                "  client certificates: {} (CA {}{})",
+                "  client certificates: {} ({}{})",
                 fe.client_auth,
-                ca.display(),
+                fe.client_ca.as_ref().map_or_else(
+                    || "no CA: every certificate is passed on unverified".to_string(),
+                    |ca| format!("CA {}", ca.display())
+                ),
                 if fe.client_crls.is_empty() {
                     String::new()
                 } else {

@@ -157,7 +157,8 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, mut tcp: TcpStream, 
         }
     }
     // An Arc clone of this worker's own configuration: no lock, no memory shared with other workers.
-    let acceptor = TlsAcceptor::from(fe.tls.load_full());
+    let worker_tls = fe.tls.load_full();
+    let acceptor = TlsAcceptor::from(worker_tls.config.clone());
     let mut accept = std::pin::pin!(acceptor.accept(tcp));
     let mut served_cert = None;
     // The certificate resolver runs inside these polls and notes which certificate it chose, so
@@ -226,12 +227,29 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, mut tcp: TcpStream, 
     } else {
         proxy_out::UniqueId::default()
     };
+    // rustls finishes a handshake only with a verified certificate or none at all, except under
+    // optional_no_ca, where the backend is told how the certificate fared.
+    let peer_chain = tls.get_ref().1.peer_certificates();
+    let verify = match (&worker_tls.client_check, peer_chain) {
+        (Some(check), Some(chain)) => {
+            let code = check.verify_code(chain);
+            if code != 0 {
+                m.client_certs_unverified.inc();
+            }
+            code
+        }
+        (_, chain) => u32::from(chain.is_none()),
+    };
+    drop(worker_tls);
     let prefix = match proxy_out::header(
         cfg,
         tls.get_ref().1,
         (client, local),
         passthrough.as_deref(),
-        served_cert.as_deref(),
+        proxy_out::Served {
+            cert: served_cert.as_deref(),
+            verify,
+        },
         unique_id.as_bytes(),
     ) {
         Ok(p) => p,

@@ -30,6 +30,7 @@ pub struct Metrics {
     accept_errors: Family<Labels, Counter>,
     proxy_headers: Family<Labels, Counter>,
     proxy_header_errors: Family<Labels, Counter>,
+    client_certs_unverified: Family<Labels, Counter>,
 }
 
 /// Why a handshake failed, as a label value.
@@ -68,6 +69,7 @@ pub struct FrontendMetrics {
     pub proxy_headers_proxy: Counter,
     pub proxy_headers_local: Counter,
     proxy_header_errors: [Counter; PROXY_HEADER_REASONS.len()],
+    pub client_certs_unverified: Counter,
 }
 
 impl FrontendMetrics {
@@ -130,6 +132,7 @@ impl Metrics {
             accept_errors: Family::default(),
             proxy_headers: Family::default(),
             proxy_header_errors: Family::default(),
+            client_certs_unverified: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -187,6 +190,11 @@ impl Metrics {
             "Connections closed because of their PROXY header (accept_proxy), by reason",
             m.proxy_header_errors.clone(),
         );
+        registry.register(
+            "client_certificates_unverified",
+            "Client certificates that did not verify and were passed on (client_auth = optional_no_ca)",
+            m.client_certs_unverified.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -222,6 +230,7 @@ impl Metrics {
             proxy_headers_local: get(&self.proxy_headers, &with("command", "local")),
             proxy_header_errors: PROXY_HEADER_REASONS
                 .map(|r| get(&self.proxy_header_errors, &with("reason", r))),
+            client_certs_unverified: get(&self.client_certs_unverified, &base()),
         }
     }
 

@@ -22,15 +22,23 @@ pub fn makes_unique_id(cfg: &Frontend, passthrough: Option<&[u8]>) -> bool {
     cfg.proxy_tlvs.unique_id && !received
 }
 
+/// What the handshake itself does not say: the certificate shuck presented (when known) and the
+/// client certificate's verification result (0 = verified, as in the SSL TLV).
+#[derive(Clone, Copy)]
+pub struct Served<'a> {
+    pub cert: Option<&'a ServedCert>,
+    pub verify: u32,
+}
+
 /// The header for this connection in a buffer (with room behind it for the client's first
 /// bytes), or `None` when the frontend sends no header. `ends`: the client and the address it
-/// connected to; `served`: the certificate shuck presented, when known.
+/// connected to.
 pub fn header(
     cfg: &Frontend,
     conn: &ServerConnection,
     ends: (SocketAddr, SocketAddr),
     passthrough: Option<&[u8]>,
-    served: Option<&ServedCert>,
+    served: Served<'_>,
     unique_id: Option<&[u8]>,
 ) -> Result<Option<(PooledBuf, usize)>, EncodeError> {
     if cfg.proxy_protocol == ProxyProtocol::None {
@@ -53,15 +61,14 @@ pub fn header(
                 (true, true) => tlv::CLIENT_CERT_SESS,
                 (false, _) => 0,
             },
-        // rustls finishes a handshake only with a verified certificate or none at all.
-        verify: u32::from(peer_cert.is_none()),
+        verify: served.verify,
         version: crate::connection::protocol_name(conn),
         cn: cn.as_deref().map(str::as_bytes),
         cipher: conn
             .negotiated_cipher_suite()
             .map_or("unknown", params::openssl_suite_name),
-        sig_alg: served.map(|c| c.sig_alg.as_str()),
-        key_alg: served.map(|c| c.key_alg.as_str()),
+        sig_alg: served.cert.map(|c| c.sig_alg.as_str()),
+        key_alg: served.cert.map(|c| c.key_alg.as_str()),
     });
     let tlvs = Tlvs {
         alpn: conn.alpn_protocol().filter(|_| want.alpn),

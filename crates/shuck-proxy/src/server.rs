@@ -345,7 +345,7 @@ impl Reloader {
             }
             let same_cache = self.cache_sizes[i] == fe.session_cache_size && !trust_changed;
             for slot in &self.slots[i] {
-                let storage = same_cache.then(|| slot.load().session_storage.clone());
+                let storage = same_cache.then(|| slot.load().config.session_storage.clone());
                 slot.store(ctx.worker_config_with(storage));
             }
             self.cache_sizes[i] = fe.session_cache_size;

@@ -7,6 +7,7 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
@@ -308,6 +309,199 @@ fn client_auth_optional_serves_anonymous_clients_and_tells_the_backend() {
         !bad.status.success(),
         "served a certificate from another CA"
     );
+}
+
+/// `optional_no_ca`: every client is served and the backend learns how its certificate fared,
+/// as an OpenSSL verify code, resumed sessions included. The stranger's CA has the same name as
+/// ours but another key: 7, signature failure (as OpenSSL says), not 20, unknown issuer.
+#[test]
+fn optional_no_ca_serves_every_certificate_and_tells_the_backend_its_verify_result() {
+    let pki = Pki::new();
+    let other_ca = Pki::new();
+    let stranger = other_ca.leaf("stranger.pem", "stranger", &[], Key::EcdsaP256);
+    let good = pki.client("good.pem", "good one", 3001);
+    let revoked = pki.client("revoked.pem", "revoked one", 3002);
+    let crl = pki.crl("ca.crl.pem", &[3002]);
+    let cert = pki.leaf("server.pem", "server", &["tlv.test"], Key::EcdsaP256);
+    let backend = RawBackend::start();
+    let config = |ca: &str| {
+        format!(
+            "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\n\
+             certificates = {}\nproxy_protocol = \"v2\"\nproxy_protocol_tlvs = [\"ssl\", \"client_cert\"]\n\
+             client_auth = \"optional_no_ca\"\n{ca}",
+            backend.addr,
+            toml_path(&cert),
+        )
+    };
+    let shuck = Shuck::start(&config(&format!(
+        "client_ca = {}\nclient_crl = {}\n",
+        toml_path(&pki.ca_path()),
+        toml_path(&crl)
+    )));
+    // What the backend got for one connection: (client bits, verify, CN, certificate TLV).
+    let seen = |out: &std::process::Output| {
+        assert!(
+            out.status.success() && out.stdout == b"ok",
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            shuck.log_text()
+        );
+        let (tlvs, _) = walk_v2(&backend.next());
+        let (bits, verify, subs) = ssl_subs(&tlvs);
+        let cn = text(tlv(&subs, 0x22)).to_string();
+        (bits, verify, cn, tlv(&tlvs, 0xE0).map(<[u8]>::to_vec))
+    };
+    let full = 0x01 | 0x02 | 0x04;
+    assert_eq!(
+        seen(&curl_with_cert(&pki, &shuck, &good)),
+        (full, 0, "good one".into(), Some(first_cert_der(&good)))
+    );
+    assert_eq!(
+        seen(&curl_with_cert(&pki, &shuck, &stranger)),
+        (full, 7, "stranger".into(), Some(first_cert_der(&stranger)))
+    );
+    assert_eq!(
+        seen(&curl_with_cert(&pki, &shuck, &revoked)),
+        (
+            full,
+            23,
+            "revoked one".into(),
+            Some(first_cert_der(&revoked))
+        )
+    );
+    let (bits, verify, cn, der) = seen(&curl(&pki, &shuck, "tlv.test", "/", &[]));
+    assert_eq!((bits, cn, der), (0x01, "<absent>".into(), None));
+    assert_ne!(verify, 0, "no certificate must not read as verified");
+
+    // A resumed session is judged again: still 7, certificate shown in the session only.
+    let sess = pki.path("stranger.sess");
+    let (c, s) = (
+        stranger.to_str().expect("path"),
+        sess.to_str().expect("path"),
+    );
+    for (flag, bits) in [("-sess_out", full), ("-sess_in", 0x01 | 0x04)] {
+        let (_, out) = common::s_client(
+            &pki,
+            shuck.addr(),
+            Some("tlv.test"),
+            &["-tls1_3", "-cert", c, "-key", c, flag, s],
+        );
+        assert!(out.contains("\nok"), "{flag}: {out}");
+        assert_eq!(out.contains("\nReused,"), flag == "-sess_in", "{out}");
+        let (tlvs, _) = walk_v2(&backend.next());
+        let (got_bits, verify, _) = ssl_subs(&tlvs);
+        assert_eq!((got_bits, verify), (bits, 7), "{flag}");
+    }
+    let labels = [];
+    let metrics = wait_metric(
+        *shuck.addrs.last().expect("metrics addr"),
+        "shuck_client_certificates_unverified_total",
+        &labels,
+        4,
+    );
+    assert_eq!(
+        sum(
+            &metrics,
+            "shuck_client_certificates_unverified_total",
+            &labels
+        ),
+        4,
+        "stranger, revoked, stranger twice by s_client: {metrics}"
+    );
+    drop(shuck);
+
+    // Without a CA nothing verifies (20, unknown issuer), and every certificate is passed on.
+    let shuck = Shuck::start(&config(""));
+    let out = curl_with_cert(&pki, &shuck, &good);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (tlvs, _) = walk_v2(&backend.next());
+    assert_eq!(ssl_subs(&tlvs).1, 20);
+    assert_eq!(tlv(&tlvs, 0xE0), Some(first_cert_der(&good).as_slice()));
+}
+
+/// optional_no_ca accepts any issuer, but not a certificate without its key: a client showing
+/// someone else's certificate (signing the handshake with its own key) is refused.
+#[test]
+fn optional_no_ca_still_needs_proof_of_the_private_key() {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let pki = Pki::new();
+    let victim = pki.client("victim.pem", "victim", 4001);
+    let thief = pki.client("thief.pem", "thief", 4002);
+    let backend = RawBackend::start();
+    let shuck = mtls_frontend(&pki, backend.addr, "optional_no_ca", r#"["ssl"]"#);
+
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&victim)
+        .expect("read")
+        .collect::<Result<_, _>>()
+        .expect("pem");
+    let key = provider
+        .key_provider
+        .load_private_key(PrivateKeyDer::from_pem_file(&thief).expect("key"))
+        .expect("signing key");
+    let forged = Arc::new(rustls::sign::CertifiedKey::new(chain, key));
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(pki.ca_path()).expect("ca"))
+        .expect("root");
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_client_cert_resolver(Arc::new(Always(forged)));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let answer = rt.block_on(async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let tcp = tokio::net::TcpStream::connect(shuck.addr())
+            .await
+            .expect("connect");
+        let name = rustls::pki_types::ServerName::try_from("tlv.test").expect("name");
+        // TLS 1.3: the client's side of the handshake ends before the server has checked its
+        // CertificateVerify, so the refusal shows on the first read.
+        let Ok(mut tls) = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect(name, tcp)
+            .await
+        else {
+            return Vec::new();
+        };
+        let _ = tls.write_all(b"GET / HTTP/1.0\r\n\r\n").await;
+        let mut v = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(20), tls.read_to_end(&mut v)).await;
+        v
+    });
+    assert!(answer.is_empty(), "served a forged certificate: {answer:?}");
+    assert!(
+        shuck.log_text().contains("TLS handshake failed"),
+        "{}",
+        shuck.log_text()
+    );
+    assert!(backend.got.try_recv().is_err(), "backend reached");
+}
+
+/// A client certificate resolver that always offers the same (forged) certificate and key.
+#[derive(Debug)]
+struct Always(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::client::ResolvesClientCert for Always {
+    fn resolve(
+        &self,
+        _: &[&[u8]],
+        _: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
 }
 
 /// Sends `bytes` (and optionally closes the write side), then waits for shuck to close the

@@ -218,7 +218,8 @@ pub struct Frontend {
     pub proxy_tlvs: ProxyTlvs,
     pub accept_proxy: Option<AcceptProxy>,
     pub client_auth: ClientAuth,
-    /// CA bundle that client certificates must chain to (set when `client_auth` is not none).
+    /// CA bundle that client certificates must chain to (set when `client_auth` is optional or
+    /// required; may be absent with optional_no_ca, where every certificate then fails with 20).
     pub client_ca: Option<PathBuf>,
     pub client_crls: Vec<PathBuf>,
     pub session_cache_size: usize,
@@ -524,7 +525,7 @@ impl RawFrontend {
                     "is set but client_auth is \"none\": set client_auth = \"optional\" or \"required\"",
                 ))
             }
-            (ClientAuth::None, None) if !client_crls.is_empty() => {
+            (ClientAuth::None | ClientAuth::OptionalNoCa, None) if !client_crls.is_empty() => {
                 return Err(key_err("client_crl", "needs client_auth and client_ca"))
             }
             (ClientAuth::Optional | ClientAuth::Required, None) => {
@@ -535,10 +536,20 @@ impl RawFrontend {
             }
             _ => {}
         }
+        if client_auth == ClientAuth::OptionalNoCa
+            && (proxy_protocol != ProxyProtocol::V2 || !proxy_tlvs.ssl)
+        {
+            // Every client is served: only the backend can act on the result.
+            return Err(key_err(
+                "client_auth",
+                "\"optional_no_ca\" passes unverified certificates on, so the backend must be told: \
+                 set proxy_protocol = \"v2\" with \"ssl\" in proxy_protocol_tlvs (the verify result)",
+            ));
+        }
         if proxy_tlvs.client_cert.is_some() && client_auth == ClientAuth::None {
             return Err(key_err(
                 "proxy_protocol_tlvs",
-                "\"client_cert\" needs client_auth = \"optional\" or \"required\"",
+                "\"client_cert\" needs client_auth = \"optional\", \"required\" or \"optional_no_ca\"",
             ));
         }
         Ok(Frontend {
@@ -713,10 +724,28 @@ mod tests {
                 "[[frontend]]\nself_signed = true\nclient_ca = \"ca.pem\"\n",
                 "client_ca",
             ),
+            (
+                "[[frontend]]\nself_signed = true\nclient_auth = \"optional_no_ca\"\nclient_crl = \"ca.crl\"\n",
+                "client_crl",
+            ),
+            (
+                "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nproxy_protocol = \"v2\"\n\
+                 proxy_protocol_tlvs = [\"client_cert\"]\nclient_auth = \"optional_no_ca\"\n",
+                "client_auth",
+            ),
         ] {
             let e = parse(text).unwrap_err().to_string();
             assert!(e.contains(key), "{text}: {e}");
         }
+        // optional_no_ca may go without a CA: every certificate is then passed on as unverified.
+        let fe = &parse(
+            "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nclient_auth = \"optional_no_ca\"\n\
+             proxy_protocol = \"v2\"\nproxy_protocol_tlvs = [\"ssl\"]\n",
+        )
+        .expect("optional_no_ca without client_ca")
+        .frontends[0];
+        assert_eq!(fe.client_auth, ClientAuth::OptionalNoCa);
+        assert_eq!(fe.client_ca, None);
         assert!(parse("workers = 1\n")
             .unwrap_err()
             .to_string()

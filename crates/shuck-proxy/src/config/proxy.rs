@@ -10,7 +10,7 @@ use super::{defaults, key_err, parse_duration, KeyError, ProxyProtocol, RawFront
 
 /// Whether clients must present a certificate (mutual TLS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum ClientAuth {
     #[default]
     None,
@@ -18,6 +18,10 @@ pub enum ClientAuth {
     Optional,
     /// Refuse clients without a valid certificate.
     Required,
+    /// Ask for a certificate and serve every client; the verification result (0 or an OpenSSL
+    /// `X509_V_ERR_*` code) goes to the backend in the SSL TLV, which decides (nginx's
+    /// `optional_no_ca`, HAProxy's `verify optional` with `ca-ignore-err`/`crt-ignore-err all`).
+    OptionalNoCa,
 }
 
 impl fmt::Display for ClientAuth {
@@ -26,6 +30,7 @@ impl fmt::Display for ClientAuth {
             ClientAuth::None => "none",
             ClientAuth::Optional => "optional",
             ClientAuth::Required => "required",
+            ClientAuth::OptionalNoCa => "optional_no_ca",
         })
     }
 }

@@ -22,7 +22,15 @@ use sni::SniResolver;
 
 /// One worker's TLS configuration for one frontend. Only the main thread stores into it (on
 /// reload); the worker loads it once per connection, which is an uncontended reference-count bump.
-pub type TlsSlot = Arc<arc_swap::ArcSwap<ServerConfig>>;
+pub type TlsSlot = Arc<arc_swap::ArcSwap<WorkerTls>>;
+
+/// What a worker serves one frontend's handshakes with.
+#[derive(Debug)]
+pub struct WorkerTls {
+    pub config: Arc<ServerConfig>,
+    /// `client_auth = "optional_no_ca"`: the check whose result the backend is told.
+    pub client_check: Option<Arc<client_auth::Lenient>>,
+}
 
 /// Everything TLS a frontend needs, loaded and checked once at start.
 #[derive(Debug)]
@@ -32,6 +40,7 @@ pub struct TlsContext {
     session_cache_size: usize,
     /// Digest of the client-certificate trust (mode, CA, CRLs); `None` without client_auth.
     pub client_trust: Option<[u8; 32]>,
+    client_check: Option<Arc<client_auth::Lenient>>,
 }
 
 pub fn provider_for(fe: &Frontend) -> CryptoProvider {
@@ -87,9 +96,12 @@ impl TlsContext {
         let builder = ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&fe.versions)
             .map_err(tls_err)?;
-        let builder = match client_verifier {
-            Some(v) => builder.with_client_cert_verifier(v.verifier),
-            None => builder.with_no_client_auth(),
+        let (builder, client_check) = match client_verifier {
+            Some(v) => (
+                builder.with_client_cert_verifier(v.verifier),
+                v.after_handshake,
+            ),
+            None => (builder.with_no_client_auth(), None),
         };
         let mut template = builder.with_cert_resolver(Arc::new(resolver));
         template.alpn_protocols.clone_from(&fe.alpn);
@@ -111,6 +123,7 @@ impl TlsContext {
             template,
             session_cache_size: fe.session_cache_size,
             client_trust,
+            client_check,
         })
     }
 
@@ -121,7 +134,7 @@ impl TlsContext {
 
     /// A server configuration for one worker. Each worker gets its own session-ID cache so no lock
     /// is shared by all workers on the handshake path; tickets (shared key) still resume anywhere.
-    pub fn worker_config(&self) -> Arc<ServerConfig> {
+    pub fn worker_config(&self) -> Arc<WorkerTls> {
         self.worker_config_with(None)
     }
 
@@ -129,7 +142,7 @@ impl TlsContext {
     pub fn worker_config_with(
         &self,
         storage: Option<Arc<dyn StoresServerSessions>>,
-    ) -> Arc<ServerConfig> {
+    ) -> Arc<WorkerTls> {
         let mut c = self.template.clone();
         c.session_storage = storage.unwrap_or_else(|| {
             if self.session_cache_size == 0 {
@@ -138,6 +151,9 @@ impl TlsContext {
                 ServerSessionMemoryCache::new(self.session_cache_size)
             }
         });
-        Arc::new(c)
+        Arc::new(WorkerTls {
+            config: Arc::new(c),
+            client_check: self.client_check.clone(),
+        })
     }
 }
