@@ -250,7 +250,18 @@ fn decode_v2(buf: &[u8]) -> Result<Parsed<'_>, DecodeError> {
                 &body[36..],
             )
         }
-        0x12 | 0x22 | 0x31 | 0x32 => return Err(DecodeError::V2Unsupported),
+        // UDP over IPv4/IPv6, UNIX stream/datagram: valid, but not addresses a TCP connection can
+        // take. The spec has receivers fall back to UNSPEC (the socket's own addresses) for valid
+        // combinations they do not support; the TLVs after the address block still count.
+        0x12 | 0x22 | 0x31 | 0x32 => {
+            let size = match family {
+                0x12 => 12,
+                0x22 => 36,
+                _ => 216,
+            };
+            body.get(..size).ok_or(DecodeError::V2Truncated)?;
+            (Addresses::Unknown, &body[size..])
+        }
         f => return Err(DecodeError::V2Family(f)),
     };
     check_tlvs(header, total - rest.len())?;
