@@ -268,9 +268,14 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, mut tcp: TcpStream, 
     m.bytes_down.inc_by(moved.down);
     // An abort on one side is passed on as an abort (RST, no close_notify) to the other, as
     // HAProxy does: an orderly close would let the peer take a cut stream for a complete one.
+    // An idle timeout cuts both streams where they stand; nothing is in flight to lose.
     match &res {
         Err(RelayError::BackendAborted(_)) => abort(tls.get_ref().0),
         Err(RelayError::ClientAborted(_)) => abort(&upstream),
+        Err(RelayError::Idle(_)) => {
+            abort(tls.get_ref().0);
+            abort(&upstream);
+        }
         _ => {}
     }
     match &res {

@@ -310,3 +310,49 @@ async fn a_client_reset_reaches_the_backend_as_a_reset() {
         String::from_utf8_lossy(&got)
     );
 }
+
+/// A client that goes silent mid-upload and is closed by idle_timeout must not leave the backend
+/// with an orderly end either: what it received could pass for a complete upload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_timeout_reaches_the_backend_as_a_reset() {
+    let pki = Pki::new();
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let backend = l.local_addr().expect("addr");
+    let seen = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.expect("accept");
+        let mut got = Vec::new();
+        let end = s.read_to_end(&mut got).await;
+        (got, end.map_err(|e| e.kind()))
+    });
+    let cert = pki.leaf("relay.pem", "relay", &["relay.test"], Key::EcdsaP256);
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = {}\nidle_timeout = \"1s\"\n",
+        toml_path(&cert)
+    ));
+    let tcp = TcpStream::connect(shuck.addr()).await.expect("connect");
+    let mut tls = connector(&pki)
+        .connect(ServerName::try_from("relay.test").expect("name"), tcp)
+        .await
+        .expect("handshake");
+    tls.write_all(b"POST / HTTP/1.1\r\nContent-Length: 1000\r\n\r\npart")
+        .await
+        .expect("request");
+    tls.flush().await.expect("flush");
+    let (got, end) = tokio::time::timeout(std::time::Duration::from_secs(20), seen)
+        .await
+        .expect("backend still open 20 s after a 1 s idle timeout")
+        .expect("backend task");
+    assert_eq!(
+        end.err(),
+        Some(std::io::ErrorKind::ConnectionReset),
+        "backend saw a clean end after {:?}",
+        String::from_utf8_lossy(&got)
+    );
+    // The client learns of it the same way.
+    let mut rest = Vec::new();
+    let client_end = tls.read_to_end(&mut rest).await;
+    assert_eq!(
+        client_end.map_err(|e| e.kind()).err(),
+        Some(std::io::ErrorKind::ConnectionReset)
+    );
+}
