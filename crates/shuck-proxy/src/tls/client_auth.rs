@@ -69,14 +69,14 @@ fn strict_verifier(
     for path in &fe.client_crls {
         crls.extend(load_crls(path, digest)?);
     }
-    // Revocation is checked for the client's own certificate against the CRLs given; a
-    // certificate whose issuer has no CRL here is not refused for that (several CAs, or
-    // intermediates without their own CRL, are common). An expired CRL fails closed, as
-    // OpenSSL-based servers do: refresh it and reload.
+    // Revocation is checked along the whole chain, as nginx and HAProxy do: a CRL from the root
+    // that revokes an intermediate CA refuses every certificate under it. A certificate whose
+    // issuer has no CRL here is not refused for that (several CAs, or intermediates without
+    // their own CRL, are common). An expired CRL fails closed, as OpenSSL-based servers do:
+    // refresh it and reload.
     let mut builder =
         WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
             .with_crls(crls)
-            .only_check_end_entity_revocation()
             .allow_unknown_revocation_status()
             .enforce_revocation_expiration();
     if fe.client_auth != ClientAuth::Required {

@@ -118,6 +118,38 @@ impl Pki {
         path
     }
 
+    /// A client certificate issued by an intermediate CA (serial `intermediate_serial`, signed
+    /// by this CA); the bundle holds leaf, intermediate and key, as a client sends them.
+    pub fn client_via_intermediate(
+        &self,
+        file: &str,
+        cn: &str,
+        intermediate_serial: u64,
+    ) -> PathBuf {
+        let ik = KeyPair::generate().expect("intermediate key");
+        let mut ip = CertificateParams::new(Vec::<String>::new()).expect("intermediate params");
+        ip.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ip.distinguished_name.push(
+            DnType::CommonName,
+            format!("intermediate {intermediate_serial}"),
+        );
+        ip.serial_number = Some(rcgen::SerialNumber::from(intermediate_serial));
+        let inter = ip
+            .signed_by(&ik, &self.ca, &self.ca_key)
+            .expect("sign intermediate");
+        let kp = KeyPair::generate().expect("leaf key");
+        let mut p = CertificateParams::new(Vec::<String>::new()).expect("leaf params");
+        p.distinguished_name.push(DnType::CommonName, cn);
+        let leaf = p.signed_by(&kp, &inter, &ik).expect("sign leaf");
+        let path = self.path(file);
+        std::fs::write(
+            &path,
+            format!("{}{}{}", leaf.pem(), inter.pem(), kp.serialize_pem()),
+        )
+        .expect("write bundle");
+        path
+    }
+
     /// A bundle whose key does not belong to its certificate.
     pub fn mismatched(&self, file: &str) -> PathBuf {
         let kp = KeyPair::generate().expect("key");
