@@ -183,7 +183,8 @@ pub struct RunArgs {
     /// Verdict: mean latency limit in ms.
     #[arg(long, default_value_t = 100.0, value_name = "MS")]
     pub max_mean_ms: f64,
-    /// Verdict: a step over the latency limit passes if the mean of the next N steps is under it.
+    /// Verdict: a step over the latency limit passes if the mean of the next N steps is under it
+    /// (all N must exist: the last N steps of a ramp cannot be pardoned; 0 = no pardon).
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub lookahead: usize,
 
@@ -227,13 +228,16 @@ pub fn run_bench(cmd: &BenchCommand) -> Result<(), BenchError> {
     }
 }
 
+/// A duration flag: positive, and at most a day (a longer step, run or timeout is a typo, and
+/// would overflow the clock arithmetic of the schedule).
 fn secs(flag: &'static str, s: f64) -> Result<Duration, BenchError> {
+    const DAY: f64 = 86_400.0;
     Duration::try_from_secs_f64(s)
         .ok()
-        .filter(|d| !d.is_zero())
+        .filter(|d| !d.is_zero() && s <= DAY)
         .ok_or_else(|| BenchError::Option {
             flag,
-            reason: format!("{s} is not a positive number of seconds"),
+            reason: format!("{s} is not a number of seconds above 0 and at most 86400"),
         })
 }
 
@@ -370,6 +374,18 @@ fn run_load(a: &RunArgs) -> Result<(), BenchError> {
         server_pids: a.server_pid.clone(),
         progress: !a.quiet,
     };
+    if !(a.max_failure_ratio > 0.0 && a.max_failure_ratio <= 1.0) {
+        return Err(BenchError::Option {
+            flag: "--max-failure-ratio",
+            reason: format!("{} is not above 0 and at most 1", a.max_failure_ratio),
+        });
+    }
+    if !(a.max_mean_ms > 0.0 && a.max_mean_ms.is_finite()) {
+        return Err(BenchError::Option {
+            flag: "--max-mean-ms",
+            reason: format!("{} is not a positive number of milliseconds", a.max_mean_ms),
+        });
+    }
     let thresholds = Thresholds {
         max_failure_ratio: a.max_failure_ratio,
         max_mean_ms: a.max_mean_ms,

@@ -29,10 +29,13 @@ pub struct Expect {
 
 /// Reads one answer; returns the bytes received (head and body). Without Content-Length the
 /// body runs to end of stream; with it, reading stops at its end so keep-alive can go on.
+/// `more_to_come`: another request follows on this connection, so the answer must have a
+/// Content-Length (a chunked or unbounded one would wait for an end that never comes).
 pub async fn read_response<S: AsyncRead + Unpin>(
     s: &mut S,
     buf: &mut [u8],
     expect: Expect,
+    more_to_come: bool,
 ) -> Result<u64, (Failure, String)> {
     let io = |e: std::io::Error| (Failure::Io, e.to_string());
     let mut head: Vec<u8> = Vec::with_capacity(512);
@@ -57,6 +60,13 @@ pub async fn read_response<S: AsyncRead + Unpin>(
         return Err((
             Failure::Status,
             format!("status {status}, expected {}", expect.status),
+        ));
+    }
+    if more_to_come && length.is_none() {
+        return Err((
+            Failure::Size,
+            "answer without Content-Length (chunked?): --keepalive needs answers with a length"
+                .into(),
         ));
     }
     let mut body = (head.len() - head_len) as u64;
@@ -138,12 +148,30 @@ mod tests {
     use super::*;
 
     fn read(answer: &[u8], expect: Expect) -> Result<u64, (Failure, String)> {
+        read_then(answer, expect, false)
+    }
+
+    fn read_then(
+        answer: &[u8],
+        expect: Expect,
+        more_to_come: bool,
+    ) -> Result<u64, (Failure, String)> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
         let mut src = answer;
         let mut buf = vec![0u8; 7]; // tiny reads: heads and bodies arrive in pieces
-        rt.block_on(read_response(&mut src, &mut buf, expect))
+        rt.block_on(read_response(&mut src, &mut buf, expect, more_to_come))
+    }
+
+    #[test]
+    fn keepalive_refuses_an_answer_without_length_instead_of_waiting_for_its_end() {
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+        let (kind, why) = read_then(chunked, OK, true).unwrap_err();
+        assert_eq!(kind, Failure::Size);
+        assert!(why.contains("Content-Length"), "{why}");
+        let sized = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc";
+        assert!(read_then(sized, OK, true).is_ok());
     }
 
     const OK: Expect = Expect {

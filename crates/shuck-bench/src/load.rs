@@ -40,14 +40,21 @@ impl Schedule {
     }
 }
 
+/// Offered rates are bounded to 0.01 ..= 10 million connections per second.
+const MIN_RATE: f64 = 0.01;
+const MAX_RATE: f64 = 1e7;
+
 /// The offered rates of a ramp: start, start+step, ... up to max inclusive.
 pub fn ramp(start: f64, step: f64, max: f64) -> Result<Vec<f64>, BenchError> {
     let bad = |reason: &str| BenchError::Option {
         flag: "--rate-start/--rate-step/--rate-max",
         reason: reason.into(),
     };
-    if !(start > 0.0 && max >= start && step >= 0.0 && max.is_finite()) {
-        return Err(bad("need 0 < rate-start <= rate-max and rate-step >= 0"));
+    // The bounds keep each thread's arrival interval a sane, non-zero duration.
+    if !(start >= MIN_RATE && max >= start && step >= 0.0 && max <= MAX_RATE) {
+        return Err(bad(
+            "need 0.01 <= rate-start <= rate-max <= 10000000 and rate-step >= 0",
+        ));
     }
     if step == 0.0 {
         return Ok(vec![start]);
@@ -162,7 +169,7 @@ async fn transaction(
         ))
         .await
         .map_err(|e| (Failure::Io, e.to_string()))?;
-        bytes += http::read_response(&mut tls, buf, plan.expect).await?;
+        bytes += http::read_response(&mut tls, buf, plan.expect, !last).await?;
     }
     let at = Instant::now();
     // close_notify, bounded: a server that already closed makes this fail, which is fine.
@@ -178,6 +185,8 @@ struct Client {
 
 struct Thread {
     plan: Arc<LoadPlan>,
+    /// When step 0 begins.
+    start: Instant,
     live: Arc<Live>,
     stats: RefCell<Vec<StepAcc>>,
     idle: RefCell<Vec<Client>>,
@@ -201,11 +210,28 @@ impl Thread {
         c
     }
 
-    /// Runs one transaction and charges it to `step`, latency counted from `since`.
-    async fn run_one(self: Rc<Self>, step: usize, since: Instant) {
-        let client = self.take_client();
+    /// Counts a transaction in flight from the moment it is decided, not when its task first
+    /// runs: an open loop behind schedule would otherwise spawn past `max_in_flight`.
+    fn begin(&self) {
         self.in_flight.set(self.in_flight.get() + 1);
         self.live.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The step whose wall-clock window holds `at` (the last one for stragglers).
+    fn step_at(&self, at: Instant) -> usize {
+        let s =
+            at.saturating_duration_since(self.start).as_nanos() / self.plan.step.as_nanos().max(1);
+        usize::try_from(s)
+            .unwrap_or(usize::MAX)
+            .min(self.plan.schedule.steps() - 1)
+    }
+
+    /// Runs one transaction (after `begin`). It counts as attempted in `step`, the one it was
+    /// started (or scheduled) in, and as successful or failed in the step in which it ended, as
+    /// the seeds' Avalanche counted per second: a saturated server's successful TPS is what it
+    /// completed in that window, not the arrivals it eventually served. Latency runs from `since`.
+    async fn run_one(self: Rc<Self>, step: usize, since: Instant) {
+        let client = self.take_client();
         let mut buf = vec![0u8; 16 * 1024];
         let out = tokio::time::timeout(
             self.plan.timeout,
@@ -214,9 +240,10 @@ impl Thread {
         .await
         .unwrap_or_else(|_| Err((Failure::Timeout, "timed out".into())));
         {
+            let done = self.step_at(Instant::now());
             let mut stats = self.stats.borrow_mut();
-            let s = &mut stats[step];
-            s.attempted += 1;
+            stats[step].attempted += 1;
+            let s = &mut stats[done];
             match out {
                 Ok(d) => {
                     s.ok += 1;
@@ -259,6 +286,7 @@ impl Thread {
                     stats[s].fail(Failure::Overload);
                     self.live.failed.fetch_add(1, Ordering::Relaxed);
                 } else {
+                    self.begin();
                     tokio::task::spawn_local(self.clone().run_one(s, next));
                 }
                 next += interval;
@@ -278,8 +306,8 @@ impl Thread {
                     if t0 >= end {
                         break;
                     }
-                    let s = (t0 - start).as_nanos() / me.plan.step.as_nanos().max(1);
-                    let s = usize::try_from(s).unwrap_or(usize::MAX).min(steps - 1);
+                    let s = me.step_at(t0);
+                    me.begin();
                     me.clone().run_one(s, t0).await;
                 }
             }));
@@ -298,7 +326,10 @@ fn thread_main(
 ) -> std::io::Result<Vec<StepAcc>> {
     if !plan.cpus.is_empty() {
         let id = plan.cpus[idx % plan.cpus.len()];
-        core_affinity::set_for_current(core_affinity::CoreId { id });
+        if !core_affinity::set_for_current(core_affinity::CoreId { id }) {
+            // Unpinned load would share the server's CPU unnoticed: say so.
+            eprintln!("shuck bench: cannot pin load thread {idx} to CPU {id}; it runs unpinned");
+        }
     }
     let steps = plan.schedule.steps();
     let threads = plan.threads;
@@ -309,6 +340,7 @@ fn thread_main(
         in_flight: Cell::new(0),
         live,
         plan,
+        start,
     });
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

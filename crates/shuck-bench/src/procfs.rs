@@ -19,10 +19,13 @@ fn stat(pid: u32) -> Option<Stat> {
     // The command name may hold spaces and parentheses: fields start after the last ')'.
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
-    // f[0] is field 3 (state): ppid is field 4, utime 14, stime 15.
+    // f[0] is field 3 (state): ppid is field 4, utime 14, stime 15, cutime 16, cstime 17. The
+    // children's times keep a child that exits during a step (a forking server, a respawned
+    // worker) in the sum: its time moves to its parent's cutime when it is reaped.
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
     Some(Stat {
         ppid: f.get(1)?.parse().ok()?,
-        cpu_ticks: f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?,
+        cpu_ticks: ticks(11)? + ticks(12)? + ticks(13)? + ticks(14)?,
     })
 }
 
@@ -112,6 +115,34 @@ mod tests {
         assert!(tree_rss_kib(&[me]).unwrap() > 100);
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_child_that_exits_keeps_its_cpu_time_in_the_tree() {
+        // A shell burns CPU in a subshell, which exits and is reaped; then it becomes `sleep`.
+        let mut root = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("(i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done); exec sleep 20")
+            .spawn()
+            .unwrap();
+        let pid = root.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default() != "sleep\n"
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the busy subshell never finished"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let cpu = tree_cpu_us(&[pid]).unwrap();
+        root.kill().unwrap();
+        root.wait().unwrap();
+        // 300000 shell loop iterations take well over 20 ms of CPU on any machine.
+        assert!(
+            cpu >= 20_000,
+            "{cpu} µs: the reaped subshell's time is missing"
+        );
     }
 
     #[test]

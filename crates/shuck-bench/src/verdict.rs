@@ -51,11 +51,12 @@ fn latency_ok(points: &[Point], i: usize, t: &Thresholds) -> bool {
     if points[i].mean_ms.is_some_and(|m| m <= t.max_mean_ms) {
         return true;
     }
-    let next = &points[i + 1..points.len().min(i + 1 + t.lookahead)];
-    // Fewer than the full look-ahead at the end of a ramp: judge on what exists; none means no pardon.
-    if next.is_empty() {
+    // The rule speaks of "the next 8 points": near the end of a ramp, with fewer left, there is
+    // nobody to vouch (a single fast last step must not pardon a slow one).
+    if t.lookahead == 0 || i + t.lookahead >= points.len() {
         return false;
     }
+    let next = &points[i + 1..=i + t.lookahead];
     let mut sum = 0.0;
     for p in next {
         match p.mean_ms {
@@ -168,6 +169,25 @@ mod tests {
             judge(&pts, &Thresholds::default()).passes,
             vec![true, false]
         );
+    }
+
+    #[test]
+    fn fewer_than_eight_following_steps_cannot_vouch() {
+        // The review's case: a fast last step with 40% failures must not pardon a 150 ms step.
+        let pts = [
+            pt(100.0, 1000, 0, 10.0),
+            pt(4000.0, 40_000, 0, 150.0),
+            pt(2520.0, 42_000, 16_800, 20.0),
+        ];
+        let v = judge(&pts, &Thresholds::default());
+        assert_eq!(v.passes, vec![true, false, false]);
+        assert_eq!(v.max_tps, Some(100.0));
+        // Seven fast steps after a slow one are not eight.
+        let mut pts = vec![pt(200.0, 1000, 0, 150.0)];
+        pts.extend((0..7).map(|_| pt(100.0, 1000, 0, 10.0)));
+        assert!(!judge(&pts, &Thresholds::default()).passes[0]);
+        pts.push(pt(100.0, 1000, 0, 10.0));
+        assert!(judge(&pts, &Thresholds::default()).passes[0]);
     }
 
     #[test]

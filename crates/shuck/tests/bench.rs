@@ -418,3 +418,32 @@ fn unreachable_or_untrusted_targets_fail_with_the_reason() {
     assert!(!ok);
     assert!(err.contains("HOST:PORT"), "{err}");
 }
+
+/// Absurd numbers get an error naming the flag before any load starts, never a panic (a
+/// 1e-20/s rate or a 1e19 s step used to overflow the schedule's clock arithmetic).
+#[test]
+fn out_of_range_numbers_are_refused_naming_their_flag() {
+    for (args, flag) in [
+        (
+            &["--rate-start", "1e-20", "--rate-max", "1"][..],
+            "--rate-start",
+        ),
+        (
+            &["--rate-start", "2e9", "--rate-max", "2e9"][..],
+            "--rate-start",
+        ),
+        (&["--step-duration", "1e19"][..], "--step-duration"),
+        (&["--timeout", "1e19"][..], "--timeout"),
+        (&["--max-failure-ratio", "0"][..], "--max-failure-ratio"),
+        (&["--max-mean-ms", "nan"][..], "--max-mean-ms"),
+    ] {
+        let mut all = vec!["127.0.0.1:1", "--insecure"];
+        all.extend_from_slice(args);
+        let (ok, _, err) = bench(&all);
+        assert!(!ok, "{args:?} accepted");
+        assert!(
+            err.contains(flag) && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+}
