@@ -48,7 +48,8 @@ pub enum LogFormatArg {
 #[derive(Debug, Clone, Args)]
 pub struct ConfigArgs {
     /// TOML configuration file. Cannot be combined with --listen/--backend/--cert/--self-signed/
-    /// --alpn/--proxy-protocol/--accept-proxy, which describe a single frontend without a file.
+    /// --alpn/--proxy-protocol/--accept-proxy(-from), which describe a single frontend without a
+    /// file.
     #[arg(short, long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -78,9 +79,16 @@ pub struct ConfigArgs {
     pub proxy_protocol: Option<ProxyProtocolArg>,
 
     /// Expect a PROXY protocol header (v1 or v2) from a load balancer before TLS on every
-    /// connection (the file's accept_proxy; limit it to your balancers with accept_proxy_from).
+    /// connection (the file's accept_proxy). Without --accept-proxy-from any peer may announce
+    /// any client address: limit it to your balancers.
     #[arg(long)]
     pub accept_proxy: bool,
+
+    /// Network allowed to send a PROXY header, as CIDR or a single address (repeatable; the
+    /// file's accept_proxy_from): other peers are closed before anything is read. Needs
+    /// --accept-proxy.
+    #[arg(long, value_name = "CIDR", requires = "accept_proxy")]
+    pub accept_proxy_from: Vec<String>,
 
     /// Worker threads, each with its own listening socket; 0 = one per CPU core.
     #[arg(short, long, value_name = "N")]

@@ -43,7 +43,7 @@ fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, Str
     let mut raw = if let Some(path) = &args.config {
         if one_liner {
             return Err(
-                    "--config cannot be combined with --listen/--backend/--cert/--self-signed/--alpn/--proxy-protocol/--accept-proxy: put them in the file".into(),
+                    "--config cannot be combined with --listen/--backend/--cert/--self-signed/--alpn/--proxy-protocol/--accept-proxy(-from): put them in the file".into(),
                 );
         }
         RawConfig::from_file(path).map_err(|e| e.to_string())?
@@ -64,6 +64,8 @@ fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, Str
                 ProxyProtocolArg::V2 => config::ProxyProtocol::V2,
             }),
             accept_proxy: args.accept_proxy.then_some(true),
+            accept_proxy_from: (!args.accept_proxy_from.is_empty())
+                .then(|| args.accept_proxy_from.clone()),
             ..RawFrontend::default()
         };
         RawConfig {

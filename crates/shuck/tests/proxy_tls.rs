@@ -825,4 +825,27 @@ fn accept_proxy_flag_shows_the_announced_client_on_the_demo_page() {
     let page = String::from_utf8_lossy(&page);
     assert!(page.contains("203.0.113.9:40000"), "{page}");
     assert!(!curl(&pki, &shuck, "pp.test", "/", &[]).status.success());
+    drop(shuck);
+
+    // --accept-proxy-from: a peer outside the list is closed before its header is read, one
+    // inside is served.
+    for (from, served) in [("192.0.2.0/24", false), ("127.0.0.0/8", true)] {
+        let shuck = Shuck::start_flags(&[
+            "--cert",
+            cert.to_str().expect("path"),
+            "--listen",
+            "127.0.0.1:0",
+            "--accept-proxy",
+            "--accept-proxy-from",
+            from,
+        ]);
+        let header = b"PROXY TCP4 203.0.113.9 198.51.100.7 40000 443\r\n";
+        if served {
+            let page = tls_after_header(&pki, shuck.addr(), header, "/");
+            assert!(String::from_utf8_lossy(&page).contains("203.0.113.9:40000"));
+        } else {
+            assert!(refused(shuck.addr(), header, false).is_empty());
+            shuck.wait_log("not in accept_proxy_from");
+        }
+    }
 }
