@@ -172,7 +172,7 @@ impl Server {
             );
         }
         let frontends: Vec<_> = c.frontends.iter().cloned().map(Arc::new).collect();
-        let per_worker = c.max_connections.div_ceil(c.workers);
+        let limit = limits::ConnectionLimit::new(c.max_connections);
         let cores = if c.pin_cpus {
             core_affinity::get_core_ids().unwrap_or_default()
         } else {
@@ -191,7 +191,7 @@ impl Server {
                     .zip(&self.slots)
                     .map(|(fe, slots)| (fe.clone(), slots[id].clone()))
                     .collect(),
-                max_connections: per_worker,
+                limit: limit.clone(),
                 log_connections: c.log_connections,
                 shutdown_grace: c.shutdown_grace,
                 shutdown: rx.clone(),

@@ -12,6 +12,7 @@ use tokio::sync::{watch, Semaphore};
 use crate::backend::BackendPool;
 use crate::config::{Backend, Frontend};
 use crate::connection::{self, FrontendRt, WorkerInfo};
+use crate::limits::ConnectionLimit;
 use crate::listener::is_connection_error;
 use crate::metrics::Metrics;
 use crate::tls::TlsSlot;
@@ -23,7 +24,8 @@ pub struct WorkerSpec {
     /// (frontend index, listening socket)
     pub listeners: Vec<(usize, std::net::TcpListener)>,
     pub frontends: Vec<(Arc<Frontend>, TlsSlot)>,
-    pub max_connections: usize,
+    /// `max_connections`, shared by all workers.
+    pub limit: Arc<ConnectionLimit>,
     pub log_connections: bool,
     pub shutdown_grace: Duration,
     pub shutdown: watch::Receiver<bool>,
@@ -83,7 +85,10 @@ async fn run(spec: WorkerSpec) {
             })
         })
         .collect();
-    let limit = Arc::new(Semaphore::new(spec.max_connections));
+    // This worker's own connections, counted for the drain at shutdown (never a limit: the
+    // shared count stops accepting first).
+    let max = spec.limit.max();
+    let local = Arc::new(Semaphore::new(max));
     let mut loops = Vec::new();
     for (fi, std_listener) in spec.listeners {
         let listener = match TcpListener::from_std(std_listener) {
@@ -97,7 +102,7 @@ async fn run(spec: WorkerSpec) {
             listener,
             fronts[fi].clone(),
             info,
-            limit.clone(),
+            (spec.limit.clone(), local.clone()),
             spec.shutdown.clone(),
         )));
     }
@@ -107,15 +112,15 @@ async fn run(spec: WorkerSpec) {
         let _ = l.await;
     }
     // Drain: wait for connections in flight, up to the grace period.
-    let all = u32::try_from(spec.max_connections).unwrap_or(u32::MAX);
-    let active = spec.max_connections - limit.available_permits();
+    let all = u32::try_from(max).unwrap_or(u32::MAX);
+    let active = max - local.available_permits();
     if active > 0 {
         tracing::info!(worker = spec.id, active, grace = ?spec.shutdown_grace, "draining connections");
-        if tokio::time::timeout(spec.shutdown_grace, limit.acquire_many(all))
+        if tokio::time::timeout(spec.shutdown_grace, local.acquire_many(all))
             .await
             .is_err()
         {
-            let left = spec.max_connections - limit.available_permits();
+            let left = max - local.available_permits();
             tracing::warn!(
                 worker = spec.id,
                 left,
@@ -129,7 +134,7 @@ async fn accept_loop(
     listener: TcpListener,
     fe: Rc<FrontendRt>,
     info: WorkerInfo,
-    limit: Arc<Semaphore>,
+    (limit, local): (Arc<ConnectionLimit>, Arc<Semaphore>),
     mut shutdown: watch::Receiver<bool>,
 ) {
     const MIN_BACKOFF: Duration = Duration::from_millis(5);
@@ -138,10 +143,11 @@ async fn accept_loop(
     loop {
         // At the limit, stop accepting: new connections wait in the kernel's backlog instead of
         // being accepted and dropped.
-        let permit = tokio::select! {
-            p = limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-            () = stopped(&mut shutdown) => return,
-        };
+        while limit.active() >= limit.max() {
+            if !at_limit_pause(&mut shutdown).await {
+                return;
+            }
+        }
         let accepted = tokio::select! {
             r = listener.accept() => r,
             () = stopped(&mut shutdown) => return,
@@ -150,10 +156,23 @@ async fn accept_loop(
             Ok((tcp, client)) => {
                 backoff = Duration::ZERO;
                 fe.metrics.accepted.inc();
+                // Another worker may have taken the last slot since the check: this one
+                // connection then waits here, unserved, like those in the backlog.
+                let slot = loop {
+                    if let Some(s) = limit.try_take() {
+                        break s;
+                    }
+                    if !at_limit_pause(&mut shutdown).await {
+                        return;
+                    }
+                };
+                let Ok(mine) = local.clone().try_acquire_owned() else {
+                    return; // closed: cannot happen while the worker runs
+                };
                 let fe = fe.clone();
                 tokio::task::spawn_local(async move {
                     connection::handle(info, fe, tcp, client).await;
-                    drop(permit);
+                    drop((slot, mine));
                 });
             }
             Err(e) if is_connection_error(&e) => {}
@@ -169,5 +188,18 @@ async fn accept_loop(
                 }
             }
         }
+    }
+}
+
+/// How often a worker at the process-wide limit looks for a freed slot. Polling keeps the
+/// release path a plain atomic subtract (no waker list shared by the workers); the cost is a
+/// wake-up per worker every 10 ms, and only while the whole process is full.
+const AT_LIMIT_POLL: Duration = Duration::from_millis(10);
+
+/// Waits one poll interval; false when the server is stopping.
+async fn at_limit_pause(shutdown: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(AT_LIMIT_POLL) => true,
+        () = stopped(shutdown) => false,
     }
 }

@@ -269,6 +269,66 @@ async fn max_connections_queues_new_clients_in_the_backlog() {
     assert_eq!(&buf, b"pong");
 }
 
+/// max_connections is one limit for the process, not a share per worker: SO_REUSEPORT spreads
+/// connections by a hash of their addresses, so with per-worker shares a client could wait at a
+/// full worker while another had room (8 connections split 4/4 only 27% of the time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_is_one_limit_shared_by_all_workers() {
+    let pki = Pki::new();
+    let b = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let baddr = b.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = b.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    let shuck = Shuck::start(&config(
+        &pki,
+        &[("", format!("\"{baddr}\""))],
+        "workers = 2\nmax_connections = 8",
+    ));
+    let conn = connector(&pki);
+    let name = || ServerName::try_from("good.test").expect("name");
+    let mut held = Vec::new();
+    for i in 0..8 {
+        let tcp = tokio::net::TcpStream::connect(shuck.addr())
+            .await
+            .expect("connect");
+        let mut tls = tokio::time::timeout(Duration::from_secs(10), conn.connect(name(), tcp))
+            .await
+            .unwrap_or_else(|_| panic!("connection {i} of 8 not served within 10 s"))
+            .expect("handshake");
+        tls.write_all(b"ping").await.expect("write");
+        let mut buf = [0u8; 4];
+        tls.read_exact(&mut buf).await.expect("echo");
+        held.push(tls);
+    }
+    // The ninth waits, whichever worker the kernel hands it to.
+    let tcp = tokio::net::TcpStream::connect(shuck.addr())
+        .await
+        .expect("backlog accepts");
+    let conn2 = conn.clone();
+    let mut ninth = tokio::spawn(async move { conn2.connect(name(), tcp).await });
+    let waited = tokio::time::timeout(Duration::from_millis(700), &mut ninth).await;
+    assert!(
+        waited.is_err(),
+        "a ninth connection served beyond max_connections = 8"
+    );
+    let mut first = held.remove(0);
+    first.shutdown().await.expect("close");
+    drop(first);
+    tokio::time::timeout(Duration::from_secs(10), ninth)
+        .await
+        .expect("served once a slot is free")
+        .expect("join")
+        .expect("ninth handshake");
+}
+
 #[test]
 fn idle_connections_are_closed() {
     let pki = Pki::new();
