@@ -99,6 +99,15 @@ async fn exchange(conn: &TlsConnector, addr: SocketAddr, up_len: usize, down_len
     );
 }
 
+/// A TLS client connected to shuck at `addr` as relay.test, handshake done.
+async fn client(pki: &Pki, addr: SocketAddr) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    connector(pki)
+        .connect(ServerName::try_from("relay.test").expect("name"), tcp)
+        .await
+        .expect("handshake")
+}
+
 fn start(pki: &Pki, backend: SocketAddr) -> Shuck {
     let cert = pki.leaf("relay.pem", "relay", &["relay.test"], Key::EcdsaP256);
     Shuck::start(&format!(
@@ -140,12 +149,7 @@ async fn backend_half_close_reaches_client_while_client_keeps_sending() {
         v
     });
     let shuck = start(&pki, backend);
-    let conn = connector(&pki);
-    let tcp = TcpStream::connect(shuck.addr()).await.expect("connect");
-    let mut tls = conn
-        .connect(ServerName::try_from("relay.test").expect("name"), tcp)
-        .await
-        .expect("handshake");
+    let mut tls = client(&pki, shuck.addr()).await;
     let mut answer = Vec::new();
     tls.read_to_end(&mut answer)
         .await
@@ -228,11 +232,7 @@ async fn a_backend_reset_reaches_the_client_as_a_reset() {
         }
     });
     let shuck = start(&pki, backend);
-    let tcp = TcpStream::connect(shuck.addr()).await.expect("connect");
-    let mut tls = connector(&pki)
-        .connect(ServerName::try_from("relay.test").expect("name"), tcp)
-        .await
-        .expect("handshake");
+    let mut tls = client(&pki, shuck.addr()).await;
     tls.write_all(b"GET / HTTP/1.1\r\nHost: relay.test\r\n\r\n")
         .await
         .expect("request");
@@ -279,11 +279,7 @@ async fn a_client_reset_reaches_the_backend_as_a_reset() {
         (got, end.map_err(|e| e.kind()))
     });
     let shuck = start(&pki, backend);
-    let tcp = TcpStream::connect(shuck.addr()).await.expect("connect");
-    let mut tls = connector(&pki)
-        .connect(ServerName::try_from("relay.test").expect("name"), tcp)
-        .await
-        .expect("handshake");
+    let mut tls = client(&pki, shuck.addr()).await;
     tls.write_all(b"POST / HTTP/1.1\r\nContent-Length: 1000\r\n\r\npart")
         .await
         .expect("request");
@@ -329,11 +325,7 @@ async fn an_idle_timeout_reaches_the_backend_as_a_reset() {
         "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = {}\nidle_timeout = \"1s\"\n",
         toml_path(&cert)
     ));
-    let tcp = TcpStream::connect(shuck.addr()).await.expect("connect");
-    let mut tls = connector(&pki)
-        .connect(ServerName::try_from("relay.test").expect("name"), tcp)
-        .await
-        .expect("handshake");
+    let mut tls = client(&pki, shuck.addr()).await;
     tls.write_all(b"POST / HTTP/1.1\r\nContent-Length: 1000\r\n\r\npart")
         .await
         .expect("request");

@@ -215,14 +215,12 @@ fn connections_are_spread_over_workers() {
     assert_eq!(workers.len(), 2, "workers seen: {workers:?}\n{log}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn max_connections_queues_new_clients_in_the_backlog() {
-    let pki = Pki::new();
+/// A TCP backend that echoes what it receives.
+async fn echo_backend() -> SocketAddr {
     let b = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let baddr = b.local_addr().expect("addr");
-    // Echo backend.
+    let addr = b.local_addr().expect("addr");
     tokio::spawn(async move {
         while let Ok((mut s, _)) = b.accept().await {
             tokio::spawn(async move {
@@ -231,6 +229,13 @@ async fn max_connections_queues_new_clients_in_the_backlog() {
             });
         }
     });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_queues_new_clients_in_the_backlog() {
+    let pki = Pki::new();
+    let baddr = echo_backend().await;
     let shuck = Shuck::start(&config(
         &pki,
         &[("", format!("\"{baddr}\""))],
@@ -275,18 +280,7 @@ async fn max_connections_queues_new_clients_in_the_backlog() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_connections_is_one_limit_shared_by_all_workers() {
     let pki = Pki::new();
-    let b = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let baddr = b.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = b.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = s.split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-            });
-        }
-    });
+    let baddr = echo_backend().await;
     let shuck = Shuck::start(&config(
         &pki,
         &[("", format!("\"{baddr}\""))],
