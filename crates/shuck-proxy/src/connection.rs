@@ -262,10 +262,12 @@ pub async fn handle(worker: WorkerInfo, fe: Rc<FrontendRt>, mut tcp: TcpStream, 
     };
     drop(passthrough);
     // The header goes out with the client's first bytes when they have arrived, in one segment.
+    let count = |d: relay::Moved| {
+        m.bytes_up.inc_by(d.up);
+        m.bytes_down.inc_by(d.down);
+    };
     let (moved, res) =
-        relay::relay_with_prefix(&mut tls, &mut upstream, cfg.idle_timeout, prefix).await;
-    m.bytes_up.inc_by(moved.up);
-    m.bytes_down.inc_by(moved.down);
+        relay::relay_with_prefix(&mut tls, &mut upstream, cfg.idle_timeout, prefix, count).await;
     // An abort on one side is passed on as an abort (RST, no close_notify) to the other, as
     // HAProxy does: an orderly close would let the peer take a cut stream for a complete one.
     // An idle timeout cuts both streams where they stand; nothing is in flight to lose.

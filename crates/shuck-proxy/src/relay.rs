@@ -324,20 +324,24 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    relay_with_prefix(client, backend, idle, None).await
+    relay_with_prefix(client, backend, idle, None, |_| {}).await
 }
 
 /// Like [`relay`], sending `prefix` (a buffer and the length of the bytes in it) to the backend
-/// first, together with whatever the client has already sent.
-pub async fn relay_with_prefix<C, B>(
+/// first, together with whatever the client has already sent. `on_moved` hears of the bytes
+/// read as they move (the increments since its last call), so counters follow long-lived
+/// connections instead of jumping when they close.
+pub async fn relay_with_prefix<C, B, F>(
     client: &mut C,
     backend: &mut B,
     idle: Duration,
     prefix: Option<(PooledBuf, usize)>,
+    mut on_moved: F,
 ) -> (Moved, Result<(), RelayError>)
 where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
+    F: FnMut(Moved),
 {
     let mut up = match prefix {
         Some((buf, len)) => Pump::with_prefix(true, buf, len),
@@ -352,13 +356,24 @@ where
     // peer sent before closing (a backend's 413 to an upload it refused, say). A read error means
     // the stream itself is broken and ends the relay.
     let mut write_error: Option<RelayError> = None;
+    let mut reported = Moved::default();
     let result = poll_fn(|cx| {
         let mut moved = false;
         // Blame the side whose socket failed (see UP and DOWN).
-        if let Err(e) = up.drive(cx, client, backend, &mut moved, UP, &mut write_error) {
-            return Poll::Ready(Err(e));
+        let driven = up
+            .drive(cx, client, backend, &mut moved, UP, &mut write_error)
+            .and_then(|()| down.drive(cx, backend, client, &mut moved, DOWN, &mut write_error));
+        if up.bytes != reported.up || down.bytes != reported.down {
+            on_moved(Moved {
+                up: up.bytes - reported.up,
+                down: down.bytes - reported.down,
+            });
+            reported = Moved {
+                up: up.bytes,
+                down: down.bytes,
+            };
         }
-        if let Err(e) = down.drive(cx, backend, client, &mut moved, DOWN, &mut write_error) {
+        if let Err(e) = driven {
             return Poll::Ready(Err(e));
         }
         if up.done() && down.done() {
@@ -439,6 +454,7 @@ mod tests {
             &mut backend,
             Duration::from_secs(5),
             Some(prefix(b"PROXY UNKNOWN\r\n")),
+            |_| {},
         )
         .await;
         res.unwrap();
@@ -458,6 +474,7 @@ mod tests {
                 &mut proxy_backend,
                 Duration::from_secs(5),
                 Some(prefix(b"HEADER")),
+                |_| {},
             )
             .await
         });

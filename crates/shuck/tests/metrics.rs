@@ -147,3 +147,66 @@ fn a_flood_of_bad_handshakes_is_counted_in_full_but_logged_sparingly() {
         "{m}"
     );
 }
+
+/// Byte counters move while a connection is open, not only when it closes: a long download
+/// (or a WebSocket) must show up in throughput graphs as it happens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn byte_counters_move_while_the_connection_is_open() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let pki = Pki::new();
+    let cert = pki.leaf("m.pem", "m", &["m.test"], Key::EcdsaP256);
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let backend = l.local_addr().expect("addr");
+    let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.expect("accept");
+        let mut req = [0u8; 5];
+        s.read_exact(&mut req).await.expect("request");
+        s.write_all(&vec![7u8; 64 * 1024]).await.expect("answer");
+        // Hold the connection open until the test has scraped.
+        let _ = done.await;
+    });
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = {}\n",
+        toml_path(&cert)
+    ));
+    let tcp = tokio::net::TcpStream::connect(shuck.addrs[0])
+        .await
+        .expect("connect");
+    let mut tls = common::connector(&pki)
+        .connect(
+            rustls::pki_types::ServerName::try_from("m.test").expect("name"),
+            tcp,
+        )
+        .await
+        .expect("handshake");
+    tls.write_all(b"hello").await.expect("write");
+    let mut got = vec![0u8; 64 * 1024];
+    tls.read_exact(&mut got)
+        .await
+        .expect("64 KiB through shuck");
+    let metrics = shuck.addrs[1];
+    let text = tokio::task::spawn_blocking(move || {
+        common::wait_metric(
+            metrics,
+            "shuck_bytes_total",
+            &["direction=\"down\""],
+            65_536,
+        )
+    })
+    .await
+    .expect("scrape");
+    assert_eq!(
+        sum(&text, "shuck_bytes_total", &["direction=\"down\""]),
+        65_536,
+        "{text}"
+    );
+    assert_eq!(
+        sum(&text, "shuck_bytes_total", &["direction=\"up\""]),
+        5,
+        "{text}"
+    );
+    let _ = done_tx.send(());
+}
