@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test file uses a different part of the harness
 
 pub mod peers;
+pub mod tlv_backend;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
