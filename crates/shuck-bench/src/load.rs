@@ -226,10 +226,12 @@ impl Thread {
             .min(self.plan.schedule.steps() - 1)
     }
 
-    /// Runs one transaction (after `begin`). It counts as attempted in `step`, the one it was
-    /// started (or scheduled) in, and as successful or failed in the step in which it ended, as
-    /// the seeds' Avalanche counted per second: a saturated server's successful TPS is what it
-    /// completed in that window, not the arrivals it eventually served. Latency runs from `since`.
+    /// Runs one transaction (after `begin`). Attempts and failures count in `step`, the one it
+    /// was started (or scheduled) in, so a step's failure ratio is that of its own arrivals
+    /// (a timeout seconds later must not land on a later step's ratio). Successes, with their
+    /// latency (from `since`), count in the step in which they ended, as the seeds' Avalanche
+    /// counted per second: a saturated server's successful TPS is what it completed in that
+    /// window, not the arrivals it eventually served.
     async fn run_one(self: Rc<Self>, step: usize, since: Instant) {
         let client = self.take_client();
         let mut buf = vec![0u8; 16 * 1024];
@@ -243,9 +245,9 @@ impl Thread {
             let done = self.step_at(Instant::now());
             let mut stats = self.stats.borrow_mut();
             stats[step].attempted += 1;
-            let s = &mut stats[done];
             match out {
                 Ok(d) => {
+                    let s = &mut stats[done];
                     s.ok += 1;
                     s.resumed += u64::from(d.resumed);
                     s.bytes += d.bytes;
@@ -254,7 +256,7 @@ impl Thread {
                     self.live.ok.fetch_add(1, Ordering::Relaxed);
                 }
                 Err((f, _)) => {
-                    s.fail(f);
+                    stats[step].fail(f);
                     self.live.failed.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -483,8 +485,10 @@ pub fn run(plan: LoadPlan) -> Result<LoadResult, BenchError> {
                 .zip(client_now)
                 .map(|(a, b)| b.saturating_sub(a) as f64),
         });
-        cpu_before = cpu_now;
-        client_before = client_now;
+        if s + 1 < nsteps {
+            cpu_before = cpu_now;
+            client_before = client_now;
+        }
     }
     if plan.progress && tty {
         eprintln!();
@@ -498,6 +502,18 @@ pub fn run(plan: LoadPlan) -> Result<LoadResult, BenchError> {
         for (m, s) in merged.iter_mut().zip(&stats) {
             m.merge(s);
         }
+    }
+    // Connections still in flight at the end finish during the drain and count as successes of
+    // the last step: its window runs until they are done, so its TPS and CPU are not inflated.
+    if let Some(last) = metas.last_mut() {
+        let last_start = start + plan.step * (nsteps as u32 - 1);
+        last.duration_s = last_start.elapsed().as_secs_f64().max(last.duration_s);
+        last.server_cpu_us = cpu_before
+            .zip(cpu(&plan.server_pids))
+            .map(|(a, b)| b.saturating_sub(a) as f64);
+        last.client_cpu_us = client_before
+            .zip(cpu(&me))
+            .map(|(a, b)| b.saturating_sub(a) as f64);
     }
     if let Some(n) = live
         .negotiated

@@ -447,3 +447,62 @@ fn out_of_range_numbers_are_refused_naming_their_flag() {
         );
     }
 }
+
+/// A step's failure ratio is that of its own arrivals: connections that time out seconds later
+/// still count against the step that started them, not against whichever step was running
+/// when they gave up (which would let an overloaded step pass on a later step's record).
+#[test]
+fn failures_count_in_the_step_that_started_them() {
+    use std::io::{BufRead, BufReader, Write};
+    // Answers the probe connection, then holds every later one without answering.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for (i, s) in l.incoming().enumerate() {
+            let Ok(mut s) = s else { return };
+            if i == 0 {
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut line = String::new();
+                while r.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let _ = s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok");
+            } else {
+                held.push(s);
+            }
+        }
+    });
+    let shuck = Shuck::start_flags(&[
+        "--self-signed",
+        "--listen",
+        "127.0.0.1:0",
+        "--backend",
+        &backend,
+    ]);
+    let target = shuck.addr().to_string();
+    let v = json(&[
+        &target,
+        "--insecure",
+        "--rate-start",
+        "10",
+        "--rate-step",
+        "10",
+        "--rate-max",
+        "30",
+        "--step-duration",
+        "0.5",
+        "--timeout",
+        "1.2",
+        "--json",
+        "--quiet",
+    ]);
+    let steps = v["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 3);
+    for s in steps {
+        assert!(s["attempted"].as_u64().unwrap() > 0, "{s}");
+        assert_eq!(s["failed"], s["attempted"], "{s}");
+        assert_eq!(s["successful"], 0, "{s}");
+        assert_eq!(s["passes"], false, "{s}");
+    }
+}

@@ -40,10 +40,6 @@ pub enum DecodeError {
     V2Command(u8),
     #[error("PROXY v2 header with unknown address family/protocol byte 0x{0:02x}")]
     V2Family(u8),
-    #[error(
-        "PROXY v2 header announces a UDP or UNIX connection, which a TCP listener cannot carry"
-    )]
-    V2Unsupported,
     #[error("PROXY v2 header of {0} bytes exceeds the 16 KiB limit")]
     V2TooLong(usize),
     #[error("PROXY v2 header too short for its address family")]
@@ -61,10 +57,9 @@ impl DecodeError {
         match self {
             DecodeError::NotProxy => "not_proxy",
             DecodeError::V1Malformed(_) | DecodeError::V1TooLong => "v1_malformed",
-            DecodeError::V2Version(_)
-            | DecodeError::V2Command(_)
-            | DecodeError::V2Family(_)
-            | DecodeError::V2Unsupported => "v2_unsupported",
+            DecodeError::V2Version(_) | DecodeError::V2Command(_) | DecodeError::V2Family(_) => {
+                "v2_unsupported"
+            }
             DecodeError::V2TooLong(_) => "too_long",
             DecodeError::V2Truncated | DecodeError::TlvTruncated | DecodeError::TlvMalformed(_) => {
                 "v2_malformed"
