@@ -6,6 +6,7 @@
 //! [`check::report`] for `shuck check`.
 
 pub mod backend;
+pub(crate) mod buf_pool;
 pub mod check;
 pub mod config;
 pub mod connection;

@@ -10,10 +10,10 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 use crate::proxy_protocol::{self, tlv, Addresses, DecodeError, Parsed};
-use crate::relay::PooledBuf;
+use crate::buf_pool::PooledBuf;
 
 // The whole v2 header must fit the pooled buffer it is read into.
-const _: () = assert!(crate::relay::BUF_SIZE >= proxy_protocol::V2_MAX_RECEIVED);
+const _: () = assert!(crate::buf_pool::BUF_SIZE >= proxy_protocol::V2_MAX_RECEIVED);
 
 /// What a load balancer told us about the connection.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use rustls::{HandshakeKind, ServerConnection};
 
 use crate::config::{Frontend, ProxyProtocol};
 use crate::proxy_protocol::{self, tlv, Addresses, EncodeError, SslInfo, Tlvs};
-use crate::relay::PooledBuf;
+use crate::buf_pool::PooledBuf;
 use crate::tls::certs::ServedCert;
 use crate::tls::{client_auth, params};
 
