@@ -6,13 +6,21 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::connection::ConnInfo;
+use crate::tls::handshake::Summary;
 
 const MAX_HEAD: usize = 16 * 1024;
 const MAX_REQUESTS: usize = 100;
 
+/// Who is asking, for the page: the client, the frontend and worker that serve it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Visitor<'a> {
+    pub(crate) client: std::net::SocketAddr,
+    pub(crate) frontend: &'a str,
+    pub(crate) worker: usize,
+}
+
 /// Renders the page body for one connection.
-pub fn page(info: &ConnInfo) -> String {
+pub(crate) fn page(info: &Summary, who: Visitor<'_>) -> String {
     let mut s = String::with_capacity(512);
     let _ = writeln!(s, "shuck demo backend: your TLS connection");
     let _ = writeln!(s, "protocol: {}", info.protocol);
@@ -25,9 +33,9 @@ pub fn page(info: &ConnInfo) -> String {
     let _ = writeln!(s, "resumed: {}", if info.resumed { "yes" } else { "no" });
     let _ = writeln!(s, "sni: {}", info.sni.as_deref().unwrap_or("none"));
     let _ = writeln!(s, "alpn: {}", info.alpn.as_deref().unwrap_or("none"));
-    let _ = writeln!(s, "client: {}", info.client);
-    let _ = writeln!(s, "frontend: {}", info.frontend);
-    let _ = writeln!(s, "worker: {}", info.worker);
+    let _ = writeln!(s, "client: {}", who.client);
+    let _ = writeln!(s, "frontend: {}", who.frontend);
+    let _ = writeln!(s, "worker: {}", who.worker);
     s
 }
 
@@ -71,11 +79,10 @@ fn parse_head(head: &[u8]) -> Option<Request> {
 }
 
 /// Serves requests on `stream` until the client closes, asks to close, or goes idle.
-pub async fn serve<S>(stream: &mut S, info: &ConnInfo, idle: Duration) -> std::io::Result<()>
+pub(crate) async fn serve<S>(stream: &mut S, body: &str, idle: Duration) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let body = page(info);
     let mut buf = Vec::with_capacity(1024);
     for _ in 0..MAX_REQUESTS {
         // Read one request head.
@@ -126,7 +133,7 @@ where
             rest.extend_from_slice(&chunk[used..n]);
         }
         buf = rest;
-        within(idle, respond(stream, 200, &body, req.keep_alive)).await?;
+        within(idle, respond(stream, 200, body, req.keep_alive)).await?;
         if !req.keep_alive {
             return within(idle, stream.shutdown()).await;
         }

@@ -5,23 +5,25 @@
 //! (`prepare` binds and loads certificates, `run` serves until a shutdown future completes), and
 //! [`check::report`] for `shuck check`.
 
-pub mod backend;
-pub(crate) mod buf_pool;
+mod accept;
+mod backend;
+mod buf_pool;
 pub mod check;
 pub mod config;
-pub mod connection;
-pub mod demo;
+mod conn_error;
+mod connection;
+mod demo;
 pub mod error;
-pub mod limits;
-pub mod listener;
-pub mod log_limit;
-pub mod metrics;
-pub mod proxy_in;
-pub mod proxy_out;
+mod limits;
+mod listener;
+mod log_limit;
+mod metrics;
+mod proxy_in;
+mod proxy_out;
 pub mod proxy_protocol;
-pub mod relay;
+mod relay;
 pub mod server;
-pub mod tls;
-pub mod worker;
+mod tls;
+mod worker;
 
 pub use error::{Error, Result};

@@ -13,6 +13,8 @@ use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::conn_error::{CountedIn, Reason};
+
 type Labels = Vec<(&'static str, String)>;
 
 /// All metric families of the process.
@@ -33,24 +35,6 @@ pub struct Metrics {
     client_certs_unverified: Family<Labels, Counter>,
 }
 
-/// Why a handshake failed, as a label value.
-#[derive(Debug, Clone, Copy)]
-pub enum HandshakeFailure {
-    /// Not TLS, or TLS that breaks the protocol.
-    Malformed,
-    /// No common version, cipher suite, group or signature scheme.
-    Incompatible,
-    /// No certificate for the requested name under the reject policy.
-    NoCertificate,
-    /// The client sent a fatal alert (it refused our certificate, for instance).
-    ClientAlert,
-    /// The handshake did not finish within `handshake_timeout`.
-    Timeout,
-    /// mTLS: no client certificate where one is required, or one that does not verify.
-    ClientCertificate,
-    Other,
-}
-
 /// One worker's handles for one frontend.
 #[derive(Debug, Clone)]
 pub struct FrontendMetrics {
@@ -58,58 +42,24 @@ pub struct FrontendMetrics {
     pub active: Gauge,
     pub handshakes_full: Counter,
     pub handshakes_resumed: Counter,
-    failures: [Counter; 7],
-    pub backend_connect_errors: Counter,
-    pub backend_relay_errors: Counter,
-    pub client_errors: Counter,
-    pub idle_timeouts: Counter,
+    /// By [`Reason`] (`reason as usize`); `None` for reasons not counted.
+    ends: [Option<Counter>; Reason::ALL.len()],
     pub bytes_up: Counter,
     pub bytes_down: Counter,
     pub accept_errors: Counter,
     pub proxy_headers_proxy: Counter,
     pub proxy_headers_local: Counter,
-    proxy_header_errors: [Counter; PROXY_HEADER_REASONS.len()],
     pub client_certs_unverified: Counter,
 }
 
 impl FrontendMetrics {
-    pub fn handshake_failed(&self, why: HandshakeFailure) {
-        self.failures[why as usize].inc();
-    }
-
-    /// Counts a refused PROXY header under `reason`, one of [`PROXY_HEADER_REASONS`].
-    pub fn proxy_header_failed(&self, reason: &str) {
-        let i = PROXY_HEADER_REASONS
-            .iter()
-            .position(|r| *r == reason)
-            .unwrap_or(PROXY_HEADER_REASONS.len() - 1);
-        self.proxy_header_errors[i].inc();
+    /// Counts a connection that ended early, in the family its reason belongs to.
+    pub(crate) fn ended(&self, why: Reason) {
+        if let Some(c) = &self.ends[why as usize] {
+            c.inc();
+        }
     }
 }
-
-const FAILURE_REASONS: [&str; 7] = [
-    "malformed",
-    "incompatible",
-    "no_certificate",
-    "client_alert",
-    "timeout",
-    "client_certificate",
-    "other",
-];
-
-/// Why a received PROXY header was refused: the decoder's labels, then the connection's own.
-pub const PROXY_HEADER_REASONS: [&str; 10] = [
-    "not_proxy",
-    "v1_malformed",
-    "v2_unsupported",
-    "too_long",
-    "v2_malformed",
-    "bad_checksum",
-    "untrusted_peer",
-    "timeout",
-    "closed",
-    "other",
-];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -157,7 +107,7 @@ impl Metrics {
         );
         registry.register(
             "backend_errors",
-            "Backend failures: no backend reachable (connect) or error while relaying (relay)",
+            "Backend failures: no backend reachable (connect), error while relaying (relay), PROXY header not built (proxy_header)",
             m.backend_errors.clone(),
         );
         registry.register(
@@ -212,24 +162,30 @@ impl Metrics {
             l.push((k, v.to_string()));
             l
         };
-        let failures = FAILURE_REASONS.map(|r| get(&self.handshake_failures, &with("reason", r)));
+        let ends = Reason::ALL.map(|r| {
+            r.metric().map(|(family, label)| match family {
+                CountedIn::ProxyHeaderErrors => {
+                    get(&self.proxy_header_errors, &with("reason", label))
+                }
+                CountedIn::HandshakeFailures => {
+                    get(&self.handshake_failures, &with("reason", label))
+                }
+                CountedIn::BackendErrors => get(&self.backend_errors, &with("kind", label)),
+                CountedIn::ClientErrors => get(&self.client_errors, &base()),
+                CountedIn::IdleTimeouts => get(&self.idle_timeouts, &base()),
+            })
+        });
         FrontendMetrics {
             accepted: get(&self.accepted, &base()),
             active: get(&self.active, &base()),
             handshakes_full: get(&self.handshakes, &with("kind", "full")),
             handshakes_resumed: get(&self.handshakes, &with("kind", "resumed")),
-            failures,
-            backend_connect_errors: get(&self.backend_errors, &with("kind", "connect")),
-            backend_relay_errors: get(&self.backend_errors, &with("kind", "relay")),
-            client_errors: get(&self.client_errors, &base()),
-            idle_timeouts: get(&self.idle_timeouts, &base()),
+            ends,
             bytes_up: get(&self.bytes, &with("direction", "up")),
             bytes_down: get(&self.bytes, &with("direction", "down")),
             accept_errors: get(&self.accept_errors, &base()),
             proxy_headers_proxy: get(&self.proxy_headers, &with("command", "proxy")),
             proxy_headers_local: get(&self.proxy_headers, &with("command", "local")),
-            proxy_header_errors: PROXY_HEADER_REASONS
-                .map(|r| get(&self.proxy_header_errors, &with("reason", r))),
             client_certs_unverified: get(&self.client_certs_unverified, &base()),
         }
     }
@@ -316,7 +272,7 @@ mod tests {
         let w1 = m.for_frontend("web", 1);
         w0.accepted.inc();
         w1.accepted.inc_by(2);
-        w1.handshake_failed(HandshakeFailure::Timeout);
+        w1.ended(Reason::HandshakeTimeout);
         let text = m.encode();
         assert!(
             text.contains("shuck_connections_accepted_total{frontend=\"web\",worker=\"0\"} 1"),

@@ -9,8 +9,9 @@ use std::net::SocketAddr;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-use crate::proxy_protocol::{self, tlv, Addresses, DecodeError, Parsed};
 use crate::buf_pool::PooledBuf;
+use crate::config::AcceptProxy;
+use crate::proxy_protocol::{self, tlv, Addresses, DecodeError, Parsed};
 
 // The whole v2 header must fit the pooled buffer it is read into.
 const _: () = assert!(crate::buf_pool::BUF_SIZE >= proxy_protocol::V2_MAX_RECEIVED);
@@ -40,16 +41,51 @@ pub enum HeaderError {
     Io(#[from] io::Error),
 }
 
-impl HeaderError {
-    pub fn label(&self) -> &'static str {
-        match self {
-            HeaderError::Decode(e) => e.label(),
-            HeaderError::Closed { .. } => "closed",
-            HeaderError::Timeout(_) => "timeout",
-            HeaderError::Untrusted => "untrusted_peer",
-            HeaderError::Io(_) => "other",
-        }
+/// Where a connection comes from: as the socket says, or as a load balancer announced it.
+#[derive(Debug)]
+pub(crate) struct Arrival {
+    pub(crate) client: SocketAddr,
+    /// The address the client connected to.
+    pub(crate) local: SocketAddr,
+    /// The load balancer that sent a PROXY header (the socket's peer), if one did.
+    pub(crate) balancer: Option<SocketAddr>,
+    /// The header was a LOCAL command (a balancer's health check).
+    pub(crate) health_check: bool,
+    /// Received TLVs to pass on to the backend, in wire form.
+    pub(crate) passthrough: Option<Box<[u8]>>,
+}
+
+/// The first stage of a connection: with `accept_proxy`, the PROXY header is read (only from an
+/// allowed peer, within its timeout) and consumed; without, the socket's addresses stand.
+pub(crate) async fn arrive(
+    tcp: &mut TcpStream,
+    peer: SocketAddr,
+    accept: Option<&AcceptProxy>,
+) -> Result<Arrival, HeaderError> {
+    let mut arrival = Arrival {
+        client: peer,
+        local: tcp.local_addr().unwrap_or(peer),
+        balancer: None,
+        health_check: false,
+        passthrough: None,
+    };
+    let Some(ap) = accept else {
+        return Ok(arrival);
+    };
+    if !ap.allows(peer.ip()) {
+        return Err(HeaderError::Untrusted);
     }
+    let pass_on = ap.passes_tlvs().then_some(ap.cert_tlv);
+    let announced = tokio::time::timeout(ap.timeout, read_header(tcp, pass_on))
+        .await
+        .unwrap_or(Err(HeaderError::Timeout(ap.timeout)))?;
+    arrival.balancer = Some(peer);
+    if let Some((src, dst)) = announced.addrs {
+        (arrival.client, arrival.local) = (src, dst);
+    }
+    arrival.health_check = announced.local;
+    arrival.passthrough = announced.passthrough;
+    Ok(arrival)
 }
 
 /// TLVs that describe the client rather than the load balancer's own TLS, and that shuck does
@@ -67,10 +103,7 @@ fn keep_tlv(kind: u8, cert_tlv: u8) -> bool {
 /// caller wraps it in the header timeout and closes on any error.
 /// `pass_on`: keep the received TLVs worth passing on (see [`keep_tlv`]) except this client
 /// certificate type; `None` keeps none.
-pub async fn read_header(
-    tcp: &mut TcpStream,
-    pass_on: Option<u8>,
-) -> Result<Announced, HeaderError> {
+async fn read_header(tcp: &mut TcpStream, pass_on: Option<u8>) -> Result<Announced, HeaderError> {
     let mut buf = PooledBuf::take();
     let buf = buf.bytes_mut();
     let mut have = 0;

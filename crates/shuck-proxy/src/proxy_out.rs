@@ -1,19 +1,16 @@
 //! The PROXY header shuck sends to a backend: addresses, and the TLVs the frontend asks for,
 //! filled from the finished TLS handshake.
 
-use std::net::SocketAddr;
-
-use rustls::{HandshakeKind, ServerConnection};
-
-use crate::config::{Frontend, ProxyProtocol};
-use crate::proxy_protocol::{self, tlv, Addresses, EncodeError, SslInfo, Tlvs};
 use crate::buf_pool::PooledBuf;
-use crate::tls::certs::ServedCert;
+use crate::config::{Frontend, ProxyProtocol};
+use crate::proxy_in::Arrival;
+use crate::proxy_protocol::{self, tlv, Addresses, EncodeError, SslInfo, Tlvs};
+use crate::tls::handshake::{self, Negotiated};
 use crate::tls::{client_auth, params};
 
 /// Whether shuck makes a unique ID for this connection: asked for, and none received from a
 /// load balancer (whose ID is passed on instead, so one request keeps one ID across hops).
-pub fn makes_unique_id(cfg: &Frontend, passthrough: Option<&[u8]>) -> bool {
+pub(crate) fn makes_unique_id(cfg: &Frontend, passthrough: Option<&[u8]>) -> bool {
     let received = passthrough.is_some_and(|p| {
         proxy_protocol::tlvs(p)
             .flatten()
@@ -22,36 +19,27 @@ pub fn makes_unique_id(cfg: &Frontend, passthrough: Option<&[u8]>) -> bool {
     cfg.proxy_tlvs.unique_id && !received
 }
 
-/// What the handshake itself does not say: the certificate shuck presented (when known) and the
-/// client certificate's verification result (0 = verified, as in the SSL TLV).
-#[derive(Clone, Copy)]
-pub struct Served<'a> {
-    pub cert: Option<&'a ServedCert>,
-    pub verify: u32,
-}
-
 /// The header for this connection in a buffer (with room behind it for the client's first
-/// bytes), or `None` when the frontend sends no header. `ends`: the client and the address it
-/// connected to.
-pub fn header(
+/// bytes), or `None` when the frontend sends no header.
+pub(crate) fn header(
     cfg: &Frontend,
-    conn: &ServerConnection,
-    ends: (SocketAddr, SocketAddr),
-    passthrough: Option<&[u8]>,
-    served: Served<'_>,
+    hs: &Negotiated,
+    arrival: &Arrival,
     unique_id: Option<&[u8]>,
 ) -> Result<Option<(PooledBuf, usize)>, EncodeError> {
     if cfg.proxy_protocol == ProxyProtocol::None {
         return Ok(None);
     }
     let want = &cfg.proxy_tlvs;
+    let conn = hs.conn();
     let peer_cert = conn.peer_certificates().and_then(|c| c.first());
     let cn = if want.ssl {
         peer_cert.and_then(|c| client_auth::subject_cn(c))
     } else {
         None
     };
-    let resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
+    let resumed = handshake::resumed(conn);
+    let served = hs.served.as_deref();
     let ssl = want.ssl.then(|| SslInfo {
         // The spec: CERT_SESS = a certificate was presented at least once in this TLS session;
         // CERT_CONN = on this very connection, which a resumption never does.
@@ -61,14 +49,14 @@ pub fn header(
                 (true, true) => tlv::CLIENT_CERT_SESS,
                 (false, _) => 0,
             },
-        verify: served.verify,
-        version: crate::connection::protocol_name(conn),
+        verify: hs.client_cert.verify_code(),
+        version: params::protocol_name(conn.protocol_version()),
         cn: cn.as_deref().map(str::as_bytes),
         cipher: conn
             .negotiated_cipher_suite()
             .map_or("unknown", params::openssl_suite_name),
-        sig_alg: served.cert.map(|c| c.sig_alg.as_str()),
-        key_alg: served.cert.map(|c| c.key_alg.as_str()),
+        sig_alg: served.map(|c| c.sig_alg.as_str()),
+        key_alg: served.map(|c| c.key_alg.as_str()),
     });
     let tlvs = Tlvs {
         alpn: conn.alpn_protocol().filter(|_| want.alpn),
@@ -79,30 +67,26 @@ pub fn header(
         unique_id,
         ssl,
         client_cert: want.client_cert.zip(peer_cert.map(AsRef::as_ref)),
-        passthrough: passthrough.unwrap_or_default(),
+        passthrough: arrival.passthrough.as_deref().unwrap_or_default(),
         crc32c: want.crc32c,
     };
-    let addrs = Addresses::tcp(ends.0, ends.1);
+    let addrs = Addresses::tcp(arrival.client, arrival.local);
     let len = proxy_protocol::encoded_len(cfg.proxy_protocol, addrs, &tlvs)?;
     let mut buf = PooledBuf::at_least(len);
     let n = proxy_protocol::encode(cfg.proxy_protocol, addrs, &tlvs, buf.bytes_mut())?;
     Ok(Some((buf, n)))
 }
 
-thread_local! {
-    static NEXT_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-/// A connection ID for the PROXY unique-ID TLV: a random per-process prefix, the worker and a
-/// per-worker counter. Unique without any shared state, built on the stack.
+/// A connection ID for the PROXY unique-ID TLV: a random per-process prefix, the worker and the
+/// worker's connection number. Unique without any shared state, built on the stack.
 #[derive(Default)]
-pub struct UniqueId {
+pub(crate) struct UniqueId {
     bytes: [u8; 32],
     len: usize,
 }
 
 impl UniqueId {
-    pub fn next(worker: usize) -> UniqueId {
+    pub(crate) fn new(worker: usize, n: u64) -> UniqueId {
         use std::io::Write;
         static PREFIX: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
         let prefix = *PREFIX.get_or_init(|| {
@@ -111,11 +95,6 @@ impl UniqueId {
             let _ = aws_lc_rs::rand::fill(&mut b);
             u32::from_be_bytes(b)
         });
-        let n = NEXT_ID.with(|c| {
-            let n = c.get();
-            c.set(n + 1);
-            n
-        });
         let mut id = UniqueId::default();
         let mut w = &mut id.bytes[..];
         let _ = write!(w, "{prefix:08x}-{worker}-{n:x}");
@@ -123,11 +102,11 @@ impl UniqueId {
         id
     }
 
-    pub fn as_bytes(&self) -> Option<&[u8]> {
+    pub(crate) fn as_bytes(&self) -> Option<&[u8]> {
         (self.len > 0).then(|| &self.bytes[..self.len])
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         match std::str::from_utf8(&self.bytes[..self.len]) {
             Ok(s) if !s.is_empty() => s,
             _ => "-",

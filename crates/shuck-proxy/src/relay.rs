@@ -258,6 +258,7 @@ pub struct Moved {
 
 /// Relays until both directions have ended (each with EOF and shutdown of the other side), an
 /// error occurs on either side, or nothing moves for `idle`.
+#[cfg(test)]
 pub async fn relay<C, B>(
     client: &mut C,
     backend: &mut B,

@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::metrics::{self, Metrics};
 use crate::tls::{TlsContext, TlsSlot};
-use crate::{limits, listener, worker};
+use crate::{accept, limits, listener};
 
 /// A configured, bound server, not yet accepting.
 pub struct Server {
@@ -182,7 +182,7 @@ impl Server {
         let (tx, rx) = watch::channel(false);
         let mut handles = Vec::with_capacity(c.workers);
         for (id, listeners) in self.listeners.into_iter().enumerate() {
-            let spec = worker::WorkerSpec {
+            let spec = accept::WorkerSpec {
                 id,
                 core: (!cores.is_empty()).then(|| cores[id % cores.len()]),
                 listeners,
@@ -198,7 +198,7 @@ impl Server {
                 metrics: self.metrics.clone(),
             };
             handles
-                .push(worker::spawn(spec).map_err(|source| Error::Worker { worker: id, source })?);
+                .push(accept::spawn(spec).map_err(|source| Error::Worker { worker: id, source })?);
         }
         for (name, addr) in &self.bound {
             tracing::info!(frontend = %name, %addr, "listening");

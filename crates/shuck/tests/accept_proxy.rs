@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use common::tlv_backend::{text, tlv, walk_v2, RawBackend};
-use common::{curl, read_all_bounded, scrape, sum, toml_path, Key, Pki, Shuck};
+use common::{curl, read_all_bounded, scrape, sum, toml_path, wait_metric, Key, Pki, Shuck};
 
 /// Sends `bytes` (and optionally closes the write side), then waits for shuck to close the
 /// connection without sending anything; returns what came back.
@@ -105,7 +105,13 @@ fn accept_proxy_from_closes_peers_outside_the_list() {
         false
     )
     .is_empty());
-    let m = scrape(*shuck.addrs.last().expect("metrics addr"));
+    // Counted as the connection's end is recorded, a moment after the client saw the close.
+    let m = wait_metric(
+        *shuck.addrs.last().expect("metrics addr"),
+        "shuck_proxy_header_errors_total",
+        &["reason=\"untrusted_peer\""],
+        1,
+    );
     assert_eq!(
         sum(
             &m,

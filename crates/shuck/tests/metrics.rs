@@ -136,7 +136,12 @@ fn a_flood_of_bad_handshakes_is_counted_in_full_but_logged_sparingly() {
         lines <= budget,
         "{lines} lines for 201 failures in {flood_secs}s: {log}"
     );
-    let m = scrape(shuck.addrs[1]);
+    let m = common::wait_metric(
+        shuck.addrs[1],
+        "shuck_handshake_failures_total",
+        &["reason=\"malformed\""],
+        201,
+    );
     assert_eq!(
         sum(
             &m,

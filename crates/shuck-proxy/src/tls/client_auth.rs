@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 /// A verifier and a digest of everything it trusts (mode, CA and CRL file contents): a reload
 /// that changes the digest must not resume sessions made under the old trust (see server.rs).
 pub struct Verifier {
-    pub verifier: Arc<dyn ClientCertVerifier>,
+    pub checks: Arc<dyn ClientCertVerifier>,
     pub trust_digest: [u8; 32],
     /// With `optional_no_ca`: the check run after each handshake, whose result the backend gets.
     pub after_handshake: Option<Arc<Lenient>>,
@@ -44,14 +44,14 @@ pub fn verifier(fe: &Frontend, provider: &Arc<CryptoProvider>) -> Result<Option<
             algorithms: provider.signature_verification_algorithms,
         });
         return Ok(Some(Verifier {
-            verifier: lenient.clone(),
+            checks: lenient.clone(),
             trust_digest,
             after_handshake: Some(lenient),
         }));
     }
     // Validation makes sure optional and required come with a CA.
-    Ok(strict.map(|verifier| Verifier {
-        verifier,
+    Ok(strict.map(|checks| Verifier {
+        checks,
         trust_digest,
         after_handshake: None,
     }))

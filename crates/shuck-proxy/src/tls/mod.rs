@@ -1,18 +1,18 @@
 //! TLS: certificates, SNI selection, protocol parameters, and the rustls server configuration
 //! for each frontend.
 
-pub mod certs;
-pub mod client_auth;
-pub mod params;
-pub mod sni;
-pub mod tickets;
+pub(crate) mod certs;
+pub(crate) mod client_auth;
+pub(crate) mod handshake;
+pub(crate) mod params;
+pub(crate) mod sessions;
+pub(crate) mod sni;
+pub(crate) mod tickets;
 
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
-use rustls::server::{
-    NoServerSessionStorage, ProducesTickets, ServerSessionMemoryCache, StoresServerSessions,
-};
+use rustls::server::{ProducesTickets, StoresServerSessions};
 use rustls::ServerConfig;
 
 use crate::config::{CertSource, Frontend};
@@ -28,6 +28,9 @@ pub type TlsSlot = Arc<arc_swap::ArcSwap<WorkerTls>>;
 #[derive(Debug)]
 pub struct WorkerTls {
     pub config: Arc<ServerConfig>,
+    /// The certificate choice rustls makes through `config`, asked in the ClientHello stage too
+    /// so the connection learns which certificate it serves.
+    pub(crate) resolver: Arc<SniResolver>,
     /// `client_auth = "optional_no_ca"`: the check whose result the backend is told.
     pub client_check: Option<Arc<client_auth::Lenient>>,
 }
@@ -37,6 +40,7 @@ pub struct WorkerTls {
 pub struct TlsContext {
     pub certs: Vec<LoadedCert>,
     template: ServerConfig,
+    resolver: Arc<SniResolver>,
     session_cache_size: usize,
     /// Digest of the client-certificate trust (mode, CA, CRLs); `None` without client_auth.
     pub client_trust: Option<[u8; 32]>,
@@ -86,7 +90,12 @@ impl TlsContext {
                 (loaded, index)
             }
         };
-        let resolver = SniResolver::new(&certs, default_index, fe.unknown_sni, fe.missing_sni);
+        let resolver = Arc::new(SniResolver::new(
+            &certs,
+            default_index,
+            fe.unknown_sni,
+            fe.missing_sni,
+        ));
         let tls_err = |source| Error::Tls {
             frontend: fe.name.clone(),
             source,
@@ -98,12 +107,12 @@ impl TlsContext {
             .map_err(tls_err)?;
         let (builder, client_check) = match client_verifier {
             Some(v) => (
-                builder.with_client_cert_verifier(v.verifier),
+                builder.with_client_cert_verifier(v.checks),
                 v.after_handshake,
             ),
             None => (builder.with_no_client_auth(), None),
         };
-        let mut template = builder.with_cert_resolver(Arc::new(resolver));
+        let mut template = builder.with_cert_resolver(resolver.clone());
         template.alpn_protocols.clone_from(&fe.alpn);
         // Server preference: the server knows which cipher is cheap on its CPU.
         template.ignore_client_order = true;
@@ -121,6 +130,7 @@ impl TlsContext {
         Ok(TlsContext {
             certs,
             template,
+            resolver,
             session_cache_size: fe.session_cache_size,
             client_trust,
             client_check,
@@ -144,15 +154,11 @@ impl TlsContext {
         storage: Option<Arc<dyn StoresServerSessions>>,
     ) -> Arc<WorkerTls> {
         let mut c = self.template.clone();
-        c.session_storage = storage.unwrap_or_else(|| {
-            if self.session_cache_size == 0 {
-                Arc::new(NoServerSessionStorage {})
-            } else {
-                ServerSessionMemoryCache::new(self.session_cache_size)
-            }
-        });
+        c.session_storage =
+            storage.unwrap_or_else(|| sessions::store_for_worker(self.session_cache_size));
         Arc::new(WorkerTls {
             config: Arc::new(c),
+            resolver: self.resolver.clone(),
             client_check: self.client_check.clone(),
         })
     }

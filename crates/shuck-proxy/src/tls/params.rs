@@ -187,6 +187,16 @@ pub fn check_groups_cover_versions(
     Ok(())
 }
 
+/// A negotiated version as OpenSSL and the PROXY SSL TLV name it ("TLSv1.3").
+pub fn protocol_name(v: Option<rustls::ProtocolVersion>) -> &'static str {
+    match v {
+        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+        _ => "unknown",
+    }
+}
+
+/// A version as the configuration names it ("TLS1.3").
 pub fn version_name(v: rustls::ProtocolVersion) -> &'static str {
     match v {
         rustls::ProtocolVersion::TLSv1_2 => "TLS1.2",

@@ -12,17 +12,6 @@ use rustls::sign::CertifiedKey;
 use super::certs::{LoadedCert, ServedCert};
 use crate::config::SniFallback;
 
-thread_local! {
-    /// The certificate the last `resolve` on this thread chose. Workers are single-threaded and
-    /// `resolve` runs inside one connection's handshake poll, which takes it right after.
-    static CHOSEN: std::cell::Cell<Option<Arc<ServedCert>>> = const { std::cell::Cell::new(None) };
-}
-
-/// Takes what the resolver noted during the poll that just returned (see [`CHOSEN`]).
-pub fn take_chosen() -> Option<Arc<ServedCert>> {
-    CHOSEN.with(std::cell::Cell::take)
-}
-
 /// Certificates that serve one name, most preferred first.
 type Candidates = Vec<Arc<CertifiedKey>>;
 
@@ -118,17 +107,29 @@ impl SniResolver {
     }
 }
 
-impl ResolvesServerCert for SniResolver {
-    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+impl SniResolver {
+    /// The certificate for this ClientHello: the first candidate for its name whose key can sign
+    /// with a scheme the client offered. Deterministic, so the ClientHello stage can ask before
+    /// rustls does and get the answer rustls will get.
+    fn choose(&self, hello: &ClientHello<'_>) -> Option<&Arc<CertifiedKey>> {
         let candidates = self.candidates(hello.server_name())?;
         let schemes = hello.signature_schemes();
-        // First candidate whose key can sign with a scheme the client offered.
-        let chosen = candidates
+        candidates
             .iter()
-            .find(|k| k.key.choose_scheme(schemes).is_some())?;
-        let served = self.served.get(&(Arc::as_ptr(chosen) as usize)).cloned();
-        CHOSEN.with(|c| c.set(served));
-        Some(chosen.clone())
+            .find(|k| k.key.choose_scheme(schemes).is_some())
+    }
+
+    /// What the backend is told about the certificate this ClientHello will be served, or
+    /// `None` when there is none (rustls will then refuse the handshake).
+    pub(crate) fn served_for(&self, hello: &ClientHello<'_>) -> Option<Arc<ServedCert>> {
+        let chosen = self.choose(hello)?;
+        self.served.get(&(Arc::as_ptr(chosen) as usize)).cloned()
+    }
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.choose(&hello).cloned()
     }
 }
 

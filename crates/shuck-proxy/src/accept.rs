@@ -1,0 +1,196 @@
+//! A worker thread: one single-threaded tokio runtime, its own listening sockets, an accept loop
+//! per socket that hands each connection to [`connection::handle`], and the drain at shutdown.
+//! Nothing on the connection path is shared with other workers except read-only tables
+//! (certificates), the ticket key and the `max_connections` count.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+use crate::config::Frontend;
+use crate::connection;
+use crate::limits::ConnectionLimit;
+use crate::listener::is_connection_error;
+use crate::metrics::Metrics;
+use crate::tls::TlsSlot;
+use crate::worker::{FrontendRt, Worker};
+
+/// Everything a worker thread is handed at start.
+pub(crate) struct WorkerSpec {
+    pub id: usize,
+    pub core: Option<core_affinity::CoreId>,
+    /// (frontend index, listening socket)
+    pub listeners: Vec<(usize, std::net::TcpListener)>,
+    pub frontends: Vec<(Arc<Frontend>, TlsSlot)>,
+    /// `max_connections`, shared by all workers.
+    pub limit: Arc<ConnectionLimit>,
+    pub log_connections: bool,
+    pub shutdown_grace: Duration,
+    pub shutdown: watch::Receiver<bool>,
+    pub metrics: Arc<Metrics>,
+}
+
+pub(crate) fn spawn(spec: WorkerSpec) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("shuck-worker-{}", spec.id))
+        .spawn(move || {
+            if let Some(core) = spec.core {
+                if !core_affinity::set_for_current(core) {
+                    tracing::warn!(worker = spec.id, core = core.id, "cannot pin worker to CPU");
+                }
+            }
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(worker = spec.id, error = %e, "cannot start worker runtime");
+                    return;
+                }
+            };
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&rt, run(spec));
+        })
+}
+
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    // An error means the server is gone: stop too.
+    let _ = rx.wait_for(|v| *v).await;
+}
+
+async fn run(spec: WorkerSpec) {
+    let worker = Rc::new(Worker::new(spec.id, spec.log_connections));
+    let fronts: Vec<Rc<FrontendRt>> = spec
+        .frontends
+        .iter()
+        .map(|(fe, tls)| {
+            Rc::new(FrontendRt::new(
+                fe.clone(),
+                tls.clone(),
+                &spec.metrics,
+                spec.id,
+            ))
+        })
+        .collect();
+    // This worker's own connections, counted for the drain at shutdown (never a limit: the
+    // shared count stops accepting first).
+    let max = spec.limit.max();
+    let local = Arc::new(Semaphore::new(max));
+    let mut loops = Vec::new();
+    for (fi, std_listener) in spec.listeners {
+        let listener = match TcpListener::from_std(std_listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(worker = spec.id, error = %e, "cannot register listener");
+                continue;
+            }
+        };
+        loops.push(tokio::task::spawn_local(accept_loop(
+            listener,
+            fronts[fi].clone(),
+            worker.clone(),
+            (spec.limit.clone(), local.clone()),
+            spec.shutdown.clone(),
+        )));
+    }
+    let mut shutdown = spec.shutdown.clone();
+    stopped(&mut shutdown).await;
+    for l in loops {
+        let _ = l.await;
+    }
+    // Drain: wait for connections in flight, up to the grace period.
+    let all = u32::try_from(max).unwrap_or(u32::MAX);
+    let active = max - local.available_permits();
+    if active > 0 {
+        tracing::info!(worker = spec.id, active, grace = ?spec.shutdown_grace, "draining connections");
+        if tokio::time::timeout(spec.shutdown_grace, local.acquire_many(all))
+            .await
+            .is_err()
+        {
+            let left = max - local.available_permits();
+            tracing::warn!(
+                worker = spec.id,
+                left,
+                "grace period over; closing remaining connections"
+            );
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    fe: Rc<FrontendRt>,
+    worker: Rc<Worker>,
+    (limit, local): (Arc<ConnectionLimit>, Arc<Semaphore>),
+    mut shutdown: watch::Receiver<bool>,
+) {
+    const MIN_BACKOFF: Duration = Duration::from_millis(5);
+    const MAX_BACKOFF: Duration = Duration::from_secs(1);
+    let mut backoff = Duration::ZERO;
+    loop {
+        // At the limit, stop accepting: new connections wait in the kernel's backlog instead of
+        // being accepted and dropped.
+        while limit.active() >= limit.max() {
+            if !at_limit_pause(&mut shutdown).await {
+                return;
+            }
+        }
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            () = stopped(&mut shutdown) => return,
+        };
+        match accepted {
+            Ok((tcp, client)) => {
+                backoff = Duration::ZERO;
+                fe.metrics.accepted.inc();
+                // Another worker may have taken the last slot since the check: this one
+                // connection then waits here, unserved, like those in the backlog.
+                let slot = loop {
+                    if let Some(s) = limit.try_take() {
+                        break s;
+                    }
+                    if !at_limit_pause(&mut shutdown).await {
+                        return;
+                    }
+                };
+                let Ok(mine) = local.clone().try_acquire_owned() else {
+                    return; // closed: cannot happen while the worker runs
+                };
+                let (fe, worker) = (fe.clone(), worker.clone());
+                tokio::task::spawn_local(async move {
+                    connection::handle(worker, fe, tcp, client).await;
+                    drop((slot, mine));
+                });
+            }
+            Err(e) if is_connection_error(&e) => {}
+            Err(e) => {
+                // EMFILE/ENFILE/ENOBUFS: retrying at once would spin; back off and let
+                // connections finish and free descriptors.
+                backoff = (backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+                fe.metrics.accept_errors.inc();
+                tracing::warn!(worker = worker.id, frontend = %fe.cfg.name, error = %e, backoff = ?backoff, "accept failed; backing off");
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = stopped(&mut shutdown) => return,
+                }
+            }
+        }
+    }
+}
+
+/// How often a worker at the process-wide limit looks for a freed slot. Polling keeps the
+/// release path a plain atomic subtract (no waker list shared by the workers); the cost is a
+/// wake-up per worker every 10 ms, and only while the whole process is full.
+const AT_LIMIT_POLL: Duration = Duration::from_millis(10);
+
+/// Waits one poll interval; false when the server is stopping.
+async fn at_limit_pause(shutdown: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(AT_LIMIT_POLL) => true,
+        () = stopped(shutdown) => false,
+    }
+}

@@ -1,0 +1,309 @@
+//! Backend connections: a [`policy`] chooses among a frontend's backends, healthy ones first
+//! (a backend whose connect failed sits out a cooldown), with a connect timeout. State is per
+//! worker (no sharing, no locks); each worker learns about a dead backend on its own, which costs
+//! at most one failed connect per worker per cooldown.
+
+pub(crate) mod policy;
+
+use std::cell::Cell;
+use std::io;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+
+use crate::config::BackendAddr;
+use policy::{Chooser, Policy};
+
+/// Backends per frontend; the health snapshot in `order` is a 128-bit mask.
+pub const MAX_BACKENDS: usize = 128;
+
+#[derive(Debug)]
+pub(crate) struct BackendPool {
+    addrs: Vec<BackendAddr>,
+    down_until: Vec<Cell<Option<Instant>>>,
+    /// Connections this worker has open to each backend (see [`Lease`]).
+    open: Vec<Cell<u32>>,
+    chooser: Chooser,
+    connect_timeout: Duration,
+    cooldown: Duration,
+}
+
+/// A connection's claim on its backend: counted open until dropped.
+#[derive(Debug)]
+pub(crate) struct Lease<'p> {
+    pool: &'p BackendPool,
+    index: usize,
+}
+
+impl<'p> Lease<'p> {
+    /// The backend as written in the configuration.
+    pub(crate) fn name(&self) -> &'p str {
+        let pool: &'p BackendPool = self.pool;
+        &pool.addrs[self.index].name
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let open = &self.pool.open[self.index];
+        open.set(open.get().saturating_sub(1));
+    }
+}
+
+/// Every backend was tried and none answered.
+#[derive(Debug, thiserror::Error)]
+#[error("no backend reachable: {}", .attempts.iter().map(|(n, e)| format!("{n}: {e}")).collect::<Vec<_>>().join("; "))]
+pub(crate) struct ConnectError {
+    pub(crate) attempts: Vec<(String, io::Error)>,
+}
+
+impl BackendPool {
+    pub(crate) fn new(
+        addrs: Vec<BackendAddr>,
+        policy: Policy,
+        connect_timeout: Duration,
+        cooldown: Duration,
+    ) -> Self {
+        BackendPool {
+            down_until: addrs.iter().map(|_| Cell::new(None)).collect(),
+            open: addrs.iter().map(|_| Cell::new(0)).collect(),
+            addrs,
+            chooser: Chooser::new(policy),
+            connect_timeout,
+            cooldown,
+        }
+    }
+
+    /// The order to try backends in: as the policy chooses among the healthy ones, then among
+    /// the ones in cooldown (better a likely failure than a certain one). Health is read once, up
+    /// front, so a backend that fails during this connection is not tried a second time.
+    fn order(&self, now: Instant) -> impl Iterator<Item = usize> + '_ {
+        let n = self.addrs.len();
+        let all: u128 = if n == 128 { u128::MAX } else { (1 << n) - 1 };
+        // A bit per backend (config allows at most MAX_BACKENDS): no allocation per connection.
+        let up: u128 = (0..n)
+            .filter(|&i| self.down_until[i].get().is_none_or(|t| t <= now))
+            .fold(0, |m, i| m | (1 << i));
+        let mut tried: u128 = 0;
+        std::iter::from_fn(move || {
+            let i = self
+                .chooser
+                .pick(up & !tried, &self.open)
+                .or_else(|| self.chooser.pick(all & !up & !tried, &self.open))?;
+            tried |= 1 << i;
+            Some(i)
+        })
+    }
+
+    pub(crate) async fn connect(&self) -> Result<(TcpStream, Lease<'_>), ConnectError> {
+        let mut attempts = Vec::new();
+        let now = Instant::now();
+        let n = self.addrs.len();
+        for (tried, i) in self.order(now).enumerate() {
+            let b = &self.addrs[i];
+            let res = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(b.addr))
+                .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("connect timed out after {:?}", self.connect_timeout),
+                )),
+            };
+            match res {
+                Ok(s) => {
+                    self.down_until[i].set(None);
+                    self.chooser.chose(i, n);
+                    self.open[i].set(self.open[i].get() + 1);
+                    // Nagle would hold small answers back ~40 ms (seed round 2's stud latency).
+                    let _ = s.set_nodelay(true);
+                    return Ok((
+                        s,
+                        Lease {
+                            pool: self,
+                            index: i,
+                        },
+                    ));
+                }
+                Err(e) => {
+                    let left = n - tried - 1;
+                    if left > 0 && crate::log_limit::allow() {
+                        tracing::warn!(backend = %b.name, error = %e, left, "backend connect failed; trying the next one");
+                    }
+                    self.down_until[i].set(Some(Instant::now() + self.cooldown));
+                    attempts.push((b.name.clone(), e));
+                }
+            }
+        }
+        Err(ConnectError { attempts })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(n: usize) -> BackendPool {
+        let addrs = (0..n)
+            .map(|i| BackendAddr {
+                name: format!("b{i}"),
+                addr: ([127, 0, 0, 1], 1000 + i as u16).into(),
+            })
+            .collect();
+        BackendPool::new(
+            addrs,
+            Policy::RoundRobin,
+            Duration::from_secs(1),
+            Duration::from_secs(5),
+        )
+    }
+
+    #[test]
+    fn order_starts_at_the_cursor_and_puts_down_backends_last() {
+        let p = pool(3);
+        let now = Instant::now();
+        assert_eq!(p.order(now).collect::<Vec<_>>(), vec![0, 1, 2]);
+        p.chooser.chose(0, 3);
+        assert_eq!(p.order(now).collect::<Vec<_>>(), vec![1, 2, 0]);
+        p.down_until[2].set(Some(now + Duration::from_secs(5)));
+        assert_eq!(p.order(now).collect::<Vec<_>>(), vec![1, 0, 2]);
+        p.chooser.chose(1, 3);
+        assert_eq!(p.order(now).collect::<Vec<_>>(), vec![0, 1, 2]);
+        // The cooldown is over: back in the ring.
+        assert_eq!(
+            p.order(now + Duration::from_secs(6)).collect::<Vec<_>>(),
+            vec![2, 0, 1]
+        );
+    }
+
+    /// A loopback address that was just free: nothing listens there.
+    fn dead_addr() -> std::net::SocketAddr {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    }
+
+    /// A pool of named addresses with a 2 s connect timeout.
+    fn named(
+        list: &[(&str, std::net::SocketAddr)],
+        policy: Policy,
+        cooldown: Duration,
+    ) -> BackendPool {
+        let addrs = list
+            .iter()
+            .map(|(name, addr)| BackendAddr {
+                name: (*name).to_string(),
+                addr: *addr,
+            })
+            .collect();
+        BackendPool::new(addrs, policy, Duration::from_secs(2), cooldown)
+    }
+
+    #[tokio::test]
+    async fn a_down_backend_shares_its_load_evenly() {
+        let a = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let p = named(
+            &[
+                ("a", a.local_addr().unwrap()),
+                ("dead", dead_addr()),
+                ("c", c.local_addr().unwrap()),
+            ],
+            Policy::RoundRobin,
+            Duration::from_secs(60),
+        );
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..12 {
+            let (_s, b) = p.connect().await.unwrap();
+            *counts.entry(b.name().to_string()).or_insert(0) += 1;
+        }
+        assert_eq!(counts.get("a"), Some(&6), "{counts:?}");
+        assert_eq!(counts.get("c"), Some(&6), "{counts:?}");
+    }
+
+    #[tokio::test]
+    async fn each_backend_is_tried_once_per_connection() {
+        let p = named(
+            &[("dead", dead_addr())],
+            Policy::RoundRobin,
+            Duration::from_secs(5),
+        );
+        let e = p.connect().await.unwrap_err();
+        assert_eq!(e.attempts.len(), 1, "{e}");
+        // Also when it was already in cooldown before the attempt.
+        let e = p.connect().await.unwrap_err();
+        assert_eq!(e.attempts.len(), 1, "{e}");
+    }
+
+    #[tokio::test]
+    async fn falls_over_to_the_next_backend() {
+        let live = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let p = named(
+            &[("dead", dead_addr()), ("live", live.local_addr().unwrap())],
+            Policy::RoundRobin,
+            Duration::from_secs(5),
+        );
+        let (_s, b) = p.connect().await.unwrap();
+        assert_eq!(b.name(), "live");
+        assert!(p.down_until[0].get().is_some());
+    }
+
+    /// Three live backends; `held` connections are opened and kept, then `more` are opened.
+    /// Returns how many of each went to each backend, by name.
+    async fn spread(policy: Policy, release_a: bool) -> Vec<(String, usize)> {
+        let ls: Vec<tokio::net::TcpListener> = listeners(3).await;
+        let names = ["a", "b", "c"];
+        let list: Vec<(&str, std::net::SocketAddr)> = names
+            .iter()
+            .zip(&ls)
+            .map(|(n, l)| (*n, l.local_addr().unwrap()))
+            .collect();
+        let p = named(&list, policy, Duration::from_secs(5));
+        // Six long-lived connections: two on each backend either way.
+        let mut held = Vec::new();
+        for _ in 0..6 {
+            held.push(p.connect().await.unwrap());
+        }
+        if release_a {
+            held.retain(|(_, lease)| lease.name() != "a");
+        }
+        let mut later = Vec::new();
+        for _ in 0..3 {
+            later.push(p.connect().await.unwrap());
+        }
+        names
+            .iter()
+            .map(|n| {
+                let count = later.iter().filter(|(_, l)| l.name() == *n).count();
+                ((*n).to_string(), count)
+            })
+            .collect()
+    }
+
+    async fn listeners(n: usize) -> Vec<tokio::net::TcpListener> {
+        let mut v = Vec::new();
+        for _ in 0..n {
+            v.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
+        }
+        v
+    }
+
+    #[tokio::test]
+    async fn least_connections_fills_the_backend_whose_connections_ended() {
+        // Backend a's two connections end while b's and c's stay open: the next connections go
+        // to a until it is level with the others, where round-robin keeps taking turns.
+        let lc = spread(Policy::LeastConnections, true).await;
+        assert_eq!(
+            lc,
+            vec![("a".into(), 2), ("b".into(), 1), ("c".into(), 0)],
+            "least_connections"
+        );
+        let rr = spread(Policy::RoundRobin, true).await;
+        assert_eq!(
+            rr,
+            vec![("a".into(), 1), ("b".into(), 1), ("c".into(), 1)],
+            "round_robin"
+        );
+    }
+}

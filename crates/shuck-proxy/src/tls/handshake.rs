@@ -1,0 +1,153 @@
+//! The TLS stages of a connection. [`read_client_hello`] takes the ClientHello off the socket
+//! before rustls decides anything, so the pipeline can look at it first (SNI, ALPN, session ID);
+//! [`finish`] completes the handshake with the worker's configuration and returns what was
+//! negotiated as a value: the stream, the certificate served, the client certificate's verdict.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::server::Acceptor;
+use rustls::{HandshakeKind, ServerConnection};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::{LazyConfigAcceptor, StartHandshake};
+
+use super::certs::ServedCert;
+use super::client_auth::Lenient;
+use super::{params, WorkerTls};
+use crate::conn_error::ConnError;
+
+/// A ClientHello read, the handshake not yet begun.
+pub(crate) type Hello = StartHandshake<TcpStream>;
+
+/// One deadline for the whole handshake, shared by both stages.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    at: Instant,
+    within: Duration,
+}
+
+impl Deadline {
+    pub(crate) fn after(within: Duration) -> Deadline {
+        Deadline {
+            at: Instant::now() + within,
+            within,
+        }
+    }
+}
+
+/// Reads the ClientHello. A client that sends something else gets rustls' alert.
+pub(crate) async fn read_client_hello(
+    tcp: TcpStream,
+    deadline: Deadline,
+) -> Result<Hello, ConnError> {
+    let acceptor = LazyConfigAcceptor::new(Acceptor::default(), tcp);
+    match tokio::time::timeout_at(deadline.at, acceptor).await {
+        Ok(Ok(hello)) => Ok(hello),
+        Ok(Err(e)) => Err(ConnError::from_handshake(e, false)),
+        Err(_) => Err(ConnError::HandshakeTimeout(deadline.within)),
+    }
+}
+
+/// What the handshake settled, the stream included.
+pub(crate) struct Negotiated {
+    pub(crate) stream: TlsStream<TcpStream>,
+    /// The certificate presented, as the backend is told about it.
+    pub(crate) served: Option<Arc<ServedCert>>,
+    pub(crate) client_cert: ClientCert,
+}
+
+impl Negotiated {
+    pub(crate) fn conn(&self) -> &ServerConnection {
+        self.stream.get_ref().1
+    }
+}
+
+/// Completes the handshake of `hello` with this worker's configuration.
+pub(crate) async fn finish(
+    hello: Hello,
+    tls: &WorkerTls,
+    deadline: Deadline,
+) -> Result<Negotiated, ConnError> {
+    // Asked before rustls asks the same resolver: the answer is the certificate it will serve.
+    let served = tls.resolver.served_for(&hello.client_hello());
+    let no_certificate = served.is_none();
+    let accept = hello.into_stream(tls.config.clone());
+    let stream = match tokio::time::timeout_at(deadline.at, accept).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(ConnError::from_handshake(e, no_certificate)),
+        Err(_) => return Err(ConnError::HandshakeTimeout(deadline.within)),
+    };
+    let client_cert = ClientCert::of(stream.get_ref().1, tls.client_check.as_deref());
+    Ok(Negotiated {
+        stream,
+        served,
+        client_cert,
+    })
+}
+
+/// How the client's certificate fared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClientCert {
+    Absent,
+    Verified,
+    /// Passed on under `optional_no_ca` with this OpenSSL `X509_V_ERR_*` code.
+    Unverified(u32),
+}
+
+impl ClientCert {
+    /// rustls finishes a handshake only with a verified certificate or none at all, except
+    /// under optional_no_ca, whose check says how the certificate fared.
+    fn of(conn: &ServerConnection, lenient: Option<&Lenient>) -> ClientCert {
+        match (conn.peer_certificates(), lenient) {
+            (None, _) => ClientCert::Absent,
+            (Some(_), None) => ClientCert::Verified,
+            (Some(chain), Some(check)) => match check.verify_code(chain) {
+                0 => ClientCert::Verified,
+                code => ClientCert::Unverified(code),
+            },
+        }
+    }
+
+    /// The SSL TLV's verify field: 0 for a verified certificate.
+    pub(crate) fn verify_code(self) -> u32 {
+        match self {
+            ClientCert::Absent => 1,
+            ClientCert::Verified => 0,
+            ClientCert::Unverified(code) => code,
+        }
+    }
+}
+
+pub(crate) fn resumed(conn: &ServerConnection) -> bool {
+    conn.handshake_kind() == Some(HandshakeKind::Resumed)
+}
+
+/// What was negotiated, in words: for the demo page and connection logs.
+#[derive(Debug, Clone)]
+pub(crate) struct Summary {
+    pub(crate) protocol: &'static str,
+    pub(crate) cipher: &'static str,
+    pub(crate) group: Option<&'static str>,
+    pub(crate) resumed: bool,
+    pub(crate) sni: Option<String>,
+    pub(crate) alpn: Option<String>,
+}
+
+impl Summary {
+    pub(crate) fn of(conn: &ServerConnection) -> Summary {
+        Summary {
+            protocol: params::protocol_name(conn.protocol_version()),
+            cipher: conn
+                .negotiated_cipher_suite()
+                .map_or("unknown", params::suite_name),
+            group: conn.negotiated_key_exchange_group().map(params::group_name),
+            resumed: resumed(conn),
+            sni: conn.server_name().map(str::to_string),
+            alpn: conn
+                .alpn_protocol()
+                .map(|p| String::from_utf8_lossy(p).into_owned()),
+        }
+    }
+}
