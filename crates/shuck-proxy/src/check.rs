@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::config::{Backend, ClientAuth, Config, ProxyProtocol, SniFallback};
+use crate::config::{Backend, ClientAuth, Config, SniFallback};
 use crate::error::Result;
 use crate::tls::{certs, params, TlsContext};
 
@@ -52,12 +52,12 @@ pub fn report(config: &Config) -> Result<Report> {
                 let _ = writeln!(s, "  backend: {} (round-robin)", list.join(", "));
             }
         }
-        if fe.proxy_protocol != ProxyProtocol::None {
+        if let Some(version) = fe.proxy_protocol {
             let tlv_names = fe.proxy_tlvs.names();
             let _ = writeln!(
                 s,
                 "  proxy_protocol: {} to the backend{}",
-                fe.proxy_protocol,
+                version,
                 if tlv_names.is_empty() {
                     String::new()
                 } else {

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use rustls::{HandshakeKind, ServerConnection};
 
-use crate::config::{Frontend, ProxyProtocol};
+use crate::config::Frontend;
 use crate::proxy_protocol::{self, tlv, Addresses, EncodeError, SslInfo, Tlvs};
 use crate::relay::PooledBuf;
 use crate::tls::certs::ServedCert;
@@ -41,9 +41,9 @@ pub fn header(
     served: Served<'_>,
     unique_id: Option<&[u8]>,
 ) -> Result<Option<(PooledBuf, usize)>, EncodeError> {
-    if cfg.proxy_protocol == ProxyProtocol::None {
+    let Some(version) = cfg.proxy_protocol else {
         return Ok(None);
-    }
+    };
     let want = &cfg.proxy_tlvs;
     let peer_cert = conn.peer_certificates().and_then(|c| c.first());
     let cn = if want.ssl {
@@ -83,9 +83,9 @@ pub fn header(
         crc32c: want.crc32c,
     };
     let addrs = Addresses::tcp(ends.0, ends.1);
-    let len = proxy_protocol::encoded_len(cfg.proxy_protocol, addrs, &tlvs)?;
+    let len = proxy_protocol::encoded_len(version, addrs, &tlvs)?;
     let mut buf = PooledBuf::at_least(len);
-    let n = proxy_protocol::encode(cfg.proxy_protocol, addrs, &tlvs, buf.bytes_mut())?;
+    let n = proxy_protocol::encode(version, addrs, &tlvs, buf.bytes_mut())?;
     Ok(Some((buf, n)))
 }
 

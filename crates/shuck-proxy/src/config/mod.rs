@@ -12,6 +12,7 @@ use rustls::{SupportedCipherSuite, SupportedProtocolVersion};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::proxy_protocol::Version;
 use crate::tls::params;
 
 /// Where a configuration came from, for messages ("shuck.toml" or "command line").
@@ -124,6 +125,17 @@ pub enum ProxyProtocol {
     V2,
 }
 
+impl ProxyProtocol {
+    /// The header version to send, or `None` for no header.
+    pub fn version(self) -> Option<Version> {
+        match self {
+            ProxyProtocol::None => None,
+            ProxyProtocol::V1 => Some(Version::V1),
+            ProxyProtocol::V2 => Some(Version::V2),
+        }
+    }
+}
+
 impl fmt::Display for ProxyProtocol {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -213,7 +225,8 @@ pub struct Frontend {
     pub connect_timeout: Duration,
     pub backend_cooldown: Duration,
     pub backlog: u32,
-    pub proxy_protocol: ProxyProtocol,
+    /// The PROXY header sent to the backend, if any.
+    pub proxy_protocol: Option<Version>,
     /// TLVs of v2 headers to the backend (none for v1).
     pub proxy_tlvs: ProxyTlvs,
     pub accept_proxy: Option<AcceptProxy>,
@@ -344,7 +357,7 @@ fn key_err(key: &str, message: impl Into<String>) -> KeyError {
 
 impl RawFrontend {
     fn validate(self, name: &str, base: Option<&Path>) -> Result<Frontend, KeyError> {
-        let proxy_protocol = self.proxy_protocol.unwrap_or_default();
+        let proxy_protocol = self.proxy_protocol.unwrap_or_default().version();
         let proxy_tlvs = self.proxy_tlvs(proxy_protocol)?;
         let accept_proxy = self.accept_proxy()?;
         let listen_raw = self
@@ -503,7 +516,7 @@ impl RawFrontend {
                 return Err(key_err(key, "must be longer than 0s"));
             }
         }
-        if proxy_protocol != ProxyProtocol::None && matches!(backend, Backend::Demo) {
+        if proxy_protocol.is_some() && matches!(backend, Backend::Demo) {
             return Err(key_err(
                 "proxy_protocol",
                 "needs a backend: the built-in demo backend reads the connection directly",
@@ -537,7 +550,7 @@ impl RawFrontend {
             _ => {}
         }
         if client_auth == ClientAuth::OptionalNoCa
-            && (proxy_protocol != ProxyProtocol::V2 || !proxy_tlvs.ssl)
+            && (proxy_protocol != Some(Version::V2) || !proxy_tlvs.ssl)
         {
             // Every client is served: only the backend can act on the result.
             return Err(key_err(

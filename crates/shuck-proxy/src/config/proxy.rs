@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{defaults, key_err, parse_duration, KeyError, ProxyProtocol, RawFrontend};
+use super::{defaults, key_err, parse_duration, KeyError, RawFrontend};
+use crate::proxy_protocol::Version;
 
 /// Whether clients must present a certificate (mutual TLS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -119,7 +120,7 @@ impl AcceptProxy {
 }
 
 impl RawFrontend {
-    pub(super) fn proxy_tlvs(&self, version: ProxyProtocol) -> Result<ProxyTlvs, KeyError> {
+    pub(super) fn proxy_tlvs(&self, version: Option<Version>) -> Result<ProxyTlvs, KeyError> {
         let cert_type = self
             .proxy_client_cert_tlv
             .unwrap_or(defaults::PROXY_CLIENT_CERT_TLV);
@@ -132,13 +133,13 @@ impl RawFrontend {
             ));
         }
         let Some(names) = &self.proxy_protocol_tlvs else {
-            return Ok(if version == ProxyProtocol::V2 {
+            return Ok(if version == Some(Version::V2) {
                 ProxyTlvs::DEFAULT
             } else {
                 ProxyTlvs::default()
             });
         };
-        if version != ProxyProtocol::V2 && !names.is_empty() {
+        if version != Some(Version::V2) && !names.is_empty() {
             return Err(key_err(
                 "proxy_protocol_tlvs",
                 "TLVs exist only in PROXY v2: set proxy_protocol = \"v2\"",
