@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
+use crate::config::backend::MAX_BACKENDS;
 use crate::config::BackendAddr;
 
-/// Backends per frontend; the health snapshot in `order` is a 128-bit mask.
-pub const MAX_BACKENDS: usize = 128;
+// The health snapshot in `order` is a u128 with a bit per backend.
+const _: () = assert!(MAX_BACKENDS <= u128::BITS as usize);
 
 #[derive(Debug)]
 pub struct BackendPool {
