@@ -1,8 +1,12 @@
-//! Where decrypted connections go: the `backend` addresses (or the built-in demo page) and how
-//! failed backends are avoided (`backend_cooldown`).
+//! Where decrypted connections go: the `backend` addresses (or the built-in demo page), how a
+//! worker chooses among them (`backend_policy`) and how failed backends are avoided
+//! (`backend_cooldown`).
 
+use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
+
+use serde::Deserialize;
 
 use super::{defaults, duration_or, key_err, KeyError, OneOrMany, RawFrontend};
 
@@ -13,7 +17,7 @@ pub const MAX_BACKENDS: usize = 128;
 pub enum Backend {
     /// The built-in page describing the connection.
     Demo,
-    /// TCP backends, tried round-robin.
+    /// TCP backends, chosen by the frontend's `BackendPolicy`.
     Tcp(Vec<BackendAddr>),
 }
 
@@ -24,8 +28,31 @@ pub struct BackendAddr {
     pub addr: SocketAddr,
 }
 
+/// How a worker picks the backend for a new connection. Backends in cooldown are tried last
+/// whatever the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendPolicy {
+    /// Each worker goes round the list in order.
+    #[default]
+    RoundRobin,
+    /// Each worker picks the backend with the fewest connections it has open itself, ties
+    /// broken round-robin.
+    LeastConnections,
+}
+
+impl fmt::Display for BackendPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendPolicy::RoundRobin => "round_robin",
+            BackendPolicy::LeastConnections => "least_connections",
+        })
+    }
+}
+
 pub(super) struct BackendSection {
     pub backend: Backend,
+    pub policy: BackendPolicy,
     pub cooldown: Duration,
 }
 
@@ -49,12 +76,22 @@ impl RawFrontend {
                 Backend::Tcp(out)
             }
         };
+        if self.backend_policy.is_some() && matches!(backend, Backend::Demo) {
+            return Err(key_err(
+                "backend_policy",
+                "needs a backend: the built-in demo backend is a single page, there is nothing to choose between",
+            ));
+        }
         let cooldown = duration_or(
             "backend_cooldown",
             self.backend_cooldown.as_deref(),
             defaults::BACKEND_COOLDOWN,
         )?;
-        Ok(BackendSection { backend, cooldown })
+        Ok(BackendSection {
+            backend,
+            policy: self.backend_policy.unwrap_or_default(),
+            cooldown,
+        })
     }
 }
 

@@ -29,7 +29,7 @@ mod proxy;
 mod timeouts;
 mod tls;
 
-pub use backend::{Backend, BackendAddr, MAX_BACKENDS};
+pub use backend::{Backend, BackendAddr, BackendPolicy, MAX_BACKENDS};
 pub use certificates::{CertSource, SniFallback};
 pub use client_auth::ClientAuth;
 pub use global::{LogFormat, MAX_CONNECTIONS_LIMIT};
@@ -90,6 +90,7 @@ pub struct RawFrontend {
     pub name: Option<String>,
     pub listen: Option<OneOrMany<String>>,
     pub backend: Option<OneOrMany<String>>,
+    pub backend_policy: Option<BackendPolicy>,
     pub certificates: Option<OneOrMany<PathBuf>>,
     pub self_signed: Option<bool>,
     pub default_certificate: Option<PathBuf>,
@@ -158,6 +159,7 @@ pub struct Frontend {
     pub name: String,
     pub listen: Vec<SocketAddr>,
     pub backend: Backend,
+    pub backend_policy: BackendPolicy,
     pub certs: CertSource,
     pub unknown_sni: SniFallback,
     pub missing_sni: SniFallback,
@@ -291,6 +293,7 @@ impl RawFrontend {
             name: name.to_string(),
             listen: listen.addrs,
             backend: backend.backend,
+            backend_policy: backend.policy,
             certs: certs.source,
             unknown_sni: certs.unknown_sni,
             missing_sni: certs.missing_sni,

@@ -137,6 +137,48 @@ fn bad_values_name_their_key() {
 }
 
 #[test]
+fn backend_policy_defaults_to_round_robin_and_needs_a_backend() {
+    let one = "[[frontend]]\nself_signed = true\nbackend = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\n";
+    let fe = &parse(one).unwrap().frontends[0];
+    assert_eq!(fe.backend_policy, BackendPolicy::RoundRobin);
+    for (text, want) in [
+        (
+            "backend_policy = \"round_robin\"\n",
+            BackendPolicy::RoundRobin,
+        ),
+        (
+            "backend_policy = \"least_connections\"\n",
+            BackendPolicy::LeastConnections,
+        ),
+    ] {
+        let fe = &parse(&format!("{one}{text}")).unwrap().frontends[0];
+        assert_eq!(fe.backend_policy, want, "{text}");
+    }
+    for text in [
+        "[[frontend]]\nself_signed = true\nbackend_policy = \"least_connections\"\n",
+        "[[frontend]]\nself_signed = true\nbackend = []\nbackend_policy = \"round_robin\"\n",
+    ] {
+        let e = parse(text).unwrap_err().to_string();
+        assert!(
+            e.contains("frontend \"frontend0\": backend_policy: needs a backend"),
+            "{text}: {e}"
+        );
+    }
+    let e = parse(&format!("{one}backend_policy = \"random\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("backend_policy") && e.contains("least_connections"),
+        "{e}"
+    );
+    assert_eq!(
+        BackendPolicy::LeastConnections.to_string(),
+        "least_connections"
+    );
+    assert_eq!(BackendPolicy::RoundRobin.to_string(), "round_robin");
+}
+
+#[test]
 fn tls13_only_suites_with_tls12_enabled_is_rejected() {
     let e =
         parse("[[frontend]]\nself_signed = true\nciphersuites = [\"TLS13_AES_128_GCM_SHA256\"]\n")
