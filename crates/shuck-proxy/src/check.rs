@@ -2,9 +2,10 @@
 
 use std::fmt::Write as _;
 
-use crate::config::{Backend, ClientAuth, Config, ProxyProtocol, SniFallback};
+use crate::config::{Backend, BackendPolicy, ClientAuth, Config, Frontend, SniFallback};
 use crate::error::Result;
-use crate::tls::{certs, params, TlsContext};
+use crate::tls::{certs, TlsContext};
+use crate::tls_params as params;
 
 /// The summary and the warnings (expiry and the like), or the first error.
 pub struct Report {
@@ -16,84 +17,15 @@ pub fn report(config: &Config) -> Result<Report> {
     let now = certs::now_unix();
     let mut s = String::new();
     let mut warnings = Vec::new();
-    let _ = writeln!(s, "configuration {}: ok", config.origin);
-    let _ = writeln!(
-        s,
-        "workers: {}{}, max_connections: {}, shutdown_grace: {}",
-        config.workers,
-        if config.pin_cpus { " (pinned)" } else { "" },
-        config.max_connections,
-        humantime::format_duration(config.shutdown_grace)
-    );
-    if let Some(m) = config.metrics_listen {
-        let _ = writeln!(s, "metrics: http://{m}/metrics");
-    }
+    write_globals(&mut s, config);
     for fe in &config.frontends {
         let tls = TlsContext::load(fe)?;
         let listen: Vec<String> = fe.listen.iter().map(ToString::to_string).collect();
         let _ = writeln!(s, "\nfrontend {:?}", fe.name);
         let _ = writeln!(s, "  listen: {}", listen.join(", "));
-        match &fe.backend {
-            Backend::Demo => {
-                let _ = writeln!(s, "  backend: built-in demo page");
-            }
-            Backend::Tcp(b) => {
-                let list: Vec<String> = b
-                    .iter()
-                    .map(|b| {
-                        // The resolved address, when the name was a host name.
-                        if b.name == b.addr.to_string() {
-                            b.name.clone()
-                        } else {
-                            format!("{} ({})", b.name, b.addr)
-                        }
-                    })
-                    .collect();
-                let _ = writeln!(s, "  backend: {} (round-robin)", list.join(", "));
-            }
-        }
-        if fe.proxy_protocol != ProxyProtocol::None {
-            let tlv_names = fe.proxy_tlvs.names();
-            let _ = writeln!(
-                s,
-                "  proxy_protocol: {} to the backend{}",
-                fe.proxy_protocol,
-                if tlv_names.is_empty() {
-                    String::new()
-                } else {
-                    format!(", TLVs: {}", tlv_names.join(", "))
-                }
-            );
-        }
-        if let Some(ap) = &fe.accept_proxy {
-            let from: Vec<String> = ap.from.iter().map(ToString::to_string).collect();
-            let _ = writeln!(
-                s,
-                "  accept_proxy: v1/v2 header required from {} (timeout {:?})",
-                if from.is_empty() {
-                    "any peer".to_string()
-                } else {
-                    from.join(", ")
-                },
-                ap.timeout
-            );
-        }
-        if fe.client_auth != ClientAuth::None {
-            let _ = writeln!(
-                s,
-                "  client certificates: {} ({}{})",
-                fe.client_auth,
-                fe.client_ca.as_ref().map_or_else(
-                    || "no CA: every certificate is passed on unverified".to_string(),
-                    |ca| format!("CA {}", ca.display())
-                ),
-                if fe.client_crls.is_empty() {
-                    String::new()
-                } else {
-                    format!(", {} CRL file(s)", fe.client_crls.len())
-                }
-            );
-        }
+        write_backend(&mut s, fe);
+        write_proxy(&mut s, fe);
+        write_client_auth(&mut s, fe);
         for c in &tls.certs {
             let days = (c.not_after - now).div_euclid(86_400);
             let _ = writeln!(
@@ -108,70 +40,170 @@ pub fn report(config: &Config) -> Result<Report> {
             );
             warnings.extend(c.warnings(now));
         }
-        let fallback = |f: SniFallback| match f {
-            SniFallback::Default => "default certificate",
-            SniFallback::Reject => "reject",
-        };
-        let _ = writeln!(
-            s,
-            "  unknown SNI: {}; missing SNI: {}",
-            fallback(fe.unknown_sni),
-            fallback(fe.missing_sni)
-        );
-        let versions: Vec<&str> = fe
-            .versions
-            .iter()
-            .map(|v| params::version_name(v.version))
-            .collect();
-        // Only the suites of enabled versions: the others can never be chosen.
-        let suites: Vec<&str> = fe
-            .ciphersuites
-            .iter()
-            .filter(|c| fe.versions.iter().any(|v| v.version == c.version().version))
-            .map(|c| params::suite_name(*c))
-            .collect();
-        let groups: Vec<&str> = fe.groups.iter().map(|g| params::group_name(*g)).collect();
-        let alpn: Vec<String> = fe
-            .alpn
-            .iter()
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .collect();
-        let _ = writeln!(s, "  protocols: {}", versions.join(", "));
-        let _ = writeln!(s, "  ciphersuites (server order): {}", suites.join(", "));
-        let _ = writeln!(s, "  groups: {}", groups.join(", "));
-        let _ = writeln!(
-            s,
-            "  alpn: {}",
-            if alpn.is_empty() {
-                "none".into()
-            } else {
-                alpn.join(", ")
-            }
-        );
-        let _ = writeln!(
-            s,
-            "  resumption: session cache {} per worker, tickets {}",
-            fe.session_cache_size,
-            if fe.session_tickets {
-                format!(
-                    "on (keys rotate every {})",
-                    humantime::format_duration(fe.session_ticket_lifetime)
-                )
-            } else {
-                "off".into()
-            }
-        );
-        let _ = writeln!(
-            s,
-            "  timeouts: handshake {}, idle {}, connect {}; backlog {}",
-            humantime::format_duration(fe.handshake_timeout),
-            humantime::format_duration(fe.idle_timeout),
-            humantime::format_duration(fe.connect_timeout),
-            fe.backlog
-        );
+        write_tls(&mut s, fe);
+        write_timeouts(&mut s, fe);
     }
     Ok(Report {
         summary: s,
         warnings,
     })
+}
+
+fn write_globals(s: &mut String, config: &Config) {
+    let _ = writeln!(s, "configuration {}: ok", config.origin);
+    let _ = writeln!(
+        s,
+        "workers: {}{}, max_connections: {}, shutdown_grace: {}",
+        config.workers,
+        if config.pin_cpus { " (pinned)" } else { "" },
+        config.max_connections,
+        humantime::format_duration(config.shutdown_grace)
+    );
+    if let Some(m) = config.metrics_listen {
+        let _ = writeln!(s, "metrics: http://{m}/metrics");
+    }
+}
+
+fn write_backend(s: &mut String, fe: &Frontend) {
+    match &fe.backend {
+        Backend::Demo => {
+            let _ = writeln!(s, "  backend: built-in demo page");
+        }
+        Backend::Tcp(b) => {
+            let list: Vec<String> = b
+                .iter()
+                .map(|b| {
+                    // The resolved address, when the name was a host name.
+                    if b.name == b.addr.to_string() {
+                        b.name.clone()
+                    } else {
+                        format!("{} ({})", b.name, b.addr)
+                    }
+                })
+                .collect();
+            let policy = match fe.backend_policy {
+                BackendPolicy::RoundRobin => "round-robin",
+                BackendPolicy::LeastConnections => "least connections",
+            };
+            let _ = writeln!(s, "  backend: {} ({policy})", list.join(", "));
+        }
+    }
+}
+
+/// PROXY headers sent to the backend and accepted from load balancers.
+fn write_proxy(s: &mut String, fe: &Frontend) {
+    if let Some(version) = fe.proxy_protocol {
+        let tlv_names = fe.proxy_tlvs.names();
+        let _ = writeln!(
+            s,
+            "  proxy_protocol: {} to the backend{}",
+            version,
+            if tlv_names.is_empty() {
+                String::new()
+            } else {
+                format!(", TLVs: {}", tlv_names.join(", "))
+            }
+        );
+    }
+    if let Some(ap) = &fe.accept_proxy {
+        let from: Vec<String> = ap.from.iter().map(ToString::to_string).collect();
+        let _ = writeln!(
+            s,
+            "  accept_proxy: v1/v2 header required from {} (timeout {:?})",
+            if from.is_empty() {
+                "any peer".to_string()
+            } else {
+                from.join(", ")
+            },
+            ap.timeout
+        );
+    }
+}
+
+fn write_client_auth(s: &mut String, fe: &Frontend) {
+    if fe.client_auth == ClientAuth::None {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "  client certificates: {} ({}{})",
+        fe.client_auth,
+        fe.client_ca.as_ref().map_or_else(
+            || "no CA: every certificate is passed on unverified".to_string(),
+            |ca| format!("CA {}", ca.display())
+        ),
+        if fe.client_crls.is_empty() {
+            String::new()
+        } else {
+            format!(", {} CRL file(s)", fe.client_crls.len())
+        }
+    );
+}
+
+/// SNI fallbacks, what the handshake may negotiate, and resumption.
+fn write_tls(s: &mut String, fe: &Frontend) {
+    let fallback = |f: SniFallback| match f {
+        SniFallback::Default => "default certificate",
+        SniFallback::Reject => "reject",
+    };
+    let _ = writeln!(
+        s,
+        "  unknown SNI: {}; missing SNI: {}",
+        fallback(fe.unknown_sni),
+        fallback(fe.missing_sni)
+    );
+    let versions: Vec<&str> = fe
+        .versions
+        .iter()
+        .map(|v| params::version_name(v.version))
+        .collect();
+    // Only the suites of enabled versions: the others can never be chosen.
+    let suites: Vec<&str> = fe
+        .ciphersuites
+        .iter()
+        .filter(|c| fe.versions.iter().any(|v| v.version == c.version().version))
+        .map(|c| params::suite_name(*c))
+        .collect();
+    let groups: Vec<&str> = fe.groups.iter().map(|g| params::group_name(*g)).collect();
+    let alpn: Vec<String> = fe
+        .alpn
+        .iter()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    let _ = writeln!(s, "  protocols: {}", versions.join(", "));
+    let _ = writeln!(s, "  ciphersuites (server order): {}", suites.join(", "));
+    let _ = writeln!(s, "  groups: {}", groups.join(", "));
+    let _ = writeln!(
+        s,
+        "  alpn: {}",
+        if alpn.is_empty() {
+            "none".into()
+        } else {
+            alpn.join(", ")
+        }
+    );
+    let _ = writeln!(
+        s,
+        "  resumption: session cache {} per worker, tickets {}",
+        fe.session_cache_size,
+        if fe.session_tickets {
+            format!(
+                "on (keys rotate every {})",
+                humantime::format_duration(fe.session_ticket_lifetime)
+            )
+        } else {
+            "off".into()
+        }
+    );
+}
+
+fn write_timeouts(s: &mut String, fe: &Frontend) {
+    let _ = writeln!(
+        s,
+        "  timeouts: handshake {}, idle {}, connect {}; backlog {}",
+        humantime::format_duration(fe.handshake_timeout),
+        humantime::format_duration(fe.idle_timeout),
+        humantime::format_duration(fe.connect_timeout),
+        fe.backlog
+    );
 }

@@ -24,6 +24,7 @@ pub mod proxy_protocol;
 mod relay;
 pub mod server;
 mod tls;
+mod tls_params;
 mod worker;
 
 pub use error::{Error, Result};

@@ -2,11 +2,12 @@
 //! filled from the finished TLS handshake.
 
 use crate::buf_pool::PooledBuf;
-use crate::config::{Frontend, ProxyProtocol};
+use crate::config::Frontend;
 use crate::proxy_in::Arrival;
 use crate::proxy_protocol::{self, tlv, Addresses, EncodeError, SslInfo, Tlvs};
+use crate::tls::client_auth;
 use crate::tls::handshake::{self, Negotiated};
-use crate::tls::{client_auth, params};
+use crate::tls_params as params;
 
 /// Whether shuck makes a unique ID for this connection: asked for, and none received from a
 /// load balancer (whose ID is passed on instead, so one request keeps one ID across hops).
@@ -27,9 +28,9 @@ pub(crate) fn header(
     arrival: &Arrival,
     unique_id: Option<&[u8]>,
 ) -> Result<Option<(PooledBuf, usize)>, EncodeError> {
-    if cfg.proxy_protocol == ProxyProtocol::None {
+    let Some(version) = cfg.proxy_protocol else {
         return Ok(None);
-    }
+    };
     let want = &cfg.proxy_tlvs;
     let conn = hs.conn();
     let peer_cert = conn.peer_certificates().and_then(|c| c.first());
@@ -71,9 +72,9 @@ pub(crate) fn header(
         crc32c: want.crc32c,
     };
     let addrs = Addresses::tcp(arrival.client, arrival.local);
-    let len = proxy_protocol::encoded_len(cfg.proxy_protocol, addrs, &tlvs)?;
+    let len = proxy_protocol::encoded_len(version, addrs, &tlvs)?;
     let mut buf = PooledBuf::at_least(len);
-    let n = proxy_protocol::encode(cfg.proxy_protocol, addrs, &tlvs, buf.bytes_mut())?;
+    let n = proxy_protocol::encode(version, addrs, &tlvs, buf.bytes_mut())?;
     Ok(Some((buf, n)))
 }
 

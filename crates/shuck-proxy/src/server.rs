@@ -400,6 +400,8 @@ fn needs_restart(
     };
     if backends(&old.backend) != backends(&new.backend) {
         Some("backend")
+    } else if old.backend_policy != new.backend_policy {
+        Some("backend_policy")
     } else if (
         old.handshake_timeout,
         old.idle_timeout,
@@ -420,5 +422,32 @@ fn needs_restart(
         Some("accept_proxy settings")
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::needs_restart;
+    use crate::config::{Frontend, Origin, RawConfig};
+
+    fn frontend(extra: &str) -> Frontend {
+        let text = format!("[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\n{extra}");
+        let mut cfg = RawConfig::parse(&text, &Origin::CommandLine)
+            .and_then(|raw| raw.validate(Origin::CommandLine, None))
+            .unwrap();
+        cfg.frontends.remove(0)
+    }
+
+    #[test]
+    fn a_changed_backend_policy_needs_a_restart() {
+        let old = frontend("");
+        assert_eq!(
+            needs_restart(&old, &frontend("backend_policy = \"round_robin\"\n")),
+            None
+        );
+        assert_eq!(
+            needs_restart(&old, &frontend("backend_policy = \"least_connections\"\n")),
+            Some("backend_policy")
+        );
     }
 }

@@ -5,7 +5,6 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use crate::backend::policy::Policy;
 use crate::backend::BackendPool;
 use crate::config::{Backend, Frontend};
 use crate::metrics::{FrontendMetrics, Metrics};
@@ -53,7 +52,7 @@ impl FrontendRt {
             Backend::Demo => None,
             Backend::Tcp(addrs) => Some(BackendPool::new(
                 addrs.clone(),
-                Policy::default(),
+                cfg.backend_policy,
                 cfg.connect_timeout,
                 cfg.backend_cooldown,
             )),

@@ -37,7 +37,7 @@ fn check_summarises_a_good_configuration() {
         &pki,
         "good.toml",
         &format!(
-            "workers = 2\n[[frontend]]\nname = \"web\"\nlisten = [\"127.0.0.1:8443\", \"[::1]:8443\"]\nbackend = [\"127.0.0.1:8080\", \"127.0.0.1:8081\"]\ncertificates = [{}, {}, {}]\nalpn = [\"h2\", \"http/1.1\"]\n\
+            "workers = 2\n[[frontend]]\nname = \"web\"\nlisten = [\"127.0.0.1:8443\", \"[::1]:8443\"]\nbackend = [\"127.0.0.1:8080\", \"127.0.0.1:8081\"]\nbackend_policy = \"least_connections\"\ncertificates = [{}, {}, {}]\nalpn = [\"h2\", \"http/1.1\"]\n\
              proxy_protocol = \"v2\"\nproxy_protocol_tlvs = [\"authority\", \"unique_id\"]\n\
              accept_proxy = true\naccept_proxy_from = [\"10.1.2.3\", \"2001:db8::/32\"]\n\
              client_auth = \"optional\"\nclient_ca = {}\n",
@@ -52,7 +52,7 @@ fn check_summarises_a_good_configuration() {
     for want in [
         "frontend \"web\"",
         "listen: 127.0.0.1:8443, [::1]:8443",
-        "backend: 127.0.0.1:8080",
+        "backend: 127.0.0.1:8080, 127.0.0.1:8081 (least connections)",
         "[ECDSA P-384]",
         "[RSA 2048]",
         "[Ed25519]",

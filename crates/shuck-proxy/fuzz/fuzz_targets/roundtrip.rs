@@ -15,10 +15,9 @@ use std::net::{IpAddr, SocketAddr};
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use shuck_proxy::config::ProxyProtocol;
 use shuck_proxy::proxy_protocol::{
     decode, encode, encoded_len, ssl_tlv, tlv, tlvs, Addresses, EncodeError, Parsed, SslInfo, Tlvs,
-    V2_MAX_RECEIVED,
+    Version, V2_MAX_RECEIVED,
 };
 
 #[derive(Arbitrary, Debug)]
@@ -114,11 +113,7 @@ fuzz_target!(|input: Input<'_>| {
         passthrough: &wire,
         crc32c: input.crc32c,
     };
-    let version = if input.v2 {
-        ProxyProtocol::V2
-    } else {
-        ProxyProtocol::V1
-    };
+    let version = if input.v2 { Version::V2 } else { Version::V1 };
 
     let n = match encoded_len(version, addrs, &t) {
         Ok(n) => n,
@@ -142,7 +137,7 @@ fuzz_target!(|input: Input<'_>| {
     with_trailing.extend_from_slice(input.trailing);
     assert_eq!(decode(&with_trailing), got, "bytes after the header changed the result");
 
-    if version == ProxyProtocol::V2 && n > V2_MAX_RECEIVED {
+    if version == Version::V2 && n > V2_MAX_RECEIVED {
         // The encoder allows the spec's 64 KiB; the receiver holds at most V2_MAX_RECEIVED.
         assert_eq!(got.map_err(|e| e.label()), Err("too_long"));
         return;
@@ -160,7 +155,7 @@ fuzz_target!(|input: Input<'_>| {
         "prefix of {cut} of {buf:02x?} gave {part:?}"
     );
 
-    if version == ProxyProtocol::V1 {
+    if version == Version::V1 {
         assert_eq!(header.version, 1);
         assert!(header.tlvs.is_empty());
         return;

@@ -11,11 +11,13 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
+use crate::config::backend::MAX_BACKENDS;
 use crate::config::BackendAddr;
-use policy::{Chooser, Policy};
+use crate::config::BackendPolicy;
+use policy::Chooser;
 
-/// Backends per frontend; the health snapshot in `order` is a 128-bit mask.
-pub const MAX_BACKENDS: usize = 128;
+// The health snapshot in `order` is a u128 with a bit per backend.
+const _: () = assert!(MAX_BACKENDS <= u128::BITS as usize);
 
 #[derive(Debug)]
 pub(crate) struct BackendPool {
@@ -60,7 +62,7 @@ pub(crate) struct ConnectError {
 impl BackendPool {
     pub(crate) fn new(
         addrs: Vec<BackendAddr>,
-        policy: Policy,
+        policy: BackendPolicy,
         connect_timeout: Duration,
         cooldown: Duration,
     ) -> Self {
@@ -152,7 +154,7 @@ mod tests {
             .collect();
         BackendPool::new(
             addrs,
-            Policy::RoundRobin,
+            BackendPolicy::RoundRobin,
             Duration::from_secs(1),
             Duration::from_secs(5),
         )
@@ -187,7 +189,7 @@ mod tests {
     /// A pool of named addresses with a 2 s connect timeout.
     fn named(
         list: &[(&str, std::net::SocketAddr)],
-        policy: Policy,
+        policy: BackendPolicy,
         cooldown: Duration,
     ) -> BackendPool {
         let addrs = list
@@ -210,7 +212,7 @@ mod tests {
                 ("dead", dead_addr()),
                 ("c", c.local_addr().unwrap()),
             ],
-            Policy::RoundRobin,
+            BackendPolicy::RoundRobin,
             Duration::from_secs(60),
         );
         let mut counts = std::collections::HashMap::new();
@@ -226,7 +228,7 @@ mod tests {
     async fn each_backend_is_tried_once_per_connection() {
         let p = named(
             &[("dead", dead_addr())],
-            Policy::RoundRobin,
+            BackendPolicy::RoundRobin,
             Duration::from_secs(5),
         );
         let e = p.connect().await.unwrap_err();
@@ -241,7 +243,7 @@ mod tests {
         let live = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let p = named(
             &[("dead", dead_addr()), ("live", live.local_addr().unwrap())],
-            Policy::RoundRobin,
+            BackendPolicy::RoundRobin,
             Duration::from_secs(5),
         );
         let (_s, b) = p.connect().await.unwrap();
@@ -251,7 +253,7 @@ mod tests {
 
     /// Three live backends; `held` connections are opened and kept, then `more` are opened.
     /// Returns how many of each went to each backend, by name.
-    async fn spread(policy: Policy, release_a: bool) -> Vec<(String, usize)> {
+    async fn spread(policy: BackendPolicy, release_a: bool) -> Vec<(String, usize)> {
         let ls: Vec<tokio::net::TcpListener> = listeners(3).await;
         let names = ["a", "b", "c"];
         let list: Vec<(&str, std::net::SocketAddr)> = names
@@ -293,13 +295,13 @@ mod tests {
     async fn least_connections_fills_the_backend_whose_connections_ended() {
         // Backend a's two connections end while b's and c's stay open: the next connections go
         // to a until it is level with the others, where round-robin keeps taking turns.
-        let lc = spread(Policy::LeastConnections, true).await;
+        let lc = spread(BackendPolicy::LeastConnections, true).await;
         assert_eq!(
             lc,
             vec![("a".into(), 2), ("b".into(), 1), ("c".into(), 0)],
             "least_connections"
         );
-        let rr = spread(Policy::RoundRobin, true).await;
+        let rr = spread(BackendPolicy::RoundRobin, true).await;
         assert_eq!(
             rr,
             vec![("a".into(), 1), ("b".into(), 1), ("c".into(), 1)],

@@ -4,19 +4,7 @@
 
 use std::cell::Cell;
 
-/// How a frontend spreads connections over its backends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Policy {
-    /// In turn, starting after the last one chosen.
-    #[default]
-    RoundRobin,
-    /// The one with the fewest connections this worker has open to it; ties in turn.
-    #[allow(
-        dead_code,
-        reason = "chosen by the backend_policy key, which lands with the config split"
-    )]
-    LeastConnections,
-}
+use crate::config::BackendPolicy as Policy;
 
 /// A policy with its cursor: the backend after the last one chosen comes first in ring order.
 #[derive(Debug, Default)]

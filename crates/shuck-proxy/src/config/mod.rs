@@ -1,9 +1,15 @@
 //! Configuration: the raw TOML/flags shape (`RawConfig`) and the validated form (`Config`) the
 //! server runs from. Validation resolves every name (cipher suites, groups, durations, addresses)
 //! here, so a typo is reported once, at start, with the key that holds it.
+//!
+//! One file per section of a frontend, each with its keys' validated types and the function that
+//! checks them: `listen`, `backend`, `certificates`, `tls` (protocols, cipher suites, groups,
+//! ALPN, resumption), `timeouts`, `client_auth`, `proxy` (sending and accepting PROXY headers).
+//! `global` holds the keys outside `[[frontend]]`. Checks that span sections live in
+//! [`check_section_combinations`].
 
 use std::fmt;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -12,7 +18,22 @@ use rustls::{SupportedCipherSuite, SupportedProtocolVersion};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
-use crate::tls::params;
+use crate::proxy_protocol::Version;
+
+pub mod backend;
+mod certificates;
+mod client_auth;
+mod global;
+mod listen;
+mod proxy;
+mod timeouts;
+mod tls;
+
+pub use backend::{Backend, BackendAddr, BackendPolicy, MAX_BACKENDS};
+pub use certificates::{CertSource, SniFallback};
+pub use client_auth::ClientAuth;
+pub use global::{LogFormat, MAX_CONNECTIONS_LIMIT};
+pub use proxy::{AcceptProxy, ProxyProtocol, ProxyTlvs};
 
 /// Where a configuration came from, for messages ("shuck.toml" or "command line").
 #[derive(Debug, Clone)]
@@ -69,6 +90,7 @@ pub struct RawFrontend {
     pub name: Option<String>,
     pub listen: Option<OneOrMany<String>>,
     pub backend: Option<OneOrMany<String>>,
+    pub backend_policy: Option<BackendPolicy>,
     pub certificates: Option<OneOrMany<PathBuf>>,
     pub self_signed: Option<bool>,
     pub default_certificate: Option<PathBuf>,
@@ -96,46 +118,6 @@ pub struct RawFrontend {
     pub session_tickets: Option<bool>,
     pub session_ticket_lifetime: Option<String>,
 }
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    #[default]
-    Compact,
-    Json,
-}
-
-/// What to do with a client whose SNI matches no certificate (or that sends none).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SniFallback {
-    /// Serve the frontend's default certificate.
-    Default,
-    /// Abort the handshake with an alert.
-    Reject,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum ProxyProtocol {
-    #[default]
-    None,
-    V1,
-    V2,
-}
-
-impl fmt::Display for ProxyProtocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ProxyProtocol::None => "none",
-            ProxyProtocol::V1 => "v1",
-            ProxyProtocol::V2 => "v2",
-        })
-    }
-}
-
-mod proxy;
-pub use proxy::{AcceptProxy, ClientAuth, ProxyTlvs};
 
 /// Defaults, in one place so docs/configuration.md can be checked against them.
 pub mod defaults {
@@ -173,34 +155,11 @@ pub struct Config {
 }
 
 #[derive(Debug, Clone)]
-pub enum Backend {
-    /// The built-in page describing the connection.
-    Demo,
-    /// TCP backends, tried round-robin.
-    Tcp(Vec<BackendAddr>),
-}
-
-#[derive(Debug, Clone)]
-pub struct BackendAddr {
-    /// As written, for logs.
-    pub name: String,
-    pub addr: SocketAddr,
-}
-
-#[derive(Debug, Clone)]
-pub enum CertSource {
-    SelfSigned,
-    Files {
-        paths: Vec<PathBuf>,
-        default: Option<PathBuf>,
-    },
-}
-
-#[derive(Debug, Clone)]
 pub struct Frontend {
     pub name: String,
     pub listen: Vec<SocketAddr>,
     pub backend: Backend,
+    pub backend_policy: BackendPolicy,
     pub certs: CertSource,
     pub unknown_sni: SniFallback,
     pub missing_sni: SniFallback,
@@ -213,7 +172,8 @@ pub struct Frontend {
     pub connect_timeout: Duration,
     pub backend_cooldown: Duration,
     pub backlog: u32,
-    pub proxy_protocol: ProxyProtocol,
+    /// The PROXY header sent to the backend, if any.
+    pub proxy_protocol: Option<Version>,
     /// TLVs of v2 headers to the backend (none for v1).
     pub proxy_tlvs: ProxyTlvs,
     pub accept_proxy: Option<AcceptProxy>,
@@ -226,6 +186,28 @@ pub struct Frontend {
     pub session_tickets: bool,
     /// Ticket keys rotate this often; a ticket stays valid one to two lifetimes.
     pub session_ticket_lifetime: Duration,
+}
+
+/// A configuration value refused: the key that holds it (for a frontend's keys, prefixed with
+/// the frontend by [`KeyError::in_frontend`]) and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{key}: {message}")]
+struct KeyError {
+    key: String,
+    message: String,
+}
+
+impl KeyError {
+    fn in_frontend(self, name: &str) -> KeyError {
+        key_err(&format!("frontend {name:?}: {}", self.key), self.message)
+    }
+}
+
+fn key_err(key: &str, message: impl Into<String>) -> KeyError {
+    KeyError {
+        key: key.to_string(),
+        message: message.into(),
+    }
 }
 
 impl RawConfig {
@@ -246,347 +228,130 @@ impl RawConfig {
     }
 
     pub fn validate(self, origin: Origin, base: Option<&Path>) -> Result<Config> {
-        let err = |key: String, message: String| Error::ConfigValue {
+        let (globals, frontends) = self.validate_all(base).map_err(|e| Error::ConfigValue {
             origin: origin.to_string(),
-            key,
-            message,
-        };
+            key: e.key,
+            message: e.message,
+        })?;
+        Ok(Config {
+            origin,
+            workers: globals.workers,
+            pin_cpus: globals.pin_cpus,
+            max_connections: globals.max_connections,
+            shutdown_grace: globals.shutdown_grace,
+            log_format: globals.log_format,
+            log_level: globals.log_level,
+            log_connections: globals.log_connections,
+            metrics_listen: globals.metrics_listen,
+            frontends,
+        })
+    }
+
+    fn validate_all(
+        self,
+        base: Option<&Path>,
+    ) -> Result<(global::Globals, Vec<Frontend>), KeyError> {
         if self.frontends.is_empty() {
-            return Err(err(
-                "frontend".into(),
-                "no [[frontend]] section: nothing to serve".into(),
+            return Err(key_err(
+                "frontend",
+                "no [[frontend]] section: nothing to serve",
             ));
         }
-        let workers = match self.workers.unwrap_or(0) {
-            0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
-            n if n > 1024 => return Err(err("workers".into(), format!("{n} is more than 1024"))),
-            n => n,
-        };
-        let max_connections = self.max_connections.unwrap_or(defaults::MAX_CONNECTIONS);
-        if !(1..=MAX_CONNECTIONS_LIMIT).contains(&max_connections) {
-            return Err(err(
-                "max_connections".into(),
-                format!("{max_connections} is not in 1..={MAX_CONNECTIONS_LIMIT}"),
-            ));
-        }
-        let shutdown_grace = match &self.shutdown_grace {
-            Some(s) => parse_duration(s).map_err(|m| err("shutdown_grace".into(), m))?,
-            None => defaults::SHUTDOWN_GRACE,
-        };
-        let log_level = self.log_level.clone().unwrap_or_else(|| "info".into());
-        if log_level.parse::<tracing::Level>().is_err() {
-            return Err(err(
-                "log_level".into(),
-                format!("{log_level:?} is not one of error, warn, info, debug, trace"),
-            ));
-        }
-        let metrics_listen = match &self.metrics_listen {
-            None => None,
-            Some(a) => Some(a.parse::<SocketAddr>().map_err(|_| {
-                err(
-                    "metrics_listen".into(),
-                    format!("{a:?} is not an IP:port address (IPv6 as [::1]:9100)"),
-                )
-            })?),
-        };
-        let mut frontends = Vec::with_capacity(self.frontends.len());
+        let globals = self.validate_globals()?;
+        let mut frontends: Vec<Frontend> = Vec::with_capacity(self.frontends.len());
         for (i, raw) in self.frontends.into_iter().enumerate() {
             let name = raw.name.clone().unwrap_or_else(|| format!("frontend{i}"));
-            if frontends.iter().any(|f: &Frontend| f.name == name) {
-                return Err(err(
-                    format!("frontend[{i}].name"),
+            if frontends.iter().any(|f| f.name == name) {
+                return Err(key_err(
+                    &format!("frontend[{i}].name"),
                     format!("{name:?} is used twice"),
                 ));
             }
             let fe = raw
                 .validate(&name, base)
-                .map_err(|(key, message)| err(format!("frontend {name:?}: {key}"), message))?;
-            // SO_REUSEPORT would let two frontends bind the same address and the kernel would
-            // silently split clients between them.
-            for addr in fe.listen.iter().filter(|a| a.port() != 0) {
-                if let Some(other) = frontends.iter().find(|f| f.listen.contains(addr)) {
-                    return Err(err(
-                        format!("frontend {name:?}: listen"),
-                        format!("{addr} is already used by frontend {:?}", other.name),
-                    ));
-                }
-            }
+                .map_err(|e| e.in_frontend(&name))?;
+            listen::check_not_shared(&fe, &frontends).map_err(|e| e.in_frontend(&name))?;
             frontends.push(fe);
         }
-        if let Some(m) = metrics_listen.filter(|m| m.port() != 0) {
-            if let Some(fe) = frontends.iter().find(|f| f.listen.contains(&m)) {
-                return Err(err(
-                    "metrics_listen".into(),
-                    format!("{m} is also a listen address of frontend {:?}", fe.name),
-                ));
-            }
-        }
-        Ok(Config {
-            origin,
-            workers,
-            pin_cpus: self.pin_cpus.unwrap_or(false),
-            max_connections,
-            shutdown_grace,
-            log_format: self.log_format.unwrap_or_default(),
-            log_level,
-            log_connections: self.log_connections.unwrap_or(false),
-            metrics_listen,
-            frontends,
-        })
+        global::check_metrics_listen_free(globals.metrics_listen, &frontends)?;
+        Ok((globals, frontends))
     }
-}
-
-type KeyError = (String, String);
-
-fn key_err(key: &str, message: impl Into<String>) -> KeyError {
-    (key.to_string(), message.into())
 }
 
 impl RawFrontend {
     fn validate(self, name: &str, base: Option<&Path>) -> Result<Frontend, KeyError> {
-        let proxy_protocol = self.proxy_protocol.unwrap_or_default();
-        let proxy_tlvs = self.proxy_tlvs(proxy_protocol)?;
-        let accept_proxy = self.accept_proxy()?;
-        let listen_raw = self
-            .listen
-            .map_or_else(|| vec![defaults::LISTEN.to_string()], OneOrMany::into_vec);
-        if listen_raw.is_empty() {
-            return Err(key_err("listen", "empty list: give at least one address"));
-        }
-        let mut listen = Vec::new();
-        for l in &listen_raw {
-            let addr: SocketAddr = l.parse().map_err(|_| {
-                key_err(
-                    "listen",
-                    format!("{l:?} is not an IP:port address (IPv6 as [::1]:443)"),
-                )
-            })?;
-            if listen.contains(&addr) {
-                return Err(key_err("listen", format!("{addr} is listed twice")));
-            }
-            listen.push(addr);
-        }
-
-        let backend = match self.backend.map(OneOrMany::into_vec) {
-            None => Backend::Demo,
-            Some(v) if v.is_empty() => Backend::Demo,
-            Some(v) if v.len() > crate::backend::MAX_BACKENDS => {
-                return Err(key_err(
-                    "backend",
-                    format!(
-                        "{} addresses: at most {} per frontend",
-                        v.len(),
-                        crate::backend::MAX_BACKENDS
-                    ),
-                ))
-            }
-            Some(v) => {
-                let mut out = Vec::with_capacity(v.len());
-                for b in v {
-                    let addr = resolve_backend(&b).map_err(|m| key_err("backend", m))?;
-                    out.push(BackendAddr { name: b, addr });
-                }
-                Backend::Tcp(out)
-            }
-        };
-
-        let resolve = |p: PathBuf| match base {
-            Some(b) if p.is_relative() => b.join(p),
-            _ => p,
-        };
-        let self_signed = self.self_signed.unwrap_or(false);
-        let paths: Vec<PathBuf> = self
-            .certificates
-            .map(OneOrMany::into_vec)
-            .unwrap_or_default()
-            .into_iter()
-            .map(resolve)
-            .collect();
-        let certs =
-            match (self_signed, paths.is_empty()) {
-                (true, true) => CertSource::SelfSigned,
-                (true, false) => {
-                    return Err(key_err(
-                        "self_signed",
-                        "cannot be combined with certificates: choose one",
-                    ))
-                }
-                (false, true) => return Err(key_err(
-                    "certificates",
-                    "missing: give PEM files or directories (chain + key), or self_signed = true",
-                )),
-                (false, false) => CertSource::Files {
-                    paths,
-                    default: self.default_certificate.map(resolve),
-                },
-            };
-
-        let versions = match &self.protocols {
-            None => params::default_versions(),
-            Some(list) => params::parse_versions(list).map_err(|m| key_err("protocols", m))?,
-        };
-        let ciphersuites = match &self.ciphersuites {
-            None => params::default_ciphersuites(),
-            Some(list) => {
-                params::parse_ciphersuites(list).map_err(|m| key_err("ciphersuites", m))?
-            }
-        };
-        params::check_suites_cover_versions(&ciphersuites, &versions)
-            .map_err(|m| key_err("ciphersuites", m))?;
-        let groups = match &self.groups {
-            None => params::default_groups(),
-            Some(list) => params::parse_groups(list).map_err(|m| key_err("groups", m))?,
-        };
-        params::check_groups_cover_versions(&groups, &versions)
-            .map_err(|m| key_err("groups", m))?;
-        let alpn = match self.alpn {
-            // The demo backend speaks HTTP/1.x only; advertising h2 would break browsers.
-            None if matches!(backend, Backend::Demo) => vec![b"http/1.1".to_vec()],
-            None => Vec::new(),
-            Some(list) => {
-                let mut out = Vec::with_capacity(list.len());
-                for p in list {
-                    if p.is_empty() || p.len() > 255 {
-                        return Err(key_err(
-                            "alpn",
-                            format!("{p:?}: a protocol name is 1 to 255 bytes"),
-                        ));
-                    }
-                    out.push(p.into_bytes());
-                }
-                out
-            }
-        };
-        let duration = |key: &str, v: &Option<String>, d: Duration| match v {
-            None => Ok(d),
-            Some(s) => parse_duration(s).map_err(|m| key_err(key, m)),
-        };
-        let backlog = self.backlog.unwrap_or(defaults::BACKLOG);
-        if backlog == 0 || backlog > 65535 {
-            return Err(key_err("backlog", format!("{backlog} is not in 1..=65535")));
-        }
-        let handshake_timeout = duration(
-            "handshake_timeout",
-            &self.handshake_timeout,
-            defaults::HANDSHAKE_TIMEOUT,
-        )?;
-        let idle_timeout = duration("idle_timeout", &self.idle_timeout, defaults::IDLE_TIMEOUT)?;
-        let connect_timeout = duration(
-            "connect_timeout",
-            &self.connect_timeout,
-            defaults::CONNECT_TIMEOUT,
-        )?;
-        let session_ticket_lifetime = duration(
-            "session_ticket_lifetime",
-            &self.session_ticket_lifetime,
-            defaults::SESSION_TICKET_LIFETIME,
-        )?;
-        if session_ticket_lifetime < Duration::from_secs(60)
-            || session_ticket_lifetime > Duration::from_secs(7 * 86_400)
-        {
-            return Err(key_err(
-                "session_ticket_lifetime",
-                "must be from 1m (shorter only costs full handshakes) to 7d (TLS 1.3's limit)",
-            ));
-        }
-        let backend_cooldown = duration(
-            "backend_cooldown",
-            &self.backend_cooldown,
-            defaults::BACKEND_COOLDOWN,
-        )?;
-        for (key, d) in [
-            ("handshake_timeout", handshake_timeout),
-            ("idle_timeout", idle_timeout),
-            ("connect_timeout", connect_timeout),
-        ] {
-            if d.is_zero() {
-                return Err(key_err(key, "must be longer than 0s"));
-            }
-        }
-        if proxy_protocol != ProxyProtocol::None && matches!(backend, Backend::Demo) {
-            return Err(key_err(
-                "proxy_protocol",
-                "needs a backend: the built-in demo backend reads the connection directly",
-            ));
-        }
-        let client_ca = self.client_ca.map(resolve);
-        let client_crls: Vec<PathBuf> = self
-            .client_crl
-            .map(OneOrMany::into_vec)
-            .unwrap_or_default()
-            .into_iter()
-            .map(resolve)
-            .collect();
-        let client_auth = self.client_auth.unwrap_or_default();
-        match (client_auth, &client_ca) {
-            (ClientAuth::None, Some(_)) => {
-                return Err(key_err(
-                    "client_ca",
-                    "is set but client_auth is \"none\": set client_auth = \"optional\" or \"required\"",
-                ))
-            }
-            (ClientAuth::None | ClientAuth::OptionalNoCa, None) if !client_crls.is_empty() => {
-                return Err(key_err("client_crl", "needs client_auth and client_ca"))
-            }
-            (ClientAuth::Optional | ClientAuth::Required, None) => {
-                return Err(key_err(
-                    "client_ca",
-                    "missing: client_auth needs the CA bundle (PEM) client certificates chain to",
-                ))
-            }
-            _ => {}
-        }
-        if client_auth == ClientAuth::OptionalNoCa
-            && (proxy_protocol != ProxyProtocol::V2 || !proxy_tlvs.ssl)
-        {
-            // Every client is served: only the backend can act on the result.
-            return Err(key_err(
-                "client_auth",
-                "\"optional_no_ca\" passes unverified certificates on, so the backend must be told: \
-                 set proxy_protocol = \"v2\" with \"ssl\" in proxy_protocol_tlvs (the verify result)",
-            ));
-        }
-        if proxy_tlvs.client_cert.is_some() && client_auth == ClientAuth::None {
-            return Err(key_err(
-                "proxy_protocol_tlvs",
-                "\"client_cert\" needs client_auth = \"optional\", \"required\" or \"optional_no_ca\"",
-            ));
-        }
+        let listen = self.validate_listen()?;
+        let backend = self.validate_backend()?;
+        let certs = self.validate_certificates(base)?;
+        let tls = self.validate_tls(matches!(backend.backend, Backend::Demo))?;
+        let timeouts = self.validate_timeouts()?;
+        let client = self.validate_client_auth(base)?;
+        let send = self.validate_send_proxy()?;
+        let accept_proxy = self.validate_accept_proxy()?;
+        check_section_combinations(&backend.backend, &send, &client)?;
         Ok(Frontend {
             name: name.to_string(),
-            listen,
-            backend,
-            certs,
-            unknown_sni: self.unknown_sni.unwrap_or(SniFallback::Default),
-            missing_sni: self.missing_sni.unwrap_or(SniFallback::Default),
-            versions,
-            ciphersuites,
-            groups,
-            alpn,
-            handshake_timeout,
-            idle_timeout,
-            connect_timeout,
-            backend_cooldown,
-            backlog,
-            proxy_protocol,
-            proxy_tlvs,
+            listen: listen.addrs,
+            backend: backend.backend,
+            backend_policy: backend.policy,
+            certs: certs.source,
+            unknown_sni: certs.unknown_sni,
+            missing_sni: certs.missing_sni,
+            versions: tls.versions,
+            ciphersuites: tls.ciphersuites,
+            groups: tls.groups,
+            alpn: tls.alpn,
+            handshake_timeout: timeouts.handshake,
+            idle_timeout: timeouts.idle,
+            connect_timeout: timeouts.connect,
+            backend_cooldown: backend.cooldown,
+            backlog: listen.backlog,
+            proxy_protocol: send.version,
+            proxy_tlvs: send.tlvs,
             accept_proxy,
-            client_auth,
-            client_ca,
-            client_crls,
-            session_cache_size: self
-                .session_cache_size
-                .unwrap_or(defaults::SESSION_CACHE_SIZE),
-            session_tickets: self.session_tickets.unwrap_or(true),
-            session_ticket_lifetime,
+            client_auth: client.mode,
+            client_ca: client.ca,
+            client_crls: client.crls,
+            session_cache_size: tls.session_cache_size,
+            session_tickets: tls.session_tickets,
+            session_ticket_lifetime: tls.session_ticket_lifetime,
         })
     }
 }
 
+/// The rules that tie one section's keys to another's.
+fn check_section_combinations(
+    backend: &Backend,
+    send: &proxy::SendProxy,
+    client: &client_auth::ClientAuthSection,
+) -> Result<(), KeyError> {
+    if send.version.is_some() && matches!(backend, Backend::Demo) {
+        return Err(key_err(
+            "proxy_protocol",
+            "needs a backend: the built-in demo backend reads the connection directly",
+        ));
+    }
+    if client.mode == ClientAuth::OptionalNoCa
+        && (send.version != Some(Version::V2) || !send.tlvs.ssl)
+    {
+        // Every client is served: only the backend can act on the result.
+        return Err(key_err(
+            "client_auth",
+            "\"optional_no_ca\" passes unverified certificates on, so the backend must be told: \
+             set proxy_protocol = \"v2\" with \"ssl\" in proxy_protocol_tlvs (the verify result)",
+        ));
+    }
+    if send.tlvs.client_cert.is_some() && client.mode == ClientAuth::None {
+        return Err(key_err(
+            "proxy_protocol_tlvs",
+            "\"client_cert\" needs client_auth = \"optional\", \"required\" or \"optional_no_ca\"",
+        ));
+    }
+    Ok(())
+}
+
 /// Far above any sane setting, far below where `Instant + Duration` could overflow.
 pub const MAX_DURATION: Duration = Duration::from_secs(30 * 86_400);
-/// Far above what one machine's descriptors allow; keeps the per-worker semaphore in range.
-pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 24;
 
 /// "10s", "5m", "1h 30m", "250ms"; at most 30 days.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -598,167 +363,20 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-fn resolve_backend(s: &str) -> Result<SocketAddr, String> {
-    if let Ok(a) = s.parse::<SocketAddr>() {
-        return Ok(a);
+/// The duration under `key`, or `default` when the key is absent.
+fn duration_or(key: &str, value: Option<&str>, default: Duration) -> Result<Duration, KeyError> {
+    value.map_or(Ok(default), |s| {
+        parse_duration(s).map_err(|m| key_err(key, m))
+    })
+}
+
+/// Relative paths in a file are relative to the file's directory (`base`).
+fn resolve_path(base: Option<&Path>, p: PathBuf) -> PathBuf {
+    match base {
+        Some(b) if p.is_relative() => b.join(p),
+        _ => p,
     }
-    if !s.contains(':') {
-        return Err(format!("{s:?} has no port: write host:port"));
-    }
-    // Hostnames are resolved once at start: a terminator should not depend on DNS per connection.
-    let mut addrs = s
-        .to_socket_addrs()
-        .map_err(|e| format!("{s:?} cannot be resolved: {e}"))?;
-    addrs
-        .next()
-        .ok_or_else(|| format!("{s:?} resolves to no address"))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> Result<Config> {
-        RawConfig::parse(text, &Origin::CommandLine)?.validate(Origin::CommandLine, None)
-    }
-
-    #[test]
-    fn unknown_key_is_an_error_naming_it() {
-        let e = parse("[[frontend]]\nself_signed = true\nlisen = \"127.0.0.1:1\"\n").unwrap_err();
-        assert!(e.to_string().contains("lisen"), "{e}");
-    }
-
-    #[test]
-    fn durations_and_defaults() {
-        let c = parse(
-            "workers = 3\n[[frontend]]\nself_signed = true\nidle_timeout = \"5m\"\nlisten = [\"127.0.0.1:0\", \"[::1]:0\"]\n",
-        )
-        .unwrap();
-        assert_eq!(c.workers, 3);
-        let f = &c.frontends[0];
-        assert_eq!(f.idle_timeout, Duration::from_secs(300));
-        assert_eq!(f.handshake_timeout, defaults::HANDSHAKE_TIMEOUT);
-        assert_eq!(f.listen.len(), 2);
-        assert!(f.listen[1].is_ipv6());
-        assert!(matches!(f.backend, Backend::Demo));
-        assert_eq!(f.alpn, vec![b"http/1.1".to_vec()]);
-    }
-
-    #[test]
-    fn bad_values_name_their_key() {
-        for (text, key) in [
-            (
-                "[[frontend]]\nself_signed = true\nidle_timeout = \"soon\"\n",
-                "idle_timeout",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\nlisten = \"localhost\"\n",
-                "listen",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\nciphersuites = [\"RC4\"]\n",
-                "ciphersuites",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\ngroups = [\"ffdhe1024\"]\n",
-                "groups",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\nprotocols = [\"SSLv3\"]\n",
-                "protocols",
-            ),
-            ("[[frontend]]\nlisten = \"127.0.0.1:1\"\n", "certificates"),
-            (
-                "[[frontend]]\nself_signed = true\nbackend = \"nohost\"\n",
-                "backend",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\nproxy_protocol = \"v2\"\n",
-                "proxy_protocol",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\nproxy_protocol = \"v3\"\n",
-                "proxy_protocol",
-            ),
-            (
-                "log_level = \"loud\"\n[[frontend]]\nself_signed = true\n",
-                "log_level",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nproxy_protocol = \"v1\"\nproxy_protocol_tlvs = [\"alpn\"]\n",
-                "proxy_protocol_tlvs",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nproxy_protocol = \"v2\"\nproxy_protocol_tlvs = [\"sni\"]\n",
-                "proxy_protocol_tlvs",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nproxy_protocol = \"v2\"\nproxy_protocol_tlvs = [\"client_cert\"]\n",
-                "proxy_protocol_tlvs",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\nproxy_client_cert_tlv = 0x20\n",
-                "proxy_client_cert_tlv",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\naccept_proxy_from = [\"10.0.0.0/8\"]\n",
-                "accept_proxy_from",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\naccept_proxy = true\naccept_proxy_from = [\"10.0.0.0/33\"]\n",
-                "accept_proxy_from",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\naccept_proxy = true\nproxy_header_timeout = \"0s\"\n",
-                "proxy_header_timeout",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\naccept_proxy = true\naccept_proxy_from = []\n",
-                "accept_proxy_from",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\nclient_auth = \"required\"\n",
-                "client_ca",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\nclient_ca = \"ca.pem\"\n",
-                "client_ca",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\nclient_auth = \"optional_no_ca\"\nclient_crl = \"ca.crl\"\n",
-                "client_crl",
-            ),
-            (
-                "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nproxy_protocol = \"v2\"\n\
-                 proxy_protocol_tlvs = [\"client_cert\"]\nclient_auth = \"optional_no_ca\"\n",
-                "client_auth",
-            ),
-        ] {
-            let e = parse(text).unwrap_err().to_string();
-            assert!(e.contains(key), "{text}: {e}");
-        }
-        // optional_no_ca may go without a CA: every certificate is then passed on as unverified.
-        let fe = &parse(
-            "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nclient_auth = \"optional_no_ca\"\n\
-             proxy_protocol = \"v2\"\nproxy_protocol_tlvs = [\"ssl\"]\n",
-        )
-        .expect("optional_no_ca without client_ca")
-        .frontends[0];
-        assert_eq!(fe.client_auth, ClientAuth::OptionalNoCa);
-        assert_eq!(fe.client_ca, None);
-        assert!(parse("workers = 1\n")
-            .unwrap_err()
-            .to_string()
-            .contains("frontend"));
-    }
-
-    #[test]
-    fn tls13_only_suites_with_tls12_enabled_is_rejected() {
-        let e = parse(
-            "[[frontend]]\nself_signed = true\nciphersuites = [\"TLS13_AES_128_GCM_SHA256\"]\n",
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("TLS1.2"), "{e}");
-    }
-}
+mod tests;

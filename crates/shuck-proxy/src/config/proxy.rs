@@ -1,36 +1,43 @@
-//! The PROXY protocol and client-certificate settings of a frontend: their validated types and
-//! how the raw keys become them.
+//! The PROXY protocol: the header sent to the backend (`proxy_protocol`, `proxy_protocol_tlvs`,
+//! `proxy_client_cert_tlv`) and the one received from a load balancer in front (`accept_proxy`,
+//! `accept_proxy_from`, `proxy_header_timeout`).
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{defaults, key_err, parse_duration, KeyError, ProxyProtocol, RawFrontend};
+use super::{defaults, duration_or, key_err, KeyError, RawFrontend};
+use crate::proxy_protocol::{tlv, Version};
 
-/// Whether clients must present a certificate (mutual TLS).
+/// `proxy_protocol` as written in the file or given as a flag; validated into
+/// `Option<Version>` by [`ProxyProtocol::version`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum ClientAuth {
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocol {
     #[default]
     None,
-    /// Ask for a certificate; a client without one is served, one with an invalid one is not.
-    Optional,
-    /// Refuse clients without a valid certificate.
-    Required,
-    /// Ask for a certificate and serve every client; the verification result (0 or an OpenSSL
-    /// `X509_V_ERR_*` code) goes to the backend in the SSL TLV, which decides (nginx's
-    /// `optional_no_ca`, HAProxy's `verify optional` with `ca-ignore-err`/`crt-ignore-err all`).
-    OptionalNoCa,
+    V1,
+    V2,
 }
 
-impl fmt::Display for ClientAuth {
+impl ProxyProtocol {
+    /// The header version to send, or `None` for no header.
+    pub fn version(self) -> Option<Version> {
+        match self {
+            ProxyProtocol::None => None,
+            ProxyProtocol::V1 => Some(Version::V1),
+            ProxyProtocol::V2 => Some(Version::V2),
+        }
+    }
+}
+
+impl fmt::Display for ProxyProtocol {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            ClientAuth::None => "none",
-            ClientAuth::Optional => "optional",
-            ClientAuth::Required => "required",
-            ClientAuth::OptionalNoCa => "optional_no_ca",
+            ProxyProtocol::None => "none",
+            ProxyProtocol::V1 => "v1",
+            ProxyProtocol::V2 => "v2",
         })
     }
 }
@@ -118,87 +125,63 @@ impl AcceptProxy {
     }
 }
 
+/// The validated sending side: which header, if any, and its TLVs.
+pub(super) struct SendProxy {
+    pub version: Option<Version>,
+    pub tlvs: ProxyTlvs,
+}
+
 impl RawFrontend {
-    pub(super) fn proxy_tlvs(&self, version: ProxyProtocol) -> Result<ProxyTlvs, KeyError> {
-        let cert_type = self
-            .proxy_client_cert_tlv
-            .unwrap_or(defaults::PROXY_CLIENT_CERT_TLV);
-        if !(crate::proxy_protocol::tlv::CUSTOM_MIN..=crate::proxy_protocol::tlv::CUSTOM_MAX)
-            .contains(&cert_type)
-        {
-            return Err(key_err(
-                "proxy_client_cert_tlv",
-                format!("{cert_type:#04x} is outside the custom range 0xE0..=0xEF the spec reserves for applications"),
-            ));
-        }
-        let Some(names) = &self.proxy_protocol_tlvs else {
-            return Ok(if version == ProxyProtocol::V2 {
-                ProxyTlvs::DEFAULT
-            } else {
-                ProxyTlvs::default()
-            });
-        };
-        if version != ProxyProtocol::V2 && !names.is_empty() {
-            return Err(key_err(
-                "proxy_protocol_tlvs",
-                "TLVs exist only in PROXY v2: set proxy_protocol = \"v2\"",
-            ));
-        }
-        let mut out = ProxyTlvs::default();
-        for n in names {
-            match n.as_str() {
-                "alpn" => out.alpn = true,
-                "authority" => out.authority = true,
-                "unique_id" => out.unique_id = true,
-                "ssl" => out.ssl = true,
-                "client_cert" => out.client_cert = Some(cert_type),
-                "crc32c" => out.crc32c = true,
-                other => {
-                    return Err(key_err(
-                        "proxy_protocol_tlvs",
-                        format!(
-                            "{other:?} is not a TLV name; known: {}",
-                            ProxyTlvs::NAMES.join(", ")
-                        ),
-                    ))
-                }
+    pub(super) fn validate_send_proxy(&self) -> Result<SendProxy, KeyError> {
+        let version = self.proxy_protocol.unwrap_or_default().version();
+        let cert_tlv = self.validate_client_cert_tlv()?;
+        let tlvs = match &self.proxy_protocol_tlvs {
+            None if version == Some(Version::V2) => ProxyTlvs::DEFAULT,
+            None => ProxyTlvs::default(),
+            Some(names) if version != Some(Version::V2) && !names.is_empty() => {
+                return Err(key_err(
+                    "proxy_protocol_tlvs",
+                    "TLVs exist only in PROXY v2: set proxy_protocol = \"v2\"",
+                ))
             }
-        }
-        Ok(out)
+            Some(names) => parse_tlv_names(names, cert_tlv)?,
+        };
+        Ok(SendProxy { version, tlvs })
     }
 
-    pub(super) fn accept_proxy(&self) -> Result<Option<AcceptProxy>, KeyError> {
-        let timeout = match &self.proxy_header_timeout {
-            None => defaults::PROXY_HEADER_TIMEOUT,
-            Some(s) => parse_duration(s).map_err(|m| key_err("proxy_header_timeout", m))?,
-        };
+    /// The TLV type for client certificates, sent and received.
+    fn validate_client_cert_tlv(&self) -> Result<u8, KeyError> {
+        let t = self
+            .proxy_client_cert_tlv
+            .unwrap_or(defaults::PROXY_CLIENT_CERT_TLV);
+        if !(tlv::CUSTOM_MIN..=tlv::CUSTOM_MAX).contains(&t) {
+            return Err(key_err(
+                "proxy_client_cert_tlv",
+                format!("{t:#04x} is outside the custom range 0xE0..=0xEF the spec reserves for applications"),
+            ));
+        }
+        Ok(t)
+    }
+
+    pub(super) fn validate_accept_proxy(&self) -> Result<Option<AcceptProxy>, KeyError> {
+        let timeout = duration_or(
+            "proxy_header_timeout",
+            self.proxy_header_timeout.as_deref(),
+            defaults::PROXY_HEADER_TIMEOUT,
+        )?;
         if timeout.is_zero() {
             return Err(key_err("proxy_header_timeout", "must be longer than 0s"));
         }
-        let mut from = Vec::new();
-        for s in self.accept_proxy_from.iter().flatten() {
-            // A bare address means that one host.
-            let net = s
-                .parse::<ipnet::IpNet>()
-                .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                .map_err(|_| {
-                    key_err(
-                        "accept_proxy_from",
-                        format!("{s:?} is not an address or network (10.0.0.0/8, 2001:db8::/32, 192.0.2.7)"),
-                    )
-                })?;
-            from.push(net.trunc());
-        }
+        let from = parse_networks(self.accept_proxy_from.as_deref().unwrap_or_default())?;
         if !self.accept_proxy.unwrap_or(false) {
-            if self.accept_proxy_from.is_some() || self.proxy_header_timeout.is_some() {
-                let key = if self.accept_proxy_from.is_some() {
-                    "accept_proxy_from"
-                } else {
-                    "proxy_header_timeout"
-                };
-                return Err(key_err(key, "has no effect without accept_proxy = true"));
-            }
-            return Ok(None);
+            let key = if self.accept_proxy_from.is_some() {
+                "accept_proxy_from"
+            } else if self.proxy_header_timeout.is_some() {
+                "proxy_header_timeout"
+            } else {
+                return Ok(None);
+            };
+            return Err(key_err(key, "has no effect without accept_proxy = true"));
         }
         if self.accept_proxy_from.as_ref().is_some_and(Vec::is_empty) {
             return Err(key_err(
@@ -209,9 +192,51 @@ impl RawFrontend {
         Ok(Some(AcceptProxy {
             from,
             timeout,
-            cert_tlv: self
-                .proxy_client_cert_tlv
-                .unwrap_or(defaults::PROXY_CLIENT_CERT_TLV),
+            cert_tlv: self.validate_client_cert_tlv()?,
         }))
     }
+}
+
+fn parse_tlv_names(names: &[String], cert_tlv: u8) -> Result<ProxyTlvs, KeyError> {
+    let mut out = ProxyTlvs::default();
+    for n in names {
+        match n.as_str() {
+            "alpn" => out.alpn = true,
+            "authority" => out.authority = true,
+            "unique_id" => out.unique_id = true,
+            "ssl" => out.ssl = true,
+            "client_cert" => out.client_cert = Some(cert_tlv),
+            "crc32c" => out.crc32c = true,
+            other => {
+                return Err(key_err(
+                    "proxy_protocol_tlvs",
+                    format!(
+                        "{other:?} is not a TLV name; known: {}",
+                        ProxyTlvs::NAMES.join(", ")
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `accept_proxy_from` entries: networks, or a bare address meaning that one host.
+fn parse_networks(list: &[String]) -> Result<Vec<ipnet::IpNet>, KeyError> {
+    let mut from = Vec::with_capacity(list.len());
+    for s in list {
+        let net = s
+            .parse::<ipnet::IpNet>()
+            .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+            .map_err(|_| {
+                key_err(
+                    "accept_proxy_from",
+                    format!(
+                        "{s:?} is not an address or network (10.0.0.0/8, 2001:db8::/32, 192.0.2.7)"
+                    ),
+                )
+            })?;
+        from.push(net.trunc());
+    }
+    Ok(from)
 }

@@ -347,9 +347,8 @@ pub fn ssl_tlv(value: &[u8]) -> Result<SslTlv<'_>, DecodeError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{encode, encoded_len, SslInfo, Tlvs};
+    use super::super::{encode, encoded_len, SslInfo, Tlvs, Version};
     use super::*;
-    use crate::config::ProxyProtocol;
 
     fn sa(s: &str) -> SocketAddr {
         s.parse().unwrap()
@@ -363,7 +362,7 @@ mod tests {
             crc32c: true,
             ..Tlvs::default()
         };
-        for version in [ProxyProtocol::V1, ProxyProtocol::V2] {
+        for version in [Version::V1, Version::V2] {
             let addrs = Addresses::tcp(sa("[2001:db8::1]:1000"), sa("[2001:db8::2]:443"));
             let mut buf = vec![0; encoded_len(version, addrs, &tlvs).unwrap()];
             encode(version, addrs, &tlvs, &mut buf).unwrap();
@@ -403,8 +402,8 @@ mod tests {
             crc32c: true,
         };
         let addrs = Addresses::tcp(sa("192.0.2.1:5000"), sa("192.0.2.2:443"));
-        let mut buf = vec![0; encoded_len(ProxyProtocol::V2, addrs, &tlvs).unwrap()];
-        encode(ProxyProtocol::V2, addrs, &tlvs, &mut buf).unwrap();
+        let mut buf = vec![0; encoded_len(Version::V2, addrs, &tlvs).unwrap()];
+        encode(Version::V2, addrs, &tlvs, &mut buf).unwrap();
         let Ok(Parsed::Complete { header, .. }) = decode(&buf) else {
             panic!("no header")
         };

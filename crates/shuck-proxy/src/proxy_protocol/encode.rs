@@ -3,8 +3,7 @@
 use std::io::Write;
 use std::net::IpAddr;
 
-use super::{crc32c_with_hole, tlv, Addresses, V2_SIGNATURE};
-use crate::config::ProxyProtocol;
+use super::{crc32c_with_hole, tlv, Addresses, Version, V2_SIGNATURE};
 
 /// What the TLS handshake negotiated, for the SSL TLV (0x20) and its sub-TLVs.
 #[derive(Debug, Clone, Copy, Default)]
@@ -90,7 +89,7 @@ impl Out<'_> {
 
 /// Bytes [`encode`] will write.
 pub fn encoded_len(
-    version: ProxyProtocol,
+    version: Version,
     addrs: Addresses,
     tlvs: &Tlvs<'_>,
 ) -> Result<usize, EncodeError> {
@@ -99,9 +98,9 @@ pub fn encoded_len(
     Ok(out.pos)
 }
 
-/// Writes the header into `buf` and returns its length (0 for `ProxyProtocol::None`).
+/// Writes the header into `buf` and returns its length.
 pub fn encode(
-    version: ProxyProtocol,
+    version: Version,
     addrs: Addresses,
     tlvs: &Tlvs<'_>,
     buf: &mut [u8],
@@ -116,14 +115,13 @@ pub fn encode(
 
 fn write(
     out: &mut Out<'_>,
-    version: ProxyProtocol,
+    version: Version,
     addrs: Addresses,
     tlvs: &Tlvs<'_>,
 ) -> Result<(), EncodeError> {
     match version {
-        ProxyProtocol::None => Ok(()),
-        ProxyProtocol::V1 => write_v1(out, addrs),
-        ProxyProtocol::V2 => write_v2(out, addrs, tlvs),
+        Version::V1 => write_v1(out, addrs),
+        Version::V2 => write_v2(out, addrs, tlvs),
     }
 }
 
@@ -228,7 +226,7 @@ mod tests {
         s.parse().unwrap()
     }
 
-    fn enc(version: ProxyProtocol, src: &str, dst: &str, tlvs: &Tlvs<'_>) -> Vec<u8> {
+    fn enc(version: Version, src: &str, dst: &str, tlvs: &Tlvs<'_>) -> Vec<u8> {
         let addrs = Addresses::tcp(sa(src), sa(dst));
         let n = encoded_len(version, addrs, tlvs).unwrap();
         let mut buf = vec![0; n];
@@ -239,7 +237,7 @@ mod tests {
     #[test]
     fn v1_lines() {
         let none = Tlvs::default();
-        let v1 = ProxyProtocol::V1;
+        let v1 = Version::V1;
         assert_eq!(
             enc(v1, "192.0.2.1:56324", "198.51.100.2:443", &none),
             b"PROXY TCP4 192.0.2.1 198.51.100.2 56324 443\r\n"
@@ -256,13 +254,12 @@ mod tests {
             enc(v1, "[2001:db8::1]:5", "10.0.0.2:6", &none),
             b"PROXY UNKNOWN\r\n"
         );
-        assert!(enc(ProxyProtocol::None, "1.1.1.1:1", "1.1.1.1:1", &none).is_empty());
     }
 
     #[test]
     fn v1_longest_line_fits() {
         let a = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe]:65535";
-        let h = enc(ProxyProtocol::V1, a, a, &Tlvs::default());
+        let h = enc(Version::V1, a, a, &Tlvs::default());
         assert_eq!(h.len(), 104);
         assert!(h.ends_with(b"65535 65535\r\n"));
     }
@@ -270,7 +267,7 @@ mod tests {
     #[test]
     fn v2_ipv4_matches_spec_layout() {
         let h = enc(
-            ProxyProtocol::V2,
+            Version::V2,
             "192.0.2.1:56324",
             "198.51.100.2:443",
             &Tlvs::default(),
@@ -301,12 +298,7 @@ mod tests {
             }),
             ..Tlvs::default()
         };
-        let h = enc(
-            ProxyProtocol::V2,
-            "[2001:db8::1]:1",
-            "[2001:db8::2]:2",
-            &tlvs,
-        );
+        let h = enc(Version::V2, "[2001:db8::1]:1", "[2001:db8::2]:2", &tlvs);
         let body = &h[16 + 36..];
         // ALPN "h2" | AUTHORITY "a.test" | SSL { client 1, verify 0, VERSION "TLSv1.3", CIPHER "X" }
         let want: &[u8] = &[
@@ -325,7 +317,7 @@ mod tests {
         let addrs = Addresses::tcp(sa("1.2.3.4:1"), sa("1.2.3.4:2"));
         let mut small = [0u8; 20];
         assert_eq!(
-            encode(ProxyProtocol::V2, addrs, &Tlvs::default(), &mut small),
+            encode(Version::V2, addrs, &Tlvs::default(), &mut small),
             Err(EncodeError::BufferTooSmall)
         );
         let big = vec![0u8; 70_000];
@@ -334,7 +326,7 @@ mod tests {
             ..Tlvs::default()
         };
         assert_eq!(
-            encoded_len(ProxyProtocol::V2, addrs, &tlvs),
+            encoded_len(Version::V2, addrs, &tlvs),
             Err(EncodeError::TooLong)
         );
     }

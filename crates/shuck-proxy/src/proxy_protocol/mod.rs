@@ -14,7 +14,26 @@ mod encode;
 pub use decode::{decode, ssl_tlv, tlvs, DecodeError, Parsed, Received, SslTlv, TlvIter};
 pub use encode::{encode, encoded_len, EncodeError, SslInfo, Tlvs};
 
+use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+
+/// Which PROXY protocol version a header is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// The text line (`PROXY TCP4 ...`); carries no TLVs.
+    V1,
+    /// The binary header, with TLVs.
+    V2,
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Version::V1 => "v1",
+            Version::V2 => "v2",
+        })
+    }
+}
 
 /// The 12-byte v2 signature.
 pub const V2_SIGNATURE: [u8; 12] = *b"\r\n\r\n\0\r\nQUIT\n";

@@ -15,8 +15,9 @@ use tokio_rustls::{LazyConfigAcceptor, StartHandshake};
 
 use super::certs::ServedCert;
 use super::client_auth::Lenient;
-use super::{params, WorkerTls};
+use super::WorkerTls;
 use crate::conn_error::ConnError;
+use crate::tls_params as params;
 
 /// A ClientHello read, the handshake not yet begun.
 pub(crate) type Hello = StartHandshake<TcpStream>;

@@ -4,7 +4,6 @@
 pub(crate) mod certs;
 pub(crate) mod client_auth;
 pub(crate) mod handshake;
-pub(crate) mod params;
 pub(crate) mod sessions;
 pub(crate) mod sni;
 pub(crate) mod tickets;

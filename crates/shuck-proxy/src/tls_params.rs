@@ -1,4 +1,6 @@
-//! Protocol versions, cipher suites and key-exchange groups: names, defaults and parsing.
+//! TLS protocol versions, cipher suites and key-exchange groups: their names (as configured, as
+//! OpenSSL and the PROXY SSL TLV say them), defaults and parsing. A leaf: config, tls and the
+//! PROXY header writer all use it.
 
 use rustls::crypto::aws_lc_rs::{self, cipher_suite as cs, kx_group};
 use rustls::crypto::SupportedKxGroup;

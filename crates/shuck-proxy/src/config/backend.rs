@@ -1,0 +1,112 @@
+//! Where decrypted connections go: the `backend` addresses (or the built-in demo page), how a
+//! worker chooses among them (`backend_policy`) and how failed backends are avoided
+//! (`backend_cooldown`).
+
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{defaults, duration_or, key_err, KeyError, OneOrMany, RawFrontend};
+
+/// Backends per frontend; the backend pool's health snapshot is a 128-bit mask.
+pub const MAX_BACKENDS: usize = 128;
+
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// The built-in page describing the connection.
+    Demo,
+    /// TCP backends, chosen by the frontend's `BackendPolicy`.
+    Tcp(Vec<BackendAddr>),
+}
+
+#[derive(Debug, Clone)]
+pub struct BackendAddr {
+    /// As written, for logs.
+    pub name: String,
+    pub addr: SocketAddr,
+}
+
+/// How a worker picks the backend for a new connection. Backends in cooldown are tried last
+/// whatever the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendPolicy {
+    /// Each worker goes round the list in order.
+    #[default]
+    RoundRobin,
+    /// Each worker picks the backend with the fewest connections it has open itself, ties
+    /// broken round-robin.
+    LeastConnections,
+}
+
+impl fmt::Display for BackendPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendPolicy::RoundRobin => "round_robin",
+            BackendPolicy::LeastConnections => "least_connections",
+        })
+    }
+}
+
+pub(super) struct BackendSection {
+    pub backend: Backend,
+    pub policy: BackendPolicy,
+    pub cooldown: Duration,
+}
+
+impl RawFrontend {
+    pub(super) fn validate_backend(&self) -> Result<BackendSection, KeyError> {
+        let backend = match self.backend.clone().map(OneOrMany::into_vec) {
+            None => Backend::Demo,
+            Some(v) if v.is_empty() => Backend::Demo,
+            Some(v) if v.len() > MAX_BACKENDS => {
+                return Err(key_err(
+                    "backend",
+                    format!("{} addresses: at most {MAX_BACKENDS} per frontend", v.len()),
+                ))
+            }
+            Some(v) => {
+                let mut out = Vec::with_capacity(v.len());
+                for name in v {
+                    let addr = resolve(&name).map_err(|m| key_err("backend", m))?;
+                    out.push(BackendAddr { name, addr });
+                }
+                Backend::Tcp(out)
+            }
+        };
+        if self.backend_policy.is_some() && matches!(backend, Backend::Demo) {
+            return Err(key_err(
+                "backend_policy",
+                "needs a backend: the built-in demo backend is a single page, there is nothing to choose between",
+            ));
+        }
+        let cooldown = duration_or(
+            "backend_cooldown",
+            self.backend_cooldown.as_deref(),
+            defaults::BACKEND_COOLDOWN,
+        )?;
+        Ok(BackendSection {
+            backend,
+            policy: self.backend_policy.unwrap_or_default(),
+            cooldown,
+        })
+    }
+}
+
+fn resolve(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if !s.contains(':') {
+        return Err(format!("{s:?} has no port: write host:port"));
+    }
+    // Hostnames are resolved once at start: a terminator should not depend on DNS per connection.
+    let mut addrs = s
+        .to_socket_addrs()
+        .map_err(|e| format!("{s:?} cannot be resolved: {e}"))?;
+    addrs
+        .next()
+        .ok_or_else(|| format!("{s:?} resolves to no address"))
+}

@@ -1,0 +1,75 @@
+//! What a frontend presents: certificate files (or a self-signed one) and what to do when the
+//! client's SNI names none of them.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::{key_err, resolve_path, KeyError, OneOrMany, RawFrontend};
+
+#[derive(Debug, Clone)]
+pub enum CertSource {
+    SelfSigned,
+    Files {
+        paths: Vec<PathBuf>,
+        default: Option<PathBuf>,
+    },
+}
+
+/// What to do with a client whose SNI matches no certificate (or that sends none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SniFallback {
+    /// Serve the frontend's default certificate.
+    Default,
+    /// Abort the handshake with an alert.
+    Reject,
+}
+
+pub(super) struct Certificates {
+    pub source: CertSource,
+    pub unknown_sni: SniFallback,
+    pub missing_sni: SniFallback,
+}
+
+impl RawFrontend {
+    pub(super) fn validate_certificates(
+        &self,
+        base: Option<&Path>,
+    ) -> Result<Certificates, KeyError> {
+        let paths: Vec<PathBuf> = self
+            .certificates
+            .clone()
+            .map(OneOrMany::into_vec)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| resolve_path(base, p))
+            .collect();
+        let source =
+            match (self.self_signed.unwrap_or(false), paths.is_empty()) {
+                (true, true) => CertSource::SelfSigned,
+                (true, false) => {
+                    return Err(key_err(
+                        "self_signed",
+                        "cannot be combined with certificates: choose one",
+                    ))
+                }
+                (false, true) => return Err(key_err(
+                    "certificates",
+                    "missing: give PEM files or directories (chain + key), or self_signed = true",
+                )),
+                (false, false) => CertSource::Files {
+                    paths,
+                    default: self
+                        .default_certificate
+                        .clone()
+                        .map(|p| resolve_path(base, p)),
+                },
+            };
+        Ok(Certificates {
+            source,
+            unknown_sni: self.unknown_sni.unwrap_or(SniFallback::Default),
+            missing_sni: self.missing_sni.unwrap_or(SniFallback::Default),
+        })
+    }
+}

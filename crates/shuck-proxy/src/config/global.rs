@@ -1,0 +1,95 @@
+//! The keys outside `[[frontend]]`: workers, the connection limit, shutdown, logging, metrics.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{defaults, duration_or, key_err, Frontend, KeyError, RawConfig};
+
+/// Far above what one machine's descriptors allow; keeps the per-worker semaphore in range.
+pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 24;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Compact,
+    Json,
+}
+
+/// The validated global keys.
+pub(super) struct Globals {
+    pub workers: usize,
+    pub pin_cpus: bool,
+    pub max_connections: usize,
+    pub shutdown_grace: Duration,
+    pub log_format: LogFormat,
+    pub log_level: String,
+    pub log_connections: bool,
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+impl RawConfig {
+    pub(super) fn validate_globals(&self) -> Result<Globals, KeyError> {
+        let workers = match self.workers.unwrap_or(0) {
+            0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            n if n > 1024 => return Err(key_err("workers", format!("{n} is more than 1024"))),
+            n => n,
+        };
+        let max_connections = self.max_connections.unwrap_or(defaults::MAX_CONNECTIONS);
+        if !(1..=MAX_CONNECTIONS_LIMIT).contains(&max_connections) {
+            return Err(key_err(
+                "max_connections",
+                format!("{max_connections} is not in 1..={MAX_CONNECTIONS_LIMIT}"),
+            ));
+        }
+        let shutdown_grace = duration_or(
+            "shutdown_grace",
+            self.shutdown_grace.as_deref(),
+            defaults::SHUTDOWN_GRACE,
+        )?;
+        let log_level = self.log_level.clone().unwrap_or_else(|| "info".into());
+        if log_level.parse::<tracing::Level>().is_err() {
+            return Err(key_err(
+                "log_level",
+                format!("{log_level:?} is not one of error, warn, info, debug, trace"),
+            ));
+        }
+        let metrics_listen = match &self.metrics_listen {
+            None => None,
+            Some(a) => Some(a.parse::<SocketAddr>().map_err(|_| {
+                key_err(
+                    "metrics_listen",
+                    format!("{a:?} is not an IP:port address (IPv6 as [::1]:9100)"),
+                )
+            })?),
+        };
+        Ok(Globals {
+            workers,
+            pin_cpus: self.pin_cpus.unwrap_or(false),
+            max_connections,
+            shutdown_grace,
+            log_format: self.log_format.unwrap_or_default(),
+            log_level,
+            log_connections: self.log_connections.unwrap_or(false),
+            metrics_listen,
+        })
+    }
+}
+
+/// The metrics address may not also be a frontend's (port 0 picks a fresh port each time).
+pub(super) fn check_metrics_listen_free(
+    metrics: Option<SocketAddr>,
+    frontends: &[Frontend],
+) -> Result<(), KeyError> {
+    if let Some(m) = metrics.filter(|m| m.port() != 0) {
+        if let Some(fe) = frontends.iter().find(|f| f.listen.contains(&m)) {
+            return Err(key_err(
+                "metrics_listen",
+                format!("{m} is also a listen address of frontend {:?}", fe.name),
+            ));
+        }
+    }
+    Ok(())
+}

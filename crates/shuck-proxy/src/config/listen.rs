@@ -1,0 +1,54 @@
+//! Where a frontend accepts connections: `listen` and the kernel queue behind it (`backlog`).
+
+use std::net::SocketAddr;
+
+use super::{defaults, key_err, Frontend, KeyError, OneOrMany, RawFrontend};
+
+pub(super) struct Listen {
+    pub addrs: Vec<SocketAddr>,
+    pub backlog: u32,
+}
+
+impl RawFrontend {
+    pub(super) fn validate_listen(&self) -> Result<Listen, KeyError> {
+        let raw = self
+            .listen
+            .clone()
+            .map_or_else(|| vec![defaults::LISTEN.to_string()], OneOrMany::into_vec);
+        if raw.is_empty() {
+            return Err(key_err("listen", "empty list: give at least one address"));
+        }
+        let mut addrs = Vec::with_capacity(raw.len());
+        for l in &raw {
+            let addr: SocketAddr = l.parse().map_err(|_| {
+                key_err(
+                    "listen",
+                    format!("{l:?} is not an IP:port address (IPv6 as [::1]:443)"),
+                )
+            })?;
+            if addrs.contains(&addr) {
+                return Err(key_err("listen", format!("{addr} is listed twice")));
+            }
+            addrs.push(addr);
+        }
+        let backlog = self.backlog.unwrap_or(defaults::BACKLOG);
+        if backlog == 0 || backlog > 65535 {
+            return Err(key_err("backlog", format!("{backlog} is not in 1..=65535")));
+        }
+        Ok(Listen { addrs, backlog })
+    }
+}
+
+/// No two frontends may listen on one address: SO_REUSEPORT would let both bind it and the
+/// kernel would silently split clients between them. Port 0 picks a fresh port each time.
+pub(super) fn check_not_shared(fe: &Frontend, earlier: &[Frontend]) -> Result<(), KeyError> {
+    for addr in fe.listen.iter().filter(|a| a.port() != 0) {
+        if let Some(other) = earlier.iter().find(|f| f.listen.contains(addr)) {
+            return Err(key_err(
+                "listen",
+                format!("{addr} is already used by frontend {:?}", other.name),
+            ));
+        }
+    }
+    Ok(())
+}

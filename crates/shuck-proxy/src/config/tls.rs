@@ -1,0 +1,97 @@
+//! What the TLS handshake may negotiate (protocol versions, cipher suites, key-exchange groups,
+//! ALPN) and how sessions resume (session cache, tickets).
+
+use std::time::Duration;
+
+use rustls::crypto::SupportedKxGroup;
+use rustls::{SupportedCipherSuite, SupportedProtocolVersion};
+
+use super::{defaults, duration_or, key_err, KeyError, RawFrontend};
+use crate::tls_params as params;
+
+/// Ticket keys rotate at least this often (shorter only costs full handshakes)...
+const MIN_TICKET_LIFETIME: Duration = Duration::from_secs(60);
+/// ...and at most this often: TLS 1.3's limit on a ticket's life.
+const MAX_TICKET_LIFETIME: Duration = Duration::from_secs(7 * 86_400);
+
+pub(super) struct Tls {
+    pub versions: Vec<&'static SupportedProtocolVersion>,
+    pub ciphersuites: Vec<SupportedCipherSuite>,
+    pub groups: Vec<&'static dyn SupportedKxGroup>,
+    pub alpn: Vec<Vec<u8>>,
+    pub session_cache_size: usize,
+    pub session_tickets: bool,
+    pub session_ticket_lifetime: Duration,
+}
+
+impl RawFrontend {
+    /// `demo_backend`: the frontend has no `backend`, which changes the ALPN default.
+    pub(super) fn validate_tls(&self, demo_backend: bool) -> Result<Tls, KeyError> {
+        let versions = match &self.protocols {
+            None => params::default_versions(),
+            Some(list) => params::parse_versions(list).map_err(|m| key_err("protocols", m))?,
+        };
+        let ciphersuites = match &self.ciphersuites {
+            None => params::default_ciphersuites(),
+            Some(list) => {
+                params::parse_ciphersuites(list).map_err(|m| key_err("ciphersuites", m))?
+            }
+        };
+        params::check_suites_cover_versions(&ciphersuites, &versions)
+            .map_err(|m| key_err("ciphersuites", m))?;
+        let groups = match &self.groups {
+            None => params::default_groups(),
+            Some(list) => params::parse_groups(list).map_err(|m| key_err("groups", m))?,
+        };
+        params::check_groups_cover_versions(&groups, &versions)
+            .map_err(|m| key_err("groups", m))?;
+        Ok(Tls {
+            versions,
+            ciphersuites,
+            groups,
+            alpn: self.validate_alpn(demo_backend)?,
+            session_cache_size: self
+                .session_cache_size
+                .unwrap_or(defaults::SESSION_CACHE_SIZE),
+            session_tickets: self.session_tickets.unwrap_or(true),
+            session_ticket_lifetime: self.validate_ticket_lifetime()?,
+        })
+    }
+
+    fn validate_alpn(&self, demo_backend: bool) -> Result<Vec<Vec<u8>>, KeyError> {
+        let Some(list) = &self.alpn else {
+            // The demo backend speaks HTTP/1.x only; advertising h2 would break browsers.
+            return Ok(if demo_backend {
+                vec![b"http/1.1".to_vec()]
+            } else {
+                Vec::new()
+            });
+        };
+        let mut out = Vec::with_capacity(list.len());
+        for p in list {
+            if p.is_empty() || p.len() > 255 {
+                return Err(key_err(
+                    "alpn",
+                    format!("{p:?}: a protocol name is 1 to 255 bytes"),
+                ));
+            }
+            out.push(p.clone().into_bytes());
+        }
+        Ok(out)
+    }
+
+    fn validate_ticket_lifetime(&self) -> Result<Duration, KeyError> {
+        let lifetime = duration_or(
+            "session_ticket_lifetime",
+            self.session_ticket_lifetime.as_deref(),
+            defaults::SESSION_TICKET_LIFETIME,
+        )?;
+        if !(MIN_TICKET_LIFETIME..=MAX_TICKET_LIFETIME).contains(&lifetime) {
+            return Err(key_err(
+                "session_ticket_lifetime",
+                "must be from 1m (shorter only costs full handshakes) to 7d (TLS 1.3's limit)",
+            ));
+        }
+        Ok(lifetime)
+    }
+}

@@ -1,0 +1,121 @@
+//! The layering rule of docs/architecture.md, checked on the source: no import cycle between the
+//! engine's top-level modules. A module's children count as the module (`tls::params` is `tls`),
+//! and test code (`mod tests` at the end of a file) is left out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn source_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            source_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a file belongs to (`None` for lib.rs).
+fn top_module(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).expect("under src");
+    let first = rel.components().next()?.as_os_str().to_str()?.to_string();
+    (first != "lib.rs").then(|| first.trim_end_matches(".rs").to_string())
+}
+
+/// Top-level modules named after `crate::` in `code` (in paths and in `use crate::{a, b}` groups).
+fn crate_references(code: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for piece in code.split("crate::").skip(1) {
+        let names: Vec<&str> = if let Some(group) = piece.strip_prefix('{') {
+            let inner = &group[..group.find('}').unwrap_or(group.len())];
+            inner.split(',').collect()
+        } else {
+            vec![piece]
+        };
+        for n in names {
+            let ident: String = n
+                .trim()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !ident.is_empty() && ident.chars().next().is_some_and(char::is_lowercase) {
+                found.insert(ident);
+            }
+        }
+    }
+    found
+}
+
+fn without_tests(code: &str) -> &str {
+    code.find("#[cfg(test)]\nmod tests")
+        .map_or(code, |i| &code[..i])
+}
+
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    source_files(&src, &mut files);
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in files {
+        let Some(module) = top_module(&src, &f) else {
+            continue;
+        };
+        let code = std::fs::read_to_string(&f).expect("read");
+        let refs = crate_references(without_tests(&code));
+        let edges = g.entry(module.clone()).or_default();
+        edges.extend(refs.into_iter().filter(|r| *r != module));
+    }
+    g
+}
+
+/// A cycle through `start`, if any, as the list of modules on it.
+fn cycle_from(
+    g: &BTreeMap<String, BTreeSet<String>>,
+    start: &str,
+    path: &mut Vec<String>,
+) -> Option<Vec<String>> {
+    let here = path.last().expect("non-empty").clone();
+    for next in g.get(&here).into_iter().flatten() {
+        if next == start {
+            return Some(path.clone());
+        }
+        if !path.contains(next) {
+            path.push(next.clone());
+            if let Some(c) = cycle_from(g, start, path) {
+                return Some(c);
+            }
+            path.pop();
+        }
+    }
+    None
+}
+
+#[test]
+fn the_parser_sees_paths_and_groups() {
+    let refs = crate_references(
+        "use crate::config::Frontend;\nuse crate::{demo, log_limit};\nlet x = crate::tls::params::x();",
+    );
+    let want: BTreeSet<String> = ["config", "demo", "log_limit", "tls"]
+        .map(String::from)
+        .into();
+    assert_eq!(refs, want);
+}
+
+#[test]
+fn no_import_cycle_between_modules() {
+    let g = graph();
+    assert!(g.len() > 10, "the source was read: {g:?}");
+    for start in g.keys() {
+        if let Some(cycle) = cycle_from(&g, start, &mut vec![start.clone()]) {
+            panic!("import cycle: {} -> {start}", cycle.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn the_protocol_codec_imports_nothing_from_the_engine() {
+    let g = graph();
+    let codec = g.get("proxy_protocol").expect("proxy_protocol module");
+    assert!(codec.is_empty(), "proxy_protocol imports {codec:?}");
+}
