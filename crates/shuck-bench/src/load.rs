@@ -397,6 +397,65 @@ pub fn probe(plan: &LoadPlan) -> Result<Negotiated, BenchError> {
     }
 }
 
+/// The progress line on stderr: about once a second, rewritten in place on a terminal, and at
+/// least once per step in a log.
+struct Progress {
+    on: bool,
+    tty: bool,
+    last_ok: u64,
+    last_failed: u64,
+    last_print: Instant,
+}
+
+impl Progress {
+    fn new(on: bool) -> Progress {
+        Progress {
+            on,
+            tty: std::io::stderr().is_terminal(),
+            last_ok: 0,
+            last_failed: 0,
+            last_print: Instant::now(),
+        }
+    }
+
+    /// `(step, nsteps)`: the step under way, counted from 1.
+    fn tick(
+        &mut self,
+        live: &Live,
+        (step, nsteps): (usize, usize),
+        offered: Option<f64>,
+        step_end: Instant,
+    ) {
+        let elapsed = self.last_print.elapsed().as_secs_f64();
+        if !self.on || !(elapsed >= 0.99 || (!self.tty && Instant::now() >= step_end)) {
+            return;
+        }
+        let ok = live.ok.load(Ordering::Relaxed);
+        let failed = live.failed.load(Ordering::Relaxed);
+        let text = format!(
+            "step {step}/{nsteps}{}: {:.0} ok/s, {:.0} failed/s, {} in flight",
+            offered
+                .map(|r| format!(" offered {r:.0}/s"))
+                .unwrap_or_default(),
+            (ok - self.last_ok) as f64 / elapsed,
+            (failed - self.last_failed) as f64 / elapsed,
+            live.in_flight.load(Ordering::Relaxed)
+        );
+        if self.tty {
+            eprint!("\r{text:<78}");
+        } else {
+            eprintln!("{text}");
+        }
+        (self.last_ok, self.last_failed, self.last_print) = (ok, failed, Instant::now());
+    }
+
+    fn finish(&self) {
+        if self.on && self.tty {
+            eprintln!();
+        }
+    }
+}
+
 pub fn run(plan: LoadPlan) -> Result<LoadResult, BenchError> {
     if plan.threads == 0 || plan.requests_per_session == 0 || plan.keepalive == 0 {
         return Err(BenchError::Option {
@@ -437,8 +496,7 @@ pub fn run(plan: LoadPlan) -> Result<LoadResult, BenchError> {
     let me = [std::process::id()];
     let mut cpu_before = cpu(&plan.server_pids);
     let mut client_before = cpu(&me);
-    let tty = std::io::stderr().is_terminal();
-    let (mut last_ok, mut last_failed, mut last_print) = (0, 0, Instant::now());
+    let mut progress = Progress::new(plan.progress);
     for s in 0..nsteps {
         let step_end = start + plan.step * (s as u32 + 1);
         let offered = match &plan.schedule {
@@ -450,27 +508,7 @@ pub fn run(plan: LoadPlan) -> Result<LoadResult, BenchError> {
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_secs(1));
             std::thread::sleep(wait);
-            let elapsed = last_print.elapsed().as_secs_f64();
-            if plan.progress && (elapsed >= 0.99 || (!tty && Instant::now() >= step_end)) {
-                let ok = live.ok.load(Ordering::Relaxed);
-                let failed = live.failed.load(Ordering::Relaxed);
-                let text = format!(
-                    "step {}/{nsteps}{}: {:.0} ok/s, {:.0} failed/s, {} in flight",
-                    s + 1,
-                    offered
-                        .map(|r| format!(" offered {r:.0}/s"))
-                        .unwrap_or_default(),
-                    (ok - last_ok) as f64 / elapsed,
-                    (failed - last_failed) as f64 / elapsed,
-                    live.in_flight.load(Ordering::Relaxed)
-                );
-                if tty {
-                    eprint!("\r{text:<78}");
-                } else {
-                    eprintln!("{text}");
-                }
-                (last_ok, last_failed, last_print) = (ok, failed, Instant::now());
-            }
+            progress.tick(&live, (s + 1, nsteps), offered, step_end);
         }
         let cpu_now = cpu(&plan.server_pids);
         let client_now = cpu(&me);
@@ -490,9 +528,7 @@ pub fn run(plan: LoadPlan) -> Result<LoadResult, BenchError> {
             client_before = client_now;
         }
     }
-    if plan.progress && tty {
-        eprintln!();
-    }
+    progress.finish();
     let mut merged = vec![StepAcc::default(); nsteps];
     for h in handles {
         let stats = h

@@ -27,9 +27,9 @@ use crate::worker::{FrontendRt, Worker};
 use crate::{demo, log_limit};
 
 /// What the log line at the end says about the connection, filled in as stages complete.
-#[derive(Default)]
 struct Trace<'a> {
-    client: Option<SocketAddr>,
+    /// The socket's peer until a PROXY header names the real client.
+    client: SocketAddr,
     balancer: Option<SocketAddr>,
     /// Kept only when connection logs are on (it owns strings).
     summary: Option<Summary>,
@@ -48,8 +48,12 @@ pub(crate) async fn handle(
     let started = Instant::now();
     let _active = ActiveGuard::new(&fe.metrics);
     let mut trace = Trace {
-        client: Some(peer),
-        ..Trace::default()
+        client: peer,
+        balancer: None,
+        summary: None,
+        backend: None,
+        unique_id: UniqueId::default(),
+        moved: Moved::default(),
     };
     let result = pipeline(&worker, &fe, tcp, peer, &mut trace).await;
     record_end(&worker, &fe, &trace, result.err(), started.elapsed());
@@ -67,7 +71,7 @@ async fn pipeline<'a>(
     let _ = tcp.set_nodelay(true);
     let arrival = proxy_in::arrive(&mut tcp, peer, cfg.accept_proxy.as_ref()).await?;
     count_arrival(&fe.metrics, &arrival);
-    (trace.client, trace.balancer) = (Some(arrival.client), arrival.balancer);
+    (trace.client, trace.balancer) = (arrival.client, arrival.balancer);
     let deadline = Deadline::after(cfg.handshake_timeout);
     let hello = handshake::read_client_hello(tcp, deadline).await?;
     // The ClientHello stage: what must see the hello before rustls does (a remote session
@@ -208,7 +212,7 @@ fn record_end(
     let span = tracing::error_span!(
         "conn",
         frontend = %fe.cfg.name,
-        client = %Dash(trace.client),
+        client = %trace.client,
         worker = worker.id,
         balancer = tracing::field::Empty,
     );
