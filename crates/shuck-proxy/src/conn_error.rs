@@ -1,33 +1,21 @@
-//! Why a connection ended before its natural end: one error type for every stage of the
-//! pipeline, sorted into a [`Reason`] by type (never by message text). The reason decides the
-//! metric counted and how loudly the one log line is written.
-
-use std::io;
-use std::time::Duration;
+//! Why a connection ended before its natural end. Each stage has its own error type
+//! (`HeaderError`, `HandshakeError`, `ConnectError`, `EncodeError`, `RelayError`); `ConnError`
+//! gathers them, and sorts each into a [`Reason`] by type, never by message text. The reason
+//! decides the metric counted and how loudly the one log line is written.
 
 use crate::backend::ConnectError;
 use crate::proxy_in::HeaderError;
 use crate::proxy_protocol::{DecodeError, EncodeError};
 use crate::relay::RelayError;
+use crate::tls::handshake::HandshakeError;
 
 /// A connection's early end, with what the log line needs to explain it.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ConnError {
     #[error("{0}")]
     ProxyHeader(#[from] HeaderError),
-    #[error("client closed before completing the TLS handshake")]
-    HandshakeAbandoned,
-    /// `no_certificate`: the ClientHello stage found no certificate for this client, so a
-    /// general error from rustls is that refusal.
-    #[error("{error}")]
-    Handshake {
-        error: rustls::Error,
-        no_certificate: bool,
-    },
     #[error("{0}")]
-    HandshakeIo(io::Error),
-    #[error("no complete handshake within {0:?}")]
-    HandshakeTimeout(Duration),
+    Handshake(#[from] HandshakeError),
     #[error("{0}")]
     BackendConnect(#[from] ConnectError),
     #[error("PROXY header too large (client certificate?): {0}")]
@@ -219,13 +207,13 @@ impl ConnError {
     pub(crate) fn reason(&self) -> Reason {
         match self {
             ConnError::ProxyHeader(e) => proxy_reason(e),
-            ConnError::HandshakeAbandoned => Reason::HandshakeAbandoned,
-            ConnError::Handshake {
+            ConnError::Handshake(HandshakeError::Abandoned) => Reason::HandshakeAbandoned,
+            ConnError::Handshake(HandshakeError::Tls {
                 error,
                 no_certificate,
-            } => handshake_reason(error, *no_certificate),
-            ConnError::HandshakeIo(_) => Reason::HandshakeOther,
-            ConnError::HandshakeTimeout(_) => Reason::HandshakeTimeout,
+            }) => handshake_reason(error, *no_certificate),
+            ConnError::Handshake(HandshakeError::Io(_)) => Reason::HandshakeOther,
+            ConnError::Handshake(HandshakeError::Timeout(_)) => Reason::HandshakeTimeout,
             ConnError::BackendConnect(_) => Reason::BackendConnect,
             ConnError::ProxyHeaderOut(_) => Reason::BackendHeader,
             ConnError::Relay(RelayError::Backend(_) | RelayError::BackendAborted(_)) => {
@@ -235,30 +223,6 @@ impl ConnError {
                 Reason::ClientRelay
             }
             ConnError::Relay(RelayError::Idle(_)) => Reason::Idle,
-        }
-    }
-
-    /// Sorts an I/O error out of a handshake stage: rustls' own errors arrive wrapped in one.
-    pub(crate) fn from_handshake(e: io::Error, no_certificate: bool) -> ConnError {
-        if e.kind() == io::ErrorKind::UnexpectedEof {
-            return ConnError::HandshakeAbandoned;
-        }
-        if !e
-            .get_ref()
-            .is_some_and(<dyn std::error::Error + Send + Sync>::is::<rustls::Error>)
-        {
-            return ConnError::HandshakeIo(e);
-        }
-        match e
-            .into_inner()
-            .map(<dyn std::error::Error + Send + Sync>::downcast::<rustls::Error>)
-        {
-            Some(Ok(error)) => ConnError::Handshake {
-                error: *error,
-                no_certificate,
-            },
-            // Checked just above; kept total without a panic.
-            _ => ConnError::HandshakeIo(io::ErrorKind::InvalidData.into()),
         }
     }
 }
@@ -306,6 +270,7 @@ fn handshake_reason(e: &rustls::Error, no_certificate: bool) -> Reason {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io;
 
     #[test]
     fn labels_are_unique_and_all_is_complete() {
@@ -334,21 +299,13 @@ mod tests {
         assert_eq!(handshake_reason(&general, false), Reason::HandshakeOther);
         let alert = rustls::Error::AlertReceived(rustls::AlertDescription::BadCertificate);
         assert_eq!(handshake_reason(&alert, true), Reason::HandshakeClientAlert);
-        let io = io::Error::new(io::ErrorKind::InvalidData, rustls::Error::DecryptError);
-        assert_eq!(
-            ConnError::from_handshake(io, false).reason(),
-            Reason::HandshakeMalformed
-        );
+        let reason = |e: io::Error| ConnError::from(HandshakeError::from_io(e, false)).reason();
+        let decrypt = io::Error::new(io::ErrorKind::InvalidData, rustls::Error::DecryptError);
+        assert_eq!(reason(decrypt), Reason::HandshakeMalformed);
         let eof = io::Error::from(io::ErrorKind::UnexpectedEof);
-        assert_eq!(
-            ConnError::from_handshake(eof, false).reason(),
-            Reason::HandshakeAbandoned
-        );
+        assert_eq!(reason(eof), Reason::HandshakeAbandoned);
         let reset = io::Error::from(io::ErrorKind::ConnectionReset);
-        assert_eq!(
-            ConnError::from_handshake(reset, false).reason(),
-            Reason::HandshakeOther
-        );
+        assert_eq!(reason(reset), Reason::HandshakeOther);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! [`finish`] completes the handshake with the worker's configuration and returns what was
 //! negotiated as a value: the stream, the certificate served, the client certificate's verdict.
 
+use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +17,51 @@ use tokio_rustls::{LazyConfigAcceptor, StartHandshake};
 use super::certs::ServedCert;
 use super::client_auth::Lenient;
 use super::WorkerTls;
-use crate::conn_error::ConnError;
 use crate::tls_params as params;
+
+/// Why a handshake did not finish.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HandshakeError {
+    #[error("client closed before completing the TLS handshake")]
+    Abandoned,
+    /// `no_certificate`: the ClientHello stage found no certificate for this client, so a
+    /// general error from rustls is that refusal.
+    #[error("{error}")]
+    Tls {
+        error: rustls::Error,
+        no_certificate: bool,
+    },
+    #[error("{0}")]
+    Io(io::Error),
+    #[error("no complete handshake within {0:?}")]
+    Timeout(Duration),
+}
+
+impl HandshakeError {
+    /// Sorts an I/O error out of a handshake stage: rustls' own errors arrive wrapped in one.
+    pub(crate) fn from_io(e: io::Error, no_certificate: bool) -> HandshakeError {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            return HandshakeError::Abandoned;
+        }
+        if !e
+            .get_ref()
+            .is_some_and(<dyn std::error::Error + Send + Sync>::is::<rustls::Error>)
+        {
+            return HandshakeError::Io(e);
+        }
+        match e
+            .into_inner()
+            .map(<dyn std::error::Error + Send + Sync>::downcast::<rustls::Error>)
+        {
+            Some(Ok(error)) => HandshakeError::Tls {
+                error: *error,
+                no_certificate,
+            },
+            // Checked just above; kept total without a panic.
+            _ => HandshakeError::Io(io::ErrorKind::InvalidData.into()),
+        }
+    }
+}
 
 /// A ClientHello read, the handshake not yet begun.
 pub(crate) type Hello = StartHandshake<TcpStream>;
@@ -42,12 +86,12 @@ impl Deadline {
 pub(crate) async fn read_client_hello(
     tcp: TcpStream,
     deadline: Deadline,
-) -> Result<Hello, ConnError> {
+) -> Result<Hello, HandshakeError> {
     let acceptor = LazyConfigAcceptor::new(Acceptor::default(), tcp);
     match tokio::time::timeout_at(deadline.at, acceptor).await {
         Ok(Ok(hello)) => Ok(hello),
-        Ok(Err(e)) => Err(ConnError::from_handshake(e, false)),
-        Err(_) => Err(ConnError::HandshakeTimeout(deadline.within)),
+        Ok(Err(e)) => Err(HandshakeError::from_io(e, false)),
+        Err(_) => Err(HandshakeError::Timeout(deadline.within)),
     }
 }
 
@@ -70,15 +114,15 @@ pub(crate) async fn finish(
     hello: Hello,
     tls: &WorkerTls,
     deadline: Deadline,
-) -> Result<Negotiated, ConnError> {
+) -> Result<Negotiated, HandshakeError> {
     // Asked before rustls asks the same resolver: the answer is the certificate it will serve.
     let served = tls.resolver.served_for(&hello.client_hello());
     let no_certificate = served.is_none();
     let accept = hello.into_stream(tls.config.clone());
     let stream = match tokio::time::timeout_at(deadline.at, accept).await {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(ConnError::from_handshake(e, no_certificate)),
-        Err(_) => return Err(ConnError::HandshakeTimeout(deadline.within)),
+        Ok(Err(e)) => return Err(HandshakeError::from_io(e, no_certificate)),
+        Err(_) => return Err(HandshakeError::Timeout(deadline.within)),
     };
     let client_cert = ClientCert::of(stream.get_ref().1, tls.client_check.as_deref());
     Ok(Negotiated {
