@@ -113,6 +113,50 @@ fn no_import_cycle_between_modules() {
     }
 }
 
+/// The layers of docs/architecture.md: a module imports only from lower layers.
+const LAYERS: [&[&str]; 9] = [
+    &[
+        "error",
+        "proxy_protocol",
+        "tls_params",
+        "buf_pool",
+        "log_limit",
+        "limits",
+        "listener",
+    ],
+    &["config"],
+    &["tls", "proxy_in", "backend", "relay"],
+    &["conn_error"],
+    &["metrics", "proxy_out", "demo"],
+    &["worker"],
+    &["connection"],
+    &["accept"],
+    &["server", "check"],
+];
+
+fn layer_of(module: &str) -> usize {
+    LAYERS
+        .iter()
+        .position(|l| l.contains(&module))
+        .unwrap_or_else(|| {
+            panic!("module {module} is in no layer: add it to LAYERS and to docs/architecture.md")
+        })
+}
+
+#[test]
+fn imports_go_down_the_layers() {
+    for (module, imports) in graph() {
+        let layer = layer_of(&module);
+        for i in imports {
+            assert!(
+                layer_of(&i) < layer,
+                "{module} (layer {layer}) imports {i} (layer {})",
+                layer_of(&i)
+            );
+        }
+    }
+}
+
 #[test]
 fn the_protocol_codec_imports_nothing_from_the_engine() {
     let g = graph();
