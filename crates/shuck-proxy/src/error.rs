@@ -32,9 +32,6 @@ pub enum Error {
         source: rustls::Error,
     },
 
-    #[error("cannot resolve backend address {addr:?}: {message}")]
-    BackendResolve { addr: String, message: String },
-
     #[error("cannot listen on {addr} (frontend {frontend:?}): {source}")]
     Bind {
         addr: SocketAddr,

@@ -13,7 +13,7 @@ pub mod config;
 mod conn_error;
 mod connection;
 mod demo;
-pub mod error;
+mod error;
 mod limits;
 mod listener;
 mod log_limit;
