@@ -10,7 +10,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{run_bounded, Key, Pki, Shuck, SHUCK};
+use common::pki::{Key, Pki};
+use common::process::{run_bounded, Shuck, SHUCK};
 
 /// `shuck bench backend` on port 0, killed on drop.
 struct Backend {

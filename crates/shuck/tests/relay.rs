@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{connector, toml_path, Key, Pki, Shuck};
+use common::clients::curl_at;
+use common::pki::{connector, toml_path, Key, Pki};
+use common::process::Shuck;
 use rustls::pki_types::ServerName;
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
@@ -245,7 +247,7 @@ async fn a_backend_reset_reaches_the_client_as_a_reset() {
     );
 
     // The same through curl, which accepts a TCP close without close_notify as an end.
-    let out = common::curl_at(&pki, shuck.addr(), "relay.test", "/", &[]);
+    let out = curl_at(&pki, shuck.addr(), "relay.test", "/", &[]);
     assert!(
         !out.status.success(),
         "curl reported success for a cut answer: {:?} {:?}",

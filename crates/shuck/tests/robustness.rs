@@ -11,7 +11,9 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{connector, curl_at, read_all_bounded, toml_path, HttpBackend, Key, Pki, Shuck};
+use common::clients::{curl_at, read_all_bounded};
+use common::pki::{connector, toml_path, Key, Pki};
+use common::process::{HttpBackend, Shuck};
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
