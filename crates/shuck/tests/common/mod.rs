@@ -5,6 +5,8 @@
 
 pub mod clients;
 pub mod peers;
+// The same PKI as the engine's in-process tests.
+#[path = "../../../shuck-proxy/tests/harness/pki.rs"]
 pub mod pki;
 pub mod process;
 pub mod tlv_backend;

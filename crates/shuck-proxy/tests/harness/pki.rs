@@ -1,8 +1,8 @@
 //! The test PKI: a CA generated at test time, leaf and client bundles signed by it (ECDSA, RSA,
 //! Ed25519, via an intermediate, with known serials for CRLs), and a rustls client that trusts it.
 //!
-//! Self-contained (rcgen, rustls, tempfile, time): the engine's in-process tests in
-//! crates/shuck-proxy/tests include this same file.
+//! Self-contained (rcgen, rustls, tempfile, time), so every crate's tests share this one file:
+//! the engine's in-process tests here, and crates/shuck and crates/shuck-bench by `#[path]`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
