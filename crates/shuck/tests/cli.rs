@@ -174,6 +174,25 @@ fn help_lists_every_flag() {
     assert!(err.contains("--self-signed"), "{err}");
 }
 
+/// Built without the `bench` feature (`--no-default-features`), the subcommands are absent from
+/// the help and refused as unknown.
+#[cfg(not(feature = "bench"))]
+#[test]
+fn without_the_bench_feature_there_is_no_bench_or_speed() {
+    let (code, out, _) = shuck(&["--help"]);
+    assert_eq!(code, 0);
+    for sub in ["bench", "speed"] {
+        assert!(
+            !out.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{sub} "))),
+            "{out}"
+        );
+        let (code, _, err) = shuck(&[sub, "--help"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("unrecognized subcommand"), "{err}");
+    }
+}
+
 #[test]
 fn sigterm_stops_cleanly() {
     let pki = Pki::new();
