@@ -10,10 +10,9 @@ mod common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use common::pki::{Key, Pki};
-use common::process::{run_bounded, Shuck, SHUCK};
+use common::process::{run_bounded, wait_ready, Shuck, SHUCK};
 
 /// `shuck bench backend` on port 0, killed on drop.
 struct Backend {
@@ -26,30 +25,22 @@ impl Backend {
     fn start(size: u64) -> Backend {
         let dir = tempfile::tempdir().unwrap();
         let ready = dir.path().join("ready");
+        let child = Command::new(SHUCK)
+            .args(["bench", "backend", "--listen", "127.0.0.1:0", "--size"])
+            .arg(size.to_string())
+            .arg("--ready-file")
+            .arg(&ready)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
         let mut b = Backend {
-            child: Command::new(SHUCK)
-                .args(["bench", "backend", "--listen", "127.0.0.1:0", "--size"])
-                .arg(size.to_string())
-                .arg("--ready-file")
-                .arg(&ready)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
+            child,
             addr: String::new(),
             _dir: dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(t) = std::fs::read_to_string(&ready) {
-                if t.ends_with('\n') {
-                    b.addr = t.trim().to_string();
-                    return b;
-                }
-            }
-            assert!(Instant::now() < deadline, "backend not ready");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        b.addr = wait_ready(&ready, 20, || "shuck bench backend".into())[0].to_string();
+        b
     }
 }
 

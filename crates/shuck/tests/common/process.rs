@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -75,25 +75,13 @@ impl Shuck {
             log,
             dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&ready) {
-                s.addrs = text
-                    .lines()
-                    .map(|l| l.parse().expect("ready file address"))
-                    .collect();
-                return s;
-            }
+        s.addrs = wait_ready(&ready, 30, || {
             if let Some(status) = s.child.try_wait().expect("try_wait") {
                 panic!("shuck exited early ({status}): {}", s.log_text());
             }
-            assert!(
-                Instant::now() < deadline,
-                "shuck not ready in 30s: {}",
-                s.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            format!("shuck: {}", s.log_text())
+        });
+        s
     }
 
     /// The configuration file `start` wrote (rewrite it, then `signal("HUP")` to reload).
@@ -241,6 +229,28 @@ impl Drop for HttpBackend {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         let _ = TcpStream::connect(self.addr);
+    }
+}
+
+/// Polls the ready file `ready` until it holds whole lines of addresses (bounded at `secs`);
+/// `check` runs between tries (panic there to fail early) and says what to report on timeout.
+pub fn wait_ready(ready: &Path, secs: u64, mut check: impl FnMut() -> String) -> Vec<SocketAddr> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(ready) {
+            if text.ends_with('\n') {
+                return text
+                    .lines()
+                    .map(|l| l.parse().expect("ready file address"))
+                    .collect();
+            }
+        }
+        let context = check();
+        assert!(
+            Instant::now() < deadline,
+            "not ready in {secs} s: {context}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
