@@ -317,6 +317,21 @@ fn run_idle(a: &IdleArgs) -> Result<(), BenchError> {
 }
 
 fn run_load(a: &RunArgs) -> Result<(), BenchError> {
+    let report = load_report(a)?;
+    if a.json {
+        println!("{}", report.json());
+    } else {
+        print!("{}", report.table());
+    }
+    if let (Some(dir), Some(t)) = (&a.out, &a.target) {
+        write_outputs(&report, dir, a.title.as_deref().unwrap_or(t))?;
+    }
+    Ok(())
+}
+
+/// Runs the load `a` describes and returns the report `shuck bench` prints (and writes with
+/// --out): the library entry point of a run.
+pub fn load_report(a: &RunArgs) -> Result<BenchReport, BenchError> {
     let t = a.target.as_deref().ok_or_else(|| BenchError::Option {
         flag: "HOST:PORT",
         reason: "give the TLS server to load, e.g. shuck bench 127.0.0.1:8443 --insecure (see shuck bench --help)".into(),
@@ -414,16 +429,7 @@ fn run_load(a: &RunArgs) -> Result<(), BenchError> {
         kx_group: n.kx_group,
         alpn: n.alpn,
     };
-    let report = BenchReport::build(settings, &result.steps, thresholds);
-    if a.json {
-        println!("{}", report.json());
-    } else {
-        print!("{}", report.table());
-    }
-    if let Some(dir) = &a.out {
-        write_outputs(&report, dir, a.title.as_deref().unwrap_or(t))?;
-    }
-    Ok(())
+    Ok(BenchReport::build(settings, &result.steps, thresholds))
 }
 
 /// results.json, steps.csv and the four plots.
@@ -479,6 +485,20 @@ pub struct SpeedArgs {
 }
 
 pub fn run_speed(a: &SpeedArgs) -> Result<(), BenchError> {
+    let r = speed_report(a)?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).expect("plain data serialises")
+        );
+    } else {
+        print!("{}", speed::text(&r));
+    }
+    Ok(())
+}
+
+/// Measures and predicts as `a` says and returns the report `shuck speed` prints.
+pub fn speed_report(a: &SpeedArgs) -> Result<speed::SpeedReport, BenchError> {
     let mut o = speed::SpeedOptions {
         quick: a.quick,
         key: a.key,
@@ -500,18 +520,9 @@ pub fn run_speed(a: &SpeedArgs) -> Result<(), BenchError> {
     let measured = speed::measure(o.quick)?;
     let prediction = speed::predict(&measured, &o);
     let comparison = bench.as_ref().map(|b| speed::compare(b, &prediction));
-    let r = speed::SpeedReport {
+    Ok(speed::SpeedReport {
         measured,
         prediction,
         comparison,
-    };
-    if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&r).expect("plain data serialises")
-        );
-    } else {
-        print!("{}", speed::text(&r));
-    }
-    Ok(())
+    })
 }

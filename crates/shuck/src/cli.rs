@@ -26,8 +26,10 @@ pub enum Command {
     Check(ConfigArgs),
     /// Load a TLS server the seeds' way (K connections per session, offered-rate ramp,
     /// latency-bounded maximum); `shuck bench backend` and `shuck bench idle` help set it up.
+    #[cfg(feature = "bench")]
     Bench(Box<shuck_bench::cli::BenchCommand>),
     /// Measure this machine's per-core crypto speed and predict handshakes/s and bulk MB/s.
+    #[cfg(feature = "bench")]
     Speed(shuck_bench::cli::SpeedArgs),
 }
 

@@ -18,7 +18,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(&args),
         Command::Check(args) => check(&args),
+        #[cfg(feature = "bench")]
         Command::Bench(args) => shuck_bench::cli::run_bench(&args).map_err(|e| e.to_string()),
+        #[cfg(feature = "bench")]
         Command::Speed(args) => shuck_bench::cli::run_speed(&args).map_err(|e| e.to_string()),
     };
     match result {

@@ -8,8 +8,10 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use common::clients::{curl, read_all_bounded, scrape, sum, wait_metric};
+use common::pki::{connector, toml_path, Key, Pki};
+use common::process::Shuck;
 use common::tlv_backend::{text, tlv, walk_v2, RawBackend};
-use common::{curl, read_all_bounded, scrape, sum, toml_path, wait_metric, Key, Pki, Shuck};
 
 /// Sends `bytes` (and optionally closes the write side), then waits for shuck to close the
 /// connection without sending anything; returns what came back.
@@ -138,7 +140,7 @@ fn tls_after_header(pki: &Pki, addr: SocketAddr, header: &[u8], path: &str) -> V
         s.set_nonblocking(true).expect("nonblocking");
         let tcp = tokio::net::TcpStream::from_std(s).expect("tokio");
         let name = rustls::pki_types::ServerName::try_from("pp.test").expect("name");
-        let mut tls = common::connector(pki)
+        let mut tls = connector(pki)
             .connect(name, tcp)
             .await
             .expect("TLS after a good header");

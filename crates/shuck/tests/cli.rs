@@ -5,7 +5,9 @@ mod common;
 
 use std::process::Command;
 
-use common::{run_bounded, toml_path, Key, Pki, Shuck, SHUCK};
+use common::clients::{read_all_bounded, sum, wait_metric};
+use common::pki::{toml_path, Key, Pki};
+use common::process::{run_bounded, Shuck, SHUCK};
 
 fn shuck(args: &[&str]) -> (i32, String, String) {
     let out = run_bounded(Command::new(SHUCK).args(args), b"", 60);
@@ -172,6 +174,25 @@ fn help_lists_every_flag() {
     assert!(err.contains("--self-signed"), "{err}");
 }
 
+/// Built without the `bench` feature (`--no-default-features`), the subcommands are absent from
+/// the help and refused as unknown.
+#[cfg(not(feature = "bench"))]
+#[test]
+fn without_the_bench_feature_there_is_no_bench_or_speed() {
+    let (code, out, _) = shuck(&["--help"]);
+    assert_eq!(code, 0);
+    for sub in ["bench", "speed"] {
+        assert!(
+            !out.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{sub} "))),
+            "{out}"
+        );
+        let (code, _, err) = shuck(&[sub, "--help"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("unrecognized subcommand"), "{err}");
+    }
+}
+
 #[test]
 fn sigterm_stops_cleanly() {
     let pki = Pki::new();
@@ -250,7 +271,7 @@ fn json_logs_carry_the_failure_reason() {
     );
     let mut c = std::net::TcpStream::connect(s.addr()).expect("connect");
     std::io::Write::write_all(&mut c, b"not tls at all\r\n\r\n").expect("write");
-    let _ = common::read_all_bounded(&mut c);
+    let _ = read_all_bounded(&mut c);
     let log = s.wait_log("TLS handshake failed");
     let line = log
         .lines()
@@ -360,12 +381,8 @@ fn a_second_sigterm_cuts_the_drain_short() {
     std::io::Write::write_all(&mut &held, &[0x16, 0x03, 0x01]).expect("write");
     // Accepted by a worker, not just queued in the kernel: only then is there a drain to cut.
     let metrics = *s.addrs.last().expect("metrics addr");
-    let text = common::wait_metric(metrics, "shuck_connections_active", &[], 1);
-    assert_eq!(
-        common::sum(&text, "shuck_connections_active", &[]),
-        1,
-        "{text}"
-    );
+    let text = wait_metric(metrics, "shuck_connections_active", &[], 1);
+    assert_eq!(sum(&text, "shuck_connections_active", &[]), 1, "{text}");
     s.signal("TERM");
     s.wait_log("draining connections");
     let started = std::time::Instant::now();

@@ -5,9 +5,9 @@ mod common;
 use std::io::Write;
 use std::net::TcpStream;
 
-use common::{
-    curl, read_all_bounded, s_client, scrape, sum, toml_path, HttpBackend, Key, Pki, Shuck,
-};
+use common::clients::{curl, curl_at, read_all_bounded, s_client, scrape, sum, wait_metric};
+use common::pki::{connector, toml_path, Key, Pki};
+use common::process::{HttpBackend, Shuck};
 
 #[test]
 fn counters_follow_real_traffic() {
@@ -39,7 +39,7 @@ fn counters_follow_real_traffic() {
     let _ = read_all_bounded(&mut g);
     let (ok, _) = s_client(&pki, web, Some("unknown.test"), &[]);
     assert!(!ok);
-    let out = common::curl_at(&pki, dead_fe, "m.test", "/", &[]);
+    let out = curl_at(&pki, dead_fe, "m.test", "/", &[]);
     assert!(!out.status.success());
 
     let after = scrape(metrics);
@@ -136,7 +136,7 @@ fn a_flood_of_bad_handshakes_is_counted_in_full_but_logged_sparingly() {
         lines <= budget,
         "{lines} lines for 201 failures in {flood_secs}s: {log}"
     );
-    let m = common::wait_metric(
+    let m = wait_metric(
         shuck.addrs[1],
         "shuck_handshake_failures_total",
         &["reason=\"malformed\""],
@@ -180,7 +180,7 @@ async fn byte_counters_move_while_the_connection_is_open() {
     let tcp = tokio::net::TcpStream::connect(shuck.addrs[0])
         .await
         .expect("connect");
-    let mut tls = common::connector(&pki)
+    let mut tls = connector(&pki)
         .connect(
             rustls::pki_types::ServerName::try_from("m.test").expect("name"),
             tcp,
@@ -194,7 +194,7 @@ async fn byte_counters_move_while_the_connection_is_open() {
         .expect("64 KiB through shuck");
     let metrics = shuck.addrs[1];
     let text = tokio::task::spawn_blocking(move || {
-        common::wait_metric(
+        wait_metric(
             metrics,
             "shuck_bytes_total",
             &["direction=\"down\""],

@@ -8,8 +8,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::clients::{curl, s_client, sum, wait_metric};
+use common::pki::{toml_path, Key, Pki};
+use common::process::{HttpBackend, Shuck};
 use common::tlv_backend::{first_cert_der, ssl_subs, text, tlv, walk_v2, RawBackend};
-use common::{curl, sum, toml_path, wait_metric, HttpBackend, Key, Pki, Shuck};
 
 /// curl to tlv.test presenting the client certificate (and key) in the bundle `cert`.
 fn curl_with_cert(pki: &Pki, shuck: &Shuck, cert: &std::path::Path) -> std::process::Output {
@@ -97,7 +99,7 @@ fn resumed_sessions_still_carry_the_whole_ssl_tlv() {
         let sess = pki.path(&format!("resume{proto}.sess"));
         let s = sess.to_str().expect("path");
         for (pass, flag) in [("full", "-sess_out"), ("resumed", "-sess_in")] {
-            let (_, out) = common::s_client(
+            let (_, out) = s_client(
                 &pki,
                 shuck.addr(),
                 Some("tlv.test"),
@@ -267,7 +269,7 @@ fn optional_no_ca_serves_every_certificate_and_tells_the_backend_its_verify_resu
         sess.to_str().expect("path"),
     );
     for (flag, bits) in [("-sess_out", full), ("-sess_in", 0x01 | 0x04)] {
-        let (_, out) = common::s_client(
+        let (_, out) = s_client(
             &pki,
             shuck.addr(),
             Some("tlv.test"),
@@ -448,7 +450,7 @@ fn a_reload_with_a_new_crl_does_not_let_revoked_clients_resume() {
     let sess = pki.path("alice.sess");
     let c = client.to_str().expect("path");
     let s = sess.to_str().expect("path");
-    let (ok, out) = common::s_client(
+    let (ok, out) = s_client(
         &pki,
         shuck.addr(),
         Some("tlv.test"),
@@ -456,7 +458,7 @@ fn a_reload_with_a_new_crl_does_not_let_revoked_clients_resume() {
     );
     assert!(ok, "{out}");
     // Control: before the reload the session resumes.
-    let (ok, out) = common::s_client(
+    let (ok, out) = s_client(
         &pki,
         shuck.addr(),
         Some("tlv.test"),
@@ -470,7 +472,7 @@ fn a_reload_with_a_new_crl_does_not_let_revoked_clients_resume() {
     shuck.signal("HUP");
     let log = shuck.wait_log("reloaded certificates");
     assert!(log.contains("client certificate trust changed"), "{log}");
-    let (ok, out) = common::s_client(
+    let (ok, out) = s_client(
         &pki,
         shuck.addr(),
         Some("tlv.test"),

@@ -5,11 +5,13 @@
 
 mod common;
 
+use common::clients::curl_at;
 use common::peers::{
     echo_fields, haproxy_echo, haproxy_front, ipv6_loopback, nginx_echo, split_curl, Peer,
     SendProxy, CURL_ENDS, V4, V6,
 };
-use common::{curl_at, run_bounded, toml_path, Key, Pki, Shuck};
+use common::pki::{toml_path, Key, Pki};
+use common::process::{run_bounded, Shuck};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::process::Command;

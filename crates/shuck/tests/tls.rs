@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{curl, field, s_client, toml_path, HttpBackend, Key, Pki, Shuck};
+use common::clients::{cpu_has_aes, curl, field, s_client};
+use common::pki::{toml_path, Key, Pki};
+use common::process::{run_bounded, HttpBackend, Shuck};
 
 /// One frontend with ECDSA (default), RSA, wildcard and dual ECDSA+RSA certificates.
 fn setup(extra: &str) -> (Pki, HttpBackend, Shuck) {
@@ -69,7 +71,7 @@ fn openssl_sees_the_negotiated_protocol_cipher_and_key() {
     let (ok, out) = s_client(&pki, shuck.addr(), Some("ecdsa.test"), &["-tls1_3"]);
     assert!(ok, "{out}");
     assert_eq!(field(&out, "Protocol  :"), Some("TLSv1.3"), "{out}");
-    let want = if common::cpu_has_aes() {
+    let want = if cpu_has_aes() {
         "TLS_AES_128_GCM_SHA256"
     } else {
         "TLS_CHACHA20_POLY1305_SHA256"
@@ -83,7 +85,7 @@ fn openssl_sees_the_negotiated_protocol_cipher_and_key() {
     assert!(out.contains("CN = rsa-only"), "{out}");
     assert!(out.contains("Server public key is 2048 bit"), "{out}");
     // Server preference: the client lists ChaCha20 first, the server still picks AES-GCM.
-    if common::cpu_has_aes() {
+    if cpu_has_aes() {
         let (ok, out) = s_client(
             &pki,
             shuck.addr(),
@@ -127,7 +129,7 @@ fn sni_exact_wildcard_and_default() {
             Some(n) => c.args(["-servername", n]),
             None => c.arg("-noservername"),
         };
-        let out = common::run_bounded(&mut c, b"GET / HTTP/1.0\r\n\r\n", 30);
+        let out = run_bounded(&mut c, b"GET / HTTP/1.0\r\n\r\n", 30);
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             text.contains(&format!("CN = {cn}")),
@@ -260,7 +262,7 @@ fn ipv6_listener_serves_curl() {
 #[test]
 fn self_signed_demo_backend_describes_the_connection() {
     let shuck = Shuck::start_flags(&["--self-signed", "--listen", "127.0.0.1:0", "--workers", "1"]);
-    let out = common::run_bounded(
+    let out = run_bounded(
         std::process::Command::new("curl")
             .args([
                 "-sS",

@@ -1,0 +1,180 @@
+//! The test PKI: a CA generated at test time, leaf and client bundles signed by it (ECDSA, RSA,
+//! Ed25519, via an intermediate, with known serials for CRLs), and a rustls client that trusts it.
+//!
+//! Self-contained (rcgen, rustls, tempfile, time), so every crate's tests share this one file:
+//! the engine's in-process tests here, and crates/shuck and crates/shuck-bench by `#[path]`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SignatureAlgorithm};
+
+/// A CA and leaf bundles signed by it, written into a temporary directory.
+pub struct Pki {
+    pub dir: tempfile::TempDir,
+    ca_key: KeyPair,
+    ca: rcgen::Certificate,
+}
+
+#[derive(Clone, Copy)]
+pub enum Key {
+    EcdsaP256,
+    EcdsaP384,
+    Rsa2048,
+    Ed25519,
+}
+
+impl Pki {
+    pub fn new() -> Pki {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca_key = KeyPair::generate().expect("CA key");
+        let mut p = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name
+            .push(DnType::CommonName, "shuck test CA");
+        let ca = p.self_signed(&ca_key).expect("CA cert");
+        std::fs::write(dir.path().join("ca.pem"), ca.pem()).expect("write CA");
+        Pki { dir, ca_key, ca }
+    }
+
+    pub fn ca_path(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes `<file>` holding leaf, CA, key; the leaf's CN is `cn`, its SANs `names`.
+    pub fn leaf(&self, file: &str, cn: &str, names: &[&str], key: Key) -> PathBuf {
+        self.leaf_with_serial(file, cn, names, key, None)
+    }
+
+    /// A client certificate (no names) with a known serial number, for CRL tests.
+    pub fn client(&self, file: &str, cn: &str, serial: u64) -> PathBuf {
+        self.leaf_with_serial(file, cn, &[], Key::EcdsaP256, Some(serial))
+    }
+
+    /// A PEM CRL, signed by the CA, revoking `serials`.
+    pub fn crl(&self, file: &str, serials: &[u64]) -> PathBuf {
+        let now = time::OffsetDateTime::now_utc();
+        let crl = rcgen::CertificateRevocationListParams {
+            this_update: now - time::Duration::hours(1),
+            next_update: now + time::Duration::days(1),
+            crl_number: rcgen::SerialNumber::from(1u64),
+            issuing_distribution_point: None,
+            revoked_certs: serials
+                .iter()
+                .map(|s| rcgen::RevokedCertParams {
+                    serial_number: rcgen::SerialNumber::from(*s),
+                    revocation_time: now - time::Duration::minutes(5),
+                    reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+                    invalidity_date: None,
+                })
+                .collect(),
+            key_identifier_method: rcgen::KeyIdMethod::Sha256,
+        }
+        .signed_by(&self.ca, &self.ca_key)
+        .expect("sign CRL");
+        let path = self.path(file);
+        std::fs::write(&path, crl.pem().expect("CRL PEM")).expect("write CRL");
+        path
+    }
+
+    fn leaf_with_serial(
+        &self,
+        file: &str,
+        cn: &str,
+        names: &[&str],
+        key: Key,
+        serial: Option<u64>,
+    ) -> PathBuf {
+        let alg: &'static SignatureAlgorithm = match key {
+            Key::EcdsaP256 => &rcgen::PKCS_ECDSA_P256_SHA256,
+            Key::EcdsaP384 => &rcgen::PKCS_ECDSA_P384_SHA384,
+            Key::Rsa2048 => &rcgen::PKCS_RSA_SHA256,
+            Key::Ed25519 => &rcgen::PKCS_ED25519,
+        };
+        let kp = KeyPair::generate_for(alg).expect("leaf key");
+        let mut p =
+            CertificateParams::new(names.iter().map(|s| (*s).to_string()).collect::<Vec<_>>())
+                .expect("leaf params");
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.serial_number = serial.map(rcgen::SerialNumber::from);
+        let cert = p.signed_by(&kp, &self.ca, &self.ca_key).expect("sign leaf");
+        let path = self.path(file);
+        std::fs::write(
+            &path,
+            format!("{}{}{}", cert.pem(), self.ca.pem(), kp.serialize_pem()),
+        )
+        .expect("write bundle");
+        path
+    }
+
+    /// A client certificate issued by an intermediate CA (serial `intermediate_serial`, signed
+    /// by this CA); the bundle holds leaf, intermediate and key, as a client sends them.
+    pub fn client_via_intermediate(
+        &self,
+        file: &str,
+        cn: &str,
+        intermediate_serial: u64,
+    ) -> PathBuf {
+        let ik = KeyPair::generate().expect("intermediate key");
+        let mut ip = CertificateParams::new(Vec::<String>::new()).expect("intermediate params");
+        ip.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ip.distinguished_name.push(
+            DnType::CommonName,
+            format!("intermediate {intermediate_serial}"),
+        );
+        ip.serial_number = Some(rcgen::SerialNumber::from(intermediate_serial));
+        let inter = ip
+            .signed_by(&ik, &self.ca, &self.ca_key)
+            .expect("sign intermediate");
+        let kp = KeyPair::generate().expect("leaf key");
+        let mut p = CertificateParams::new(Vec::<String>::new()).expect("leaf params");
+        p.distinguished_name.push(DnType::CommonName, cn);
+        let leaf = p.signed_by(&kp, &inter, &ik).expect("sign leaf");
+        let path = self.path(file);
+        std::fs::write(
+            &path,
+            format!("{}{}{}", leaf.pem(), inter.pem(), kp.serialize_pem()),
+        )
+        .expect("write bundle");
+        path
+    }
+
+    /// A bundle whose key does not belong to its certificate.
+    pub fn mismatched(&self, file: &str) -> PathBuf {
+        let kp = KeyPair::generate().expect("key");
+        let other = KeyPair::generate().expect("key");
+        let cert = CertificateParams::new(vec!["mismatch.test".to_string()])
+            .expect("params")
+            .signed_by(&kp, &self.ca, &self.ca_key)
+            .expect("sign");
+        let path = self.path(file);
+        std::fs::write(&path, format!("{}{}", cert.pem(), other.serialize_pem())).expect("write");
+        path
+    }
+}
+
+pub fn toml_path(p: &Path) -> String {
+    format!("{:?}", p.display().to_string())
+}
+
+/// A rustls client trusting the test CA.
+pub fn connector(pki: &Pki) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(pki.ca_path()).expect("ca");
+    for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
+        let c: rustls::pki_types::CertificateDer<'static> = c.expect("pem");
+        roots.add(c).expect("root");
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+}

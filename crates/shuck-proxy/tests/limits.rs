@@ -1,0 +1,155 @@
+//! Limits and timeouts of the engine, started in-process: max_connections queues new clients in
+//! the kernel backlog and is one limit for all workers; the demo backend drops a client that
+//! stalls mid-request.
+
+mod harness;
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use harness::pki::{connector, toml_path, Key, Pki};
+use harness::Running;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+/// One frontend on port 0 serving good.test, with `frontend` keys, after the `global` keys.
+fn config(pki: &Pki, frontend: &str, global: &str) -> String {
+    let cert = pki.leaf("good.pem", "good", &["good.test"], Key::EcdsaP256);
+    let mut s = format!("{global}\n");
+    let _ = write!(
+        s,
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n{frontend}\n",
+        toml_path(&cert)
+    );
+    s
+}
+
+/// A TCP backend that echoes what it receives.
+async fn echo_backend() -> SocketAddr {
+    let b = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = b.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = b.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    addr
+}
+
+type Tls = tokio_rustls::client::TlsStream<TcpStream>;
+
+fn name() -> ServerName<'static> {
+    ServerName::try_from("good.test").expect("name")
+}
+
+/// The engine with `workers` workers and `max_connections = max`, relaying to an echo backend.
+async fn limited(pki: &Pki, workers: usize, max: usize) -> Running {
+    let backend = echo_backend().await;
+    Running::start(&config(
+        pki,
+        &format!("backend = \"{backend}\""),
+        &format!("workers = {workers}\nmax_connections = {max}"),
+    ))
+}
+
+/// Sends `msg` and reads it back through the echo backend.
+async fn echo(tls: &mut Tls, msg: &[u8; 4]) {
+    tls.write_all(msg).await.expect("write");
+    let mut buf = [0u8; 4];
+    tls.read_exact(&mut buf).await.expect("echo");
+    assert_eq!(&buf, msg);
+}
+
+/// A client that is served at once (within 10 s): handshake done and an echo back.
+async fn served(conn: &TlsConnector, addr: SocketAddr, what: &str) -> Tls {
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let mut tls = tokio::time::timeout(Duration::from_secs(10), conn.connect(name(), tcp))
+        .await
+        .unwrap_or_else(|_| panic!("{what} not served within 10 s"))
+        .expect("handshake");
+    echo(&mut tls, b"ping").await;
+    tls
+}
+
+/// The next client gets a TCP connection (kernel backlog) but no TLS service while every slot
+/// is taken; closing `holder` frees one, and the queued client is then served.
+async fn queued_until_closed(
+    conn: &TlsConnector,
+    addr: SocketAddr,
+    holder: Tls,
+    what: &str,
+) -> Tls {
+    let tcp = TcpStream::connect(addr).await.expect("backlog accepts");
+    let conn2 = conn.clone();
+    let mut queued = tokio::spawn(async move { conn2.connect(name(), tcp).await });
+    let waited = tokio::time::timeout(Duration::from_millis(700), &mut queued).await;
+    assert!(waited.is_err(), "{what} served beyond max_connections");
+    let mut holder = holder;
+    holder.shutdown().await.expect("close");
+    drop(holder);
+    tokio::time::timeout(Duration::from_secs(10), queued)
+        .await
+        .expect("served once a slot is free")
+        .expect("join")
+        .expect("queued handshake")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_queues_new_clients_in_the_backlog() {
+    let pki = Pki::new();
+    let shuck = limited(&pki, 1, 1).await;
+    let conn = connector(&pki);
+    let first = served(&conn, shuck.addr(), "the first connection").await;
+    let mut second = queued_until_closed(&conn, shuck.addr(), first, "a second connection").await;
+    echo(&mut second, b"pong").await;
+}
+
+/// max_connections is one limit for the process, not a share per worker: SO_REUSEPORT spreads
+/// connections by a hash of their addresses, so with per-worker shares a client could wait at a
+/// full worker while another had room (8 connections split 4/4 only 27% of the time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_is_one_limit_shared_by_all_workers() {
+    let pki = Pki::new();
+    let shuck = limited(&pki, 2, 8).await;
+    let conn = connector(&pki);
+    let mut held = Vec::new();
+    for i in 0..8 {
+        held.push(served(&conn, shuck.addr(), &format!("connection {i} of 8")).await);
+    }
+    // The ninth waits, whichever worker the kernel hands it to.
+    let first = held.remove(0);
+    queued_until_closed(&conn, shuck.addr(), first, "a ninth connection").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_backend_drops_a_client_that_stalls_mid_request() {
+    let pki = Pki::new();
+    // No backend: the built-in demo page answers.
+    let shuck = Running::start(&config(&pki, "idle_timeout = \"1s\"", ""));
+    let tcp = TcpStream::connect(shuck.addr()).await.expect("connect");
+    let mut tls = connector(&pki)
+        .connect(ServerName::try_from("good.test").expect("name"), tcp)
+        .await
+        .expect("handshake");
+    // Announces a large body, then goes silent.
+    tls.write_all(b"POST / HTTP/1.1\r\nHost: good.test\r\nContent-Length: 999999\r\n\r\nabc")
+        .await
+        .expect("write");
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(15), tls.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the stalled client was never dropped");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+}

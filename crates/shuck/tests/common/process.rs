@@ -1,0 +1,286 @@
+//! Processes: the real `shuck` binary started on port 0 with a ready file (killed on drop), a
+//! tiny HTTP backend on a thread, and `run_bounded` for any command with a time limit.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const SHUCK: &str = env!("CARGO_BIN_EXE_shuck");
+
+/// A running `shuck serve`, killed on drop.
+pub struct Shuck {
+    child: Child,
+    pub addrs: Vec<SocketAddr>,
+    pub log: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Shuck {
+    /// Starts `shuck serve --config <toml>` and waits for the ready file.
+    pub fn start(config: &str) -> Shuck {
+        Self::start_args(config, &[])
+    }
+
+    pub fn start_args(config: &str, extra: &[&str]) -> Shuck {
+        Self::start_limited(config, extra, None)
+    }
+
+    /// Like `start_args`, with the open-files limit (soft and hard) set to `nofile` first, so
+    /// shuck cannot raise it.
+    pub fn start_limited(config: &str, extra: &[&str], nofile: Option<u32>) -> Shuck {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = dir.path().join("shuck.toml");
+        std::fs::write(&cfg, config).expect("write config");
+        let cfg = cfg.to_str().expect("utf-8 path").to_string();
+        let mut args = vec!["--config", &cfg];
+        args.extend(extra);
+        Self::spawn(dir, &args, nofile)
+    }
+
+    /// `shuck serve ARGS --ready-file ...`, without a configuration file.
+    pub fn start_flags(args: &[&str]) -> Shuck {
+        Self::spawn(tempfile::tempdir().expect("tempdir"), args, None)
+    }
+
+    fn spawn(dir: tempfile::TempDir, args: &[&str], nofile: Option<u32>) -> Shuck {
+        let ready = dir.path().join("ready");
+        let log = dir.path().join("shuck.log");
+        let mut cmd = match nofile {
+            None => Command::new(SHUCK),
+            Some(n) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(SHUCK);
+                c
+            }
+        };
+        let child = cmd
+            .arg("serve")
+            .args(args)
+            .arg("--ready-file")
+            .arg(&ready)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn shuck");
+        let mut s = Shuck {
+            child,
+            addrs: Vec::new(),
+            log,
+            dir,
+        };
+        s.addrs = wait_ready(&ready, 30, || {
+            if let Some(status) = s.child.try_wait().expect("try_wait") {
+                panic!("shuck exited early ({status}): {}", s.log_text());
+            }
+            format!("shuck: {}", s.log_text())
+        });
+        s
+    }
+
+    /// The configuration file `start` wrote (rewrite it, then `signal("HUP")` to reload).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("shuck.toml")
+    }
+
+    /// Sends a signal by name ("HUP", "TERM").
+    pub fn signal(&self, sig: &str) {
+        let st = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill");
+        assert!(st.success());
+    }
+
+    /// Waits (bounded) until `needle` appears `n` times in the log.
+    pub fn wait_log_count(&self, needle: &str, n: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let t = self.log_text();
+            if t.matches(needle).count() >= n {
+                return t;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "log never had {n}x {needle:?}: {t}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addrs[0]
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addrs[0].port()
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn assert_alive(&mut self) {
+        assert!(
+            self.child.try_wait().expect("try_wait").is_none(),
+            "shuck died: {}",
+            self.log_text()
+        );
+    }
+
+    /// Waits (bounded) until the log contains `needle`.
+    pub fn wait_log(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let t = self.log_text();
+            if t.contains(needle) {
+                return t;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "log never contained {needle:?}: {t}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM, then the exit status and the log.
+    pub fn stop(mut self) -> (std::process::ExitStatus, String) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return (st, self.log_text());
+            }
+            assert!(Instant::now() < deadline, "shuck did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Shuck {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A tiny HTTP/1.x backend on a thread: answers every request with `backend got: <request line>`
+/// and closes. Stops when dropped.
+pub struct HttpBackend {
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl HttpBackend {
+    pub fn start() -> HttpBackend {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+        let addr = l.local_addr().expect("addr");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        std::thread::spawn(move || {
+            for conn in l.incoming() {
+                if stop2.load(Ordering::Relaxed) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                std::thread::spawn(move || {
+                    let mut r = BufReader::new(conn.try_clone().expect("clone"));
+                    let mut first = String::new();
+                    if r.read_line(&mut first).is_err() {
+                        return;
+                    }
+                    loop {
+                        let mut line = String::new();
+                        match r.read_line(&mut line) {
+                            Ok(0) | Err(_) => break,
+                            Ok(_) if line == "\r\n" => break,
+                            Ok(_) => {}
+                        }
+                    }
+                    let body = format!("backend got: {}", first.trim_end());
+                    let mut w = conn;
+                    let _ = write!(
+                        w,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                });
+            }
+        });
+        HttpBackend { addr, stop }
+    }
+}
+
+impl Drop for HttpBackend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+/// Polls the ready file `ready` until it holds whole lines of addresses (bounded at `secs`);
+/// `check` runs between tries (panic there to fail early) and says what to report on timeout.
+pub fn wait_ready(ready: &Path, secs: u64, mut check: impl FnMut() -> String) -> Vec<SocketAddr> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(ready) {
+            if text.ends_with('\n') {
+                return text
+                    .lines()
+                    .map(|l| l.parse().expect("ready file address"))
+                    .collect();
+            }
+        }
+        let context = check();
+        assert!(
+            Instant::now() < deadline,
+            "not ready in {secs} s: {context}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs a command with a time bound, returning its output.
+pub fn run_bounded(cmd: &mut Command, stdin: &[u8], secs: u64) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut si = child.stdin.take().expect("stdin");
+    let data = stdin.to_vec();
+    std::thread::spawn(move || {
+        let _ = si.write_all(&data);
+    });
+    let pid = child.id();
+    let done = Arc::new(AtomicBool::new(false));
+    let done2 = done.clone();
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < deadline {
+            if done2.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+    });
+    let out = child.wait_with_output().expect("wait");
+    done.store(true, Ordering::Relaxed);
+    out
+}
