@@ -24,9 +24,23 @@ pub(crate) enum ConnError {
     Relay(#[from] RelayError),
 }
 
-/// The label, metric and log level of each way a connection can end early.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reason {
+/// Declares `Reason` and `Reason::ALL` from one list, so no variant can be left out of `ALL`
+/// (the metrics index their counters by `reason as usize`).
+macro_rules! reasons {
+    ($($(#[$doc:meta])* $variant:ident,)+) => {
+        /// The label, metric and log level of each way a connection can end early.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub(crate) enum Reason {
+            $($(#[$doc])* $variant,)+
+        }
+
+        impl Reason {
+            pub(crate) const ALL: [Reason; [$(Reason::$variant,)+].len()] = [$(Reason::$variant,)+];
+        }
+    };
+}
+
+reasons! {
     ProxyNotProxy,
     ProxyV1Malformed,
     ProxyV2Unsupported,
@@ -86,33 +100,6 @@ pub(crate) enum Loudness {
 }
 
 impl Reason {
-    pub(crate) const ALL: [Reason; 24] = [
-        Reason::ProxyNotProxy,
-        Reason::ProxyV1Malformed,
-        Reason::ProxyV2Unsupported,
-        Reason::ProxyTooLong,
-        Reason::ProxyV2Malformed,
-        Reason::ProxyBadChecksum,
-        Reason::ProxyUntrusted,
-        Reason::ProxyTimeout,
-        Reason::ProxyClosed,
-        Reason::ProxyHealthCheck,
-        Reason::ProxyOther,
-        Reason::HandshakeAbandoned,
-        Reason::HandshakeMalformed,
-        Reason::HandshakeIncompatible,
-        Reason::HandshakeNoCertificate,
-        Reason::HandshakeClientAlert,
-        Reason::HandshakeTimeout,
-        Reason::HandshakeClientCertificate,
-        Reason::HandshakeOther,
-        Reason::BackendConnect,
-        Reason::BackendHeader,
-        Reason::BackendRelay,
-        Reason::ClientRelay,
-        Reason::Idle,
-    ];
-
     /// The label in log lines; unique among reasons.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -310,13 +297,19 @@ mod tests {
 
     #[test]
     fn proxy_labels_match_the_decoder_labels() {
+        // Every variant of the decoder's error.
         for d in [
             DecodeError::NotProxy,
+            DecodeError::V1Malformed("x"),
             DecodeError::V1TooLong,
+            DecodeError::V2Version(3),
+            DecodeError::V2Command(9),
             DecodeError::V2Family(9),
             DecodeError::V2TooLong(1),
+            DecodeError::V2Truncated,
             DecodeError::TlvTruncated,
             DecodeError::BadChecksum,
+            DecodeError::TlvMalformed("x"),
         ] {
             let r = proxy_reason(&HeaderError::Decode(d));
             assert_eq!(r.metric().map(|m| m.1), Some(d.label()), "{d:?}");

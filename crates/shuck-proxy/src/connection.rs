@@ -4,8 +4,9 @@
 //! backend connect → proxy_out::header → relay` (or the demo page after the handshake).
 //!
 //! Any stage may end the connection with a [`ConnError`]; its metric and its one log line are
-//! written once, at the end, by [`record_end`], inside a span naming the frontend, the client,
-//! the worker and (when a PROXY header was read) the load balancer.
+//! written once, at the end, by [`record_end`]. The line names the frontend, the client, the
+//! worker and (when a PROXY header was read) the load balancer as fields of its own, top-level
+//! in JSON logs, as collectors expect them.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
+use tracing::Level;
 
 use crate::backend::{BackendPool, Lease};
 use crate::buf_pool::PooledBuf;
@@ -56,7 +58,13 @@ pub(crate) async fn handle(
         moved: Moved::default(),
     };
     let result = pipeline(&worker, &fe, tcp, peer, &mut trace).await;
-    record_end(&worker, &fe, &trace, result.err(), started.elapsed());
+    record_end(
+        &worker,
+        &fe,
+        &trace,
+        result.err().as_ref(),
+        started.elapsed(),
+    );
 }
 
 /// The stages, top to bottom. Each `?` is an early end, recorded by the caller.
@@ -69,7 +77,7 @@ async fn pipeline<'a>(
 ) -> Result<(), ConnError> {
     let cfg = &fe.cfg;
     let _ = tcp.set_nodelay(true);
-    let arrival = proxy_in::arrive(&mut tcp, peer, cfg.accept_proxy.as_ref()).await?;
+    let mut arrival = proxy_in::arrive(&mut tcp, peer, cfg.accept_proxy.as_ref()).await?;
     count_arrival(&fe.metrics, &arrival);
     (trace.client, trace.balancer) = (arrival.client, arrival.balancer);
     let deadline = Deadline::after(cfg.handshake_timeout);
@@ -80,21 +88,39 @@ async fn pipeline<'a>(
     let mut hs = handshake::finish(hello, &tls, deadline).await?;
     drop(tls);
     count_handshake(&fe.metrics, &hs);
+    let served = serve_negotiated(worker, fe, &mut hs, &mut arrival, trace).await;
     if worker.log_connections {
+        // Built at the end, so an idle connection holds no strings for its log line.
         trace.summary = Some(Summary::of(hs.conn()));
     }
+    served
+}
+
+/// The stages after the handshake: the backend (or the demo page), the PROXY header, the relay.
+async fn serve_negotiated<'a>(
+    worker: &Worker,
+    fe: &'a FrontendRt,
+    hs: &mut Negotiated,
+    arrival: &mut Arrival,
+    trace: &mut Trace<'a>,
+) -> Result<(), ConnError> {
+    let cfg = &fe.cfg;
     let Some(pool) = &fe.backends else {
         trace.backend = Some("demo");
-        return serve_demo(worker, fe, hs.stream, arrival.client).await;
+        return serve_demo(worker, fe, &mut hs.stream, arrival.client).await;
     };
     let (upstream, lease) = connect_backend(pool, &mut hs.stream, cfg.handshake_timeout).await?;
     trace.backend = Some(lease.name());
+    if matches!(hs.client_cert, ClientCert::Unverified(_)) {
+        // Counted as passed on: only now is there a backend to pass it to.
+        fe.metrics.client_certs_unverified.inc();
+    }
     if proxy_out::makes_unique_id(cfg, arrival.passthrough.as_deref()) {
         trace.unique_id = UniqueId::new(worker.id, worker.next_connection());
     }
-    let prefix = proxy_out::header(cfg, &hs, &arrival, trace.unique_id.as_bytes())?;
-    drop(arrival);
-    let (moved, res) = relay_to(fe, hs.stream, upstream, prefix).await;
+    let prefix = proxy_out::header(cfg, hs, arrival, trace.unique_id.as_bytes())?;
+    arrival.passthrough = None;
+    let (moved, res) = relay_to(fe, &mut hs.stream, upstream, prefix).await;
     trace.moved = moved;
     drop(lease);
     Ok(res?)
@@ -121,7 +147,7 @@ async fn connect_backend<'p>(
 /// stream for a complete one. An idle timeout cuts both where they stand.
 async fn relay_to(
     fe: &FrontendRt,
-    mut tls: TlsStream<TcpStream>,
+    tls: &mut TlsStream<TcpStream>,
     mut upstream: TcpStream,
     prefix: Option<(PooledBuf, usize)>,
 ) -> (Moved, Result<(), RelayError>) {
@@ -132,7 +158,7 @@ async fn relay_to(
     };
     let idle = fe.cfg.idle_timeout;
     // The header goes out with the client's first bytes when they have arrived, in one segment.
-    let (moved, res) = relay::relay_with_prefix(&mut tls, &mut upstream, idle, prefix, count).await;
+    let (moved, res) = relay::relay_with_prefix(tls, &mut upstream, idle, prefix, count).await;
     match &res {
         Err(RelayError::BackendAborted(_)) => abort(tls.get_ref().0),
         Err(RelayError::ClientAborted(_)) => abort(&upstream),
@@ -149,7 +175,7 @@ async fn relay_to(
 async fn serve_demo(
     worker: &Worker,
     fe: &FrontendRt,
-    mut tls: TlsStream<TcpStream>,
+    tls: &mut TlsStream<TcpStream>,
     client: SocketAddr,
 ) -> Result<(), ConnError> {
     let who = demo::Visitor {
@@ -158,10 +184,14 @@ async fn serve_demo(
         worker: worker.id,
     };
     let body = demo::page(&Summary::of(tls.get_ref().1), who);
+    let idle = fe.cfg.idle_timeout;
     // Boxed: the demo's state would otherwise enlarge every connection's future, relay ones too.
-    Box::pin(demo::serve(&mut tls, &body, fe.cfg.idle_timeout))
+    Box::pin(demo::serve(tls, &body, idle))
         .await
-        .map_err(|e| ConnError::Relay(RelayError::ClientAborted(e)))
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::TimedOut => ConnError::Relay(RelayError::Idle(idle)),
+            _ => ConnError::Relay(RelayError::ClientAborted(e)),
+        })
 }
 
 fn count_arrival(m: &FrontendMetrics, arrival: &Arrival) {
@@ -182,89 +212,98 @@ fn count_handshake(m: &FrontendMetrics, hs: &Negotiated) {
     } else {
         m.handshakes_full.inc();
     }
-    if matches!(hs.client_cert, ClientCert::Unverified(_)) {
-        m.client_certs_unverified.inc();
-    }
 }
 
-/// Counts how the connection ended and writes its one line: failures by their loudness (warnings
-/// within the per-worker rate limit), the normal end only when connection logs are on.
+/// Counts how the connection ended and writes its one line. With `log_connections` every
+/// connection gets a line with all that is known (a warning when it failed); without, failures
+/// worth a warning get a short one within the per-worker rate limit, routine ends a debug line.
 fn record_end(
     worker: &Worker,
     fe: &FrontendRt,
     trace: &Trace<'_>,
-    error: Option<ConnError>,
+    error: Option<&ConnError>,
     took: Duration,
 ) {
-    let reason = error.as_ref().map(ConnError::reason);
+    let reason = error.map(ConnError::reason);
     if let Some(r) = reason {
         fe.metrics.ended(r);
     }
-    let write = match reason.map_or(Loudness::Info, Reason::loudness) {
-        Loudness::Quiet => tracing::enabled!(tracing::Level::DEBUG) && log_limit::allow(),
-        Loudness::Warn => log_limit::allow(),
-        Loudness::Info => worker.log_connections,
+    let loudness = reason.map_or(Loudness::Info, Reason::loudness);
+    let line = Line {
+        frontend: &fe.cfg.name,
+        worker: worker.id,
+        trace,
+        reason,
+        error,
+        ms: took.as_millis() as u64,
     };
-    if !write {
-        return;
-    }
-    // An error-level span is enabled whatever the log level, so its fields reach every line.
-    let span = tracing::error_span!(
-        "conn",
-        frontend = %fe.cfg.name,
-        client = %trace.client,
-        worker = worker.id,
-        balancer = tracing::field::Empty,
-    );
-    if let Some(b) = trace.balancer {
-        span.record("balancer", tracing::field::display(b));
-    }
-    let _entered = span.enter();
-    let ms = took.as_millis() as u64;
-    match (error, reason) {
-        (Some(e), Some(r)) => write_failure(&e, r, trace, ms),
-        _ => write_closed(trace, ms),
+    match loudness {
+        Loudness::Quiet if tracing::enabled!(Level::DEBUG) && log_limit::allow() => {
+            line.short(Level::DEBUG);
+        }
+        Loudness::Quiet => {}
+        _ if worker.log_connections => line.full(if loudness == Loudness::Warn {
+            Level::WARN
+        } else {
+            Level::INFO
+        }),
+        Loudness::Warn if log_limit::allow() => line.short(Level::WARN),
+        Loudness::Warn | Loudness::Info => {}
     }
 }
 
-fn write_failure(e: &ConnError, r: Reason, trace: &Trace<'_>, ms: u64) {
-    let (backend, up, down) = (
-        trace.backend.unwrap_or("-"),
-        trace.moved.up,
-        trace.moved.down,
-    );
-    match r.loudness() {
-        Loudness::Quiet => {
-            tracing::debug!(reason = r.as_str(), error = %e, "{}", r.message());
-        }
-        Loudness::Warn => {
-            tracing::warn!(reason = r.as_str(), error = %e, backend = %backend, up, down, ms, "{}", r.message());
-        }
-        Loudness::Info => {
-            let s = trace.summary.as_ref();
-            tracing::info!(reason = r.as_str(), error = %e, backend = %backend, up, down, ms,
-                protocol = s.map_or("-", |s| s.protocol), sni = %Dash(s.and_then(|s| s.sni.as_deref())),
-                id = trace.unique_id.as_str(), "{}", r.message());
-        }
-    }
+/// The one line about a connection's end.
+struct Line<'a> {
+    frontend: &'a str,
+    worker: usize,
+    trace: &'a Trace<'a>,
+    reason: Option<Reason>,
+    error: Option<&'a ConnError>,
+    ms: u64,
 }
 
-fn write_closed(trace: &Trace<'_>, ms: u64) {
-    let s = trace.summary.as_ref();
-    tracing::info!(
-        protocol = s.map_or("-", |s| s.protocol),
-        cipher = s.map_or("-", |s| s.cipher),
-        group = %Dash(s.and_then(|s| s.group)),
-        resumed = s.is_some_and(|s| s.resumed),
-        sni = %Dash(s.and_then(|s| s.sni.as_deref())),
-        alpn = %Dash(s.and_then(|s| s.alpn.as_deref())),
-        backend = %trace.backend.unwrap_or("-"),
-        id = trace.unique_id.as_str(),
-        up = trace.moved.up,
-        down = trace.moved.down,
-        ms,
-        "connection closed"
-    );
+/// `tracing`'s macros want a level known at compile time.
+macro_rules! event_at {
+    ($level:expr, $($rest:tt)+) => {
+        if $level == Level::WARN {
+            tracing::warn!($($rest)+)
+        } else if $level == Level::INFO {
+            tracing::info!($($rest)+)
+        } else {
+            tracing::debug!($($rest)+)
+        }
+    };
+}
+
+impl Line<'_> {
+    fn message(&self) -> &'static str {
+        self.reason.map_or("connection closed", Reason::message)
+    }
+
+    /// Who, why, and how far it got.
+    fn short(&self, level: Level) {
+        let t = self.trace;
+        event_at!(level,
+            frontend = %self.frontend, client = %t.client, worker = self.worker,
+            balancer = %Dash(t.balancer), reason = self.reason.map_or("-", Reason::as_str),
+            error = %Dash(self.error), backend = %t.backend.unwrap_or("-"),
+            up = t.moved.up, down = t.moved.down, ms = self.ms, "{}", self.message());
+    }
+
+    /// All of it, with what was negotiated: a `log_connections` line.
+    fn full(&self, level: Level) {
+        let t = self.trace;
+        let s = t.summary.as_ref();
+        event_at!(level,
+            frontend = %self.frontend, client = %t.client, worker = self.worker,
+            balancer = %Dash(t.balancer), reason = self.reason.map_or("-", Reason::as_str),
+            error = %Dash(self.error), protocol = s.map_or("-", |s| s.protocol),
+            cipher = s.map_or("-", |s| s.cipher), group = %Dash(s.and_then(|s| s.group)),
+            resumed = s.is_some_and(|s| s.resumed), sni = %Dash(s.and_then(|s| s.sni.as_deref())),
+            alpn = %Dash(s.and_then(|s| s.alpn.as_deref())), backend = %t.backend.unwrap_or("-"),
+            id = t.unique_id.as_str(), up = t.moved.up, down = t.moved.down, ms = self.ms,
+            "{}", self.message());
+    }
 }
 
 /// Shows a missing value as "-".

@@ -23,15 +23,14 @@ fn top_module(src: &Path, file: &Path) -> Option<String> {
     (first != "lib.rs").then(|| first.trim_end_matches(".rs").to_string())
 }
 
-/// Top-level modules named after `crate::` in `code` (in paths and in `use crate::{a, b}` groups).
+/// Top-level modules named after `crate::` in `code`: in paths and in `use crate::{a, b::{c}}`
+/// groups (only the group's top level names modules).
 fn crate_references(code: &str) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     for piece in code.split("crate::").skip(1) {
-        let names: Vec<&str> = if let Some(group) = piece.strip_prefix('{') {
-            let inner = &group[..group.find('}').unwrap_or(group.len())];
-            inner.split(',').collect()
-        } else {
-            vec![piece]
+        let names = match piece.strip_prefix('{') {
+            Some(group) => top_level_items(group),
+            None => vec![piece],
         };
         for n in names {
             let ident: String = n
@@ -39,12 +38,42 @@ fn crate_references(code: &str) -> BTreeSet<String> {
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                 .collect();
-            if !ident.is_empty() && ident.chars().next().is_some_and(char::is_lowercase) {
+            if ident.chars().next().is_some_and(char::is_lowercase) {
                 found.insert(ident);
             }
         }
     }
     found
+}
+
+/// The comma-separated items of a `{...}` group (its opening brace already taken), not those of
+/// groups nested in it.
+fn top_level_items(group: &str) -> Vec<&str> {
+    let (mut depth, mut start, mut items) = (0usize, 0, Vec::new());
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(&group[start..i]);
+                return items;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&group[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items
+}
+
+/// `super::` paths that climb to the crate root, written as `crate::` (a file's depth decides
+/// how many `super::` that takes).
+fn rooted(code: &str, src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).expect("under src");
+    let depth = rel.components().count() - usize::from(rel.ends_with("mod.rs"));
+    code.replace(&"super::".repeat(depth.max(1)), "crate::")
 }
 
 fn without_tests(code: &str) -> &str {
@@ -62,7 +91,7 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
             continue;
         };
         let code = std::fs::read_to_string(&f).expect("read");
-        let refs = crate_references(without_tests(&code));
+        let refs = crate_references(&rooted(without_tests(&code), &src, &f));
         let edges = g.entry(module.clone()).or_default();
         edges.extend(refs.into_iter().filter(|r| *r != module));
     }
@@ -94,12 +123,22 @@ fn cycle_from(
 #[test]
 fn the_parser_sees_paths_and_groups() {
     let refs = crate_references(
-        "use crate::config::Frontend;\nuse crate::{demo, log_limit};\nlet x = crate::tls::params::x();",
+        "use crate::config::Frontend;\nuse crate::{demo, tls::{a, b}, log_limit};\nlet x = crate::relay::x();",
     );
-    let want: BTreeSet<String> = ["config", "demo", "log_limit", "tls"]
+    let want: BTreeSet<String> = ["config", "demo", "log_limit", "relay", "tls"]
         .map(String::from)
         .into();
     assert_eq!(refs, want);
+    // From src/worker.rs one `super::` is the crate; from src/tls/sni.rs it takes two.
+    let src = Path::new("/s/src");
+    let code = rooted("use super::config;", src, Path::new("/s/src/worker.rs"));
+    assert!(crate_references(&code).contains("config"));
+    let code = rooted(
+        "use super::super::metrics; use super::certs;",
+        src,
+        Path::new("/s/src/tls/sni.rs"),
+    );
+    assert_eq!(crate_references(&code), ["metrics".to_string()].into());
 }
 
 #[test]

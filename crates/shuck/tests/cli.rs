@@ -281,9 +281,18 @@ fn json_logs_carry_the_failure_reason() {
         line.starts_with('{') && line.ends_with('}'),
         "one JSON object per line: {line}"
     );
-    assert!(line.contains("\"level\":\"WARN\""), "{line}");
-    assert!(line.contains("\"reason\":"), "{line}");
-    assert!(line.contains("\"client\":\"127.0.0.1:"), "{line}");
+    // The fields at the top level, where log collectors look for them.
+    let v: serde_json::Value = serde_json::from_str(line).expect("JSON");
+    assert_eq!(v["level"], "WARN", "{line}");
+    assert_eq!(v["reason"], "handshake_malformed", "{line}");
+    assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{line}");
+    assert_eq!(v["frontend"], "frontend0", "{line}");
+    assert!(
+        v["client"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("127.0.0.1:")),
+        "{line}"
+    );
 }
 
 #[test]

@@ -129,6 +129,47 @@ fn resumed_sessions_still_carry_the_whole_ssl_tlv() {
     }
 }
 
+/// With an ECDSA and an RSA certificate for one name, the SSL TLV names the one the client was
+/// actually served. A TLS 1.2 client offering only RSA suites gets the RSA certificate although
+/// its signature algorithms also allow ECDSA: rustls narrows them to the suites, so the TLV must
+/// come from rustls' own choice, not from asking the resolver again with the raw ClientHello.
+#[test]
+fn the_ssl_tlv_names_the_certificate_actually_served() {
+    let pki = Pki::new();
+    let rsa = pki.leaf("dual-rsa.pem", "dual-rsa", &["dual.test"], Key::Rsa2048);
+    let ecdsa = pki.leaf(
+        "dual-ecdsa.pem",
+        "dual-ecdsa",
+        &["dual.test"],
+        Key::EcdsaP256,
+    );
+    let backend = RawBackend::start();
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = [{}, {}]\n\
+         proxy_protocol = \"v2\"\nproxy_protocol_tlvs = [\"ssl\"]\n",
+        backend.addr,
+        toml_path(&rsa),
+        toml_path(&ecdsa)
+    ));
+    for (args, key) in [
+        (
+            &["-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256"][..],
+            "RSA2048",
+        ),
+        (
+            &["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256"][..],
+            "EC256",
+        ),
+        (&["-tls1_3"][..], "EC256"),
+    ] {
+        let (_, out) = s_client(&pki, shuck.addr(), Some("dual.test"), args);
+        assert!(out.contains("\nok"), "{args:?}: {out}");
+        let (tlvs, _) = walk_v2(&backend.next());
+        let (_, _, subs) = ssl_subs(&tlvs);
+        assert_eq!(text(tlv(&subs, 0x25)), key, "{args:?}");
+    }
+}
+
 #[test]
 fn client_auth_required_refuses_clients_without_a_valid_certificate() {
     let pki = Pki::new();

@@ -38,6 +38,12 @@ pub(crate) struct Lease<'p> {
 }
 
 impl<'p> Lease<'p> {
+    fn take(pool: &'p BackendPool, index: usize) -> Lease<'p> {
+        let open = &pool.open[index];
+        open.set(open.get() + 1);
+        Lease { pool, index }
+    }
+
     /// The backend as written in the configuration.
     pub(crate) fn name(&self) -> &'p str {
         let pool: &'p BackendPool = self.pool;
@@ -103,6 +109,10 @@ impl BackendPool {
         let n = self.addrs.len();
         for (tried, i) in self.order(now).enumerate() {
             let b = &self.addrs[i];
+            // Counted and passed before the wait: connections choosing while this one connects
+            // (a burst of handshakes finishing together) see it and go elsewhere.
+            let lease = Lease::take(self, i);
+            self.chooser.chose(i, n);
             let res = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(b.addr))
                 .await
             {
@@ -115,17 +125,9 @@ impl BackendPool {
             match res {
                 Ok(s) => {
                     self.down_until[i].set(None);
-                    self.chooser.chose(i, n);
-                    self.open[i].set(self.open[i].get() + 1);
                     // Nagle would hold small answers back ~40 ms (seed round 2's stud latency).
                     let _ = s.set_nodelay(true);
-                    return Ok((
-                        s,
-                        Lease {
-                            pool: self,
-                            index: i,
-                        },
-                    ));
+                    return Ok((s, lease));
                 }
                 Err(e) => {
                     let left = n - tried - 1;
@@ -307,5 +309,29 @@ mod tests {
             vec![("a".into(), 1), ("b".into(), 1), ("c".into(), 1)],
             "round_robin"
         );
+    }
+
+    #[tokio::test]
+    async fn connections_still_connecting_count_for_least_connections() {
+        // Three handshakes finish in the same tick and connect at once: each must see the
+        // others' choice, not all go to the backend that looked least loaded before any of them.
+        let ls = listeners(3).await;
+        let list: Vec<(&str, std::net::SocketAddr)> = ["a", "b", "c"]
+            .into_iter()
+            .zip(&ls)
+            .map(|(n, l)| (n, l.local_addr().unwrap()))
+            .collect();
+        let p = named(
+            &list,
+            BackendPolicy::LeastConnections,
+            Duration::from_secs(5),
+        );
+        let (x, y, z) = tokio::join!(p.connect(), p.connect(), p.connect());
+        let mut names: Vec<&str> = [&x, &y, &z]
+            .iter()
+            .map(|r| r.as_ref().unwrap().1.name())
+            .collect();
+        names.sort_unstable();
+        assert_eq!(names, ["a", "b", "c"]);
     }
 }

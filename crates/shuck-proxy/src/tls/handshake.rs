@@ -16,6 +16,7 @@ use tokio_rustls::{LazyConfigAcceptor, StartHandshake};
 
 use super::certs::ServedCert;
 use super::client_auth::Lenient;
+use super::sni::Choice;
 use super::WorkerTls;
 use crate::tls_params as params;
 
@@ -115,10 +116,14 @@ pub(crate) async fn finish(
     tls: &WorkerTls,
     deadline: Deadline,
 ) -> Result<Negotiated, HandshakeError> {
-    // Asked before rustls asks the same resolver: the answer is the certificate it will serve.
-    let served = tls.resolver.served_for(&hello.client_hello());
-    let no_certificate = served.is_none();
-    let accept = hello.into_stream(tls.config.clone());
+    // rustls chooses the certificate inside this call: the worker's resolver notes it.
+    let config = tls.config.clone();
+    let (accept, choice) = tls.resolver.choice_during(|| hello.into_stream(config));
+    let no_certificate = matches!(choice, Choice::NoCertificate);
+    let served = match choice {
+        Choice::Served(s) => Some(s),
+        Choice::NotAsked | Choice::NoCertificate => None,
+    };
     let stream = match tokio::time::timeout_at(deadline.at, accept).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(HandshakeError::from_io(e, no_certificate)),

@@ -17,7 +17,7 @@ use rustls::ServerConfig;
 use crate::config::{CertSource, Frontend};
 use crate::error::{Error, Result};
 use certs::LoadedCert;
-use sni::SniResolver;
+use sni::{SniResolver, WorkerResolver};
 
 /// One worker's TLS configuration for one frontend. Only the main thread stores into it (on
 /// reload); the worker loads it once per connection, which is an uncontended reference-count bump.
@@ -27,9 +27,9 @@ pub type TlsSlot = Arc<arc_swap::ArcSwap<WorkerTls>>;
 #[derive(Debug)]
 pub struct WorkerTls {
     pub config: Arc<ServerConfig>,
-    /// The certificate choice rustls makes through `config`, asked in the ClientHello stage too
-    /// so the connection learns which certificate it serves.
-    pub(crate) resolver: Arc<SniResolver>,
+    /// `config`'s certificate resolver, this worker's own: it notes which certificate rustls
+    /// chose for the handshake being started, so the connection learns what it serves.
+    pub(crate) resolver: Arc<WorkerResolver>,
     /// `client_auth = "optional_no_ca"`: the check whose result the backend is told.
     pub client_check: Option<Arc<client_auth::Lenient>>,
 }
@@ -153,11 +153,14 @@ impl TlsContext {
         storage: Option<Arc<dyn StoresServerSessions>>,
     ) -> Arc<WorkerTls> {
         let mut c = self.template.clone();
+        // The worker's own resolver over the shared tables, so it can note its choice.
+        let resolver = Arc::new(WorkerResolver::new(self.resolver.clone()));
+        c.cert_resolver = resolver.clone();
         c.session_storage =
             storage.unwrap_or_else(|| sessions::store_for_worker(self.session_cache_size));
         Arc::new(WorkerTls {
             config: Arc::new(c),
-            resolver: self.resolver.clone(),
+            resolver,
             client_check: self.client_check.clone(),
         })
     }

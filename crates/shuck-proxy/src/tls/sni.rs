@@ -4,7 +4,7 @@
 //! The tables are built once and only read during handshakes, so workers share them without locks.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
@@ -109,8 +109,7 @@ impl SniResolver {
 
 impl SniResolver {
     /// The certificate for this ClientHello: the first candidate for its name whose key can sign
-    /// with a scheme the client offered. Deterministic, so the ClientHello stage can ask before
-    /// rustls does and get the answer rustls will get.
+    /// with a scheme the client offered.
     fn choose(&self, hello: &ClientHello<'_>) -> Option<&Arc<CertifiedKey>> {
         let candidates = self.candidates(hello.server_name())?;
         let schemes = hello.signature_schemes();
@@ -118,18 +117,70 @@ impl SniResolver {
             .iter()
             .find(|k| k.key.choose_scheme(schemes).is_some())
     }
-
-    /// What the backend is told about the certificate this ClientHello will be served, or
-    /// `None` when there is none (rustls will then refuse the handshake).
-    pub(crate) fn served_for(&self, hello: &ClientHello<'_>) -> Option<Arc<ServedCert>> {
-        let chosen = self.choose(hello)?;
-        self.served.get(&(Arc::as_ptr(chosen) as usize)).cloned()
-    }
 }
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         self.choose(&hello).cloned()
+    }
+}
+
+/// What the resolver chose for one handshake.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum Choice {
+    /// rustls did not ask (the handshake failed before choosing a certificate).
+    #[default]
+    NotAsked,
+    /// No certificate fits the client's name or algorithms: rustls refuses the handshake.
+    NoCertificate,
+    Served(Arc<ServedCert>),
+}
+
+/// One worker's resolver: the shared tables, and a note of the choice the running handshake
+/// made. rustls asks the resolver only from `Accepted::into_connection`, a synchronous call the
+/// ClientHello stage makes through [`WorkerResolver::choice_during`]; a worker runs one task at
+/// a time, so between the note and its reading no other handshake can write it. The lock is
+/// this worker's own, never contended.
+#[derive(Debug)]
+pub(crate) struct WorkerResolver {
+    tables: Arc<SniResolver>,
+    chosen: Mutex<Choice>,
+}
+
+impl WorkerResolver {
+    pub(crate) fn new(tables: Arc<SniResolver>) -> WorkerResolver {
+        WorkerResolver {
+            tables,
+            chosen: Mutex::new(Choice::NotAsked),
+        }
+    }
+
+    fn note(&self) -> std::sync::MutexGuard<'_, Choice> {
+        self.chosen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `start` (which hands a ClientHello to rustls) and says what the resolver chose
+    /// during it.
+    pub(crate) fn choice_during<T>(&self, start: impl FnOnce() -> T) -> (T, Choice) {
+        *self.note() = Choice::NotAsked;
+        let out = start();
+        let choice = std::mem::take(&mut *self.note());
+        (out, choice)
+    }
+}
+
+impl ResolvesServerCert for WorkerResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let chosen = self.tables.choose(&hello);
+        *self.note() = match chosen {
+            None => Choice::NoCertificate,
+            Some(k) => self
+                .tables
+                .served
+                .get(&(Arc::as_ptr(k) as usize))
+                .map_or(Choice::NotAsked, |s| Choice::Served(s.clone())),
+        };
+        chosen.cloned()
     }
 }
 
