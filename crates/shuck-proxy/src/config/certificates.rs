@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{key_err, resolve_path, KeyError, OneOrMany, RawFrontend};
+use super::{key_err, resolve_path, resolve_paths, KeyError, RawFrontend};
 
 #[derive(Debug, Clone)]
 pub enum CertSource {
@@ -37,14 +37,7 @@ impl RawFrontend {
         &self,
         base: Option<&Path>,
     ) -> Result<Certificates, KeyError> {
-        let paths: Vec<PathBuf> = self
-            .certificates
-            .clone()
-            .map(OneOrMany::into_vec)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|p| resolve_path(base, p))
-            .collect();
+        let paths: Vec<PathBuf> = resolve_paths(base, self.certificates.as_ref());
         let source =
             match (self.self_signed.unwrap_or(false), paths.is_empty()) {
                 (true, true) => CertSource::SelfSigned,

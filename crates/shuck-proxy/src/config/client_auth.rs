@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{key_err, resolve_path, KeyError, OneOrMany, RawFrontend};
+use super::{key_err, resolve_path, resolve_paths, KeyError, RawFrontend};
 
 /// Whether clients must present a certificate (mutual TLS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -48,14 +48,7 @@ impl RawFrontend {
     ) -> Result<ClientAuthSection, KeyError> {
         let mode = self.client_auth.unwrap_or_default();
         let ca = self.client_ca.clone().map(|p| resolve_path(base, p));
-        let crls: Vec<PathBuf> = self
-            .client_crl
-            .clone()
-            .map(OneOrMany::into_vec)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|p| resolve_path(base, p))
-            .collect();
+        let crls: Vec<PathBuf> = resolve_paths(base, self.client_crl.as_ref());
         match (mode, &ca) {
             (ClientAuth::None, Some(_)) => Err(key_err(
                 "client_ca",

@@ -1,11 +1,10 @@
 //! The keys outside `[[frontend]]`: workers, the connection limit, shutdown, logging, metrics.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{defaults, duration_or, key_err, Frontend, KeyError, RawConfig};
+use super::{defaults, duration_or, key_err, Config, Frontend, KeyError, Origin, RawConfig};
 
 /// Far above what one machine's descriptors allow; keeps the per-worker semaphore in range.
 pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 24;
@@ -18,20 +17,9 @@ pub enum LogFormat {
     Json,
 }
 
-/// The validated global keys.
-pub(super) struct Globals {
-    pub workers: usize,
-    pub pin_cpus: bool,
-    pub max_connections: usize,
-    pub shutdown_grace: Duration,
-    pub log_format: LogFormat,
-    pub log_level: String,
-    pub log_connections: bool,
-    pub metrics_listen: Option<SocketAddr>,
-}
-
 impl RawConfig {
-    pub(super) fn validate_globals(&self) -> Result<Globals, KeyError> {
+    /// The global keys, in a configuration whose frontends are still to be added.
+    pub(super) fn validate_globals(&self, origin: Origin) -> Result<Config, KeyError> {
         let workers = match self.workers.unwrap_or(0) {
             0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             n if n > 1024 => return Err(key_err("workers", format!("{n} is more than 1024"))),
@@ -65,7 +53,8 @@ impl RawConfig {
                 )
             })?),
         };
-        Ok(Globals {
+        Ok(Config {
+            origin,
             workers,
             pin_cpus: self.pin_cpus.unwrap_or(false),
             max_connections,
@@ -74,6 +63,7 @@ impl RawConfig {
             log_level,
             log_connections: self.log_connections.unwrap_or(false),
             metrics_listen,
+            frontends: Vec::new(),
         })
     }
 }

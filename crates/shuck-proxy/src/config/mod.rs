@@ -228,37 +228,24 @@ impl RawConfig {
     }
 
     pub fn validate(self, origin: Origin, base: Option<&Path>) -> Result<Config> {
-        let (globals, frontends) = self.validate_all(base).map_err(|e| Error::ConfigValue {
-            origin: origin.to_string(),
-            key: e.key,
-            message: e.message,
-        })?;
-        Ok(Config {
-            origin,
-            workers: globals.workers,
-            pin_cpus: globals.pin_cpus,
-            max_connections: globals.max_connections,
-            shutdown_grace: globals.shutdown_grace,
-            log_format: globals.log_format,
-            log_level: globals.log_level,
-            log_connections: globals.log_connections,
-            metrics_listen: globals.metrics_listen,
-            frontends,
-        })
+        let named = origin.to_string();
+        self.validate_all(origin, base)
+            .map_err(|e| Error::ConfigValue {
+                origin: named,
+                key: e.key,
+                message: e.message,
+            })
     }
 
-    fn validate_all(
-        self,
-        base: Option<&Path>,
-    ) -> Result<(global::Globals, Vec<Frontend>), KeyError> {
+    fn validate_all(self, origin: Origin, base: Option<&Path>) -> Result<Config, KeyError> {
         if self.frontends.is_empty() {
             return Err(key_err(
                 "frontend",
                 "no [[frontend]] section: nothing to serve",
             ));
         }
-        let globals = self.validate_globals()?;
-        let mut frontends: Vec<Frontend> = Vec::with_capacity(self.frontends.len());
+        let mut config = self.validate_globals(origin)?;
+        let frontends = &mut config.frontends;
         for (i, raw) in self.frontends.into_iter().enumerate() {
             let name = raw.name.clone().unwrap_or_else(|| format!("frontend{i}"));
             if frontends.iter().any(|f| f.name == name) {
@@ -270,11 +257,11 @@ impl RawConfig {
             let fe = raw
                 .validate(&name, base)
                 .map_err(|e| e.in_frontend(&name))?;
-            listen::check_not_shared(&fe, &frontends).map_err(|e| e.in_frontend(&name))?;
+            listen::check_not_shared(&fe, frontends).map_err(|e| e.in_frontend(&name))?;
             frontends.push(fe);
         }
-        global::check_metrics_listen_free(globals.metrics_listen, &frontends)?;
-        Ok((globals, frontends))
+        global::check_metrics_listen_free(config.metrics_listen, &config.frontends)?;
+        Ok(config)
     }
 }
 
@@ -371,6 +358,16 @@ fn duration_or(key: &str, value: Option<&str>, default: Duration) -> Result<Dura
 }
 
 /// Relative paths in a file are relative to the file's directory (`base`).
+/// A list of paths from the file, each relative one taken from the file's directory.
+fn resolve_paths(base: Option<&Path>, list: Option<&OneOrMany<PathBuf>>) -> Vec<PathBuf> {
+    list.cloned()
+        .map(OneOrMany::into_vec)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| resolve_path(base, p))
+        .collect()
+}
+
 fn resolve_path(base: Option<&Path>, p: PathBuf) -> PathBuf {
     match base {
         Some(b) if p.is_relative() => b.join(p),
