@@ -132,6 +132,25 @@ pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// A PEM parse error in words: pki-types prints the marker or line it stumbled on as a list of
+/// byte values, which tells an operator nothing.
+pub(crate) fn pem_problem(e: &rustls::pki_types::pem::Error) -> String {
+    use rustls::pki_types::pem::Error as E;
+    match e {
+        E::MissingSectionEnd { end_marker } => format!(
+            "truncated: no \"-----END {}-----\" line closes a section",
+            String::from_utf8_lossy(end_marker)
+        ),
+        E::IllegalSectionStart { line } => {
+            format!(
+                "malformed section start \"{}\"",
+                String::from_utf8_lossy(line)
+            )
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Loads one PEM bundle: the leaf certificate first, then its issuers, and the private key.
 pub fn load_bundle(path: &Path, provider: &CryptoProvider) -> Result<LoadedCert> {
     let bytes = std::fs::read(path).map_err(|source| Error::CertRead {
@@ -144,7 +163,7 @@ pub fn load_bundle(path: &Path, provider: &CryptoProvider) -> Result<LoadedCert>
     };
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&bytes)
         .collect::<std::result::Result<_, _>>()
-        .map_err(|e| bad(format!("unreadable PEM certificate: {e}")))?;
+        .map_err(|e| bad(format!("unreadable PEM certificate: {}", pem_problem(&e))))?;
     if chain.is_empty() {
         return Err(bad(
             "no certificate found (expected '-----BEGIN CERTIFICATE-----' blocks, leaf first)"
@@ -153,7 +172,8 @@ pub fn load_bundle(path: &Path, provider: &CryptoProvider) -> Result<LoadedCert>
     }
     let key = PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
         bad(format!(
-            "no usable private key ({e}); the bundle must hold the chain and its key"
+            "no usable private key ({}); the bundle must hold the chain and its key",
+            pem_problem(&e)
         ))
     })?;
     from_parts(path, chain, key, provider)
@@ -343,6 +363,19 @@ mod tests {
         let c = load_bundle(&good, &p).unwrap();
         assert_eq!(c.chain_len, 2);
         assert_eq!(c.names, vec!["a.test"]);
+
+        // Cut in the middle of the CA certificate, as an interrupted copy leaves it.
+        let whole = [leaf.pem(), ca.pem()].concat();
+        let cut = write(
+            dir.path(),
+            "cut.pem",
+            &[whole[..whole.len() - 40].to_string()],
+        );
+        let e = load_bundle(&cut, &p).unwrap_err().to_string();
+        assert!(
+            e.contains("cut.pem") && e.contains("no \"-----END CERTIFICATE-----\" line"),
+            "the marker in words, not bytes: {e}"
+        );
 
         let other_key = KeyPair::generate().unwrap();
         let mism = write(

@@ -15,6 +15,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+use super::certs::pem_problem;
 use crate::config::{ClientAuth, Frontend};
 use crate::error::{Error, Result};
 
@@ -218,7 +219,7 @@ fn load_roots(path: &Path, digest: &mut aws_lc_rs::digest::Context) -> Result<Ro
     digest.update(&bytes);
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&bytes)
         .collect::<std::result::Result<_, _>>()
-        .map_err(|e| bad(format!("unreadable PEM in client_ca: {e}")))?;
+        .map_err(|e| bad(format!("unreadable PEM in client_ca: {}", pem_problem(&e))))?;
     if certs.is_empty() {
         return Err(bad(
             "client_ca holds no certificate (expected '-----BEGIN CERTIFICATE-----' blocks)".into(),
@@ -241,7 +242,7 @@ fn load_crls(
     digest.update(&bytes);
     let crls: Vec<_> = CertificateRevocationListDer::pem_slice_iter(&bytes)
         .collect::<std::result::Result<_, _>>()
-        .map_err(|e| bad(format!("unreadable PEM CRL: {e}")))?;
+        .map_err(|e| bad(format!("unreadable PEM CRL: {}", pem_problem(&e))))?;
     if crls.is_empty() {
         // DER files are common for CRLs (that is how CAs publish them).
         return Ok(vec![CertificateRevocationListDer::from(bytes)]);
