@@ -45,9 +45,21 @@ struct Request {
     body_len: usize,
 }
 
+/// Where the request head ends: after its empty line. Lines end in CRLF, or in a bare LF as
+/// many test clients send (RFC 9112 lets a server accept that).
+fn head_end(buf: &[u8]) -> Option<usize> {
+    buf.iter()
+        .enumerate()
+        .find_map(|(i, &b)| match (b, &buf[i + 1..]) {
+            (b'\n', [b'\n', ..]) => Some(i + 2),
+            (b'\n', [b'\r', b'\n', ..]) => Some(i + 3),
+            _ => None,
+        })
+}
+
 fn parse_head(head: &[u8]) -> Option<Request> {
     let text = std::str::from_utf8(head).ok()?;
-    let mut lines = text.split("\r\n");
+    let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
     let request_line = lines.next()?;
     let mut parts = request_line.split(' ');
     let (_method, _target, version) = (parts.next()?, parts.next()?, parts.next()?);
@@ -87,8 +99,8 @@ where
     for _ in 0..MAX_REQUESTS {
         // Read one request head.
         let head_end = loop {
-            if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break p + 4;
+            if let Some(end) = head_end(&buf) {
+                break end;
             }
             if buf.len() >= MAX_HEAD {
                 let _ = within(
@@ -177,6 +189,31 @@ async fn respond<S: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_head_ends_at_its_empty_line_whatever_the_line_ends() {
+        assert_eq!(head_end(b"GET / HTTP/1.0\r\n\r\nbody"), Some(18));
+        assert_eq!(head_end(b"GET / HTTP/1.0\n\nbody"), Some(16));
+        assert_eq!(head_end(b"GET / HTTP/1.0\r\nA: b\n\r\n"), Some(23));
+        assert_eq!(head_end(b"GET / HTTP/1.0\r\nA: b\r\n"), None);
+    }
+
+    #[tokio::test]
+    async fn bare_lf_requests_are_answered() {
+        let (mut client, mut server) = tokio::io::duplex(4096);
+        let serving =
+            tokio::spawn(async move { serve(&mut server, "page\n", Duration::from_secs(5)).await });
+        client.write_all(b"GET / HTTP/1.0\n\n").await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer))
+            .await
+            .expect("answered, not left to the idle timeout")
+            .unwrap();
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+        assert!(text.ends_with("\r\n\r\npage\n"), "{text}");
+        serving.await.unwrap().unwrap();
+    }
 
     #[test]
     fn heads() {
