@@ -208,7 +208,10 @@ fn get<M: Clone + Default>(f: &Family<Labels, M>, l: &Labels) -> M {
 
 /// Scrapes served at once; more wait in the listen backlog.
 const MAX_SCRAPES: usize = 8;
-/// A scraper gets this long to send its request and to read the answer.
+/// A scraper sends its request at once (Prometheus does): a connection that has not within this
+/// long gives its slot up, so a few idle connections cannot keep the scrapers out.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+/// A scraper gets this long to read the answer.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `GET /metrics` over plain HTTP until the task is dropped. Scrapes are rare and cheap,
@@ -231,15 +234,23 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     }
 }
 
-async fn scrape(mut s: tokio::net::TcpStream, metrics: &Metrics) {
+/// Reads the request head, up to 8 KiB; `None` when the client closed or went quiet.
+async fn read_request(s: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
         match s.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return None,
             Ok(n) => head.extend_from_slice(&chunk[..n]),
         }
     }
+    Some(head)
+}
+
+async fn scrape(mut s: tokio::net::TcpStream, metrics: &Metrics) {
+    let Ok(Some(head)) = tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut s)).await else {
+        return;
+    };
     let (status, ctype, body) = if head.starts_with(b"GET /metrics ") {
         (
             "200 OK",

@@ -153,3 +153,38 @@ async fn demo_backend_drops_a_client_that_stalls_mid_request() {
         started.elapsed()
     );
 }
+
+/// Connections to the metrics endpoint that never send a request must not keep Prometheus out:
+/// with every scrape slot taken by one, a real scrape is still answered in about a second, not
+/// after the ten seconds an answer may take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_do_not_starve_the_metrics_endpoint() {
+    let pki = Pki::new();
+    let server = Running::start(&config(&pki, "", "metrics_listen = \"127.0.0.1:0\""));
+    let metrics = server.metrics.expect("metrics address");
+    let mut idle = Vec::new();
+    for _ in 0..16 {
+        idle.push(TcpStream::connect(metrics).await.expect("connect"));
+    }
+    let started = Instant::now();
+    let mut s = TcpStream::connect(metrics).await.expect("connect");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("request");
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut answer))
+        .await
+        .expect("answered within 20 s")
+        .expect("read");
+    let waited = started.elapsed();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200 OK"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert!(
+        waited < Duration::from_secs(5),
+        "the scrape waited {waited:?} behind idle connections"
+    );
+    drop(idle);
+}
