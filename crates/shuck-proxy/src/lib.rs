@@ -17,6 +17,7 @@ mod error;
 mod limits;
 mod listener;
 mod log_limit;
+pub mod logging;
 mod metrics;
 mod proxy_in;
 mod proxy_out;

@@ -163,7 +163,7 @@ const LAYERS: [&[&str]; 9] = [
         "limits",
         "listener",
     ],
-    &["config"],
+    &["config", "logging"],
     &["tls", "proxy_in", "backend", "relay"],
     &["conn_error"],
     &["metrics", "proxy_out", "demo"],

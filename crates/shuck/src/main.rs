@@ -114,20 +114,30 @@ fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, Str
 }
 
 fn init_logging(config: &Config) {
-    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::filter::{DynFilterFn, FilterExt};
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{fmt, EnvFilter};
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log_level));
     // Colours only on a terminal: journald and log files should not get escape codes.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let layer = fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         .with_target(false);
-    match config.log_format {
-        LogFormat::Compact => builder.compact().init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
+    let layer = match config.log_format {
+        LogFormat::Compact => layer.compact().boxed(),
+        LogFormat::Json => layer.json().flatten_event(true).boxed(),
+    };
+    let debug = filter
+        .max_level_hint()
+        .is_some_and(|l| l >= tracing_subscriber::filter::LevelFilter::DEBUG);
+    // Asked per event (not cached per call site), and only for events the level filter passed:
+    // it spends the rate limit's budget.
+    let libraries = DynFilterFn::new(move |meta, _| shuck_proxy::logging::keep(meta, debug));
+    tracing_subscriber::registry()
+        .with(layer.with_filter(filter.and(libraries)))
+        .init();
 }
 
 fn serve(args: &ServeArgs) -> Result<(), String> {

@@ -215,3 +215,44 @@ async fn byte_counters_move_while_the_connection_is_open() {
     );
     let _ = done_tx.send(());
 }
+
+/// rustls logs a warning for every client that sends an IP address as SNI (`openssl s_client
+/// -servername 127.0.0.1` does): a client could write a line per connection at will, without
+/// frontend or client in it. At the default level those lines are not written at all; at debug
+/// they are, within the per-worker rate limit.
+#[test]
+fn library_lines_a_client_can_trigger_stay_out_of_the_log() {
+    let pki = Pki::new();
+    let cert = pki.leaf("s.pem", "s", &["s.test"], Key::EcdsaP256);
+    let ip_sni = |shuck: &Shuck, n: usize| {
+        for i in 0..n {
+            let (_, out) = s_client(&pki, shuck.addrs[0], Some("127.0.0.1"), &[]);
+            assert!(
+                out.contains("shuck demo backend"),
+                "connection {i} with an IP as SNI is still served: {out}"
+            );
+        }
+    };
+    let config = |level: &str| {
+        format!(
+            "workers = 1\nlog_level = \"{level}\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+            toml_path(&cert)
+        )
+    };
+    let shuck = Shuck::start(&config("info"));
+    ip_sni(&shuck, 10);
+    // A failure of our own after them: once its line is there, theirs would be too.
+    let mut g = TcpStream::connect(shuck.addrs[0]).expect("connect");
+    g.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("write");
+    let _ = read_all_bounded(&mut g);
+    let log = shuck.wait_log("TLS handshake failed");
+    assert!(!log.contains("Illegal SNI"), "{log}");
+
+    let shuck = Shuck::start(&config("debug"));
+    let started = std::time::Instant::now();
+    ip_sni(&shuck, 30);
+    let log = shuck.wait_log("Illegal SNI");
+    let lines = log.matches("Illegal SNI").count();
+    let budget = 20 * (started.elapsed().as_secs() as usize + 2);
+    assert!(lines >= 1 && lines <= budget, "{lines} lines: {log}");
+}

@@ -64,7 +64,9 @@ impl Shuck {
             .args(args)
             .arg("--ready-file")
             .arg(&ready)
-            .env("RUST_LOG", "info")
+            // The configuration's log_level decides (info unless a test sets it), not the
+            // environment the tests run in.
+            .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
