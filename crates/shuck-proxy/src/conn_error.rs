@@ -54,8 +54,10 @@ reasons! {
     /// Connected and closed without a byte: a TCP health check.
     ProxyHealthCheck,
     ProxyOther,
-    /// Closed during the handshake (port scanners, TCP health checks).
+    /// Closed before sending a byte (port scanners, TCP health checks).
     HandshakeAbandoned,
+    /// Closed (FIN or reset) part-way through its handshake.
+    HandshakeClientAbort,
     /// Not TLS, or TLS that breaks the protocol.
     HandshakeMalformed,
     /// No common version, cipher suite, group or signature scheme.
@@ -115,6 +117,7 @@ impl Reason {
             Reason::ProxyHealthCheck => "proxy_health_check",
             Reason::ProxyOther => "proxy_other",
             Reason::HandshakeAbandoned => "handshake_abandoned",
+            Reason::HandshakeClientAbort => "handshake_client_abort",
             Reason::HandshakeMalformed => "handshake_malformed",
             Reason::HandshakeIncompatible => "handshake_incompatible",
             Reason::HandshakeNoCertificate => "handshake_no_certificate",
@@ -147,6 +150,7 @@ impl Reason {
             Reason::ProxyClosed | Reason::ProxyHealthCheck => proxy("closed"),
             Reason::ProxyOther => proxy("other"),
             Reason::HandshakeAbandoned => None,
+            Reason::HandshakeClientAbort => Some((HandshakeFailures, "client_abort")),
             Reason::HandshakeMalformed => Some((HandshakeFailures, "malformed")),
             Reason::HandshakeIncompatible => Some((HandshakeFailures, "incompatible")),
             Reason::HandshakeNoCertificate => Some((HandshakeFailures, "no_certificate")),
@@ -164,7 +168,10 @@ impl Reason {
 
     pub(crate) fn loudness(self) -> Loudness {
         match self {
-            Reason::ProxyHealthCheck | Reason::HandshakeAbandoned => Loudness::Quiet,
+            // Counted, but a client giving up is routine, not the operator's to act on.
+            Reason::ProxyHealthCheck
+            | Reason::HandshakeAbandoned
+            | Reason::HandshakeClientAbort => Loudness::Quiet,
             Reason::ClientRelay | Reason::Idle => Loudness::Info,
             _ => Loudness::Warn,
         }
@@ -174,7 +181,8 @@ impl Reason {
     pub(crate) fn message(self) -> &'static str {
         match self {
             Reason::ProxyHealthCheck => "peer closed before sending a PROXY header",
-            Reason::HandshakeAbandoned => "client closed before completing the TLS handshake",
+            Reason::HandshakeAbandoned => "client closed before sending a ClientHello",
+            Reason::HandshakeClientAbort => "client closed during the TLS handshake",
             Reason::BackendConnect => "closing client connection: backend unavailable",
             Reason::BackendHeader => "closing connection: PROXY header not sent",
             Reason::BackendRelay => "backend connection failed",
@@ -194,7 +202,8 @@ impl ConnError {
     pub(crate) fn reason(&self) -> Reason {
         match self {
             ConnError::ProxyHeader(e) => proxy_reason(e),
-            ConnError::Handshake(HandshakeError::Abandoned) => Reason::HandshakeAbandoned,
+            ConnError::Handshake(HandshakeError::Silent) => Reason::HandshakeAbandoned,
+            ConnError::Handshake(HandshakeError::ClientAborted(_)) => Reason::HandshakeClientAbort,
             ConnError::Handshake(HandshakeError::Tls {
                 error,
                 no_certificate,
@@ -289,10 +298,13 @@ mod tests {
         let reason = |e: io::Error| ConnError::from(HandshakeError::from_io(e, false)).reason();
         let decrypt = io::Error::new(io::ErrorKind::InvalidData, rustls::Error::DecryptError);
         assert_eq!(reason(decrypt), Reason::HandshakeMalformed);
+        // After the ClientHello, a close of either kind is the client's abort.
         let eof = io::Error::from(io::ErrorKind::UnexpectedEof);
-        assert_eq!(reason(eof), Reason::HandshakeAbandoned);
+        assert_eq!(reason(eof), Reason::HandshakeClientAbort);
         let reset = io::Error::from(io::ErrorKind::ConnectionReset);
-        assert_eq!(reason(reset), Reason::HandshakeOther);
+        assert_eq!(reason(reset), Reason::HandshakeClientAbort);
+        let other = io::Error::from(io::ErrorKind::OutOfMemory);
+        assert_eq!(reason(other), Reason::HandshakeOther);
     }
 
     #[test]

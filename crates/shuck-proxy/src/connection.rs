@@ -1,6 +1,6 @@
 //! One client connection as a pipeline of stages, each taking and returning values:
 //!
-//! `proxy_in::arrive → tls::handshake::read_client_hello → tls::handshake::finish →
+//! `proxy_in::arrive → tls::hello::read_client_hello → tls::handshake::finish →
 //! backend connect → proxy_out::header → relay` (or the demo page after the handshake).
 //!
 //! Any stage may end the connection with a [`ConnError`]; its metric and its one log line are
@@ -25,6 +25,7 @@ use crate::proxy_in::{self, Arrival};
 use crate::proxy_out::{self, UniqueId};
 use crate::relay::{self, Moved, RelayError};
 use crate::tls::handshake::{self, ClientCert, Deadline, Negotiated, Summary};
+use crate::tls::hello;
 use crate::worker::{FrontendRt, Worker};
 use crate::{demo, log_limit};
 
@@ -81,7 +82,7 @@ async fn pipeline<'a>(
     count_arrival(&fe.metrics, &arrival);
     (trace.client, trace.balancer) = (arrival.client, arrival.balancer);
     let deadline = Deadline::after(cfg.handshake_timeout);
-    let hello = handshake::read_client_hello(tcp, deadline).await?;
+    let hello = hello::read_client_hello(tcp, deadline).await?;
     // The ClientHello stage: what must see the hello before rustls does (a remote session
     // store looking up the session ID, ACME's acme-tls/1) goes here.
     let tls = fe.tls.load_full();

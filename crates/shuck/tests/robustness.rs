@@ -66,6 +66,55 @@ fn garbage_instead_of_client_hello_is_refused_with_an_alert() {
     shuck.assert_alive();
 }
 
+/// A client that connects and closes without a byte (a balancer's TCP health check, by FIN or by
+/// reset) is no failure: a debug line at most, no warning, not counted. One that closes part-way
+/// through its ClientHello, by FIN or reset, is counted as a client abort, not as "other".
+#[test]
+fn closes_before_and_during_the_handshake_are_told_apart() {
+    let pki = Pki::new();
+    let backend = HttpBackend::start();
+    let shuck = Shuck::start(&config(
+        &pki,
+        &[("", format!("\"{}\"", backend.addr))],
+        "workers = 1\nmetrics_listen = \"127.0.0.1:0\"",
+    ));
+    let (addr, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+    let close = |bytes: &[u8], reset: bool| {
+        let mut c = TcpStream::connect(addr).expect("connect");
+        c.write_all(bytes).expect("write");
+        if reset {
+            socket2::SockRef::from(&c)
+                .set_linger(Some(Duration::ZERO))
+                .expect("linger");
+        }
+        drop(c);
+    };
+    // The start of a TLS handshake record, then nothing more.
+    let partial: &[u8] = &[0x16, 0x03, 0x01, 0x00];
+    for reset in [false, true] {
+        close(&[], reset);
+        close(partial, reset);
+    }
+    let text = common::clients::wait_metric(
+        metrics,
+        "shuck_handshake_failures_total",
+        &["reason=\"client_abort\""],
+        2,
+    );
+    let failures = |reason: &str| {
+        common::clients::sum(
+            &text,
+            "shuck_handshake_failures_total",
+            &[&format!("reason=\"{reason}\"")],
+        )
+    };
+    assert_eq!(failures("client_abort"), 2, "{text}");
+    assert_eq!(failures("other"), 0, "{text}");
+    assert_good_request(&pki, addr);
+    let log = shuck.log_text();
+    assert!(!log.contains("WARN"), "no warning for any of them: {log}");
+}
+
 #[test]
 fn a_handshake_that_never_completes_times_out() {
     let pki = Pki::new();

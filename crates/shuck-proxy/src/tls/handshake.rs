@@ -1,18 +1,17 @@
-//! The TLS stages of a connection. [`read_client_hello`] takes the ClientHello off the socket
-//! before rustls decides anything, so the pipeline can look at it first (SNI, ALPN, session ID);
-//! [`finish`] completes the handshake with the worker's configuration and returns what was
-//! negotiated as a value: the stream, the certificate served, the client certificate's verdict.
+//! The TLS handshake stage. [`super::hello::read_client_hello`] has taken the ClientHello off
+//! the socket; [`finish`] completes the handshake with the worker's configuration and returns
+//! what was negotiated as a value: the stream, the certificate served, the client certificate's
+//! verdict.
 
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::server::Acceptor;
 use rustls::{HandshakeKind, ServerConnection};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
-use tokio_rustls::{LazyConfigAcceptor, StartHandshake};
+use tokio_rustls::StartHandshake;
 
 use super::certs::ServedCert;
 use super::client_auth::Lenient;
@@ -23,8 +22,12 @@ use crate::tls_params as params;
 /// Why a handshake did not finish.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum HandshakeError {
-    #[error("client closed before completing the TLS handshake")]
-    Abandoned,
+    /// Closed (FIN or reset) before sending a byte: a TCP health check or a port scan.
+    #[error("client closed before sending a ClientHello")]
+    Silent,
+    /// Closed (FIN or reset) part-way through its handshake.
+    #[error("client closed during the TLS handshake{}", .0.as_ref().map_or(String::new(), |e| format!(": {e}")))]
+    ClientAborted(Option<io::Error>),
     /// `no_certificate`: the ClientHello stage found no certificate for this client, so a
     /// general error from rustls is that refusal.
     #[error("{error}")]
@@ -39,10 +42,14 @@ pub(crate) enum HandshakeError {
 }
 
 impl HandshakeError {
-    /// Sorts an I/O error out of a handshake stage: rustls' own errors arrive wrapped in one.
+    /// Sorts an I/O error from the handshake, after the ClientHello: rustls' own errors arrive
+    /// wrapped in one.
     pub(crate) fn from_io(e: io::Error, no_certificate: bool) -> HandshakeError {
         if e.kind() == io::ErrorKind::UnexpectedEof {
-            return HandshakeError::Abandoned;
+            return HandshakeError::ClientAborted(None);
+        }
+        if is_abort(&e) {
+            return HandshakeError::ClientAborted(Some(e));
         }
         if !e
             .get_ref()
@@ -64,14 +71,24 @@ impl HandshakeError {
     }
 }
 
+/// The peer reset the connection (or it broke under us).
+pub(crate) fn is_abort(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+    )
+}
+
 /// A ClientHello read, the handshake not yet begun.
 pub(crate) type Hello = StartHandshake<TcpStream>;
 
 /// One deadline for the whole handshake, shared by both stages.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Deadline {
-    at: Instant,
-    within: Duration,
+    pub(super) at: Instant,
+    pub(super) within: Duration,
 }
 
 impl Deadline {
@@ -80,19 +97,6 @@ impl Deadline {
             at: Instant::now() + within,
             within,
         }
-    }
-}
-
-/// Reads the ClientHello. A client that sends something else gets rustls' alert.
-pub(crate) async fn read_client_hello(
-    tcp: TcpStream,
-    deadline: Deadline,
-) -> Result<Hello, HandshakeError> {
-    let acceptor = LazyConfigAcceptor::new(Acceptor::default(), tcp);
-    match tokio::time::timeout_at(deadline.at, acceptor).await {
-        Ok(Ok(hello)) => Ok(hello),
-        Ok(Err(e)) => Err(HandshakeError::from_io(e, false)),
-        Err(_) => Err(HandshakeError::Timeout(deadline.within)),
     }
 }
 

@@ -4,6 +4,7 @@
 pub(crate) mod certs;
 pub(crate) mod client_auth;
 pub(crate) mod handshake;
+pub(crate) mod hello;
 pub(crate) mod sessions;
 pub(crate) mod sni;
 pub(crate) mod tickets;
