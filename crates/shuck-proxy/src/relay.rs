@@ -307,6 +307,10 @@ where
         let driven = up
             .drive(cx, client, backend, &mut moved, UP, &mut write_error)
             .and_then(|()| down.drive(cx, backend, client, &mut moved, DOWN, &mut write_error));
+        // Reading the client can make TLS want to answer on its own (a no_renegotiation
+        // warning, a KeyUpdate): send that now, not when the backend next has something to say.
+        // Nothing to send costs nothing; a write error surfaces in the down pump.
+        let _ = Pin::new(&mut *client).poll_flush(cx);
         if up.bytes != reported.up || down.bytes != reported.down {
             on_moved(Moved {
                 up: up.bytes - reported.up,

@@ -488,3 +488,33 @@ fn session_cache_survives_a_reload() {
         "the reload kept the session cache: {out}"
     );
 }
+
+/// TLS records that reading the client makes (here the no_renegotiation warning that answers a
+/// TLS 1.2 renegotiation attempt) go out at once, not when the backend next sends something:
+/// with a backend that never answers, the client would otherwise wait for its own timeout.
+#[test]
+fn tls_answers_made_while_reading_are_sent_at_once() {
+    let pki = Pki::new();
+    let cert = pki.leaf("r.pem", "r", &["r.test"], Key::EcdsaP256);
+    // Connections complete in the kernel's backlog; nothing ever reads or writes them.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n",
+        silent.local_addr().expect("addr"),
+        toml_path(&cert)
+    ));
+    // "R" on a line of its own, once the handshake is done: s_client asks to renegotiate. Its
+    // stdin stays open long enough for an answer to arrive. Without one, s_client would wait for
+    // the end of its renegotiation until `timeout` stops it.
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c").arg(format!(
+        "(sleep 1; echo R; sleep 3) | timeout 8 openssl s_client -connect {} -servername r.test -tls1_2 -msg 2>&1",
+        shuck.addr()
+    ));
+    let out = run_bounded(&mut c, b"", 10);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("RENEGOTIATING") && text.contains("warning no_renegotiation"),
+        "{text}"
+    );
+}
