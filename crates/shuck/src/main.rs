@@ -238,9 +238,24 @@ fn reload(args: &ServeArgs, reloader: &mut Reloader) {
             tracing::info!("reloaded certificates and TLS settings");
         }
         Err(e) => {
-            tracing::error!(error = %e, "reload failed; still serving the previous certificates");
+            let error = one_line(&e);
+            tracing::error!(
+                error,
+                "reload failed; still serving the previous certificates"
+            );
         }
     }
+}
+
+/// A message on one line, for logs: TOML's errors show the offending line and a caret under it,
+/// on lines of their own.
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn check(args: &ConfigArgs) -> Result<(), String> {

@@ -518,3 +518,37 @@ fn tls_answers_made_while_reading_are_sent_at_once() {
         "{text}"
     );
 }
+
+/// A configuration error on reload is one log line, whatever the parser's message looks like
+/// (TOML's show the offending line and a caret on lines of their own), so log collectors keep it
+/// whole; the old configuration keeps serving.
+#[test]
+fn a_reload_error_is_one_log_line() {
+    let pki = Pki::new();
+    let cert = pki.leaf("one.pem", "one", &["one.test"], Key::EcdsaP256);
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+        toml_path(&cert)
+    ));
+    std::fs::write(
+        shuck.config_path(),
+        "[[frontend]]\nlisten = [\"127.0.0.1:0\"\n",
+    )
+    .expect("break config");
+    shuck.signal("HUP");
+    let log = shuck.wait_log("reload failed");
+    let line = log
+        .lines()
+        .find(|l| l.contains("reload failed"))
+        .expect("line");
+    assert!(
+        line.contains("TOML parse error"),
+        "the parser's words: {line}"
+    );
+    assert!(
+        log.lines().all(|l| l.starts_with("20")),
+        "every line starts with its timestamp: {log}"
+    );
+    let (_, out) = s_client(&pki, shuck.addr(), Some("one.test"), &[]);
+    assert!(out.contains("shuck demo backend"), "{out}");
+}
