@@ -71,6 +71,8 @@ reasons! {
     HandshakeClientCertificate,
     HandshakeOther,
     BackendConnect,
+    /// Out of descriptors for the backend connection: ours, not the backend's, problem.
+    NoDescriptors,
     /// The PROXY header for the backend could not be built.
     BackendHeader,
     /// The backend failed while relaying.
@@ -88,6 +90,8 @@ pub(crate) enum CountedIn {
     BackendErrors,
     ClientErrors,
     IdleTimeouts,
+    /// Local resources ran out (`shuck_resource_errors_total{kind}`).
+    ResourceErrors,
 }
 
 /// How the one line about a connection's end is written.
@@ -126,6 +130,7 @@ impl Reason {
             Reason::HandshakeClientCertificate => "handshake_client_certificate",
             Reason::HandshakeOther => "handshake_other",
             Reason::BackendConnect => "backend_connect",
+            Reason::NoDescriptors => "no_descriptors",
             Reason::BackendHeader => "backend_proxy_header",
             Reason::BackendRelay => "backend_relay",
             Reason::ClientRelay => "client_relay",
@@ -159,6 +164,7 @@ impl Reason {
             Reason::HandshakeClientCertificate => Some((HandshakeFailures, "client_certificate")),
             Reason::HandshakeOther => Some((HandshakeFailures, "other")),
             Reason::BackendConnect => Some((BackendErrors, "connect")),
+            Reason::NoDescriptors => Some((CountedIn::ResourceErrors, "descriptors")),
             Reason::BackendHeader => Some((BackendErrors, "proxy_header")),
             Reason::BackendRelay => Some((BackendErrors, "relay")),
             Reason::ClientRelay => Some((ClientErrors, "")),
@@ -184,6 +190,9 @@ impl Reason {
             Reason::HandshakeAbandoned => "client closed before sending a ClientHello",
             Reason::HandshakeClientAbort => "client closed during the TLS handshake",
             Reason::BackendConnect => "closing client connection: backend unavailable",
+            Reason::NoDescriptors => {
+                "closing client connection: out of descriptors (raise the open-files limit)"
+            }
             Reason::BackendHeader => "closing connection: PROXY header not sent",
             Reason::BackendRelay => "backend connection failed",
             Reason::ClientRelay | Reason::Idle => "connection ended early",
@@ -210,7 +219,8 @@ impl ConnError {
             }) => handshake_reason(error, *no_certificate),
             ConnError::Handshake(HandshakeError::Io(_)) => Reason::HandshakeOther,
             ConnError::Handshake(HandshakeError::Timeout(_)) => Reason::HandshakeTimeout,
-            ConnError::BackendConnect(_) => Reason::BackendConnect,
+            ConnError::BackendConnect(ConnectError::Unreachable { .. }) => Reason::BackendConnect,
+            ConnError::BackendConnect(ConnectError::NoDescriptors(_)) => Reason::NoDescriptors,
             ConnError::ProxyHeaderOut(_) => Reason::BackendHeader,
             ConnError::Relay(RelayError::Backend(_) | RelayError::BackendAborted(_)) => {
                 Reason::BackendRelay

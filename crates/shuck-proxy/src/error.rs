@@ -39,6 +39,9 @@ pub enum Error {
         source: io::Error,
     },
 
+    #[error("the open-files limit ({fd_limit}) leaves no descriptors for connections: each takes 2 and shuck keeps {reserved} for itself; raise it (ulimit -n, LimitNOFILE= under systemd)")]
+    FdLimit { fd_limit: u64, reserved: u64 },
+
     #[error("cannot start worker {worker}: {source}")]
     Worker { worker: usize, source: io::Error },
 

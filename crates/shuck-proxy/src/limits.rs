@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::error::Error;
+
 /// Descriptors kept for listeners, logs and the runtime.
 const RESERVED_FDS: u64 = 64;
 
@@ -21,6 +23,31 @@ pub fn raise_fd_limit() -> u64 {
 /// How many proxied connections fit in `fd_limit` descriptors.
 pub fn connection_capacity(fd_limit: u64) -> u64 {
     fd_limit.saturating_sub(RESERVED_FDS) / 2
+}
+
+/// `max_connections` as the open-files limit can serve it: at most one connection per two
+/// descriptors left after the reserve, so a full process stops accepting (clients wait in the
+/// backlog) instead of accepting clients whose backend connection then fails for want of a
+/// descriptor, with the backend blamed. No room at all is a start-up error.
+pub fn effective_max_connections(configured: usize, fd_limit: u64) -> Result<usize, Error> {
+    let capacity = connection_capacity(fd_limit);
+    if capacity == 0 {
+        return Err(Error::FdLimit {
+            fd_limit,
+            reserved: RESERVED_FDS,
+        });
+    }
+    let capacity = usize::try_from(capacity).unwrap_or(usize::MAX);
+    if configured > capacity {
+        tracing::warn!(
+            max_connections = configured,
+            fd_limit,
+            using = capacity,
+            "max_connections is more than the open-files limit can serve (2 descriptors a connection, {RESERVED_FDS} reserved): using {capacity}; raise `ulimit -n` (LimitNOFILE= under systemd) for more"
+        );
+        return Ok(capacity);
+    }
+    Ok(configured)
 }
 
 /// `max_connections` for the whole process. Workers take a slot before each `accept()` and give
@@ -73,6 +100,14 @@ impl Drop for ConnectionSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_limit_never_exceeds_what_descriptors_can_serve() {
+        assert_eq!(effective_max_connections(8192, 20_000).unwrap(), 8192);
+        assert_eq!(effective_max_connections(8192, 1024).unwrap(), 480);
+        let e = effective_max_connections(10, 64).unwrap_err().to_string();
+        assert!(e.contains("64") && e.contains("ulimit"), "{e}");
+    }
 
     #[test]
     fn slots_are_bounded_and_come_back() {

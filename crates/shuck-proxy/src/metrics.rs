@@ -33,6 +33,7 @@ pub struct Metrics {
     proxy_headers: Family<Labels, Counter>,
     proxy_header_errors: Family<Labels, Counter>,
     client_certs_unverified: Family<Labels, Counter>,
+    resource_errors: Family<Labels, Counter>,
 }
 
 /// One worker's handles for one frontend.
@@ -83,6 +84,7 @@ impl Metrics {
             proxy_headers: Family::default(),
             proxy_header_errors: Family::default(),
             client_certs_unverified: Family::default(),
+            resource_errors: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -145,6 +147,11 @@ impl Metrics {
             "Client certificates that did not verify and were passed on (client_auth = optional_no_ca)",
             m.client_certs_unverified.clone(),
         );
+        registry.register(
+            "resource_errors",
+            "Connections closed because this process ran out of a resource, by kind (descriptors)",
+            m.resource_errors.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -173,6 +180,7 @@ impl Metrics {
                 CountedIn::BackendErrors => get(&self.backend_errors, &with("kind", label)),
                 CountedIn::ClientErrors => get(&self.client_errors, &base()),
                 CountedIn::IdleTimeouts => get(&self.idle_timeouts, &base()),
+                CountedIn::ResourceErrors => get(&self.resource_errors, &with("kind", label)),
             })
         });
         FrontendMetrics {

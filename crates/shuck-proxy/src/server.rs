@@ -156,23 +156,15 @@ impl Server {
         force: impl Future<Output = ()>,
     ) -> Result<()> {
         let c = &self.config;
-        let capacity = limits::connection_capacity(self.fd_limit);
+        let max_connections = limits::effective_max_connections(c.max_connections, self.fd_limit)?;
         tracing::info!(
             workers = c.workers,
             fd_limit = self.fd_limit,
-            connection_capacity = capacity,
-            max_connections = c.max_connections,
+            max_connections,
             "starting"
         );
-        if (c.max_connections as u64) > capacity {
-            tracing::warn!(
-                max_connections = c.max_connections,
-                connection_capacity = capacity,
-                "max_connections exceeds what the open-files limit allows; raise `ulimit -n`"
-            );
-        }
         let frontends: Vec<_> = c.frontends.iter().cloned().map(Arc::new).collect();
-        let limit = limits::ConnectionLimit::new(c.max_connections);
+        let limit = limits::ConnectionLimit::new(max_connections);
         let cores = if c.pin_cpus {
             core_affinity::get_core_ids().unwrap_or_default()
         } else {

@@ -296,32 +296,59 @@ fn idle_connections_are_closed() {
     shuck.assert_alive();
 }
 
+/// A low open-files limit caps the connections shuck takes at what its descriptors can serve:
+/// the rest wait in the kernel's backlog, instead of being accepted and then failed with the
+/// backend blamed ("no backend reachable: Too many open files"). A limit with no room at all is
+/// a start-up error that says the numbers.
 #[test]
-fn running_out_of_file_descriptors_backs_off_and_recovers() {
+fn a_low_open_files_limit_caps_connections_instead_of_failing_them() {
     let pki = Pki::new();
     let b = HttpBackend::start();
-    let mut shuck = Shuck::start_limited(
-        &config(&pki, &[("", format!("\"{}\"", b.addr))], "workers = 1"),
-        &[],
-        Some(64),
+    let cfg = config(
+        &pki,
+        &[("", format!("\"{}\"", b.addr))],
+        "workers = 1\nmetrics_listen = \"127.0.0.1:0\"",
     );
+    let mut shuck = Shuck::start_limited(&cfg, &[], Some(100));
     let log = shuck.wait_log("starting");
-    assert!(log.contains("fd_limit=64"), "{log}");
+    assert!(log.contains("fd_limit=100"), "{log}");
+    // (100 - 64 reserved) / 2 descriptors a connection.
     assert!(
-        log.contains("max_connections exceeds"),
-        "the low limit is reported: {log}"
+        log.contains("using 18") && log.contains("max_connections=18"),
+        "{log}"
     );
-    // Silent clients until shuck's descriptors run out (each holds one while its handshake waits).
+    // More silent clients than that: each accepted one holds its descriptor while its handshake
+    // waits, the others wait in the backlog.
     let mut held = Vec::new();
-    for _ in 0..100 {
-        held.push(TcpStream::connect(shuck.addr()).expect("connect (kernel backlog)"));
+    for _ in 0..60 {
+        held.push(TcpStream::connect(shuck.addrs[0]).expect("connect (kernel backlog)"));
     }
-    shuck.wait_log("accept failed; backing off");
-    shuck.assert_alive();
+    let metrics = shuck.addrs[1];
+    common::clients::wait_metric(metrics, "shuck_connections_active", &[], 18);
     drop(held);
-    // Once descriptors are free again, service resumes.
-    assert_good_request(&pki, shuck.addr());
+    // Once they are gone, service resumes; nothing was blamed on the backend.
+    assert_good_request(&pki, shuck.addrs[0]);
+    let text = common::clients::scrape(metrics);
+    let sum = |name: &str| common::clients::sum(&text, name, &[]);
+    assert_eq!(sum("shuck_backend_errors_total"), 0, "{text}");
+    assert_eq!(sum("shuck_resource_errors_total"), 0, "{text}");
+    assert_eq!(sum("shuck_accept_errors_total"), 0, "{text}");
     shuck.assert_alive();
+
+    let out = common::process::run_bounded(
+        std::process::Command::new("sh").arg("-c").arg(format!(
+            "ulimit -n 64 && exec {} serve --self-signed --listen 127.0.0.1:0",
+            common::process::SHUCK
+        )),
+        b"",
+        30,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("open-files limit (64) leaves no descriptors"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -60,9 +60,21 @@ impl Drop for Lease<'_> {
 
 /// Every backend was tried and none answered.
 #[derive(Debug, thiserror::Error)]
-#[error("no backend reachable: {}", .attempts.iter().map(|(n, e)| format!("{n}: {e}")).collect::<Vec<_>>().join("; "))]
-pub(crate) struct ConnectError {
-    pub(crate) attempts: Vec<(String, io::Error)>,
+pub(crate) enum ConnectError {
+    /// Every backend was tried and none answered.
+    #[error("no backend reachable: {}", .attempts.iter().map(|(n, e)| format!("{n}: {e}")).collect::<Vec<_>>().join("; "))]
+    Unreachable { attempts: Vec<(String, io::Error)> },
+    /// This process (or the system) is out of descriptors: no backend is at fault, none is put
+    /// in cooldown, and no other is tried.
+    #[error("no descriptor for a backend connection: {0}")]
+    NoDescriptors(io::Error),
+}
+
+/// EMFILE (the process's open-files limit) or ENFILE (the system's).
+fn out_of_descriptors(e: &io::Error) -> bool {
+    const ENFILE: i32 = 23;
+    const EMFILE: i32 = 24;
+    matches!(e.raw_os_error(), Some(ENFILE | EMFILE))
 }
 
 impl BackendPool {
@@ -129,6 +141,7 @@ impl BackendPool {
                     let _ = s.set_nodelay(true);
                     return Ok((s, lease));
                 }
+                Err(e) if out_of_descriptors(&e) => return Err(ConnectError::NoDescriptors(e)),
                 Err(e) => {
                     let left = n - tried - 1;
                     if left > 0 && crate::log_limit::allow() {
@@ -139,7 +152,7 @@ impl BackendPool {
                 }
             }
         }
-        Err(ConnectError { attempts })
+        Err(ConnectError::Unreachable { attempts })
     }
 }
 
@@ -233,11 +246,22 @@ mod tests {
             BackendPolicy::RoundRobin,
             Duration::from_secs(5),
         );
-        let e = p.connect().await.unwrap_err();
-        assert_eq!(e.attempts.len(), 1, "{e}");
+        let attempts = |e: ConnectError| match e {
+            ConnectError::Unreachable { attempts } => attempts.len(),
+            ConnectError::NoDescriptors(e) => panic!("{e}"),
+        };
+        assert_eq!(attempts(p.connect().await.unwrap_err()), 1);
         // Also when it was already in cooldown before the attempt.
-        let e = p.connect().await.unwrap_err();
-        assert_eq!(e.attempts.len(), 1, "{e}");
+        assert_eq!(attempts(p.connect().await.unwrap_err()), 1);
+    }
+
+    #[test]
+    fn running_out_of_descriptors_is_told_from_a_backend_failure() {
+        assert!(out_of_descriptors(&io::Error::from_raw_os_error(24)));
+        assert!(out_of_descriptors(&io::Error::from_raw_os_error(23)));
+        assert!(!out_of_descriptors(&io::Error::from(
+            io::ErrorKind::ConnectionRefused
+        )));
     }
 
     #[tokio::test]
