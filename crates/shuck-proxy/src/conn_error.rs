@@ -174,11 +174,10 @@ impl Reason {
 
     pub(crate) fn loudness(self) -> Loudness {
         match self {
-            // Counted, but a client giving up is routine, not the operator's to act on.
-            Reason::ProxyHealthCheck
-            | Reason::HandshakeAbandoned
-            | Reason::HandshakeClientAbort => Loudness::Quiet,
-            Reason::ClientRelay | Reason::Idle => Loudness::Info,
+            Reason::ProxyHealthCheck | Reason::HandshakeAbandoned => Loudness::Quiet,
+            // Counted, and a line when connections are logged: a client giving up part-way is
+            // routine, not the operator's to act on.
+            Reason::HandshakeClientAbort | Reason::ClientRelay | Reason::Idle => Loudness::Info,
             _ => Loudness::Warn,
         }
     }

@@ -6,8 +6,18 @@ use std::sync::Arc;
 
 use crate::error::Error;
 
-/// Descriptors kept for listeners, logs and the runtime.
+/// Descriptors kept for the process itself (main runtime, signals, logs, the metrics endpoint
+/// and its scrapes), before those each worker needs.
 const RESERVED_FDS: u64 = 64;
+/// Per worker, besides one listening socket per address: its runtime's epoll and eventfd, and
+/// one accepted socket it may hold while waiting for a `max_connections` slot.
+const PER_WORKER_FDS: u64 = 3;
+
+/// Descriptors that are not connections', for `workers` workers listening on `addresses`
+/// addresses each.
+pub fn reserved_fds(workers: usize, addresses: usize) -> u64 {
+    RESERVED_FDS + workers as u64 * (addresses as u64 + PER_WORKER_FDS)
+}
 
 /// Raises the limit and returns it (or the unchanged limit when raising is not possible).
 pub fn raise_fd_limit() -> u64 {
@@ -20,22 +30,23 @@ pub fn raise_fd_limit() -> u64 {
     }
 }
 
-/// How many proxied connections fit in `fd_limit` descriptors.
-pub fn connection_capacity(fd_limit: u64) -> u64 {
-    fd_limit.saturating_sub(RESERVED_FDS) / 2
+/// How many proxied connections fit in `fd_limit` descriptors, `reserved` kept back.
+pub fn connection_capacity(fd_limit: u64, reserved: u64) -> u64 {
+    fd_limit.saturating_sub(reserved) / 2
 }
 
 /// `max_connections` as the open-files limit can serve it: at most one connection per two
 /// descriptors left after the reserve, so a full process stops accepting (clients wait in the
 /// backlog) instead of accepting clients whose backend connection then fails for want of a
 /// descriptor, with the backend blamed. No room at all is a start-up error.
-pub fn effective_max_connections(configured: usize, fd_limit: u64) -> Result<usize, Error> {
-    let capacity = connection_capacity(fd_limit);
+pub fn effective_max_connections(
+    configured: usize,
+    fd_limit: u64,
+    reserved: u64,
+) -> Result<usize, Error> {
+    let capacity = connection_capacity(fd_limit, reserved);
     if capacity == 0 {
-        return Err(Error::FdLimit {
-            fd_limit,
-            reserved: RESERVED_FDS,
-        });
+        return Err(Error::FdLimit { fd_limit, reserved });
     }
     let capacity = usize::try_from(capacity).unwrap_or(usize::MAX);
     if configured > capacity {
@@ -43,7 +54,7 @@ pub fn effective_max_connections(configured: usize, fd_limit: u64) -> Result<usi
             max_connections = configured,
             fd_limit,
             using = capacity,
-            "max_connections is more than the open-files limit can serve (2 descriptors a connection, {RESERVED_FDS} reserved): using {capacity}; raise `ulimit -n` (LimitNOFILE= under systemd) for more"
+            "max_connections is more than the open-files limit can serve (2 descriptors a connection, {reserved} reserved): using {capacity}; raise `ulimit -n` (LimitNOFILE= under systemd) for more"
         );
         return Ok(capacity);
     }
@@ -103,10 +114,20 @@ mod tests {
 
     #[test]
     fn the_limit_never_exceeds_what_descriptors_can_serve() {
-        assert_eq!(effective_max_connections(8192, 20_000).unwrap(), 8192);
-        assert_eq!(effective_max_connections(8192, 1024).unwrap(), 480);
-        let e = effective_max_connections(10, 64).unwrap_err().to_string();
-        assert!(e.contains("64") && e.contains("ulimit"), "{e}");
+        // One worker on one address keeps 64 + 1 + 3.
+        assert_eq!(reserved_fds(1, 1), 68);
+        assert_eq!(effective_max_connections(8192, 20_000, 68).unwrap(), 8192);
+        assert_eq!(effective_max_connections(8192, 1024, 68).unwrap(), 478);
+        // 32 workers on two addresses each keep 64 + 32 * 5: fewer connections fit.
+        assert_eq!(reserved_fds(32, 2), 224);
+        assert_eq!(effective_max_connections(8192, 1024, 224).unwrap(), 400);
+        let e = effective_max_connections(10, 64, 68)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("(64)") && e.contains("68") && e.contains("ulimit"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -156,7 +156,10 @@ impl Server {
         force: impl Future<Output = ()>,
     ) -> Result<()> {
         let c = &self.config;
-        let max_connections = limits::effective_max_connections(c.max_connections, self.fd_limit)?;
+        let addresses = c.frontends.iter().map(|f| f.listen.len()).sum();
+        let reserved = limits::reserved_fds(c.workers, addresses);
+        let max_connections =
+            limits::effective_max_connections(c.max_connections, self.fd_limit, reserved)?;
         tracing::info!(
             workers = c.workers,
             fd_limit = self.fd_limit,

@@ -1,8 +1,8 @@
 //! The `shuck` binary: parses the command line and hands over to the engine.
 
 mod cli;
+mod logging;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -113,36 +113,9 @@ fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, Str
         .map_err(|e| e.to_string())
 }
 
-fn init_logging(config: &Config) {
-    use tracing_subscriber::filter::{DynFilterFn, FilterExt};
-    use tracing_subscriber::prelude::*;
-    use tracing_subscriber::{fmt, EnvFilter};
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log_level));
-    // Colours only on a terminal: journald and log files should not get escape codes.
-    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let layer = fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .with_target(false);
-    let layer = match config.log_format {
-        LogFormat::Compact => layer.compact().boxed(),
-        LogFormat::Json => layer.json().flatten_event(true).boxed(),
-    };
-    let debug = filter
-        .max_level_hint()
-        .is_some_and(|l| l >= tracing_subscriber::filter::LevelFilter::DEBUG);
-    // Asked per event (not cached per call site), and only for events the level filter passed:
-    // it spends the rate limit's budget.
-    let libraries = DynFilterFn::new(move |meta, _| shuck_proxy::logging::keep(meta, debug));
-    tracing_subscriber::registry()
-        .with(layer.with_filter(filter.and(libraries)))
-        .init();
-}
-
 fn serve(args: &ServeArgs) -> Result<(), String> {
     let config = load_config(&args.config, Some(args))?;
-    init_logging(&config);
+    logging::init(&config);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -357,8 +357,7 @@ fn duration_or(key: &str, value: Option<&str>, default: Duration) -> Result<Dura
     })
 }
 
-/// Relative paths in a file are relative to the file's directory (`base`).
-/// A list of paths from the file, each relative one taken from the file's directory.
+/// A list of paths from the file, each resolved by [`resolve_path`].
 fn resolve_paths(base: Option<&Path>, list: Option<&OneOrMany<PathBuf>>) -> Vec<PathBuf> {
     list.cloned()
         .map(OneOrMany::into_vec)
@@ -368,6 +367,7 @@ fn resolve_paths(base: Option<&Path>, list: Option<&OneOrMany<PathBuf>>) -> Vec<
         .collect()
 }
 
+/// Relative paths in a file are relative to the file's directory (`base`).
 fn resolve_path(base: Option<&Path>, p: PathBuf) -> PathBuf {
     match base {
         Some(b) if p.is_relative() => b.join(p),
