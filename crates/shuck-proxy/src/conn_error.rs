@@ -212,10 +212,9 @@ impl ConnError {
             ConnError::ProxyHeader(e) => proxy_reason(e),
             ConnError::Handshake(HandshakeError::Silent) => Reason::HandshakeAbandoned,
             ConnError::Handshake(HandshakeError::ClientAborted(_)) => Reason::HandshakeClientAbort,
-            ConnError::Handshake(HandshakeError::Tls {
-                error,
-                no_certificate,
-            }) => handshake_reason(error, *no_certificate),
+            ConnError::Handshake(HandshakeError::Tls(error)) => handshake_reason(error),
+            ConnError::Handshake(HandshakeError::NoCertificate) => Reason::HandshakeNoCertificate,
+            ConnError::Handshake(HandshakeError::OldProtocol(_)) => Reason::HandshakeIncompatible,
             ConnError::Handshake(HandshakeError::Io(_)) => Reason::HandshakeOther,
             ConnError::Handshake(HandshakeError::Timeout(_)) => Reason::HandshakeTimeout,
             ConnError::BackendConnect(ConnectError::Unreachable { .. }) => Reason::BackendConnect,
@@ -254,7 +253,7 @@ fn proxy_reason(e: &HeaderError) -> Reason {
     }
 }
 
-fn handshake_reason(e: &rustls::Error, no_certificate: bool) -> Reason {
+fn handshake_reason(e: &rustls::Error) -> Reason {
     use rustls::Error as E;
     match e {
         E::InvalidMessage(_)
@@ -263,9 +262,6 @@ fn handshake_reason(e: &rustls::Error, no_certificate: bool) -> Reason {
         | E::PeerMisbehaved(_)
         | E::DecryptError => Reason::HandshakeMalformed,
         E::PeerIncompatible(_) => Reason::HandshakeIncompatible,
-        // rustls refuses with a general error when the resolver found nothing; the ClientHello
-        // stage already knows whether that was the case.
-        E::General(_) if no_certificate => Reason::HandshakeNoCertificate,
         E::AlertReceived(_) => Reason::HandshakeClientAlert,
         E::NoCertificatesPresented | E::InvalidCertificate(_) => Reason::HandshakeClientCertificate,
         _ => Reason::HandshakeOther,
@@ -296,15 +292,16 @@ mod tests {
 
     #[test]
     fn handshake_errors_are_sorted_by_type() {
-        let general = rustls::Error::General("anything at all".into());
-        assert_eq!(
-            handshake_reason(&general, true),
-            Reason::HandshakeNoCertificate
-        );
-        assert_eq!(handshake_reason(&general, false), Reason::HandshakeOther);
+        // Whatever its text says: "no certificate" is the handshake stage's own finding.
+        let general = rustls::Error::General("no server certificate chain resolved".into());
+        assert_eq!(handshake_reason(&general), Reason::HandshakeOther);
+        let none = ConnError::from(HandshakeError::NoCertificate);
+        assert_eq!(none.reason(), Reason::HandshakeNoCertificate);
+        let old = ConnError::from(HandshakeError::OldProtocol(0x0301));
+        assert_eq!(old.reason(), Reason::HandshakeIncompatible);
         let alert = rustls::Error::AlertReceived(rustls::AlertDescription::BadCertificate);
-        assert_eq!(handshake_reason(&alert, true), Reason::HandshakeClientAlert);
-        let reason = |e: io::Error| ConnError::from(HandshakeError::from_io(e, false)).reason();
+        assert_eq!(handshake_reason(&alert), Reason::HandshakeClientAlert);
+        let reason = |e: io::Error| ConnError::from(HandshakeError::from_io(e)).reason();
         let decrypt = io::Error::new(io::ErrorKind::InvalidData, rustls::Error::DecryptError);
         assert_eq!(reason(decrypt), Reason::HandshakeMalformed);
         // After the ClientHello, a close of either kind is the client's abort.

@@ -552,3 +552,48 @@ fn a_reload_error_is_one_log_line() {
     let (_, out) = s_client(&pki, shuck.addr(), Some("one.test"), &[]);
     assert!(out.contains("shuck demo backend"), "{out}");
 }
+
+/// Refusals use the alerts OpenSSL servers send and scanners expect: a client whose cipher
+/// suites leave no certificate usable gets handshake_failure (40; rustls says access_denied,
+/// 49, which reads as a policy refusal), a client that speaks only TLS 1.0 or 1.1 gets
+/// protocol_version (70). Each is counted by its reason.
+#[test]
+fn refusals_use_the_standard_alerts() {
+    let pki = Pki::new();
+    let cert = pki.leaf("std.pem", "std", &["std.test"], Key::EcdsaP256);
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+        toml_path(&cert)
+    ));
+    let refused = |args: &[&str], alert: &str| {
+        let (ok, out) = s_client(&pki, shuck.addr(), Some("std.test"), args);
+        assert!(!ok, "{args:?}: {out}");
+        assert!(out.contains(alert), "{args:?} wants {alert}: {out}");
+    };
+    // A TLS 1.2 suite without ECDHE: rustls has none, so no signature scheme is left either.
+    refused(
+        &["-tls1_2", "-cipher", "AES128-GCM-SHA256"],
+        "SSL alert number 40",
+    );
+    for old in ["-tls1", "-tls1_1"] {
+        refused(
+            &[old, "-cipher", "DEFAULT@SECLEVEL=0"],
+            "SSL alert number 70",
+        );
+    }
+    let metrics = common::clients::wait_metric(
+        shuck.addrs[1],
+        "shuck_handshake_failures_total",
+        &["reason=\"incompatible\""],
+        2,
+    );
+    let failed = |reason: &str| {
+        common::clients::sum(
+            &metrics,
+            "shuck_handshake_failures_total",
+            &[&format!("reason=\"{reason}\"")],
+        )
+    };
+    assert_eq!(failed("incompatible"), 2, "{metrics}");
+    assert_eq!(failed("no_certificate"), 1, "{metrics}");
+}

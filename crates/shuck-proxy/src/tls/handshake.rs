@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::{HandshakeKind, ServerConnection};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
@@ -28,13 +29,15 @@ pub(crate) enum HandshakeError {
     /// Closed (FIN or reset) part-way through its handshake.
     #[error("client closed during the TLS handshake{}", .0.as_ref().map_or(String::new(), |e| format!(": {e}")))]
     ClientAborted(Option<io::Error>),
-    /// `no_certificate`: the ClientHello stage found no certificate for this client, so a
-    /// general error from rustls is that refusal.
-    #[error("{error}")]
-    Tls {
-        error: rustls::Error,
-        no_certificate: bool,
-    },
+    #[error("{0}")]
+    Tls(rustls::Error),
+    /// No certificate fits the client's name, or the signature algorithms its cipher suites
+    /// allow.
+    #[error("no certificate for this client (its server name, or its algorithms)")]
+    NoCertificate,
+    /// The ClientHello's version is below TLS 1.2 (this one, as on the wire).
+    #[error("the client offers only versions older than TLS 1.2 (ClientHello version {0:#06x})")]
+    OldProtocol(u16),
     #[error("{0}")]
     Io(io::Error),
     #[error("no complete handshake within {0:?}")]
@@ -44,7 +47,7 @@ pub(crate) enum HandshakeError {
 impl HandshakeError {
     /// Sorts an I/O error from the handshake, after the ClientHello: rustls' own errors arrive
     /// wrapped in one.
-    pub(crate) fn from_io(e: io::Error, no_certificate: bool) -> HandshakeError {
+    pub(crate) fn from_io(e: io::Error) -> HandshakeError {
         if e.kind() == io::ErrorKind::UnexpectedEof {
             return HandshakeError::ClientAborted(None);
         }
@@ -61,10 +64,7 @@ impl HandshakeError {
             .into_inner()
             .map(<dyn std::error::Error + Send + Sync>::downcast::<rustls::Error>)
         {
-            Some(Ok(error)) => HandshakeError::Tls {
-                error: *error,
-                no_certificate,
-            },
+            Some(Ok(error)) => HandshakeError::Tls(*error),
             // Checked just above; kept total without a panic.
             _ => HandshakeError::Io(io::ErrorKind::InvalidData.into()),
         }
@@ -79,6 +79,20 @@ pub(crate) fn is_abort(e: &io::Error) -> bool {
             | io::ErrorKind::ConnectionAborted
             | io::ErrorKind::BrokenPipe
     )
+}
+
+/// The alert for a client with nothing in common with us.
+pub(crate) const ALERT_HANDSHAKE_FAILURE: u8 = 40;
+/// The alert for a client whose versions are all older than ours.
+pub(crate) const ALERT_PROTOCOL_VERSION: u8 = 70;
+
+/// A fatal alert as a plaintext record, sent before anything is encrypted; `record_version` is
+/// the record layer's version the client can read (0x0301 for TLS 1.0).
+pub(crate) fn refusal(description: u8, record_version: u16) -> [u8; 7] {
+    const ALERT: u8 = 0x15;
+    const FATAL: u8 = 2;
+    let [v0, v1] = record_version.to_be_bytes();
+    [ALERT, v0, v1, 0, 2, FATAL, description]
 }
 
 /// A ClientHello read, the handshake not yet begun.
@@ -122,15 +136,24 @@ pub(crate) async fn finish(
 ) -> Result<Negotiated, HandshakeError> {
     // rustls chooses the certificate inside this call: the worker's resolver notes it.
     let config = tls.config.clone();
-    let (accept, choice) = tls.resolver.choice_during(|| hello.into_stream(config));
-    let no_certificate = matches!(choice, Choice::NoCertificate);
+    let (mut accept, choice) = tls.resolver.choice_during(|| hello.into_stream(config));
     let served = match choice {
         Choice::Served(s) => Some(s),
-        Choice::NotAsked | Choice::NoCertificate => None,
+        Choice::NotAsked => None,
+        Choice::NoCertificate => {
+            // rustls would answer access_denied, which scanners and clients read as a policy
+            // refusal; when nothing fits, the standard answer (OpenSSL's) is handshake_failure.
+            // rustls' own alert is never sent: `accept` is dropped unpolled.
+            if let Some(tcp) = accept.get_mut() {
+                let alert = refusal(ALERT_HANDSHAKE_FAILURE, 0x0303);
+                let _ = tokio::time::timeout_at(deadline.at, tcp.write_all(&alert)).await;
+            }
+            return Err(HandshakeError::NoCertificate);
+        }
     };
     let stream = match tokio::time::timeout_at(deadline.at, accept).await {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(HandshakeError::from_io(e, no_certificate)),
+        Ok(Err(e)) => return Err(HandshakeError::from_io(e)),
         Err(_) => return Err(HandshakeError::Timeout(deadline.within)),
     };
     let client_cert = ClientCert::of(stream.get_ref().1, tls.client_check.as_deref());

@@ -6,10 +6,13 @@
 use std::io;
 
 use rustls::server::{Accepted, AcceptedAlert, Acceptor};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::StartHandshake;
 
-use super::handshake::{is_abort, Deadline, HandshakeError, Hello};
+use super::handshake::{
+    is_abort, refusal, Deadline, HandshakeError, Hello, ALERT_PROTOCOL_VERSION,
+};
 
 /// Reads the ClientHello. A client that sends something else gets rustls' alert.
 pub(crate) async fn read_client_hello(
@@ -25,27 +28,37 @@ pub(crate) async fn read_client_hello(
 
 async fn accept(tcp: &mut TcpStream) -> Result<Accepted, HandshakeError> {
     let mut acceptor = Acceptor::default();
-    let mut received = 0usize;
+    let mut head = Head::default();
     loop {
         tcp.readable().await.map_err(HandshakeError::Io)?;
-        match acceptor.read_tls(&mut TryRead(tcp)) {
+        let received = head.seen;
+        match acceptor.read_tls(&mut TryRead(tcp, &mut head)) {
             Ok(0) if received == 0 => return Err(HandshakeError::Silent),
             Ok(0) => return Err(HandshakeError::ClientAborted(None)),
-            Ok(n) => received += n,
+            Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) if is_abort(&e) && received == 0 => return Err(HandshakeError::Silent),
             Err(e) if is_abort(&e) => return Err(HandshakeError::ClientAborted(Some(e))),
             Err(e) => return Err(HandshakeError::Io(e)),
         }
-        match acceptor.accept() {
+        let hello = acceptor.accept();
+        if let (false, Some(v)) = (matches!(hello, Ok(None)), head.legacy_version()) {
+            if v < TLS12 {
+                // rustls refuses it for a missing extension, with handshake_failure; a client
+                // that can do no better than TLS 1.1 is told protocol_version.
+                let version = head.record_version().unwrap_or(0x0301);
+                let _ = tcp
+                    .write_all(&refusal(ALERT_PROTOCOL_VERSION, version))
+                    .await;
+                return Err(HandshakeError::OldProtocol(v));
+            }
+        }
+        match hello {
             Ok(Some(accepted)) => return Ok(accepted),
             Ok(None) => {}
             Err((error, mut alert)) => {
                 send_alert(tcp, &mut alert).await;
-                return Err(HandshakeError::Tls {
-                    error,
-                    no_certificate: false,
-                });
+                return Err(HandshakeError::Tls(error));
             }
         }
     }
@@ -68,13 +81,47 @@ async fn send_alert(tcp: &TcpStream, alert: &mut AcceptedAlert) {
     }
 }
 
+const TLS12: u16 = 0x0303;
+
+/// The first bytes of the stream: the record header (content type, version, length), the
+/// handshake header (type, length) and the ClientHello's legacy_version.
+#[derive(Default)]
+struct Head {
+    bytes: [u8; 11],
+    seen: usize,
+}
+
+impl Head {
+    fn note(&mut self, read: &[u8]) {
+        let room = self.bytes.len().saturating_sub(self.seen);
+        let n = room.min(read.len());
+        self.bytes[self.seen..self.seen + n].copy_from_slice(&read[..n]);
+        self.seen += read.len();
+    }
+
+    fn record_version(&self) -> Option<u16> {
+        (self.seen >= 3).then(|| u16::from_be_bytes([self.bytes[1], self.bytes[2]]))
+    }
+
+    /// The ClientHello's version, when the stream starts with a handshake record holding one.
+    fn legacy_version(&self) -> Option<u16> {
+        const HANDSHAKE: u8 = 0x16;
+        const CLIENT_HELLO: u8 = 1;
+        let b = &self.bytes;
+        (self.seen >= b.len() && b[0] == HANDSHAKE && b[5] == CLIENT_HELLO)
+            .then(|| u16::from_be_bytes([b[9], b[10]]))
+    }
+}
+
 /// `std::io::Read` over a non-blocking socket: `WouldBlock` when nothing is there (and tokio
-/// then waits for readiness again).
-struct TryRead<'a>(&'a TcpStream);
+/// then waits for readiness again). Notes the stream's first bytes.
+struct TryRead<'a>(&'a TcpStream, &'a mut Head);
 
 impl io::Read for TryRead<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.0.try_read(buf)
+        let n = self.0.try_read(buf)?;
+        self.1.note(&buf[..n]);
+        Ok(n)
     }
 }
 
@@ -87,5 +134,28 @@ impl io::Write for TryWrite<'_> {
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_head_gives_the_client_hello_version_and_nothing_else() {
+        // The start of `openssl s_client -tls1`'s ClientHello, in two reads.
+        let tls10 = [
+            0x16, 0x03, 0x01, 0x00, 0x63, 0x01, 0x00, 0x00, 0x5f, 0x03, 0x01, 0xe0,
+        ];
+        let mut head = Head::default();
+        head.note(&tls10[..4]);
+        assert_eq!(head.legacy_version(), None, "not all there yet");
+        head.note(&tls10[4..]);
+        assert_eq!(head.legacy_version(), Some(0x0301));
+        assert_eq!(head.record_version(), Some(0x0301));
+        // Not a handshake record: no version read out of it.
+        let mut http = Head::default();
+        http.note(b"GET / HTTP/1.0\r\n\r\n");
+        assert_eq!(http.legacy_version(), None);
     }
 }
