@@ -9,14 +9,16 @@ use crate::error::Error;
 /// Descriptors kept for the process itself (main runtime, signals, logs, the metrics endpoint
 /// and its scrapes), before those each worker needs.
 const RESERVED_FDS: u64 = 64;
-/// Per worker, besides one listening socket per address: its runtime's epoll and eventfd, and
-/// one accepted socket it may hold while waiting for a `max_connections` slot.
-const PER_WORKER_FDS: u64 = 3;
+/// Per worker: its runtime's epoll and eventfd.
+const PER_WORKER_FDS: u64 = 2;
+/// Per worker and listen address: the listening socket, and one accepted socket its accept loop
+/// may hold while waiting for a `max_connections` slot.
+const PER_ADDRESS_FDS: u64 = 2;
 
 /// Descriptors that are not connections', for `workers` workers listening on `addresses`
 /// addresses each.
 pub fn reserved_fds(workers: usize, addresses: usize) -> u64 {
-    RESERVED_FDS + workers as u64 * (addresses as u64 + PER_WORKER_FDS)
+    RESERVED_FDS + workers as u64 * (PER_WORKER_FDS + PER_ADDRESS_FDS * addresses as u64)
 }
 
 /// Raises the limit and returns it (or the unchanged limit when raising is not possible).
@@ -118,9 +120,9 @@ mod tests {
         assert_eq!(reserved_fds(1, 1), 68);
         assert_eq!(effective_max_connections(8192, 20_000, 68).unwrap(), 8192);
         assert_eq!(effective_max_connections(8192, 1024, 68).unwrap(), 478);
-        // 32 workers on two addresses each keep 64 + 32 * 5: fewer connections fit.
-        assert_eq!(reserved_fds(32, 2), 224);
-        assert_eq!(effective_max_connections(8192, 1024, 224).unwrap(), 400);
+        // 32 workers on two addresses each keep 64 + 32 * (2 + 2 * 2): fewer connections fit.
+        assert_eq!(reserved_fds(32, 2), 256);
+        assert_eq!(effective_max_connections(8192, 1024, 256).unwrap(), 384);
         let e = effective_max_connections(10, 64, 68)
             .unwrap_err()
             .to_string();

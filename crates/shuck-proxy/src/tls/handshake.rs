@@ -140,6 +140,11 @@ pub(crate) async fn finish(
     let served = match choice {
         Choice::Served(s) => Some(s),
         Choice::NotAsked => None,
+        Choice::NameRefused => {
+            // The policy's refusal: rustls' access_denied says just that.
+            let _ = tokio::time::timeout_at(deadline.at, accept).await;
+            return Err(HandshakeError::NoCertificate);
+        }
         Choice::NoCertificate => {
             // rustls would answer access_denied, which scanners and clients read as a policy
             // refusal; when nothing fits, the standard answer (OpenSSL's) is handshake_failure.

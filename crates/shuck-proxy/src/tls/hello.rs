@@ -42,9 +42,13 @@ async fn accept(tcp: &mut TcpStream) -> Result<Accepted, HandshakeError> {
             Err(e) => return Err(HandshakeError::Io(e)),
         }
         let hello = acceptor.accept();
-        if let (false, Some(v)) = (matches!(hello, Ok(None)), head.legacy_version()) {
+        // Only a hello rustls refused as incompatible (a TLS 1.0/1.1 client sends no
+        // signature_algorithms): one it accepted is negotiated from supported_versions, and
+        // rustls itself answers protocol_version to the rest.
+        let incompatible = matches!(hello, Err((rustls::Error::PeerIncompatible(_), _)));
+        if let (true, Some(v)) = (incompatible, head.legacy_version()) {
             if v < TLS12 {
-                // rustls refuses it for a missing extension, with handshake_failure; a client
+                // rustls refuses it for the missing extension, with handshake_failure; a client
                 // that can do no better than TLS 1.1 is told protocol_version.
                 let version = head.record_version().unwrap_or(0x0301);
                 let _ = tcp
@@ -103,12 +107,14 @@ impl Head {
         (self.seen >= 3).then(|| u16::from_be_bytes([self.bytes[1], self.bytes[2]]))
     }
 
-    /// The ClientHello's version, when the stream starts with a handshake record holding one.
+    /// The ClientHello's version, when the stream starts with a handshake record holding it (a
+    /// hello split into tiny records has it elsewhere: then `None`).
     fn legacy_version(&self) -> Option<u16> {
         const HANDSHAKE: u8 = 0x16;
         const CLIENT_HELLO: u8 = 1;
         let b = &self.bytes;
-        (self.seen >= b.len() && b[0] == HANDSHAKE && b[5] == CLIENT_HELLO)
+        let first_record = usize::from(u16::from_be_bytes([b[3], b[4]]));
+        (self.seen >= b.len() && b[0] == HANDSHAKE && b[5] == CLIENT_HELLO && first_record >= 6)
             .then(|| u16::from_be_bytes([b[9], b[10]]))
     }
 }
@@ -153,6 +159,14 @@ mod tests {
         head.note(&tls10[4..]);
         assert_eq!(head.legacy_version(), Some(0x0301));
         assert_eq!(head.record_version(), Some(0x0301));
+        // A hello split into records of 3 bytes: bytes 9 and 10 belong to the next record's
+        // header, not to the hello.
+        let split = [
+            0x16, 0x03, 0x01, 0x00, 0x03, 0x01, 0x00, 0x01, 0x16, 0x03, 0x01,
+        ];
+        let mut tiny = Head::default();
+        tiny.note(&split);
+        assert_eq!(tiny.legacy_version(), None);
         // Not a handshake record: no version read out of it.
         let mut http = Head::default();
         http.note(b"GET / HTTP/1.0\r\n\r\n");

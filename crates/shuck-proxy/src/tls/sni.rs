@@ -131,7 +131,11 @@ pub(crate) enum Choice {
     /// rustls did not ask (the handshake failed before choosing a certificate).
     #[default]
     NotAsked,
-    /// No certificate fits the client's name or algorithms: rustls refuses the handshake.
+    /// The name is refused by policy (`unknown_sni`/`missing_sni = "reject"`): rustls refuses
+    /// the handshake with access_denied.
+    NameRefused,
+    /// Certificates serve the name, but none can sign with what the client's suites allow:
+    /// rustls refuses the handshake.
     NoCertificate,
     Served(Arc<ServedCert>),
 }
@@ -173,6 +177,7 @@ impl ResolvesServerCert for WorkerResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let chosen = self.tables.choose(&hello);
         *self.note() = match chosen {
+            None if self.tables.candidates(hello.server_name()).is_none() => Choice::NameRefused,
             None => Choice::NoCertificate,
             Some(k) => self
                 .tables
