@@ -101,13 +101,7 @@ fn closes_before_and_during_the_handshake_are_told_apart() {
         &["reason=\"client_abort\""],
         2,
     );
-    let failures = |reason: &str| {
-        common::clients::sum(
-            &text,
-            "shuck_handshake_failures_total",
-            &[&format!("reason=\"{reason}\"")],
-        )
-    };
+    let failures = |reason: &str| common::clients::handshake_failures(&text, reason);
     assert_eq!(failures("client_abort"), 2, "{text}");
     assert_eq!(failures("other"), 0, "{text}");
     assert_good_request(&pki, addr);

@@ -589,13 +589,7 @@ fn refusals_use_the_standard_alerts() {
         &["reason=\"incompatible\""],
         2,
     );
-    let failed = |reason: &str| {
-        common::clients::sum(
-            &metrics,
-            "shuck_handshake_failures_total",
-            &[&format!("reason=\"{reason}\"")],
-        )
-    };
+    let failed = |reason: &str| common::clients::handshake_failures(&metrics, reason);
     assert_eq!(failed("incompatible"), 2, "{metrics}");
     assert_eq!(failed("no_certificate"), 1, "{metrics}");
 }

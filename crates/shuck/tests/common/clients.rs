@@ -94,6 +94,15 @@ pub fn sum(text: &str, name: &str, labels: &[&str]) -> i64 {
         .sum()
 }
 
+/// `shuck_handshake_failures_total` for one reason, over frontends and workers.
+pub fn handshake_failures(text: &str, reason: &str) -> i64 {
+    sum(
+        text,
+        "shuck_handshake_failures_total",
+        &[&format!("reason=\"{reason}\"")],
+    )
+}
+
 /// Scrapes until the sum of `name` over samples with `labels` equals `want` (counters move on
 /// shuck's worker threads, a little after the client saw the effect); bounded at 20 s.
 pub fn wait_metric(addr: SocketAddr, name: &str, labels: &[&str], want: i64) -> String {
