@@ -14,6 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::conn_error::{CountedIn, Reason};
+use crate::tls::sessions::SessionCounters;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -34,6 +35,8 @@ pub struct Metrics {
     proxy_header_errors: Family<Labels, Counter>,
     client_certs_unverified: Family<Labels, Counter>,
     resource_errors: Family<Labels, Counter>,
+    session_cache: Family<Labels, Counter>,
+    session_cache_evictions: Family<Labels, Counter>,
 }
 
 /// One worker's handles for one frontend.
@@ -85,6 +88,8 @@ impl Metrics {
             proxy_header_errors: Family::default(),
             client_certs_unverified: Family::default(),
             resource_errors: Family::default(),
+            session_cache: Family::default(),
+            session_cache_evictions: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -152,7 +157,31 @@ impl Metrics {
             "Connections closed because this process ran out of a resource, by kind (descriptors)",
             m.resource_errors.clone(),
         );
+        registry.register(
+            "session_cache_lookups",
+            "Lookups in the per-process session cache (TLS 1.2 session IDs, TLS 1.3 stateful sessions), by result (hit, or miss: unknown or expired)",
+            m.session_cache.clone(),
+        );
+        registry.register(
+            "session_cache_evictions",
+            "Sessions the per-process session cache dropped to stay within session_cache_size",
+            m.session_cache_evictions.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// The counters of one frontend's session cache (shared by its workers).
+    pub(crate) fn session_counters(&self, frontend: &str) -> SessionCounters {
+        let labels = |result: Option<&str>| -> Labels {
+            let mut l = vec![("frontend", frontend.to_string())];
+            l.extend(result.map(|r| ("result", r.to_string())));
+            l
+        };
+        SessionCounters {
+            hits: get(&self.session_cache, &labels(Some("hit"))),
+            misses: get(&self.session_cache, &labels(Some("miss"))),
+            evictions: get(&self.session_cache_evictions, &labels(None)),
+        }
     }
 
     /// Handles for one worker and one frontend. Called once per worker at start: the label

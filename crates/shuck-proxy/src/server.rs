@@ -15,7 +15,8 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::metrics::{self, Metrics};
-use crate::tls::{TlsContext, TlsSlot};
+use crate::tls::sessions::SessionCache;
+use crate::tls::{Carried, TlsContext, TlsSlot};
 use crate::{accept, limits, listener};
 
 /// A configured, bound server, not yet accepting.
@@ -36,10 +37,24 @@ impl Server {
     /// Loads certificates and binds all sockets. Fails with a message naming the file or address.
     pub fn prepare(config: Config) -> Result<Server> {
         let fd_limit = limits::raise_fd_limit();
+        let metrics = Metrics::new();
         let tls = config
             .frontends
             .iter()
-            .map(TlsContext::load)
+            .map(|fe| {
+                let sessions = SessionCache::new(
+                    fe.session_cache_size,
+                    fe.session_ticket_lifetime,
+                    metrics.session_counters(&fe.name),
+                );
+                TlsContext::load_keeping(
+                    fe,
+                    Carried {
+                        ticketer: None,
+                        sessions: Some(sessions),
+                    },
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         let now = crate::tls::certs::now_unix();
         for w in tls
@@ -106,7 +121,7 @@ impl Server {
             slots,
             listeners,
             bound,
-            metrics: Arc::new(Metrics::new()),
+            metrics: Arc::new(metrics),
             metrics_listener,
             fd_limit,
         })
@@ -126,12 +141,7 @@ impl Server {
                         .then(|| (t.ticketer(), fe.session_ticket_lifetime))
                 })
                 .collect(),
-            cache_sizes: self
-                .config
-                .frontends
-                .iter()
-                .map(|fe| fe.session_cache_size)
-                .collect(),
+            sessions: self.tls.iter().map(|t| t.sessions.clone()).collect(),
             client_trust: self.tls.iter().map(|t| t.client_trust).collect(),
             slots: self.slots.clone(),
         }
@@ -261,9 +271,9 @@ pub struct Reloader {
     /// Per frontend, the ticket keys in use and their rotation period, kept across reloads so
     /// tickets issued before a reload still resume.
     ticketers: Vec<Option<(Arc<dyn ProducesTickets>, std::time::Duration)>>,
-    /// Per frontend, the size of the session caches in use (kept across reloads when unchanged,
-    /// so a reload does not cost every cached session a full handshake).
-    cache_sizes: Vec<usize>,
+    /// Per frontend, the session cache (kept across reloads, so a reload does not cost every
+    /// cached session a full handshake).
+    sessions: Vec<Arc<SessionCache>>,
     /// Per frontend, the digest of the client-certificate trust in force. Resumption does not
     /// check a client certificate again, so when this changes (a new CRL, a new CA, optional
     /// made required) the old tickets and cached sessions must go with it.
@@ -309,12 +319,17 @@ impl Reloader {
                 }
                 _ => None,
             };
-            let mut ctx = TlsContext::load_keeping(fe, keep)?;
+            let carried = |ticketer| Carried {
+                ticketer,
+                sessions: Some(self.sessions[i].clone()),
+            };
+            let mut ctx = TlsContext::load_keeping(fe, carried(keep))?;
             let trust_changed = ctx.client_trust != self.client_trust[i];
             if trust_changed {
-                // A fresh ticket key: sessions resumed under the old trust would skip the new
-                // checks (a revoked certificate would keep working until its ticket expired).
-                ctx = TlsContext::load(fe)?;
+                // A fresh ticket key (and the cache emptied below): sessions resumed under the
+                // old trust would skip the new checks (a revoked certificate would keep working
+                // until its ticket expired).
+                ctx = TlsContext::load_keeping(fe, carried(None))?;
                 notes.push(format!(
                     "frontend {:?}: client certificate trust changed; sessions and tickets issued before were invalidated",
                     fe.name
@@ -338,12 +353,14 @@ impl Reloader {
             for w in ctx.certs.iter().flat_map(|c| c.warnings(now)) {
                 tracing::warn!("{w}");
             }
-            let same_cache = self.cache_sizes[i] == fe.session_cache_size && !trust_changed;
-            for slot in &self.slots[i] {
-                let storage = same_cache.then(|| slot.load().config.session_storage.clone());
-                slot.store(ctx.worker_config_with(storage));
+            ctx.sessions
+                .reconfigure(fe.session_cache_size, fe.session_ticket_lifetime);
+            if trust_changed {
+                ctx.sessions.clear();
             }
-            self.cache_sizes[i] = fe.session_cache_size;
+            for slot in &self.slots[i] {
+                slot.store(ctx.worker_config());
+            }
             self.client_trust[i] = ctx.client_trust;
             self.ticketers[i] = match self.ticketers[i].take() {
                 // Kept: the period is the one the key set was made with.

@@ -12,13 +12,29 @@ pub(crate) mod tickets;
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
-use rustls::server::{ProducesTickets, StoresServerSessions};
+use rustls::server::ProducesTickets;
 use rustls::ServerConfig;
 
 use crate::config::{CertSource, Frontend};
 use crate::error::{Error, Result};
 use certs::LoadedCert;
+use sessions::{SessionCache, SessionCounters};
 use sni::{SniResolver, WorkerResolver};
+
+/// Unix seconds now (0 if the clock is before 1970).
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// What a frontend's TLS keeps from one load to the next (a reload): the ticket keys, so tickets
+/// issued before still resume, and the session cache.
+#[derive(Debug, Default, Clone)]
+pub struct Carried {
+    pub ticketer: Option<Arc<dyn ProducesTickets>>,
+    pub sessions: Option<Arc<SessionCache>>,
+}
 
 /// One worker's TLS configuration for one frontend. Only the main thread stores into it (on
 /// reload); the worker loads it once per connection, which is an uncontended reference-count bump.
@@ -41,7 +57,8 @@ pub struct TlsContext {
     pub certs: Vec<LoadedCert>,
     template: ServerConfig,
     resolver: Arc<SniResolver>,
-    session_cache_size: usize,
+    /// The frontend's session cache, shared by every worker's configuration.
+    pub sessions: Arc<SessionCache>,
     /// Digest of the client-certificate trust (mode, CA, CRLs); `None` without client_auth.
     pub client_trust: Option<[u8; 32]>,
     client_check: Option<Arc<client_auth::Lenient>>,
@@ -56,16 +73,16 @@ pub fn provider_for(fe: &Frontend) -> CryptoProvider {
 }
 
 impl TlsContext {
+    /// Loads and checks a frontend's certificates and TLS settings, with a new ticket key and an
+    /// empty session cache whose counters nobody reads (`shuck check`).
     pub fn load(fe: &Frontend) -> Result<TlsContext> {
-        Self::load_keeping(fe, None)
+        Self::load_keeping(fe, Carried::default())
     }
 
-    /// Like `load`, reusing `ticketer` (when tickets are on) so tickets issued before a reload
-    /// still resume after it.
-    pub fn load_keeping(
-        fe: &Frontend,
-        ticketer: Option<Arc<dyn ProducesTickets>>,
-    ) -> Result<TlsContext> {
+    /// Like `load`, reusing what `carried` holds: the ticketer (when tickets are on) so tickets
+    /// issued before a reload still resume after it, and the session cache.
+    pub fn load_keeping(fe: &Frontend, carried: Carried) -> Result<TlsContext> {
+        let ticketer = carried.ticketer;
         let provider = Arc::new(provider_for(fe));
         let (certs, default_index) = match &fe.certs {
             CertSource::SelfSigned => (vec![certs::self_signed(&provider)?], 0),
@@ -127,11 +144,21 @@ impl TlsContext {
             };
             template.ticketer = ticketer;
         }
+        let sessions = match carried.sessions {
+            // Resized by the reload once every frontend has loaded (nothing changes before).
+            Some(cache) => cache,
+            None => SessionCache::new(
+                fe.session_cache_size,
+                fe.session_ticket_lifetime,
+                SessionCounters::default(),
+            ),
+        };
+        template.session_storage = sessions.clone();
         Ok(TlsContext {
             certs,
             template,
             resolver,
-            session_cache_size: fe.session_cache_size,
+            sessions,
             client_trust,
             client_check,
         })
@@ -142,23 +169,12 @@ impl TlsContext {
         self.template.ticketer.clone()
     }
 
-    /// A server configuration for one worker. Each worker gets its own session-ID cache so no lock
-    /// is shared by all workers on the handshake path; tickets (shared key) still resume anywhere.
+    /// A server configuration for one worker: its own certificate resolver (which notes the
+    /// worker's choice), the frontend's shared ticket keys and session cache.
     pub fn worker_config(&self) -> Arc<WorkerTls> {
-        self.worker_config_with(None)
-    }
-
-    /// Like `worker_config`, keeping `storage` (the worker's session cache, on reload) when given.
-    pub fn worker_config_with(
-        &self,
-        storage: Option<Arc<dyn StoresServerSessions>>,
-    ) -> Arc<WorkerTls> {
         let mut c = self.template.clone();
-        // The worker's own resolver over the shared tables, so it can note its choice.
         let resolver = Arc::new(WorkerResolver::new(self.resolver.clone()));
         c.cert_resolver = resolver.clone();
-        c.session_storage =
-            storage.unwrap_or_else(|| sessions::store_for_worker(self.session_cache_size));
         Arc::new(WorkerTls {
             config: Arc::new(c),
             resolver,

@@ -9,7 +9,8 @@
 //! usable for between one and two lifetimes.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::now_secs;
 
 use arc_swap::ArcSwap;
 use aws_lc_rs::aead::{Aad, Nonce, RandomizedNonceKey, AES_256_GCM, NONCE_LEN};
@@ -54,12 +55,6 @@ impl std::fmt::Debug for Ticketer {
             .field("lifetime_secs", &self.lifetime_secs)
             .finish_non_exhaustive()
     }
-}
-
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 impl Ticketer {
