@@ -41,6 +41,7 @@ pub fn report(config: &Config) -> Result<Report> {
             warnings.extend(c.warnings(now));
         }
         write_tls(&mut s, fe);
+        write_resumption(&mut s, fe, &tls);
         write_timeouts(&mut s, fe);
     }
     Ok(Report {
@@ -182,19 +183,26 @@ fn write_tls(s: &mut String, fe: &Frontend) {
             alpn.join(", ")
         }
     );
+}
+
+fn write_resumption(s: &mut String, fe: &Frontend, tls: &TlsContext) {
     let _ = writeln!(
         s,
-        "  resumption: session cache {} per worker, tickets {}",
+        "  resumption: session cache {} per process, tickets {}",
         fe.session_cache_size,
-        if fe.session_tickets {
-            format!(
-                "on (keys rotate every {})",
-                humantime::format_duration(fe.session_ticket_lifetime)
-            )
-        } else {
-            "off".into()
+        match &tls.ticketer {
+            Some(t) => format!("on ({})", t.describe()),
+            None => "off".into(),
         }
     );
+    if let Some(files) = &fe.ticket_keys {
+        let paths: Vec<String> = files
+            .paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        let _ = writeln!(s, "  ticket key files: {}", paths.join(", "));
+    }
 }
 
 fn write_timeouts(s: &mut String, fe: &Frontend) {

@@ -26,6 +26,9 @@ pub enum Error {
     #[error("certificate {path}: {message}")]
     Cert { path: PathBuf, message: String },
 
+    #[error("ticket key file {path}: {message}")]
+    TicketKeys { path: PathBuf, message: String },
+
     #[error("frontend {frontend:?}: TLS settings rejected: {source}")]
     Tls {
         frontend: String,

@@ -29,3 +29,5 @@ mod tls_params;
 mod worker;
 
 pub use error::{Error, Result};
+/// A new random ticket key as a key file holds it (`shuck ticket-key`).
+pub use tls::ticket_keys::generate as new_ticket_key;

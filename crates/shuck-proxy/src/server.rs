@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use rustls::server::ProducesTickets;
+
+use crate::tls::tickets::Ticketer;
 use tokio::sync::watch;
 
 use crate::config::Config;
@@ -131,16 +133,7 @@ impl Server {
     pub fn reloader(&self) -> Reloader {
         Reloader {
             started: self.config.clone(),
-            ticketers: self
-                .config
-                .frontends
-                .iter()
-                .zip(&self.tls)
-                .map(|(fe, t)| {
-                    fe.session_tickets
-                        .then(|| (t.ticketer(), fe.session_ticket_lifetime))
-                })
-                .collect(),
+            ticketers: self.tls.iter().map(|t| t.ticketer.clone()).collect(),
             sessions: self.tls.iter().map(|t| t.sessions.clone()).collect(),
             client_trust: self.tls.iter().map(|t| t.client_trust).collect(),
             slots: self.slots.clone(),
@@ -268,9 +261,9 @@ fn write_ready_file(path: &Path, addrs: &[SocketAddr]) -> Result<()> {
 pub struct Reloader {
     /// The configuration the server started with: what non-reloadable settings are compared to.
     started: Config,
-    /// Per frontend, the ticket keys in use and their rotation period, kept across reloads so
-    /// tickets issued before a reload still resume.
-    ticketers: Vec<Option<(Arc<dyn ProducesTickets>, std::time::Duration)>>,
+    /// Per frontend, the ticket keys in use, kept across reloads so tickets issued before a
+    /// reload still resume (random keys; keys from files are read again).
+    ticketers: Vec<Option<Arc<Ticketer>>>,
     /// Per frontend, the session cache (kept across reloads, so a reload does not cost every
     /// cached session a full handshake).
     sessions: Vec<Arc<SessionCache>>,
@@ -307,18 +300,15 @@ impl Reloader {
                 ));
                 continue;
             }
-            let keep = match &self.ticketers[i] {
-                Some((t, lifetime)) if fe.session_tickets => {
-                    if *lifetime != fe.session_ticket_lifetime {
-                        notes.push(format!(
-                            "frontend {:?}: session_ticket_lifetime changed; restart to apply it (the ticket key is kept across reloads)",
-                            fe.name
-                        ));
-                    }
-                    Some(t.clone())
+            let keep = self.ticketers[i].clone().filter(|_| fe.session_tickets);
+            if let Some(t) = keep.as_ref().filter(|t| !t.is_from_files()) {
+                if u64::from(t.lifetime()) != fe.session_ticket_lifetime.as_secs() {
+                    notes.push(format!(
+                        "frontend {:?}: session_ticket_lifetime changed; restart to apply it (the ticket key is kept across reloads)",
+                        fe.name
+                    ));
                 }
-                _ => None,
-            };
+            }
             let carried = |ticketer| Carried {
                 ticketer,
                 sessions: Some(self.sessions[i].clone()),
@@ -362,13 +352,7 @@ impl Reloader {
                 slot.store(ctx.worker_config());
             }
             self.client_trust[i] = ctx.client_trust;
-            self.ticketers[i] = match self.ticketers[i].take() {
-                // Kept: the period is the one the key set was made with.
-                Some(kept) if fe.session_tickets && !trust_changed => Some(kept),
-                _ => fe
-                    .session_tickets
-                    .then(|| (ctx.ticketer(), fe.session_ticket_lifetime)),
-            };
+            self.ticketers[i].clone_from(&ctx.ticketer);
         }
         Ok(notes)
     }

@@ -24,6 +24,10 @@ pub enum Command {
     /// Validate a configuration (files, certificates, keys, chains, expiry) and print what would
     /// be served; exit 0 if it is valid, 1 if not.
     Check(ConfigArgs),
+    /// Write a new session-ticket key for a fleet's key file: appended as a base64 line to a
+    /// HAProxy-format file (rotate by appending on every host, then reloading), or as a new raw
+    /// nginx-format file. Created readable by the owner only; the key is never printed.
+    TicketKey(TicketKeyArgs),
     /// Load a TLS server the seeds' way (K connections per session, offered-rate ramp,
     /// latency-bounded maximum); `shuck bench backend` and `shuck bench idle` help set it up.
     #[cfg(feature = "bench")]
@@ -41,6 +45,37 @@ pub enum ProxyProtocolArg {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum TicketKeyFormatArg {
+    /// One base64 key per line (HAProxy tls-ticket-keys); the key is appended.
+    Haproxy,
+    /// One raw key per file (nginx ssl_session_ticket_key); the file must not exist yet.
+    Nginx,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TicketKeyArgs {
+    /// The key file to append to (haproxy) or create (nginx).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    /// The file's format.
+    #[arg(long, value_enum, default_value = "haproxy")]
+    pub format: TicketKeyFormatArg,
+
+    /// Key size in bytes: 80 (AES-256 keys in OpenSSL peers) or 48 (AES-128).
+    #[arg(long, default_value_t = 80, value_parser = key_size)]
+    pub size: usize,
+}
+
+fn key_size(s: &str) -> Result<usize, String> {
+    match s {
+        "48" => Ok(48),
+        "80" => Ok(80),
+        _ => Err("a ticket key is 48 or 80 bytes".into()),
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LogFormatArg {
     Compact,
     Json,
@@ -50,8 +85,8 @@ pub enum LogFormatArg {
 #[derive(Debug, Clone, Args)]
 pub struct ConfigArgs {
     /// TOML configuration file. Cannot be combined with --listen/--backend/--cert/--self-signed/
-    /// --alpn/--proxy-protocol/--accept-proxy(-from), which describe a single frontend without a
-    /// file.
+    /// --alpn/--proxy-protocol/--accept-proxy(-from)/--ticket-keys, which describe a single
+    /// frontend without a file.
     #[arg(short, long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -91,6 +126,11 @@ pub struct ConfigArgs {
     /// --accept-proxy.
     #[arg(long, value_name = "CIDR", requires = "accept_proxy")]
     pub accept_proxy_from: Vec<String>,
+
+    /// Session-ticket key file shared by a fleet (the file's session_ticket_keys): a HAProxy-style
+    /// file of base64 lines, or nginx-style raw key files (repeatable; the first encrypts).
+    #[arg(long, value_name = "PATH")]
+    pub ticket_keys: Vec<PathBuf>,
 
     /// Worker threads, each with its own listening socket; 0 = one per CPU core.
     #[arg(short, long, value_name = "N")]

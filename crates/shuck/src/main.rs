@@ -11,13 +11,17 @@ use shuck_proxy::server::{Reloader, Server};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
-use cli::{Cli, Command, ConfigArgs, LogFormatArg, ProxyProtocolArg, ServeArgs};
+use cli::{
+    Cli, Command, ConfigArgs, LogFormatArg, ProxyProtocolArg, ServeArgs, TicketKeyArgs,
+    TicketKeyFormatArg,
+};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(&args),
         Command::Check(args) => check(&args),
+        Command::TicketKey(args) => ticket_key(&args),
         #[cfg(feature = "bench")]
         Command::Bench(args) => shuck_bench::cli::run_bench(&args).map_err(|e| e.to_string()),
         #[cfg(feature = "bench")]
@@ -41,11 +45,12 @@ fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, Str
         || args.self_signed
         || !args.alpn.is_empty()
         || args.proxy_protocol.is_some()
-        || args.accept_proxy;
+        || args.accept_proxy
+        || !args.ticket_keys.is_empty();
     let mut raw = if let Some(path) = &args.config {
         if one_liner {
             return Err(
-                    "--config cannot be combined with --listen/--backend/--cert/--self-signed/--alpn/--proxy-protocol/--accept-proxy(-from): put them in the file".into(),
+                    "--config cannot be combined with --listen/--backend/--cert/--self-signed/--alpn/--proxy-protocol/--accept-proxy(-from)/--ticket-keys: put them in the file".into(),
                 );
         }
         RawConfig::from_file(path).map_err(|e| e.to_string())?
@@ -68,6 +73,8 @@ fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, Str
             accept_proxy: args.accept_proxy.then_some(true),
             accept_proxy_from: (!args.accept_proxy_from.is_empty())
                 .then(|| args.accept_proxy_from.clone()),
+            session_ticket_keys: (!args.ticket_keys.is_empty())
+                .then(|| OneOrMany::Many(args.ticket_keys.clone())),
             ..RawFrontend::default()
         };
         RawConfig {
@@ -237,6 +244,37 @@ fn check(args: &ConfigArgs) -> Result<(), String> {
     print!("{}", report.summary);
     for w in &report.warnings {
         eprintln!("shuck: warning: {w}");
+    }
+    Ok(())
+}
+
+/// `shuck ticket-key`: appends a key to a HAProxy-format file or writes a new nginx-format one,
+/// owner-readable only. Says what it did, never the key.
+fn ticket_key(args: &TicketKeyArgs) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let format = match args.format {
+        TicketKeyFormatArg::Haproxy => config::TicketKeyFormat::Haproxy,
+        TicketKeyFormatArg::Nginx => config::TicketKeyFormat::Nginx,
+    };
+    let key = shuck_proxy::new_ticket_key(format, args.size)?;
+    let mut open = std::fs::OpenOptions::new();
+    open.mode(0o600);
+    match format {
+        config::TicketKeyFormat::Nginx => open.write(true).create_new(true),
+        _ => open.append(true).create(true),
+    };
+    let path = args.file.display();
+    let mut f = open.open(&args.file).map_err(|e| format!("{path}: {e}"))?;
+    f.write_all(&key)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| format!("{path}: {e}"))?;
+    match format {
+        config::TicketKeyFormat::Nginx => println!("wrote a new {}-byte ticket key to {path}", args.size),
+        _ => println!(
+            "appended a {}-byte ticket key to {path}; once every host has it, reload them all: the key before it starts encrypting",
+            args.size
+        ),
     }
     Ok(())
 }

@@ -5,10 +5,12 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::process::Command;
 
+use base64::Engine;
 use common::clients::{s_client, scrape, sum};
 use common::pki::{toml_path, Key, Pki};
-use common::process::{HttpBackend, Shuck};
+use common::process::{HttpBackend, Shuck, SHUCK};
 
 const WORKERS: usize = 4;
 /// Enough connections that, spread by the kernel's SO_REUSEPORT hash, every one of the four
@@ -23,9 +25,17 @@ struct Client<'a> {
 impl Client<'_> {
     /// A full handshake that saves its session to `sess`.
     fn first(&self, addr: SocketAddr, version: &str, sess: &str) {
-        let (ok, out) = s_client(self.pki, addr, Some(self.sni), &[version, "-sess_out", sess]);
+        let (ok, out) = s_client(
+            self.pki,
+            addr,
+            Some(self.sni),
+            &[version, "-sess_out", sess],
+        );
         assert!(ok, "{out}");
-        assert!(out.contains("\nNew, TLSv1."), "{version}: first handshake is full: {out}");
+        assert!(
+            out.contains("\nNew, TLSv1."),
+            "{version}: first handshake is full: {out}"
+        );
     }
 
     /// Reconnects with the session in `sess` (saving the new one when `chain`: a TLS 1.3
@@ -74,7 +84,10 @@ fn sessions_by_id_resume_on_every_worker() {
     let cert = pki.leaf("id.pem", "id", &["id.test"], Key::EcdsaP256);
     let backend = HttpBackend::start();
     let shuck = Shuck::start(&config(backend.addr, &cert, "session_tickets = false"));
-    let client = Client { pki: &pki, sni: "id.test" };
+    let client = Client {
+        pki: &pki,
+        sni: "id.test",
+    };
     for (version, chain) in [("-tls1_2", false), ("-tls1_3", true)] {
         let sess = pki.path(&format!("id{version}.sess"));
         let sess = sess.to_str().expect("utf-8 path");
@@ -88,5 +101,219 @@ fn sessions_by_id_resume_on_every_worker() {
     assert!(
         per_worker.iter().all(|&n| n > 0),
         "every worker resumed some sessions: {per_worker:?}"
+    );
+}
+
+/// The key name (hex) of the ticket in an `openssl s_client -sess_out` file.
+fn ticket_key_name(sess: &str) -> String {
+    let out = Command::new("openssl")
+        .args(["sess_id", "-noout", "-text", "-in", sess])
+        .output()
+        .expect("openssl sess_id");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text
+        .lines()
+        .skip_while(|l| !l.contains("TLS session ticket:"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no ticket in {sess}: {text}"));
+    let hex: String = first
+        .split(" - ")
+        .nth(1)
+        .expect("hex dump line")
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(32)
+        .collect();
+    assert_eq!(hex.len(), 32, "{first}");
+    hex
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// `shuck ticket-key ARGS`, which must succeed.
+fn ticket_key(args: &[&str]) {
+    let out = Command::new(SHUCK)
+        .arg("ticket-key")
+        .args(args)
+        .output()
+        .expect("shuck ticket-key");
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// The names (hex) of the keys of a HAProxy-format file, in file order.
+fn haproxy_key_names(path: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).expect("key file");
+    text.lines()
+        .map(|l| {
+            let key = base64::engine::general_purpose::STANDARD
+                .decode(l.trim())
+                .expect("base64");
+            hex(&key[..16])
+        })
+        .collect()
+}
+
+/// Two shuck processes (two hosts of a fleet) with one HAProxy-format key file: a session made on
+/// one resumes on the other, through a rotation (a key appended, both reloaded) and until its key
+/// is removed from the file.
+#[test]
+fn a_fleet_sharing_a_haproxy_key_file_resumes_across_hosts_and_rotations() {
+    let pki = Pki::new();
+    let cert = pki.leaf("fleet.pem", "fleet", &["fleet.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let keys = pki.path("ticket-keys.txt");
+    let keys_arg = keys.to_str().expect("utf-8 path");
+    for _ in 0..3 {
+        ticket_key(&[keys_arg]);
+    }
+    let names = haproxy_key_names(&keys);
+    let extra = format!("session_ticket_keys = {}", toml_path(&keys));
+    let a = Shuck::start(&config(backend.addr, &cert, &extra));
+    let b = Shuck::start(&config(backend.addr, &cert, &extra));
+    let client = Client {
+        pki: &pki,
+        sni: "fleet.test",
+    };
+    let mut sessions = Vec::new();
+    for version in ["-tls1_2", "-tls1_3"] {
+        let sess = pki.path(&format!("fleet{version}.sess"));
+        let sess = sess.to_str().expect("utf-8 path").to_string();
+        client.first(a.addr(), version, &sess);
+        assert_eq!(
+            ticket_key_name(&sess),
+            names[1],
+            "{version}: the second-to-last key encrypts"
+        );
+        for host in [&a, &b, &b, &a] {
+            let (resumed, out) = client.again(host.addr(), version, &sess, false);
+            assert!(
+                resumed,
+                "{version}: a session from host A resumes on both: {out}"
+            );
+        }
+        sessions.push((version, sess));
+    }
+
+    // Rotation: a fourth key appended, both hosts reloaded. Old tickets still resume; new ones
+    // are sealed with the key that was newest before.
+    ticket_key(&[keys_arg]);
+    for host in [&a, &b] {
+        host.signal("HUP");
+        host.wait_log("reloaded certificates");
+    }
+    for (version, sess) in &sessions {
+        for host in [&a, &b] {
+            let (resumed, out) = client.again(host.addr(), version, sess, false);
+            assert!(
+                resumed,
+                "{version}: an old ticket resumes after the rotation: {out}"
+            );
+        }
+        let fresh = format!("{sess}.fresh");
+        client.first(b.addr(), version, &fresh);
+        assert_eq!(
+            ticket_key_name(&fresh),
+            names[2],
+            "{version}: the next key encrypts"
+        );
+        let (resumed, out) = client.again(a.addr(), version, &fresh, false);
+        assert!(resumed, "{version}: {out}");
+    }
+
+    // The key that sealed the old tickets removed from the file: they no longer resume.
+    let lines: Vec<String> = std::fs::read_to_string(&keys)
+        .expect("key file")
+        .lines()
+        .map(str::to_string)
+        .collect();
+    std::fs::write(&keys, format!("{}\n{}\n", lines[2], lines[3])).expect("rewrite keys");
+    for host in [&a, &b] {
+        host.signal("HUP");
+        host.wait_log_count("reloaded certificates", 2);
+    }
+    for (version, sess) in &sessions {
+        let (resumed, out) = client.again(a.addr(), version, sess, false);
+        assert!(
+            !resumed,
+            "{version}: a removed key no longer opens its tickets: {out}"
+        );
+    }
+
+    // The keys never reach the logs.
+    for host in [a, b] {
+        let (_, log) = host.stop();
+        for name in &names {
+            assert!(!log.contains(name.as_str()), "key name in the log: {log}");
+        }
+        for line in &lines {
+            assert!(!log.contains(line.as_str()), "key in the log: {log}");
+        }
+    }
+}
+
+/// nginx-format files (one raw key per file, the first encrypts), given with the one-frontend
+/// flag `--ticket-keys`: a host with the new key first still opens tickets of a host that has
+/// only the old key, and seals with the new one.
+#[test]
+fn nginx_key_files_given_as_flags_are_shared_and_the_first_encrypts() {
+    let pki = Pki::new();
+    let cert = pki.leaf("ng.pem", "ng", &["ng.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let old = pki.path("old.key");
+    let new = pki.path("new.key");
+    ticket_key(&[
+        "--format",
+        "nginx",
+        "--size",
+        "48",
+        old.to_str().expect("utf-8"),
+    ]);
+    ticket_key(&["--format", "nginx", new.to_str().expect("utf-8")]);
+    let old_name = hex(&std::fs::read(&old).expect("old key")[..16]);
+    let new_name = hex(&std::fs::read(&new).expect("new key")[..16]);
+    let cert_arg = cert.to_str().expect("utf-8");
+    let backend_arg = backend.addr.to_string();
+    let start = |keys: &[&std::path::Path]| {
+        let mut args = vec![
+            "--listen",
+            "127.0.0.1:0",
+            "--backend",
+            &backend_arg,
+            "--cert",
+            cert_arg,
+        ];
+        for k in keys {
+            args.extend(["--ticket-keys", k.to_str().expect("utf-8")]);
+        }
+        Shuck::start_flags(&args)
+    };
+    let behind = start(&[&old]);
+    let ahead = start(&[&new, &old]);
+    let client = Client {
+        pki: &pki,
+        sni: "ng.test",
+    };
+    let sess = pki.path("ng.sess");
+    let sess = sess.to_str().expect("utf-8");
+    client.first(behind.addr(), "-tls1_3", sess);
+    assert_eq!(ticket_key_name(sess), old_name);
+    let (resumed, out) = client.again(ahead.addr(), "-tls1_3", sess, false);
+    assert!(resumed, "the old key still opens tickets: {out}");
+    client.first(ahead.addr(), "-tls1_2", sess);
+    assert_eq!(
+        ticket_key_name(sess),
+        new_name,
+        "the first file's key seals"
+    );
+    let (resumed, out) = client.again(behind.addr(), "-tls1_2", sess, false);
+    assert!(
+        !resumed,
+        "a host without the new key does a full handshake: {out}"
     );
 }

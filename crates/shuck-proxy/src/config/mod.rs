@@ -19,6 +19,7 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::proxy_protocol::Version;
+pub use sessions::{TicketKeyFiles, TicketKeyFormat};
 
 pub mod backend;
 mod certificates;
@@ -26,6 +27,7 @@ mod client_auth;
 mod global;
 mod listen;
 mod proxy;
+mod sessions;
 mod timeouts;
 mod tls;
 
@@ -117,6 +119,8 @@ pub struct RawFrontend {
     pub session_cache_size: Option<usize>,
     pub session_tickets: Option<bool>,
     pub session_ticket_lifetime: Option<String>,
+    pub session_ticket_keys: Option<OneOrMany<PathBuf>>,
+    pub session_ticket_key_format: Option<TicketKeyFormat>,
 }
 
 /// Defaults, in one place so docs/configuration.md can be checked against them.
@@ -184,8 +188,11 @@ pub struct Frontend {
     pub client_crls: Vec<PathBuf>,
     pub session_cache_size: usize,
     pub session_tickets: bool,
-    /// Ticket keys rotate this often; a ticket stays valid one to two lifetimes.
+    /// Random ticket keys rotate this often (a ticket stays valid one to two lifetimes); with
+    /// key files, a ticket is refused once this old.
     pub session_ticket_lifetime: Duration,
+    /// Ticket keys from files shared by a fleet, instead of random ones.
+    pub ticket_keys: Option<TicketKeyFiles>,
 }
 
 /// A configuration value refused: the key that holds it (for a frontend's keys, prefixed with
@@ -275,6 +282,7 @@ impl RawFrontend {
         let client = self.validate_client_auth(base)?;
         let send = self.validate_send_proxy()?;
         let accept_proxy = self.validate_accept_proxy()?;
+        let ticket_keys = self.validate_ticket_keys(base, tls.session_tickets)?;
         check_section_combinations(&backend.backend, &send, &client)?;
         Ok(Frontend {
             name: name.to_string(),
@@ -302,6 +310,7 @@ impl RawFrontend {
             session_cache_size: tls.session_cache_size,
             session_tickets: tls.session_tickets,
             session_ticket_lifetime: tls.session_ticket_lifetime,
+            ticket_keys,
         })
     }
 }

@@ -7,12 +7,12 @@ pub(crate) mod handshake;
 pub(crate) mod hello;
 pub(crate) mod sessions;
 pub(crate) mod sni;
+pub(crate) mod ticket_keys;
 pub(crate) mod tickets;
 
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
-use rustls::server::ProducesTickets;
 use rustls::ServerConfig;
 
 use crate::config::{CertSource, Frontend};
@@ -32,7 +32,8 @@ pub(crate) fn now_secs() -> u64 {
 /// issued before still resume, and the session cache.
 #[derive(Debug, Default, Clone)]
 pub struct Carried {
-    pub ticketer: Option<Arc<dyn ProducesTickets>>,
+    /// Random ticket keys (keys from files are read again instead).
+    pub ticketer: Option<Arc<tickets::Ticketer>>,
     pub sessions: Option<Arc<SessionCache>>,
 }
 
@@ -57,6 +58,8 @@ pub struct TlsContext {
     pub certs: Vec<LoadedCert>,
     template: ServerConfig,
     resolver: Arc<SniResolver>,
+    /// The ticket keys, when tickets are on (shared by every worker's configuration).
+    pub ticketer: Option<Arc<tickets::Ticketer>>,
     /// The frontend's session cache, shared by every worker's configuration.
     pub sessions: Arc<SessionCache>,
     /// Digest of the client-certificate trust (mode, CA, CRLs); `None` without client_auth.
@@ -133,17 +136,19 @@ impl TlsContext {
         template.alpn_protocols.clone_from(&fe.alpn);
         // Server preference: the server knows which cipher is cheap on its CPU.
         template.ignore_client_order = true;
-        if fe.session_tickets {
-            // Stateless tickets are shared by all workers, so a resumption can land on any of them;
-            // their keys are read without a lock (see tickets.rs).
-            let ticketer: Arc<dyn ProducesTickets> = match ticketer {
-                Some(t) => t,
-                None => {
-                    tickets::Ticketer::new(fe.session_ticket_lifetime.as_secs()).map_err(tls_err)?
-                }
-            };
-            template.ticketer = ticketer;
-        }
+        let domain = resumption_domain(&certs, client_trust);
+        let ticketer = if fe.session_tickets {
+            let t = ticketer_for(fe, ticketer, domain).map_err(|e| match e {
+                TicketerError::Keys(e) => e,
+                TicketerError::Tls(source) => tls_err(source),
+            })?;
+            // Stateless tickets are shared by all workers, so a resumption can land on any of
+            // them; their keys are read without a lock (see tickets.rs).
+            template.ticketer = t.clone();
+            Some(t)
+        } else {
+            None
+        };
         let sessions = match carried.sessions {
             // Resized by the reload once every frontend has loaded (nothing changes before).
             Some(cache) => cache,
@@ -158,15 +163,11 @@ impl TlsContext {
             certs,
             template,
             resolver,
+            ticketer,
             sessions,
             client_trust,
             client_check,
         })
-    }
-
-    /// The ticket producer shared by every worker's configuration.
-    pub fn ticketer(&self) -> Arc<dyn ProducesTickets> {
-        self.template.ticketer.clone()
     }
 
     /// A server configuration for one worker: its own certificate resolver (which notes the
@@ -181,4 +182,56 @@ impl TlsContext {
             client_check: self.client_check.clone(),
         })
     }
+}
+
+enum TicketerError {
+    Keys(Error),
+    Tls(rustls::Error),
+}
+
+/// The frontend's ticket keys: read from its key files, else the carried random keys (kept
+/// across a reload), else new random ones.
+fn ticketer_for(
+    fe: &Frontend,
+    carried: Option<Arc<tickets::Ticketer>>,
+    domain: [u8; 32],
+) -> std::result::Result<Arc<tickets::Ticketer>, TicketerError> {
+    let lifetime = fe.session_ticket_lifetime.as_secs();
+    if let Some(files) = &fe.ticket_keys {
+        let keys = ticket_keys::read(&files.paths, files.format).map_err(TicketerError::Keys)?;
+        return tickets::Ticketer::from_files(&keys, lifetime, domain).map_err(TicketerError::Tls);
+    }
+    match carried {
+        Some(t) if !t.is_from_files() => Ok(t),
+        _ => tickets::Ticketer::new(lifetime, domain).map_err(TicketerError::Tls),
+    }
+}
+
+/// What a resumed session is bound to: the names the frontend serves and its client-certificate
+/// trust. A session (ticket or stored) resumes only under the same domain, so a frontend with
+/// other names or other trust (mTLS) never accepts another's session, even when they share
+/// ticket keys or a store. Renewing a certificate for the same names keeps the domain.
+fn resumption_domain(certs: &[LoadedCert], client_trust: Option<[u8; 32]>) -> [u8; 32] {
+    let mut names: Vec<&str> = certs
+        .iter()
+        .flat_map(|c| c.names.iter().map(String::as_str))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    ctx.update(b"shuck resumption domain v1\0");
+    for n in names {
+        ctx.update(n.as_bytes());
+        ctx.update(b"\0");
+    }
+    match client_trust {
+        Some(t) => {
+            ctx.update(b"client trust\0");
+            ctx.update(&t);
+        }
+        None => ctx.update(b"no client auth\0"),
+    }
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ctx.finish().as_ref());
+    out
 }

@@ -73,7 +73,8 @@ impl SessionCache {
 
     /// A new size (0 turns the cache off) and lifetime, on reload. A new size starts empty.
     pub fn reconfigure(&self, size: usize, lifetime: Duration) {
-        self.lifetime_secs.store(lifetime.as_secs(), Ordering::Relaxed);
+        self.lifetime_secs
+            .store(lifetime.as_secs(), Ordering::Relaxed);
         if self.entries.load().as_ref().map_or(0, |c| c.capacity()) != size as u64 {
             self.resize(size);
         }
@@ -163,7 +164,11 @@ mod tests {
             .filter(|i| cache.get(&i.to_be_bytes()).is_some())
             .count();
         assert!(kept <= 100, "at most the cache's size is kept: {kept}");
-        assert!(counters.evictions.get() >= 900, "{}", counters.evictions.get());
+        assert!(
+            counters.evictions.get() >= 900,
+            "{}",
+            counters.evictions.get()
+        );
         assert_eq!(counters.hits.get() + counters.misses.get(), 1000);
         // take removes: a TLS 1.3 stateful session resumes once.
         cache.put(b"once".to_vec(), b"v".to_vec());

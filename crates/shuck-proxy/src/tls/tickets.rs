@@ -1,26 +1,48 @@
-//! Session-ticket keys shared by all workers without a lock.
+//! Session-ticket keys shared by all workers without a lock: random keys rotated by shuck, or
+//! keys from files a fleet shares (see `ticket_keys`).
 //!
 //! rustls's own rotating ticketer guards its keys with a lock taken on every ticket operation;
 //! with one ticketer shared by all workers (so a resumption can land on any worker) that is a
 //! lock shared by all workers on the handshake path. Here the key set sits behind an `ArcSwap`:
-//! reading it is lock-free, and rotation, every `lifetime`, swaps in a new set. Tickets are
-//! AES-256-GCM with a random nonce: `key name (16) | nonce (12) | ciphertext | tag (16)`, the key
-//! name authenticated as associated data. The previous key still decrypts, so a ticket stays
-//! usable for between one and two lifetimes.
+//! reading it is lock-free, and rotation, every `lifetime`, swaps in a new set.
+//!
+//! A ticket is `key name (16) | nonce (12) | AES-256-GCM(issued at (8) | session) | tag (16)`,
+//! sealed with the key name and the frontend's resumption domain as associated data: a ticket
+//! opens only under a frontend with the same names and client-certificate trust, so sharing a
+//! key file between frontends (or hosts) never lets a session resume where it would not have
+//! been accepted. Random keys: the previous key still decrypts, so a ticket stays usable for
+//! between one and two lifetimes. File keys: every key of the file decrypts, one encrypts, and a
+//! ticket is refused once it is `lifetime` old, whatever keys the file still holds.
 
 use std::sync::Arc;
 
-use super::now_secs;
-
 use arc_swap::ArcSwap;
 use aws_lc_rs::aead::{Aad, Nonce, RandomizedNonceKey, AES_256_GCM, NONCE_LEN};
+use aws_lc_rs::hkdf;
 use rustls::server::ProducesTickets;
 
-const NAME_LEN: usize = 16;
+use super::now_secs;
+use super::ticket_keys::{FileKey, FileKeys, NAME_LEN};
+use crate::config::TicketKeyFormat;
+
+/// Bytes of the issue time sealed inside each ticket.
+const ISSUED_LEN: usize = 8;
+const TAG_LEN: usize = 16;
+/// Associated data: the key name and the resumption domain.
+const AAD_LEN: usize = NAME_LEN + 32;
 
 struct TicketKey {
     name: [u8; NAME_LEN],
     key: RandomizedNonceKey,
+}
+
+/// HKDF output length for an AES-256 key.
+struct Aes256KeyLen;
+
+impl hkdf::KeyType for Aes256KeyLen {
+    fn len(&self) -> usize {
+        32
+    }
 }
 
 impl TicketKey {
@@ -32,45 +54,123 @@ impl TicketKey {
         let key = RandomizedNonceKey::new(&AES_256_GCM, &secret).ok()?;
         Some(TicketKey { name, key })
     }
+
+    /// The AES-256-GCM key derived from a file key's material (HKDF-SHA256, the name as info):
+    /// the same file gives the same key on every host.
+    fn derive(file_key: &FileKey) -> Option<TicketKey> {
+        let salt = hkdf::Salt::new(hkdf::HKDF_SHA256, b"shuck session ticket key v1");
+        let info = [&file_key.name[..]];
+        let prk = salt.extract(&file_key.secret);
+        let okm = prk.expand(&info, Aes256KeyLen).ok()?;
+        let mut secret = [0u8; 32];
+        okm.fill(&mut secret).ok()?;
+        let key = RandomizedNonceKey::new(&AES_256_GCM, &secret).ok();
+        secret.fill(0);
+        Some(TicketKey {
+            name: file_key.name,
+            key: key?,
+        })
+    }
 }
 
 struct KeySet {
+    /// The key that seals new tickets.
     current: Arc<TicketKey>,
-    previous: Option<Arc<TicketKey>>,
-    /// Unix seconds at which `current` is replaced.
+    /// Keys that still open tickets: the previous random key, or the file's other keys.
+    others: Vec<Arc<TicketKey>>,
+    /// Unix seconds at which `current` is replaced (never for file keys).
     rotate_at: u64,
-    /// Unix seconds after which `previous` no longer decrypts. Rotation only happens when a
+    /// Unix seconds after which `others` no longer decrypt. Rotation only happens when a
     /// ticket is used, so without this bound a quiet server would accept very old tickets.
-    previous_until: u64,
+    others_until: u64,
 }
 
 pub struct Ticketer {
     keys: ArcSwap<KeySet>,
     lifetime_secs: u64,
+    /// With keys from files (which never rotate here: a ticket's age is checked instead): how
+    /// many keys, which one encrypts (counted from 1) and the files' format, for `shuck check`.
+    from_files: Option<(usize, usize, TicketKeyFormat)>,
+    /// The frontend's resumption domain (names and client-certificate trust).
+    domain: [u8; 32],
 }
 
 impl std::fmt::Debug for Ticketer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ticketer")
             .field("lifetime_secs", &self.lifetime_secs)
+            .field("from_files", &self.from_files)
             .finish_non_exhaustive()
     }
 }
 
 impl Ticketer {
-    /// A ticketer whose keys rotate every `lifetime_secs` (at least 1).
-    pub fn new(lifetime_secs: u64) -> Result<Arc<Ticketer>, rustls::Error> {
+    /// A ticketer whose random keys rotate every `lifetime_secs` (at least 1).
+    pub fn new(lifetime_secs: u64, domain: [u8; 32]) -> Result<Arc<Ticketer>, rustls::Error> {
         let lifetime_secs = lifetime_secs.max(1);
         let current = TicketKey::generate().ok_or(rustls::Error::FailedToGetRandomBytes)?;
         Ok(Arc::new(Ticketer {
             keys: ArcSwap::from_pointee(KeySet {
                 current: Arc::new(current),
-                previous: None,
+                others: Vec::new(),
                 rotate_at: now_secs() + lifetime_secs,
-                previous_until: 0,
+                others_until: 0,
             }),
             lifetime_secs,
+            from_files: None,
+            domain,
         }))
+    }
+
+    /// A ticketer with the keys read from files: `keys.encrypting` seals, all of them open
+    /// tickets younger than `lifetime_secs`.
+    pub fn from_files(
+        keys: &FileKeys,
+        lifetime_secs: u64,
+        domain: [u8; 32],
+    ) -> Result<Arc<Ticketer>, rustls::Error> {
+        let derived = keys
+            .keys
+            .iter()
+            .map(|k| TicketKey::derive(k).map(Arc::new))
+            .collect::<Option<Vec<_>>>()
+            .ok_or(rustls::Error::General(
+                "ticket key derivation failed".into(),
+            ))?;
+        let current = derived[keys.encrypting].clone();
+        let others = derived
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| *i != keys.encrypting)
+            .map(|(_, k)| k)
+            .collect();
+        Ok(Arc::new(Ticketer {
+            keys: ArcSwap::from_pointee(KeySet {
+                current,
+                others,
+                rotate_at: u64::MAX,
+                others_until: u64::MAX,
+            }),
+            lifetime_secs: lifetime_secs.max(1),
+            from_files: Some((keys.keys.len(), keys.encrypting + 1, keys.format)),
+            domain,
+        }))
+    }
+
+    /// True when the keys came from files (a reload reads them again rather than keep these).
+    pub fn is_from_files(&self) -> bool {
+        self.from_files.is_some()
+    }
+
+    /// What `shuck check` says of the keys (never the keys).
+    pub fn describe(&self) -> String {
+        let life = humantime::format_duration(std::time::Duration::from_secs(self.lifetime_secs));
+        match self.from_files {
+            None => format!("random keys rotating every {life}"),
+            Some((n, enc, format)) => format!(
+                "{n} key(s) from file ({format} format), key {enc} encrypts, a ticket lives {life}"
+            ),
+        }
     }
 
     /// The key set in force at `now`, rotating first when it is due.
@@ -88,11 +188,11 @@ impl Ticketer {
             match TicketKey::generate() {
                 Some(fresh) => Arc::new(KeySet {
                     current: Arc::new(fresh),
-                    previous: Some(Arc::clone(&old.current)),
+                    others: vec![Arc::clone(&old.current)],
                     rotate_at: now + self.lifetime_secs,
                     // The old key issued tickets until `old.rotate_at`; each gets one lifetime
                     // beyond that, however late this rotation happens.
-                    previous_until: old.rotate_at + self.lifetime_secs,
+                    others_until: old.rotate_at + self.lifetime_secs,
                 }),
                 // No randomness: keep the old key rather than stop issuing tickets.
                 None => Arc::clone(old),
@@ -101,42 +201,55 @@ impl Ticketer {
         self.keys.load()
     }
 
+    fn aad(&self, name: &[u8; NAME_LEN]) -> [u8; AAD_LEN] {
+        let mut aad = [0u8; AAD_LEN];
+        aad[..NAME_LEN].copy_from_slice(name);
+        aad[NAME_LEN..].copy_from_slice(&self.domain);
+        aad
+    }
+
     fn encrypt_at(&self, plain: &[u8], now: u64) -> Option<Vec<u8>> {
         let keys = self.keys_at(now);
         let k = &keys.current;
-        let mut sealed = Vec::with_capacity(plain.len() + 16);
-        sealed.extend_from_slice(plain);
-        let nonce = k
-            .key
-            .seal_in_place_append_tag(Aad::from(k.name), &mut sealed)
-            .ok()?;
-        let mut out = Vec::with_capacity(NAME_LEN + NONCE_LEN + sealed.len());
+        let mut out = Vec::with_capacity(NAME_LEN + NONCE_LEN + ISSUED_LEN + plain.len() + TAG_LEN);
         out.extend_from_slice(&k.name);
-        out.extend_from_slice(nonce.as_ref());
-        out.extend_from_slice(&sealed);
+        out.extend_from_slice(&[0u8; NONCE_LEN]);
+        out.extend_from_slice(&now.to_be_bytes());
+        out.extend_from_slice(plain);
+        let (head, sealed) = out.split_at_mut(NAME_LEN + NONCE_LEN);
+        let (nonce, tag) = k
+            .key
+            .seal_in_place_separate_tag(Aad::from(self.aad(&k.name)), sealed)
+            .ok()?;
+        head[NAME_LEN..].copy_from_slice(nonce.as_ref());
+        out.extend_from_slice(tag.as_ref());
         Some(out)
     }
 
     fn decrypt_at(&self, ticket: &[u8], now: u64) -> Option<Vec<u8>> {
-        if ticket.len() < NAME_LEN + NONCE_LEN + 16 {
+        if ticket.len() < NAME_LEN + NONCE_LEN + ISSUED_LEN + TAG_LEN {
             return None;
         }
         let (name, rest) = ticket.split_at(NAME_LEN);
         let (nonce, sealed) = rest.split_at(NONCE_LEN);
         let keys = self.keys_at(now);
-        let previous = keys.previous.as_ref().filter(|_| now < keys.previous_until);
-        let key = [Some(&keys.current), previous]
-            .into_iter()
-            .flatten()
+        let others = keys.others.iter().filter(|_| now < keys.others_until);
+        let key = std::iter::once(&keys.current)
+            .chain(others)
             .find(|k| k.name == name)?;
         let mut buf = sealed.to_vec();
         let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
         let plain_len = key
             .key
-            .open_in_place(nonce, Aad::from(key.name), &mut buf)
+            .open_in_place(nonce, Aad::from(self.aad(&key.name)), &mut buf)
             .ok()?
             .len();
+        let issued = u64::from_be_bytes(buf[..ISSUED_LEN].try_into().ok()?);
+        if self.from_files.is_some() && now.saturating_sub(issued) >= self.lifetime_secs {
+            return None;
+        }
         buf.truncate(plain_len);
+        buf.drain(..ISSUED_LEN);
         Some(buf)
     }
 }
@@ -165,15 +278,15 @@ mod tests {
 
     #[test]
     fn round_trip_and_tamper() {
-        let t = Ticketer::new(3600).unwrap();
+        let t = Ticketer::new(3600, [7; 32]).unwrap();
         let c = t.encrypt(b"session state").unwrap();
-        assert_eq!(c.len(), NAME_LEN + NONCE_LEN + 13 + 16);
+        assert_eq!(c.len(), NAME_LEN + NONCE_LEN + ISSUED_LEN + 13 + TAG_LEN);
         assert_eq!(t.decrypt(&c).unwrap(), b"session state");
         let mut bad = c.clone();
         *bad.last_mut().unwrap() ^= 1;
         assert!(t.decrypt(&bad).is_none(), "a modified ticket is refused");
         assert!(t.decrypt(&c[..20]).is_none(), "a short ticket is refused");
-        let other = Ticketer::new(3600).unwrap();
+        let other = Ticketer::new(3600, [7; 32]).unwrap();
         assert!(
             other.decrypt(&c).is_none(),
             "another ticketer's keys do not open it"
@@ -182,7 +295,7 @@ mod tests {
 
     #[test]
     fn a_quiet_server_does_not_extend_old_tickets() {
-        let t = Ticketer::new(100).unwrap();
+        let t = Ticketer::new(100, [7; 32]).unwrap();
         let now = now_secs();
         let old = t.encrypt_at(b"old", now).unwrap();
         // No ticket traffic for ten lifetimes: the first use rotates, and the old ticket, far
@@ -192,7 +305,7 @@ mod tests {
 
     #[test]
     fn previous_key_still_decrypts_after_one_rotation_but_not_two() {
-        let t = Ticketer::new(100).unwrap();
+        let t = Ticketer::new(100, [7; 32]).unwrap();
         let now = now_secs();
         let old = t.encrypt_at(b"old", now).unwrap();
         // One lifetime later: a new key, the old one kept.
@@ -202,5 +315,43 @@ mod tests {
         // Another lifetime: the first key is gone.
         assert_eq!(t.decrypt_at(&new, now + 300).unwrap(), b"new");
         assert!(t.decrypt_at(&old, now + 300).is_none());
+    }
+
+    fn file_keys(n: usize, encrypting: usize) -> FileKeys {
+        let keys = (0..n)
+            .map(|i| FileKey {
+                name: [i as u8; NAME_LEN],
+                secret: vec![i as u8 + 100; 32],
+            })
+            .collect();
+        FileKeys {
+            keys,
+            encrypting,
+            format: TicketKeyFormat::Haproxy,
+        }
+    }
+
+    #[test]
+    fn file_keys_bind_tickets_to_the_domain_and_limit_their_age() {
+        let keys = file_keys(3, 1);
+        let a = Ticketer::from_files(&keys, 100, [1; 32]).unwrap();
+        let now = now_secs();
+        let t = a.encrypt_at(b"s", now).unwrap();
+        assert_eq!(t[..NAME_LEN], [1u8; NAME_LEN], "the encrypting key's name");
+        // Another host with the same file opens it...
+        let b = Ticketer::from_files(&file_keys(3, 1), 100, [1; 32]).unwrap();
+        assert_eq!(b.decrypt_at(&t, now + 99).unwrap(), b"s");
+        // ...until the ticket is one lifetime old, whatever keys remain.
+        assert!(b.decrypt_at(&t, now + 100).is_none());
+        // A frontend with other names or other client trust does not.
+        let other = Ticketer::from_files(&keys, 100, [2; 32]).unwrap();
+        assert!(other.decrypt_at(&t, now).is_none());
+        // Any key of the file opens; a file without the sealing key does not.
+        let later = Ticketer::from_files(&file_keys(3, 2), 100, [1; 32]).unwrap();
+        assert_eq!(later.decrypt_at(&t, now).unwrap(), b"s");
+        let mut without = file_keys(3, 0);
+        without.keys.remove(1);
+        let without = Ticketer::from_files(&without, 100, [1; 32]).unwrap();
+        assert!(without.decrypt_at(&t, now).is_none());
     }
 }
