@@ -203,6 +203,15 @@ fn write_resumption(s: &mut String, fe: &Frontend, tls: &TlsContext) {
             .collect();
         let _ = writeln!(s, "  ticket key files: {}", paths.join(", "));
     }
+    if let Some(store) = &fe.session_store {
+        let _ = writeln!(
+            s,
+            "  session store: {} (lookups wait at most {}; sessions sealed with the key in {})",
+            store.url_for_display(),
+            humantime::format_duration(store.timeout),
+            store.key.display()
+        );
+    }
 }
 
 fn write_timeouts(s: &mut String, fe: &Frontend) {

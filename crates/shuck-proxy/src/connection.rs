@@ -82,11 +82,17 @@ async fn pipeline<'a>(
     count_arrival(&fe.metrics, &arrival);
     (trace.client, trace.balancer) = (arrival.client, arrival.balancer);
     let deadline = Deadline::after(cfg.handshake_timeout);
-    let hello = hello::read_client_hello(tcp, deadline).await?;
-    // The ClientHello stage: what must see the hello before rustls does (a remote session
-    // store looking up the session ID, ACME's acme-tls/1) goes here.
+    let keep_hello = fe.tls.load().remote.is_some();
+    let (hello, hello_bytes) = hello::read_client_hello(tcp, deadline, keep_hello).await?;
+    // The ClientHello stage: what must see the hello before rustls does goes here (a remote
+    // session store looking the session up; ACME's acme-tls/1 next).
     let tls = fe.tls.load_full();
-    let mut hs = handshake::finish(hello, &tls, deadline).await?;
+    let prefetched = match &tls.remote {
+        Some(remote) => remote.prefetch(&hello_bytes).await,
+        None => None,
+    };
+    drop(hello_bytes);
+    let mut hs = handshake::finish(hello, &tls, deadline, prefetched).await?;
     drop(tls);
     count_handshake(&fe.metrics, &hs);
     let served = serve_negotiated(worker, fe, &mut hs, &mut arrival, trace).await;

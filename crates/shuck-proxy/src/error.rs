@@ -29,6 +29,9 @@ pub enum Error {
     #[error("ticket key file {path}: {message}")]
     TicketKeys { path: PathBuf, message: String },
 
+    #[error("session store {url}: {message}")]
+    SessionStore { url: String, message: String },
+
     #[error("frontend {frontend:?}: TLS settings rejected: {source}")]
     Tls {
         frontend: String,

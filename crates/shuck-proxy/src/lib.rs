@@ -24,6 +24,7 @@ mod proxy_out;
 pub mod proxy_protocol;
 mod relay;
 pub mod server;
+mod session_store;
 mod tls;
 mod tls_params;
 mod worker;

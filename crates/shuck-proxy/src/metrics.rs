@@ -14,7 +14,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::conn_error::{CountedIn, Reason};
+use crate::session_store::{latency_histogram, StoreCounters};
 use crate::tls::sessions::SessionCounters;
+use prometheus_client::metrics::histogram::Histogram;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -37,6 +39,10 @@ pub struct Metrics {
     resource_errors: Family<Labels, Counter>,
     session_cache: Family<Labels, Counter>,
     session_cache_evictions: Family<Labels, Counter>,
+    store_lookups: Family<Labels, Counter>,
+    store_writes: Family<Labels, Counter>,
+    store_latency: Family<Labels, Histogram, fn() -> Histogram>,
+    store_breaker_open: Family<Labels, Gauge>,
 }
 
 /// One worker's handles for one frontend.
@@ -90,6 +96,10 @@ impl Metrics {
             resource_errors: Family::default(),
             session_cache: Family::default(),
             session_cache_evictions: Family::default(),
+            store_lookups: Family::default(),
+            store_writes: Family::default(),
+            store_latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            store_breaker_open: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -167,7 +177,49 @@ impl Metrics {
             "Sessions the per-process session cache dropped to stay within session_cache_size",
             m.session_cache_evictions.clone(),
         );
+        registry.register(
+            "session_store_lookups",
+            "Lookups in the remote session store (session_store) made in the ClientHello stage, by result: hit, miss, timeout, error, garbage (a value that did not unseal), skipped (breaker open)",
+            m.store_lookups.clone(),
+        );
+        registry.register(
+            "session_store_writes",
+            "Sessions written to the remote store, by result: written, dropped (queue full or store unavailable), error",
+            m.store_writes.clone(),
+        );
+        registry.register(
+            "session_store_latency_seconds",
+            "Round trip of remote session store lookups",
+            m.store_latency.clone(),
+        );
+        registry.register(
+            "session_store_breaker_open",
+            "1 while a worker skips the remote session store after repeated failures",
+            m.store_breaker_open.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// The counters of one frontend's remote session store.
+    pub(crate) fn store_counters(&self, frontend: &str) -> StoreCounters {
+        let with = |k: &'static str, v: &str| -> Labels {
+            vec![("frontend", frontend.to_string()), (k, v.to_string())]
+        };
+        let lookups = |r| get(&self.store_lookups, &with("result", r));
+        let writes = |r| get(&self.store_writes, &with("result", r));
+        StoreCounters {
+            hits: lookups("hit"),
+            misses: lookups("miss"),
+            timeouts: lookups("timeout"),
+            errors: lookups("error"),
+            garbage: lookups("garbage"),
+            skipped: lookups("skipped"),
+            writes: writes("written"),
+            writes_dropped: writes("dropped"),
+            write_errors: writes("error"),
+            latency: self.store_latency.clone(),
+            breaker_open: self.store_breaker_open.clone(),
+        }
     }
 
     /// The counters of one frontend's session cache (shared by its workers).

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::metrics::{self, Metrics};
+use crate::session_store::{SharedStore as SessionStoreHandle, StoreCounters};
 use crate::tls::sessions::SessionCache;
 use crate::tls::{Carried, TlsContext, TlsSlot};
 use crate::{accept, limits, listener};
@@ -54,6 +55,8 @@ impl Server {
                     Carried {
                         ticketer: None,
                         sessions: Some(sessions),
+                        store: None,
+                        store_counters: metrics.store_counters(&fe.name),
                     },
                 )
             })
@@ -113,7 +116,7 @@ impl Server {
             .iter()
             .map(|t| {
                 (0..config.workers)
-                    .map(|_| Arc::new(ArcSwap::new(t.worker_config())))
+                    .map(|w| Arc::new(ArcSwap::new(t.worker_config(w))))
                     .collect()
             })
             .collect();
@@ -135,6 +138,13 @@ impl Server {
             started: self.config.clone(),
             ticketers: self.tls.iter().map(|t| t.ticketer.clone()).collect(),
             sessions: self.tls.iter().map(|t| t.sessions.clone()).collect(),
+            stores: self.tls.iter().map(|t| t.store.clone()).collect(),
+            store_counters: self
+                .config
+                .frontends
+                .iter()
+                .map(|fe| self.metrics.store_counters(&fe.name))
+                .collect(),
             client_trust: self.tls.iter().map(|t| t.client_trust).collect(),
             slots: self.slots.clone(),
         }
@@ -264,6 +274,10 @@ pub struct Reloader {
     /// Per frontend, the ticket keys in use, kept across reloads so tickets issued before a
     /// reload still resume (random keys; keys from files are read again).
     ticketers: Vec<Option<Arc<Ticketer>>>,
+    /// Per frontend, the remote session store (kept while its settings are unchanged) and the
+    /// counters a new one counts into.
+    stores: Vec<Option<Arc<SessionStoreHandle>>>,
+    store_counters: Vec<StoreCounters>,
     /// Per frontend, the session cache (kept across reloads, so a reload does not cost every
     /// cached session a full handshake).
     sessions: Vec<Arc<SessionCache>>,
@@ -312,6 +326,8 @@ impl Reloader {
             let carried = |ticketer| Carried {
                 ticketer,
                 sessions: Some(self.sessions[i].clone()),
+                store: self.stores[i].clone(),
+                store_counters: self.store_counters[i].clone(),
             };
             let mut ctx = TlsContext::load_keeping(fe, carried(keep))?;
             let trust_changed = ctx.client_trust != self.client_trust[i];
@@ -348,9 +364,10 @@ impl Reloader {
             if trust_changed {
                 ctx.sessions.clear();
             }
-            for slot in &self.slots[i] {
-                slot.store(ctx.worker_config());
+            for (w, slot) in self.slots[i].iter().enumerate() {
+                slot.store(ctx.worker_config(w));
             }
+            self.stores[i].clone_from(&ctx.store);
             self.client_trust[i] = ctx.client_trust;
             self.ticketers[i].clone_from(&ctx.ticketer);
         }

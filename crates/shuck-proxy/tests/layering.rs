@@ -162,7 +162,7 @@ const LAYERS: [&[&str]; 9] = [
         "log_limit",
         "listener",
     ],
-    &["config", "logging", "limits"],
+    &["config", "logging", "limits", "session_store"],
     &["tls", "proxy_in", "backend", "relay"],
     &["conn_error"],
     &["metrics", "proxy_out", "demo"],

@@ -85,8 +85,8 @@ pub enum LogFormatArg {
 #[derive(Debug, Clone, Args)]
 pub struct ConfigArgs {
     /// TOML configuration file. Cannot be combined with --listen/--backend/--cert/--self-signed/
-    /// --alpn/--proxy-protocol/--accept-proxy(-from)/--ticket-keys, which describe a single
-    /// frontend without a file.
+    /// --alpn/--proxy-protocol/--accept-proxy(-from)/--ticket-keys/--session-store(-key), which
+    /// describe a single frontend without a file.
     #[arg(short, long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -131,6 +131,16 @@ pub struct ConfigArgs {
     /// file of base64 lines, or nginx-style raw key files (repeatable; the first encrypts).
     #[arg(long, value_name = "PATH")]
     pub ticket_keys: Vec<PathBuf>,
+
+    /// Remote session store shared by a fleet (the file's session_store): redis://HOST:PORT,
+    /// rediss://HOST:PORT or unix:/PATH. Needs --session-store-key.
+    #[arg(long, value_name = "URL", requires = "session_store_key")]
+    pub session_store: Option<String>,
+
+    /// File whose secret seals the sessions in the store, the same on every host (the file's
+    /// session_store_key; `shuck ticket-key --format nginx FILE` makes one).
+    #[arg(long, value_name = "PATH", requires = "session_store")]
+    pub session_store_key: Option<PathBuf>,
 
     /// Worker threads, each with its own listening socket; 0 = one per CPU core.
     #[arg(short, long, value_name = "N")]

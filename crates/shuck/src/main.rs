@@ -46,11 +46,12 @@ fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, Str
         || !args.alpn.is_empty()
         || args.proxy_protocol.is_some()
         || args.accept_proxy
-        || !args.ticket_keys.is_empty();
+        || !args.ticket_keys.is_empty()
+        || args.session_store.is_some();
     let mut raw = if let Some(path) = &args.config {
         if one_liner {
             return Err(
-                    "--config cannot be combined with --listen/--backend/--cert/--self-signed/--alpn/--proxy-protocol/--accept-proxy(-from)/--ticket-keys: put them in the file".into(),
+                    "--config cannot be combined with --listen/--backend/--cert/--self-signed/--alpn/--proxy-protocol/--accept-proxy(-from)/--ticket-keys/--session-store: put them in the file".into(),
                 );
         }
         RawConfig::from_file(path).map_err(|e| e.to_string())?
@@ -75,6 +76,8 @@ fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, Str
                 .then(|| args.accept_proxy_from.clone()),
             session_ticket_keys: (!args.ticket_keys.is_empty())
                 .then(|| OneOrMany::Many(args.ticket_keys.clone())),
+            session_store: args.session_store.clone(),
+            session_store_key: args.session_store_key.clone(),
             ..RawFrontend::default()
         };
         RawConfig {

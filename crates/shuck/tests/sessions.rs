@@ -6,6 +6,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use common::clients::{s_client, scrape, sum};
@@ -315,5 +316,239 @@ fn nginx_key_files_given_as_flags_are_shared_and_the_first_encrypts() {
     assert!(
         !resumed,
         "a host without the new key does a full handshake: {out}"
+    );
+}
+
+/// A real `redis-server` on a free loopback port, without persistence; killed on drop.
+struct Redis {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Redis {
+    fn start_on(port: u16) -> Redis {
+        let bin = common::peers::require("redis-server", "redis-server");
+        let child = Command::new(bin)
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Redis { child, port }
+    }
+
+    fn start() -> Redis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        Self::start_on(port)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn store_config(
+    backend: SocketAddr,
+    cert: &std::path::Path,
+    url: &str,
+    key: &std::path::Path,
+    extra: &str,
+) -> String {
+    config(
+        backend,
+        cert,
+        &format!(
+            "session_tickets = false\nsession_store = \"{url}\"\nsession_store_key = {}\n{extra}",
+            toml_path(key)
+        ),
+    )
+}
+
+/// Two hosts sharing a real Redis with tickets off: a TLS 1.2 session ID and a TLS 1.3 session
+/// made on one resume on the other; a frontend with other client-certificate trust never resumes
+/// them; Redis stopped means full handshakes (never a failure) and an open breaker, which closes
+/// when Redis is back.
+#[test]
+fn redis_shares_sessions_across_hosts_and_its_outages_cost_only_full_handshakes() {
+    let pki = Pki::new();
+    let cert = pki.leaf("r.pem", "r", &["r.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let key = pki.path("store.key");
+    ticket_key(&["--format", "nginx", key.to_str().expect("utf-8")]);
+    let redis = Redis::start();
+    let a = Shuck::start(&store_config(backend.addr, &cert, &redis.url(), &key, ""));
+    let b = Shuck::start(&store_config(backend.addr, &cert, &redis.url(), &key, ""));
+    let mtls = format!(
+        "client_auth = \"optional\"\nclient_ca = {}",
+        toml_path(&pki.ca_path())
+    );
+    let other_trust = Shuck::start(&store_config(
+        backend.addr,
+        &cert,
+        &redis.url(),
+        &key,
+        &mtls,
+    ));
+    let client = Client {
+        pki: &pki,
+        sni: "r.test",
+    };
+
+    for (version, chain) in [("-tls1_2", false), ("-tls1_3", true)] {
+        let sess = pki.path(&format!("r{version}.sess"));
+        let sess = sess.to_str().expect("utf-8 path");
+        client.first(a.addr(), version, sess);
+        for (i, host) in [&b, &a, &b, &b, &a].into_iter().enumerate() {
+            let (resumed, out) = client.again(host.addr(), version, sess, chain);
+            assert!(
+                resumed,
+                "{version}: reconnect {i} through Redis not resumed: {out}"
+            );
+        }
+        let (resumed, out) = client.again(other_trust.addr(), version, sess, chain);
+        assert!(
+            !resumed,
+            "{version}: resumed under other client trust: {out}"
+        );
+    }
+    let text = scrape(a.addrs[1]);
+    assert!(
+        sum(
+            &text,
+            "shuck_session_store_lookups_total",
+            &["result=\"hit\""]
+        ) > 0,
+        "{text}"
+    );
+
+    // Redis gone: every connection still succeeds, as a full handshake.
+    let port = redis.port;
+    drop(redis);
+    let sess = pki.path("down.sess");
+    let sess = sess.to_str().expect("utf-8 path");
+    client.first(a.addr(), "-tls1_2", sess);
+    // Twelve over four workers: at least one worker fails three times, which opens its breaker.
+    for _ in 0..12 {
+        let (resumed, out) = client.again(b.addr(), "-tls1_2", sess, false);
+        assert!(!resumed, "nothing to resume from: {out}");
+    }
+    b.wait_log("session store failing");
+    let text = scrape(b.addrs[1]);
+    assert!(
+        sum(&text, "shuck_session_store_breaker_open", &[]) > 0,
+        "{text}"
+    );
+
+    // Redis back: after the breaker's pause, sessions are shared again, and the workers whose
+    // breaker opened say so once they reach it (connections keep coming until then).
+    let _redis = Redis::start_on(port);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut resumed_again = false;
+    loop {
+        client.first(a.addr(), "-tls1_2", sess);
+        let (resumed, _) = client.again(b.addr(), "-tls1_2", sess, false);
+        resumed_again |= resumed;
+        if resumed_again && b.log_text().contains("session store answering again") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "resumed again: {resumed_again}; {}",
+            b.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = scrape(b.addrs[1]);
+    assert!(
+        sum(
+            &text,
+            "shuck_session_store_lookups_total",
+            &["result=\"error\""]
+        ) + sum(
+            &text,
+            "shuck_session_store_lookups_total",
+            &["result=\"timeout\""]
+        ) > 0,
+        "{text}"
+    );
+}
+
+/// A store that accepts connections and never answers: each handshake waits at most the store's
+/// timeout, then completes in full; the breaker opens.
+#[test]
+fn redis_that_never_answers_does_not_stall_handshakes() {
+    let pki = Pki::new();
+    let cert = pki.leaf("bh.pem", "bh", &["bh.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let key = pki.path("store.key");
+    ticket_key(&["--format", "nginx", key.to_str().expect("utf-8")]);
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("redis://{}", hole.local_addr().expect("addr"));
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    std::thread::spawn(move || {
+        for s in hole.incoming().flatten() {
+            keep.lock().expect("lock").push(s);
+        }
+    });
+    let shuck = Shuck::start(&store_config(backend.addr, &cert, &url, &key, ""));
+    // The session comes from another host, so this one must ask the store.
+    let other = Shuck::start(&config(backend.addr, &cert, "session_tickets = false"));
+    let client = Client {
+        pki: &pki,
+        sni: "bh.test",
+    };
+    let sess = pki.path("bh.sess");
+    let sess = sess.to_str().expect("utf-8 path");
+    client.first(other.addr(), "-tls1_2", sess);
+    for _ in 0..6 {
+        // Awaited without a bound, each lookup would hold the handshake until handshake_timeout
+        // and fail it (counted below).
+        let (resumed, out) = client.again(shuck.addr(), "-tls1_2", sess, false);
+        assert!(!resumed, "{out}");
+    }
+    let text = scrape(shuck.addrs[1]);
+    assert!(
+        sum(
+            &text,
+            "shuck_session_store_lookups_total",
+            &["result=\"timeout\""]
+        ) >= 1,
+        "{text}"
+    );
+    assert_eq!(
+        sum(&text, "shuck_handshake_failures_total", &[]),
+        0,
+        "{text}"
+    );
+    assert!(
+        !held.lock().expect("lock").is_empty(),
+        "shuck did connect to the store"
     );
 }

@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::proxy_protocol::Version;
-pub use sessions::{TicketKeyFiles, TicketKeyFormat};
+pub use sessions::{SessionStoreSettings, TicketKeyFiles, TicketKeyFormat};
 
 pub mod backend;
 mod certificates;
@@ -121,6 +121,9 @@ pub struct RawFrontend {
     pub session_ticket_lifetime: Option<String>,
     pub session_ticket_keys: Option<OneOrMany<PathBuf>>,
     pub session_ticket_key_format: Option<TicketKeyFormat>,
+    pub session_store: Option<String>,
+    pub session_store_timeout: Option<String>,
+    pub session_store_key: Option<PathBuf>,
 }
 
 /// Defaults, in one place so docs/configuration.md can be checked against them.
@@ -193,6 +196,8 @@ pub struct Frontend {
     pub session_ticket_lifetime: Duration,
     /// Ticket keys from files shared by a fleet, instead of random ones.
     pub ticket_keys: Option<TicketKeyFiles>,
+    /// A store shared by hosts for sessions by ID (Redis).
+    pub session_store: Option<SessionStoreSettings>,
 }
 
 /// A configuration value refused: the key that holds it (for a frontend's keys, prefixed with
@@ -283,6 +288,7 @@ impl RawFrontend {
         let send = self.validate_send_proxy()?;
         let accept_proxy = self.validate_accept_proxy()?;
         let ticket_keys = self.validate_ticket_keys(base, tls.session_tickets)?;
+        let session_store = self.validate_session_store(base)?;
         check_section_combinations(&backend.backend, &send, &client)?;
         Ok(Frontend {
             name: name.to_string(),
@@ -311,6 +317,7 @@ impl RawFrontend {
             session_tickets: tls.session_tickets,
             session_ticket_lifetime: tls.session_ticket_lifetime,
             ticket_keys,
+            session_store,
         })
     }
 }

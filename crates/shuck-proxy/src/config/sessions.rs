@@ -1,10 +1,15 @@
-//! How sessions are shared beyond one process: ticket keys from files a fleet shares.
+//! How sessions are shared beyond one process: ticket keys from files a fleet shares, and a
+//! session store (Redis) the hosts share.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{key_err, resolve_paths, KeyError, RawFrontend};
+use super::{duration_or, key_err, resolve_path, resolve_paths, KeyError, RawFrontend};
+
+/// How long a handshake waits for the store before going on without it.
+const STORE_TIMEOUT: Duration = Duration::from_millis(2);
 
 /// How a ticket key file is read (`session_ticket_key_format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -61,6 +66,89 @@ impl RawFrontend {
         Ok(Some(TicketKeyFiles {
             paths,
             format: self.session_ticket_key_format.unwrap_or_default(),
+        }))
+    }
+}
+
+/// `session_store`: where sessions by ID are shared across hosts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionStoreSettings {
+    /// `redis://…`, `rediss://…` or `unix:/path` (as the redis crate reads it).
+    pub url: String,
+    /// The longest a handshake waits for a lookup.
+    pub timeout: Duration,
+    /// The file holding the key that seals stored sessions (shared by the fleet).
+    pub key: PathBuf,
+}
+
+impl SessionStoreSettings {
+    /// The URL without its password, for logs and `shuck check`.
+    pub fn url_for_display(&self) -> String {
+        let Some((scheme, rest)) = self.url.split_once("://") else {
+            return self.url.clone();
+        };
+        match rest.split_once('@') {
+            Some((creds, host)) => {
+                let user = creds.split(':').next().unwrap_or("");
+                format!("{scheme}://{user}:***@{host}")
+            }
+            None => self.url.clone(),
+        }
+    }
+}
+
+impl RawFrontend {
+    pub(super) fn validate_session_store(
+        &self,
+        base: Option<&Path>,
+    ) -> Result<Option<SessionStoreSettings>, KeyError> {
+        let Some(url) = &self.session_store else {
+            for (key, set) in [
+                (
+                    "session_store_timeout",
+                    self.session_store_timeout.is_some(),
+                ),
+                ("session_store_key", self.session_store_key.is_some()),
+            ] {
+                if set {
+                    return Err(key_err(key, "needs session_store"));
+                }
+            }
+            return Ok(None);
+        };
+        let url = match url.strip_prefix("unix:") {
+            // `unix:/run/redis.sock` as the operators write it; the redis crate wants a URL.
+            Some(path) if !path.starts_with("//") => format!("unix://{path}"),
+            _ => url.clone(),
+        };
+        let scheme = url.split("://").next().unwrap_or("");
+        if !matches!(scheme, "redis" | "rediss" | "unix" | "redis+unix") {
+            return Err(key_err(
+                "session_store",
+                format!("{scheme:?}: expected redis://HOST:PORT, rediss://HOST:PORT or unix:/PATH"),
+            ));
+        }
+        let timeout = duration_or(
+            "session_store_timeout",
+            self.session_store_timeout.as_deref(),
+            STORE_TIMEOUT,
+        )?;
+        if timeout.is_zero() || timeout > Duration::from_secs(1) {
+            return Err(key_err(
+                "session_store_timeout",
+                "must be above 0 and at most 1s: a handshake waits this long when the store is slow",
+            ));
+        }
+        let Some(key) = self.session_store_key.clone() else {
+            return Err(key_err(
+                "session_store",
+                "needs session_store_key: the file whose secret seals the stored sessions (the same on every host)",
+            ));
+        };
+        Ok(Some(SessionStoreSettings {
+            url,
+            timeout,
+            key: resolve_path(base, key),
         }))
     }
 }

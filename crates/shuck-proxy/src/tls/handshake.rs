@@ -16,6 +16,7 @@ use tokio_rustls::StartHandshake;
 
 use super::certs::ServedCert;
 use super::client_auth::Lenient;
+use super::remote::Prefetched;
 use super::sni::Choice;
 use super::WorkerTls;
 use crate::tls_params as params;
@@ -133,10 +134,17 @@ pub(crate) async fn finish(
     hello: Hello,
     tls: &WorkerTls,
     deadline: Deadline,
+    prefetched: Option<Prefetched>,
 ) -> Result<Negotiated, HandshakeError> {
-    // rustls chooses the certificate inside this call: the worker's resolver notes it.
+    // rustls processes the ClientHello inside this call: it chooses the certificate (the
+    // worker's resolver notes it) and looks the session up (the remote store's slot holds what
+    // the ClientHello stage fetched).
     let config = tls.config.clone();
-    let (mut accept, choice) = tls.resolver.choice_during(|| hello.into_stream(config));
+    let process = || tls.resolver.choice_during(|| hello.into_stream(config));
+    let (mut accept, choice) = match &tls.remote {
+        Some(remote) => remote.during(prefetched, process),
+        None => process(),
+    };
     let served = match choice {
         Choice::Served(s) => Some(s),
         Choice::NotAsked => None,

@@ -14,25 +14,38 @@ use super::handshake::{
     is_abort, refusal, Deadline, HandshakeError, Hello, ALERT_PROTOCOL_VERSION,
 };
 
-/// Reads the ClientHello. A client that sends something else gets rustls' alert.
+/// The most of the stream kept for the ClientHello stage (a hello is rarely above 2 KiB; one
+/// that does not fit is simply not looked into).
+const KEEP_AT_MOST: usize = 8 * 1024;
+
+/// Reads the ClientHello. A client that sends something else gets rustls' alert. With `keep`,
+/// also returns the bytes read (the hello's records), for what must read fields rustls does not
+/// expose (a remote session store).
 pub(crate) async fn read_client_hello(
     mut tcp: TcpStream,
     deadline: Deadline,
-) -> Result<Hello, HandshakeError> {
-    match tokio::time::timeout_at(deadline.at, accept(&mut tcp)).await {
-        Ok(Ok(accepted)) => Ok(StartHandshake::from_parts(accepted, tcp)),
+    keep: bool,
+) -> Result<(Hello, Vec<u8>), HandshakeError> {
+    let mut head = Head {
+        kept: keep.then(Vec::new),
+        ..Head::default()
+    };
+    match tokio::time::timeout_at(deadline.at, accept(&mut tcp, &mut head)).await {
+        Ok(Ok(accepted)) => Ok((
+            StartHandshake::from_parts(accepted, tcp),
+            head.kept.unwrap_or_default(),
+        )),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(HandshakeError::Timeout(deadline.within)),
     }
 }
 
-async fn accept(tcp: &mut TcpStream) -> Result<Accepted, HandshakeError> {
+async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Accepted, HandshakeError> {
     let mut acceptor = Acceptor::default();
-    let mut head = Head::default();
     loop {
         tcp.readable().await.map_err(HandshakeError::Io)?;
         let received = head.seen;
-        match acceptor.read_tls(&mut TryRead(tcp, &mut head)) {
+        match acceptor.read_tls(&mut TryRead(tcp, head)) {
             Ok(0) if received == 0 => return Err(HandshakeError::Silent),
             Ok(0) => return Err(HandshakeError::ClientAborted(None)),
             Ok(_) => {}
@@ -93,10 +106,16 @@ const TLS12: u16 = 0x0303;
 struct Head {
     bytes: [u8; 11],
     seen: usize,
+    /// Everything read, up to `KEEP_AT_MOST`, when asked for.
+    kept: Option<Vec<u8>>,
 }
 
 impl Head {
     fn note(&mut self, read: &[u8]) {
+        if let Some(kept) = &mut self.kept {
+            let n = KEEP_AT_MOST.saturating_sub(kept.len()).min(read.len());
+            kept.extend_from_slice(&read[..n]);
+        }
         let room = self.bytes.len().saturating_sub(self.seen);
         let n = room.min(read.len());
         self.bytes[self.seen..self.seen + n].copy_from_slice(&read[..n]);

@@ -5,6 +5,8 @@ pub(crate) mod certs;
 pub(crate) mod client_auth;
 pub(crate) mod handshake;
 pub(crate) mod hello;
+pub(crate) mod hello_fields;
+pub(crate) mod remote;
 pub(crate) mod sessions;
 pub(crate) mod sni;
 pub(crate) mod ticket_keys;
@@ -17,7 +19,9 @@ use rustls::ServerConfig;
 
 use crate::config::{CertSource, Frontend};
 use crate::error::{Error, Result};
+use crate::session_store::{SharedStore, StoreCounters, Target};
 use certs::LoadedCert;
+use remote::{RemoteSessions, Resumes};
 use sessions::{SessionCache, SessionCounters};
 use sni::{SniResolver, WorkerResolver};
 
@@ -35,6 +39,10 @@ pub struct Carried {
     /// Random ticket keys (keys from files are read again instead).
     pub ticketer: Option<Arc<tickets::Ticketer>>,
     pub sessions: Option<Arc<SessionCache>>,
+    /// The remote session store, kept while its settings are unchanged (its connections stay).
+    pub store: Option<Arc<SharedStore>>,
+    /// What a new remote store counts into.
+    pub store_counters: StoreCounters,
 }
 
 /// One worker's TLS configuration for one frontend. Only the main thread stores into it (on
@@ -50,6 +58,8 @@ pub struct WorkerTls {
     pub(crate) resolver: Arc<WorkerResolver>,
     /// `client_auth = "optional_no_ca"`: the check whose result the backend is told.
     pub client_check: Option<Arc<client_auth::Lenient>>,
+    /// With a remote session store: this worker's storage, which the ClientHello stage fills.
+    pub(crate) remote: Option<Arc<RemoteSessions>>,
 }
 
 /// Everything TLS a frontend needs, loaded and checked once at start.
@@ -62,6 +72,10 @@ pub struct TlsContext {
     pub ticketer: Option<Arc<tickets::Ticketer>>,
     /// The frontend's session cache, shared by every worker's configuration.
     pub sessions: Arc<SessionCache>,
+    /// The remote session store, when `session_store` is set.
+    pub store: Option<Arc<SharedStore>>,
+    /// What remote sessions are bound to (names, client trust) and how long they live.
+    resumes: Resumes,
     /// Digest of the client-certificate trust (mode, CA, CRLs); `None` without client_auth.
     pub client_trust: Option<[u8; 32]>,
     client_check: Option<Arc<client_auth::Lenient>>,
@@ -159,27 +173,57 @@ impl TlsContext {
             ),
         };
         template.session_storage = sessions.clone();
+        let want = fe.session_store.as_ref().map(|s| Target {
+            url: s.url.clone(),
+            shown: s.url_for_display(),
+            timeout: s.timeout,
+            key: s.key.clone(),
+        });
+        let store = match (want, carried.store) {
+            (Some(want), Some(have)) if *have.target() == want => Some(have),
+            (Some(want), _) => Some(SharedStore::open(&fe.name, &want, carried.store_counters)?),
+            (None, _) => None,
+        };
+        let resumes = Resumes {
+            domain,
+            lifetime: fe.session_ticket_lifetime,
+            tls13: fe.versions.contains(&&rustls::version::TLS13),
+            tickets: fe.session_tickets,
+        };
         Ok(TlsContext {
             certs,
             template,
             resolver,
             ticketer,
             sessions,
+            store,
+            resumes,
             client_trust,
             client_check,
         })
     }
 
-    /// A server configuration for one worker: its own certificate resolver (which notes the
-    /// worker's choice), the frontend's shared ticket keys and session cache.
-    pub fn worker_config(&self) -> Arc<WorkerTls> {
+    /// Worker `worker`'s server configuration: its own certificate resolver (which notes the
+    /// worker's choice), the frontend's shared ticket keys and session cache, and with a remote
+    /// store the worker's own side of it (connection, queue, slot).
+    pub fn worker_config(&self, worker: usize) -> Arc<WorkerTls> {
         let mut c = self.template.clone();
         let resolver = Arc::new(WorkerResolver::new(self.resolver.clone()));
         c.cert_resolver = resolver.clone();
+        let remote = self.store.as_ref().map(|store| {
+            let r = Arc::new(RemoteSessions::new(
+                self.sessions.clone(),
+                store.for_worker(worker),
+                &self.resumes,
+            ));
+            c.session_storage = r.clone();
+            r
+        });
         Arc::new(WorkerTls {
             config: Arc::new(c),
             resolver,
             client_check: self.client_check.clone(),
+            remote,
         })
     }
 }

@@ -101,6 +101,15 @@ impl SessionCache {
         self.entries.store(shards);
     }
 
+    /// Whether a live entry is there (not counted: the remote store asks before a lookup).
+    pub fn contains(&self, key: &[u8]) -> bool {
+        let lifetime = self.lifetime_secs.load(Ordering::Relaxed);
+        self.entries.load().as_ref().is_some_and(|c| {
+            c.peek(key)
+                .is_some_and(|e| super::now_secs().saturating_sub(e.stored_at) < lifetime)
+        })
+    }
+
     /// The entry's value if it is there and not expired; counts the lookup.
     fn lookup(&self, key: &[u8], remove: bool) -> Option<Vec<u8>> {
         let guard = self.entries.load();

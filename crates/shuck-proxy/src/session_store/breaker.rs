@@ -1,0 +1,98 @@
+//! The circuit breaker in front of the store: after `TRIP` failures in a row (timeouts or
+//! errors) the worker stops asking for `OPEN_FOR`, then tries again; one line is logged when it
+//! opens and one when the store answers again, however many connections arrive meanwhile.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::gauge::Gauge;
+
+const TRIP: u32 = 3;
+const OPEN_FOR: Duration = Duration::from_secs(3);
+
+/// One worker's breaker. Atomics rather than `Cell` because the store is shared through rustls'
+/// `Send + Sync` traits; only its worker's thread touches it.
+#[derive(Debug)]
+pub struct Breaker {
+    failures: AtomicU32,
+    /// Nanoseconds after `epoch` until which the store is skipped; 0 when closed.
+    open_until: AtomicU64,
+    epoch: Instant,
+    gauge: Gauge,
+    frontend: String,
+}
+
+impl Breaker {
+    pub fn new(frontend: &str, gauge: Gauge) -> Breaker {
+        Breaker {
+            frontend: frontend.to_string(),
+            failures: AtomicU32::new(0),
+            open_until: AtomicU64::new(0),
+            epoch: Instant::now(),
+            gauge,
+        }
+    }
+
+    fn nanos(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether to ask the store now (closed, or open long enough to try again).
+    pub fn allows(&self, now: Instant) -> bool {
+        let until = self.open_until.load(Ordering::Relaxed);
+        until == 0 || self.nanos(now) >= until
+    }
+
+    pub fn failed(&self, worker: usize, url: &str, why: &str) {
+        let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if n < TRIP {
+            return;
+        }
+        let was_open = self.open_until.load(Ordering::Relaxed) != 0;
+        let until = self.nanos(Instant::now() + OPEN_FOR).max(1);
+        self.open_until.store(until, Ordering::Relaxed);
+        self.gauge.set(1);
+        if !was_open {
+            tracing::warn!(
+                frontend = %self.frontend,
+                worker,
+                store = url,
+                "session store failing ({why}); resuming from it paused, full handshakes meanwhile, retrying every {}s",
+                OPEN_FOR.as_secs()
+            );
+        }
+    }
+
+    pub fn succeeded(&self, worker: usize, url: &str) {
+        self.failures.store(0, Ordering::Relaxed);
+        if self.open_until.swap(0, Ordering::Relaxed) != 0 {
+            self.gauge.set(0);
+            tracing::info!(frontend = %self.frontend, worker, store = url, "session store answering again");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_after_repeated_failures_and_closes_on_success() {
+        let gauge = Gauge::default();
+        let b = Breaker::new("web", gauge.clone());
+        let now = Instant::now();
+        b.failed(0, "redis://x", "timed out");
+        b.failed(0, "redis://x", "timed out");
+        assert!(b.allows(now), "two failures are not enough");
+        b.failed(0, "redis://x", "timed out");
+        assert!(!b.allows(Instant::now()), "open");
+        assert_eq!(gauge.get(), 1);
+        assert!(
+            b.allows(Instant::now() + OPEN_FOR + Duration::from_millis(1)),
+            "tries again later"
+        );
+        b.succeeded(0, "redis://x");
+        assert!(b.allows(Instant::now()));
+        assert_eq!(gauge.get(), 0);
+    }
+}

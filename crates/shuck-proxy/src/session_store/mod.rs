@@ -1,0 +1,365 @@
+//! A session store shared by the hosts of a fleet: Redis (`session_store`), reached from each
+//! worker over its own multiplexed connection. This module knows Redis, sealing and failure
+//! handling, not TLS: it fetches and stores opaque values under keys it is given
+//! (`tls::remote` decides which, from the ClientHello).
+//!
+//! Never a stalled handshake: a fetch waits at most `session_store_timeout`; writes leave
+//! through a bounded queue per worker (dropped and counted when full); repeated failures open a
+//! breaker that skips the store for a few seconds. Values are sealed (AES-256-GCM, the key
+//! derived from `session_store_key`, the Redis key as associated data) and expire with the
+//! session lifetime.
+
+mod breaker;
+mod seal;
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::mpsc;
+
+use crate::error::{Error, Result};
+pub use breaker::Breaker;
+use seal::Sealer;
+
+/// Writes waiting per worker; beyond it new sessions are not stored (and counted).
+const QUEUE: usize = 1024;
+
+type Labels = Vec<(&'static str, String)>;
+/// Histograms per worker, made with the store's buckets.
+pub type LatencyFamily = Family<Labels, Histogram, fn() -> Histogram>;
+
+/// What the store counts, per frontend (the breaker gauge per worker).
+#[derive(Debug, Clone)]
+pub struct StoreCounters {
+    pub hits: Counter,
+    pub misses: Counter,
+    pub timeouts: Counter,
+    pub errors: Counter,
+    /// Values that did not unseal (wrong key, tampered, another frontend's).
+    pub garbage: Counter,
+    /// Lookups not made because the breaker was open.
+    pub skipped: Counter,
+    pub writes: Counter,
+    pub writes_dropped: Counter,
+    pub write_errors: Counter,
+    /// Per worker (a histogram takes a lock to record: never one shared by the workers).
+    pub latency: LatencyFamily,
+    /// Per worker: 1 while its breaker is open.
+    pub breaker_open: Family<Labels, Gauge>,
+}
+
+impl Default for StoreCounters {
+    fn default() -> Self {
+        StoreCounters {
+            hits: Counter::default(),
+            misses: Counter::default(),
+            timeouts: Counter::default(),
+            errors: Counter::default(),
+            garbage: Counter::default(),
+            skipped: Counter::default(),
+            writes: Counter::default(),
+            writes_dropped: Counter::default(),
+            write_errors: Counter::default(),
+            latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            breaker_open: Family::default(),
+        }
+    }
+}
+
+/// Store round trips from 50 µs to about 100 ms.
+pub(crate) fn latency_histogram() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.000_05, 2.0, 12,
+    ))
+}
+
+/// Where the store is and how it is used (from the frontend's `session_store` settings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// What the redis crate connects to.
+    pub url: String,
+    /// The URL as logs show it (no password).
+    pub shown: String,
+    pub timeout: Duration,
+    /// The file whose secret seals stored sessions.
+    pub key: std::path::PathBuf,
+}
+
+/// One frontend's store, shared by its workers: the client, the sealing key, the settings.
+/// Kept across reloads while the settings are unchanged, so connections stay open.
+pub struct SharedStore {
+    frontend: String,
+    settings: Target,
+    client: redis::Client,
+    sealer: Sealer,
+    counters: StoreCounters,
+    /// One per worker, made on first use (the main thread builds worker configurations).
+    workers: Mutex<Vec<Option<Arc<WorkerStore>>>>,
+}
+
+impl std::fmt::Debug for SharedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedStore")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedStore {
+    /// Reads the sealing key and checks the URL (no connection is made here).
+    pub fn open(
+        frontend: &str,
+        settings: &Target,
+        counters: StoreCounters,
+    ) -> Result<Arc<SharedStore>> {
+        let store_err = |message: String| Error::SessionStore {
+            url: settings.shown.clone(),
+            message,
+        };
+        let client =
+            redis::Client::open(settings.url.as_str()).map_err(|e| store_err(e.to_string()))?;
+        let sealer = Sealer::from_file(&settings.key).map_err(store_err)?;
+        Ok(Arc::new(SharedStore {
+            frontend: frontend.to_string(),
+            settings: settings.clone(),
+            client,
+            sealer,
+            counters,
+            workers: Mutex::new(Vec::new()),
+        }))
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.settings
+    }
+
+    /// Worker `id`'s side of the store (its connection, queue and breaker).
+    pub fn for_worker(self: &Arc<Self>, id: usize) -> Arc<WorkerStore> {
+        let mut workers = self
+            .workers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if workers.len() <= id {
+            workers.resize(id + 1, None);
+        }
+        workers[id]
+            .get_or_insert_with(|| {
+                let labels = vec![
+                    ("frontend", self.frontend.clone()),
+                    ("worker", id.to_string()),
+                ];
+                let gauge = self.counters.breaker_open.get_or_create(&labels).clone();
+                let latency = self.counters.latency.get_or_create(&labels).clone();
+                Arc::new(WorkerStore::new(self.clone(), id, gauge, latency))
+            })
+            .clone()
+    }
+}
+
+enum Write {
+    Set {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        ttl: Duration,
+    },
+    Delete {
+        key: Vec<u8>,
+    },
+}
+
+/// One worker's connection to the store. Used only on that worker's thread, except that
+/// `put` is called from inside rustls (synchronously, on the same thread).
+pub struct WorkerStore {
+    shared: Arc<SharedStore>,
+    worker: usize,
+    conn: OnceLock<ConnectionManager>,
+    queue: mpsc::Sender<Write>,
+    /// Taken by the writer task when it starts.
+    pending: Mutex<Option<mpsc::Receiver<Write>>>,
+    breaker: Breaker,
+    latency: Histogram,
+}
+
+/// How a lookup ended, for the caller's decision (a value, or a full handshake).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Fetched {
+    Found(Vec<u8>),
+    Missing,
+    /// Timed out, failed, garbage, or skipped by the open breaker.
+    Unavailable,
+}
+
+impl WorkerStore {
+    fn new(
+        shared: Arc<SharedStore>,
+        worker: usize,
+        breaker_gauge: Gauge,
+        latency: Histogram,
+    ) -> WorkerStore {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let breaker = Breaker::new(&shared.frontend, breaker_gauge);
+        WorkerStore {
+            shared,
+            worker,
+            conn: OnceLock::new(),
+            queue: tx,
+            pending: Mutex::new(Some(rx)),
+            breaker,
+            latency,
+        }
+    }
+
+    /// Makes sure the worker's connection exists (the ClientHello stage calls it for every
+    /// connection, so the first session of a worker finds it open).
+    pub fn warm_up(&self) {
+        let _ = self.connection();
+    }
+
+    /// The connection, made (lazily: it connects on first use, and reconnects with back-off)
+    /// and the writer task started on first call. Needs the worker's runtime.
+    fn connection(&self) -> Option<ConnectionManager> {
+        if let Some(c) = self.conn.get() {
+            return Some(c.clone());
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(None)
+            .set_min_delay(Duration::from_millis(100))
+            .set_max_delay(Duration::from_secs(5));
+        let conn = match ConnectionManager::new_lazy_with_config(self.shared.client.clone(), config)
+        {
+            Ok(c) => c,
+            Err(e) => {
+                self.breaker.failed(
+                    self.worker,
+                    &self.shared.settings.shown.clone(),
+                    &e.to_string(),
+                );
+                return None;
+            }
+        };
+        let conn = self.conn.get_or_init(|| conn).clone();
+        let rx = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(rx) = rx {
+            tokio::spawn(write_loop(rx, conn.clone(), self.shared.clone()));
+        }
+        Some(conn)
+    }
+
+    /// Fetches (and with `take`, deletes: a TLS 1.3 stateful session resumes once) the value
+    /// under `key`, within the store's timeout.
+    pub async fn fetch(&self, key: &[u8], take: bool) -> Fetched {
+        let c = &self.shared.counters;
+        if !self.breaker.allows(Instant::now()) {
+            c.skipped.inc();
+            return Fetched::Unavailable;
+        }
+        let Some(mut conn) = self.connection() else {
+            return Fetched::Unavailable;
+        };
+        let started = Instant::now();
+        let cmd = if take {
+            redis::cmd("GETDEL")
+        } else {
+            redis::cmd("GET")
+        };
+        let mut cmd = cmd;
+        cmd.arg(key);
+        let reply = tokio::time::timeout(
+            self.shared.settings.timeout,
+            cmd.query_async::<Option<Vec<u8>>>(&mut conn),
+        )
+        .await;
+        self.latency.observe(started.elapsed().as_secs_f64());
+        let url = self.shared.settings.shown.clone();
+        match reply {
+            Err(_) => {
+                c.timeouts.inc();
+                self.breaker.failed(self.worker, &url, "timed out");
+                Fetched::Unavailable
+            }
+            Ok(Err(e)) => {
+                c.errors.inc();
+                self.breaker.failed(self.worker, &url, &e.to_string());
+                Fetched::Unavailable
+            }
+            Ok(Ok(None)) => {
+                self.breaker.succeeded(self.worker, &url);
+                c.misses.inc();
+                Fetched::Missing
+            }
+            Ok(Ok(Some(sealed))) => {
+                self.breaker.succeeded(self.worker, &url);
+                if let Some(v) = self.shared.sealer.open(key, &sealed) {
+                    c.hits.inc();
+                    Fetched::Found(v)
+                } else {
+                    c.garbage.inc();
+                    Fetched::Unavailable
+                }
+            }
+        }
+    }
+
+    /// Queues `value` under `key` for `ttl`; never waits (a full queue drops it, counted).
+    pub fn store(&self, key: Vec<u8>, value: &[u8], ttl: Duration) {
+        let Some(value) = self.shared.sealer.seal(&key, value) else {
+            return;
+        };
+        self.send(Write::Set { key, value, ttl });
+    }
+
+    /// Queues the deletion of `key` (a single-use session taken from another cache).
+    pub fn delete(&self, key: Vec<u8>) {
+        self.send(Write::Delete { key });
+    }
+
+    fn send(&self, w: Write) {
+        if !self.breaker.allows(Instant::now()) || self.connection().is_none() {
+            self.shared.counters.writes_dropped.inc();
+            return;
+        }
+        if self.queue.try_send(w).is_err() {
+            self.shared.counters.writes_dropped.inc();
+        }
+    }
+}
+
+/// Sends queued writes one at a time on the worker's connection, each bounded by a timeout far
+/// longer than a fetch's (a write delays no handshake).
+async fn write_loop(
+    mut rx: mpsc::Receiver<Write>,
+    mut conn: ConnectionManager,
+    shared: Arc<SharedStore>,
+) {
+    let bound = shared.settings.timeout.max(Duration::from_millis(500));
+    // Connect now rather than on the first lookup, which would spend its short timeout on it.
+    let _ = tokio::time::timeout(bound, redis::cmd("PING").query_async::<()>(&mut conn)).await;
+    while let Some(w) = rx.recv().await {
+        let mut cmd;
+        match w {
+            Write::Set { key, value, ttl } => {
+                cmd = redis::cmd("SET");
+                let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+                cmd.arg(key).arg(value).arg("PX").arg(ms);
+            }
+            Write::Delete { key } => {
+                cmd = redis::cmd("DEL");
+                cmd.arg(key);
+            }
+        }
+        match tokio::time::timeout(bound, cmd.query_async::<()>(&mut conn)).await {
+            Ok(Ok(())) => shared.counters.writes.inc(),
+            _ => shared.counters.write_errors.inc(),
+        };
+    }
+}
