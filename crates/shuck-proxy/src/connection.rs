@@ -214,11 +214,9 @@ fn count_arrival(m: &FrontendMetrics, arrival: &Arrival) {
 }
 
 fn count_handshake(m: &FrontendMetrics, hs: &Negotiated) {
-    if handshake::resumed(hs.conn()) {
-        m.handshakes_resumed.inc();
-    } else {
-        m.handshakes_full.inc();
-    }
+    let conn = hs.conn();
+    let tls13 = conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3);
+    m.handshake(hs.resumed_by, handshake::resumed(conn), tls13);
 }
 
 /// Counts how the connection ended and writes its one line. With `log_connections` every

@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 
 use crate::conn_error::{CountedIn, Reason};
 use crate::session_store::{latency_histogram, StoreCounters};
+use crate::tls::resumption::Mechanism;
 use crate::tls::sessions::SessionCounters;
 use prometheus_client::metrics::histogram::Histogram;
 
@@ -28,6 +29,7 @@ pub struct Metrics {
     active: Family<Labels, Gauge>,
     handshakes: Family<Labels, Counter>,
     handshake_failures: Family<Labels, Counter>,
+    resumptions: Family<Labels, Counter>,
     backend_errors: Family<Labels, Counter>,
     client_errors: Family<Labels, Counter>,
     idle_timeouts: Family<Labels, Counter>,
@@ -50,8 +52,10 @@ pub struct Metrics {
 pub struct FrontendMetrics {
     pub accepted: Counter,
     pub active: Gauge,
-    pub handshakes_full: Counter,
-    pub handshakes_resumed: Counter,
+    /// Completed handshakes by kind (full, resumed) and version (TLS 1.2, TLS 1.3).
+    handshakes: [[Counter; 2]; 2],
+    /// Resumptions by [`Mechanism`] (`mechanism as usize - 1`).
+    resumptions: [Counter; 3],
     /// By [`Reason`] (`reason as usize`); `None` for reasons not counted.
     ends: [Option<Counter>; Reason::ALL.len()],
     pub bytes_up: Counter,
@@ -63,6 +67,14 @@ pub struct FrontendMetrics {
 }
 
 impl FrontendMetrics {
+    /// Counts a completed handshake: full or resumed (and by what), TLS 1.3 or not.
+    pub(crate) fn handshake(&self, resumed_by: Option<Mechanism>, resumed: bool, tls13: bool) {
+        self.handshakes[usize::from(resumed)][usize::from(tls13)].inc();
+        if let Some(m) = resumed_by {
+            self.resumptions[m as usize - 1].inc();
+        }
+    }
+
     /// Counts a connection that ended early, in the family its reason belongs to.
     pub(crate) fn ended(&self, why: Reason) {
         if let Some(c) = &self.ends[why as usize] {
@@ -85,6 +97,7 @@ impl Metrics {
             active: Family::default(),
             handshakes: Family::default(),
             handshake_failures: Family::default(),
+            resumptions: Family::default(),
             backend_errors: Family::default(),
             client_errors: Family::default(),
             idle_timeouts: Family::default(),
@@ -114,8 +127,13 @@ impl Metrics {
         );
         registry.register(
             "handshakes",
-            "Completed TLS handshakes, by kind (full or resumed)",
+            "Completed TLS handshakes, by kind (full or resumed) and version",
             m.handshakes.clone(),
+        );
+        registry.register(
+            "resumptions",
+            "Resumed handshakes by mechanism: id (TLS 1.2 session ID), ticket (TLS 1.2 or 1.3), psk (TLS 1.3 stateful session)",
+            m.resumptions.clone(),
         );
         registry.register(
             "handshake_failures",
@@ -167,36 +185,7 @@ impl Metrics {
             "Connections closed because this process ran out of a resource, by kind (descriptors)",
             m.resource_errors.clone(),
         );
-        registry.register(
-            "session_cache_lookups",
-            "Lookups in the per-process session cache (TLS 1.2 session IDs, TLS 1.3 stateful sessions), by result (hit, or miss: unknown or expired)",
-            m.session_cache.clone(),
-        );
-        registry.register(
-            "session_cache_evictions",
-            "Sessions the per-process session cache dropped to stay within session_cache_size",
-            m.session_cache_evictions.clone(),
-        );
-        registry.register(
-            "session_store_lookups",
-            "Lookups in the remote session store (session_store) made in the ClientHello stage, by result: hit, miss, timeout, error, garbage (a value that did not unseal), skipped (breaker open)",
-            m.store_lookups.clone(),
-        );
-        registry.register(
-            "session_store_writes",
-            "Sessions written to the remote store, by result: written, dropped (queue full or store unavailable), error",
-            m.store_writes.clone(),
-        );
-        registry.register(
-            "session_store_latency_seconds",
-            "Round trip of remote session store lookups",
-            m.store_latency.clone(),
-        );
-        registry.register(
-            "session_store_breaker_open",
-            "1 while a worker skips the remote session store after repeated failures",
-            m.store_breaker_open.clone(),
-        );
+        register_session_families(&mut registry, &m);
         Metrics { registry, ..m }
     }
 
@@ -267,8 +256,15 @@ impl Metrics {
         FrontendMetrics {
             accepted: get(&self.accepted, &base()),
             active: get(&self.active, &base()),
-            handshakes_full: get(&self.handshakes, &with("kind", "full")),
-            handshakes_resumed: get(&self.handshakes, &with("kind", "resumed")),
+            handshakes: ["full", "resumed"].map(|kind| {
+                ["TLSv1.2", "TLSv1.3"].map(|version| {
+                    let mut l = with("kind", kind);
+                    l.push(("version", version.to_string()));
+                    get(&self.handshakes, &l)
+                })
+            }),
+            resumptions: Mechanism::ALL
+                .map(|m| get(&self.resumptions, &with("mechanism", m.label()))),
             ends,
             bytes_up: get(&self.bytes, &with("direction", "up")),
             bytes_down: get(&self.bytes, &with("direction", "down")),
@@ -291,6 +287,40 @@ impl Metrics {
 /// A handle out of a family. The family's read guard must be dropped before the next lookup, which
 /// may need the write lock; a function boundary makes sure of that (a guard living to the end of a
 /// struct literal would deadlock).
+/// The families of session resumption: the process cache and the remote store.
+fn register_session_families(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "session_cache_lookups",
+        "Lookups in the per-process session cache (TLS 1.2 session IDs, TLS 1.3 stateful sessions), by result (hit, or miss: unknown or expired)",
+        m.session_cache.clone(),
+    );
+    registry.register(
+        "session_cache_evictions",
+        "Sessions the per-process session cache dropped to stay within session_cache_size",
+        m.session_cache_evictions.clone(),
+    );
+    registry.register(
+        "session_store_lookups",
+        "Lookups in the remote session store (session_store) made in the ClientHello stage, by result: hit, miss, timeout, error, garbage (a value that did not unseal), skipped (breaker open)",
+        m.store_lookups.clone(),
+    );
+    registry.register(
+        "session_store_writes",
+        "Sessions written to the remote store, by result: written, dropped (queue full or store unavailable), error",
+        m.store_writes.clone(),
+    );
+    registry.register(
+        "session_store_latency_seconds",
+        "Round trip of remote session store lookups",
+        m.store_latency.clone(),
+    );
+    registry.register(
+        "session_store_breaker_open",
+        "1 while a worker skips the remote session store after repeated failures",
+        m.store_breaker_open.clone(),
+    );
+}
+
 fn get<M: Clone + Default>(f: &Family<Labels, M>, l: &Labels) -> M {
     f.get_or_create(l).clone()
 }

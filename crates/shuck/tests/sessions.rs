@@ -103,6 +103,28 @@ fn sessions_by_id_resume_on_every_worker() {
         per_worker.iter().all(|&n| n > 0),
         "every worker resumed some sessions: {per_worker:?}"
     );
+    // Counted by version and by mechanism: IDs for TLS 1.2, stateful PSKs for TLS 1.3.
+    let n = i64::try_from(RECONNECTS).expect("small");
+    let text = scrape(shuck.addrs[1]);
+    for (labels, want) in [
+        (&["kind=\"resumed\"", "version=\"TLSv1.2\""][..], n),
+        (&["kind=\"resumed\"", "version=\"TLSv1.3\""][..], n),
+        (&["kind=\"full\"", "version=\"TLSv1.2\""][..], 1),
+    ] {
+        assert_eq!(
+            sum(&text, "shuck_handshakes_total", labels),
+            want,
+            "{labels:?}: {text}"
+        );
+    }
+    for (mechanism, want) in [("id", n), ("psk", n), ("ticket", 0)] {
+        let label = format!("mechanism=\"{mechanism}\"");
+        assert_eq!(
+            sum(&text, "shuck_resumptions_total", &[&label]),
+            want,
+            "{text}"
+        );
+    }
 }
 
 /// The key name (hex) of the ticket in an `openssl s_client -sess_out` file.
@@ -226,6 +248,16 @@ fn a_fleet_sharing_a_haproxy_key_file_resumes_across_hosts_and_rotations() {
         let (resumed, out) = client.again(a.addr(), version, &fresh, false);
         assert!(resumed, "{version}: {out}");
     }
+    let text = scrape(a.addrs[1]);
+    assert!(
+        sum(&text, "shuck_resumptions_total", &["mechanism=\"ticket\""]) > 0,
+        "{text}"
+    );
+    assert_eq!(
+        sum(&text, "shuck_resumptions_total", &["mechanism=\"id\""]),
+        0,
+        "{text}"
+    );
 
     // The key that sealed the old tickets removed from the file: they no longer resume.
     let lines: Vec<String> = std::fs::read_to_string(&keys)

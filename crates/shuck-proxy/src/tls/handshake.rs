@@ -17,6 +17,7 @@ use tokio_rustls::StartHandshake;
 use super::certs::ServedCert;
 use super::client_auth::Lenient;
 use super::remote::Prefetched;
+use super::resumption::Mechanism;
 use super::sni::Choice;
 use super::WorkerTls;
 use crate::tls_params as params;
@@ -121,6 +122,8 @@ pub(crate) struct Negotiated {
     /// The certificate presented, as the backend is told about it.
     pub(crate) served: Option<Arc<ServedCert>>,
     pub(crate) client_cert: ClientCert,
+    /// What found the session, when the handshake resumed one.
+    pub(crate) resumed_by: Option<Mechanism>,
 }
 
 impl Negotiated {
@@ -140,8 +143,11 @@ pub(crate) async fn finish(
     // worker's resolver notes it) and looks the session up (the remote store's slot holds what
     // the ClientHello stage fetched).
     let config = tls.config.clone();
-    let process = || tls.resolver.choice_during(|| hello.into_stream(config));
-    let (mut accept, choice) = match &tls.remote {
+    let process = || {
+        tls.resumption
+            .noted_during(|| tls.resolver.choice_during(|| hello.into_stream(config)))
+    };
+    let ((mut accept, choice), found) = match &tls.remote {
         Some(remote) => remote.during(prefetched, process),
         None => process(),
     };
@@ -169,11 +175,14 @@ pub(crate) async fn finish(
         Ok(Err(e)) => return Err(HandshakeError::from_io(e)),
         Err(_) => return Err(HandshakeError::Timeout(deadline.within)),
     };
-    let client_cert = ClientCert::of(stream.get_ref().1, tls.client_check.as_deref());
+    let conn = stream.get_ref().1;
+    let client_cert = ClientCert::of(conn, tls.client_check.as_deref());
+    let resumed_by = found.filter(|_| resumed(conn));
     Ok(Negotiated {
         stream,
         served,
         client_cert,
+        resumed_by,
     })
 }
 

@@ -7,6 +7,7 @@ pub(crate) mod handshake;
 pub(crate) mod hello;
 pub(crate) mod hello_fields;
 pub(crate) mod remote;
+pub(crate) mod resumption;
 pub(crate) mod sessions;
 pub(crate) mod sni;
 pub(crate) mod ticket_keys;
@@ -60,6 +61,8 @@ pub struct WorkerTls {
     pub client_check: Option<Arc<client_auth::Lenient>>,
     /// With a remote session store: this worker's storage, which the ClientHello stage fills.
     pub(crate) remote: Option<Arc<RemoteSessions>>,
+    /// This worker's view of the ticket keys and session storage (notes what resumed).
+    pub(crate) resumption: Arc<resumption::WorkerResumption>,
 }
 
 /// Everything TLS a frontend needs, loaded and checked once at start.
@@ -211,19 +214,27 @@ impl TlsContext {
         let resolver = Arc::new(WorkerResolver::new(self.resolver.clone()));
         c.cert_resolver = resolver.clone();
         let remote = self.store.as_ref().map(|store| {
-            let r = Arc::new(RemoteSessions::new(
+            Arc::new(RemoteSessions::new(
                 self.sessions.clone(),
                 store.for_worker(worker),
                 &self.resumes,
-            ));
-            c.session_storage = r.clone();
-            r
+            ))
         });
+        if let Some(r) = &remote {
+            c.session_storage = r.clone();
+        }
+        let resumption = Arc::new(resumption::WorkerResumption::new(
+            c.ticketer.clone(),
+            c.session_storage.clone(),
+        ));
+        c.ticketer = resumption.clone();
+        c.session_storage = resumption.clone();
         Arc::new(WorkerTls {
             config: Arc::new(c),
             resolver,
             client_check: self.client_check.clone(),
             remote,
+            resumption,
         })
     }
 }
