@@ -1,5 +1,5 @@
-//! The circuit breaker in front of the store: after `TRIP` failures in a row (timeouts or
-//! errors) the worker stops asking for `OPEN_FOR`, then tries again; one line is logged when it
+//! The circuit breaker in front of the store's lookups: after `TRIP` failures in a row
+//! (timeouts or errors) the worker stops asking for `OPEN_FOR`, then tries again; one line is logged when it
 //! opens and one when the store answers again, however many connections arrive meanwhile.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::gauge::Gauge;
 
-const TRIP: u32 = 3;
+/// A few slow answers in a row happen on a busy host; a store that is down fails every lookup at
+/// once (refused) or after the lookup timeout (black hole): eight in a row cost at most eight
+/// timeouts before the breaker opens.
+const TRIP: u32 = 8;
 const OPEN_FOR: Duration = Duration::from_secs(3);
 
 /// One worker's breaker. Atomics rather than `Cell` because the store is shared through rustls'
@@ -81,9 +84,10 @@ mod tests {
         let gauge = Gauge::default();
         let b = Breaker::new("web", gauge.clone());
         let now = Instant::now();
-        b.failed(0, "redis://x", "timed out");
-        b.failed(0, "redis://x", "timed out");
-        assert!(b.allows(now), "two failures are not enough");
+        for _ in 1..TRIP {
+            b.failed(0, "redis://x", "timed out");
+        }
+        assert!(b.allows(now), "fewer than TRIP failures are not enough");
         b.failed(0, "redis://x", "timed out");
         assert!(!b.allows(Instant::now()), "open");
         assert_eq!(gauge.get(), 1);
