@@ -76,6 +76,13 @@ async fn run(spec: WorkerSpec) {
             ))
         })
         .collect();
+    // A remote session store's connection opens now, not in the first client's lookup (whose
+    // short timeout it would spend).
+    for f in &fronts {
+        if let Some(remote) = &f.tls.load().remote {
+            remote.warm_up();
+        }
+    }
     // This worker's own connections, counted for the drain at shutdown (never a limit: the
     // shared count stops accepting first).
     let max = spec.limit.max();

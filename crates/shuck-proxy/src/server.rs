@@ -323,19 +323,20 @@ impl Reloader {
                     ));
                 }
             }
-            let carried = |ticketer| Carried {
+            let carried = |ticketer, sessions| Carried {
                 ticketer,
-                sessions: Some(self.sessions[i].clone()),
+                sessions: Some(sessions),
                 store: self.stores[i].clone(),
                 store_counters: self.store_counters[i].clone(),
             };
-            let mut ctx = TlsContext::load_keeping(fe, carried(keep))?;
+            let mut ctx = TlsContext::load_keeping(fe, carried(keep, self.sessions[i].clone()))?;
             let trust_changed = ctx.client_trust != self.client_trust[i];
             if trust_changed {
-                // A fresh ticket key (and the cache emptied below): sessions resumed under the
-                // old trust would skip the new checks (a revoked certificate would keep working
-                // until its ticket expired).
-                ctx = TlsContext::load_keeping(fe, carried(None))?;
+                // A fresh ticket key and a fresh session cache: sessions resumed under the old
+                // trust would skip the new checks (a revoked certificate would keep working until
+                // its ticket expired). The old cache stays with the old configuration, whose
+                // handshakes still running may fill it.
+                ctx = TlsContext::load_keeping(fe, carried(None, self.sessions[i].fresh()))?;
                 notes.push(format!(
                     "frontend {:?}: client certificate trust changed; sessions and tickets issued before were invalidated",
                     fe.name
@@ -347,7 +348,7 @@ impl Reloader {
                     fe.name
                 ));
             }
-            built.push((i, fe, ctx, trust_changed));
+            built.push((i, fe, ctx));
         }
         for fe in &new.frontends {
             if !self.started.frontends.iter().any(|o| o.name == fe.name) {
@@ -355,15 +356,13 @@ impl Reloader {
             }
         }
         let now = crate::tls::certs::now_unix();
-        for (i, fe, ctx, trust_changed) in built {
+        for (i, fe, ctx) in built {
             for w in ctx.certs.iter().flat_map(|c| c.warnings(now)) {
                 tracing::warn!("{w}");
             }
             ctx.sessions
                 .reconfigure(fe.session_cache_size, fe.session_ticket_lifetime);
-            if trust_changed {
-                ctx.sessions.clear();
-            }
+            self.sessions[i].clone_from(&ctx.sessions);
             for (w, slot) in self.slots[i].iter().enumerate() {
                 slot.store(ctx.worker_config(w));
             }

@@ -268,7 +268,13 @@ fn ticket_key(args: &TicketKeyArgs) -> Result<(), String> {
         _ => open.append(true).create(true),
     };
     let path = args.file.display();
+    // A file whose last line has no end would glue the new key to the old one.
+    let glue = format == config::TicketKeyFormat::Haproxy
+        && std::fs::read(&args.file).is_ok_and(|b| b.last().is_some_and(|&c| c != b'\n'));
     let mut f = open.open(&args.file).map_err(|e| format!("{path}: {e}"))?;
+    if glue {
+        f.write_all(b"\n").map_err(|e| format!("{path}: {e}"))?;
+    }
     f.write_all(&key)
         .and_then(|()| f.sync_all())
         .map_err(|e| format!("{path}: {e}"))?;

@@ -260,3 +260,74 @@ fn help_lists_bench_and_speed_and_their_flags() {
         assert!(out.contains(flag), "shuck {sub} --help lacks {flag}: {out}");
     }
 }
+
+/// A rustls client (`shuck bench`) resumes by TLS 1.2 session ID, TLS 1.2 ticket and TLS 1.3 PSK
+/// on a four-worker shuck: every possible resumption (K-1 of K) resumes, whichever worker the
+/// kernel picks. With a session cache far smaller than the sessions made, it stays within its
+/// size: the evictions account for the rest.
+#[test]
+fn a_rustls_client_resumes_every_way_on_every_worker_and_the_cache_stays_bounded() {
+    let pki = Pki::new();
+    let bundle = pki.leaf("r.pem", "r.test", &["r.test"], Key::EcdsaP256);
+    let backend = Backend::start(1024);
+    let config = format!(
+        "workers = 4\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = \"{}\"\nsession_cache_size = 64\n",
+        backend.addr,
+        bundle.display()
+    );
+    let shuck = Shuck::start(&config);
+    let target = shuck.addr().to_string();
+    let ca = pki.ca_path();
+    for (mode, tls) in [("session-id", "1.2"), ("ticket", "1.2"), ("psk", "1.3")] {
+        let v = json(&[
+            &target,
+            "--ca",
+            ca.to_str().unwrap(),
+            "--sni",
+            "r.test",
+            "--resume",
+            mode,
+            "--tls",
+            tls,
+            "-c",
+            "4",
+            "--duration",
+            "2",
+            "--step-duration",
+            "1",
+            "-k",
+            "4",
+            "--json",
+            "--quiet",
+        ]);
+        let t = &v["totals"];
+        let ok = t["successful"].as_u64().unwrap();
+        let resumed = t["resumed"].as_u64().unwrap();
+        assert_eq!(t["failed"], 0, "{mode}: {v:#}");
+        // Sessions still open when the run stops may have fewer than K connections.
+        assert!(
+            ok > 40 && resumed * 4 >= (ok - 16) * 3,
+            "{mode}: {resumed} of {ok} resumed"
+        );
+    }
+    let text = common::clients::scrape(shuck.addrs[1]);
+    let sum = |name, labels: &[&str]| common::clients::sum(&text, name, labels);
+    let id_full = sum(
+        "shuck_handshakes_total",
+        &["kind=\"full\"", "version=\"TLSv1.2\""],
+    );
+    let evicted = sum("shuck_session_cache_evictions_total", &[]);
+    // The session-ID run stored one session per full TLS 1.2 handshake (tickets stored none).
+    assert!(id_full > 64, "{text}");
+    assert!(
+        evicted > 0 && evicted >= id_full - 64 - 16,
+        "{evicted} evictions of {id_full}: {text}"
+    );
+    for w in 0..4 {
+        let label = format!("worker=\"{w}\"");
+        assert!(
+            sum("shuck_resumptions_total", &[&label]) > 0,
+            "worker {w}: {text}"
+        );
+    }
+}

@@ -584,3 +584,17 @@ fn redis_that_never_answers_does_not_stall_handshakes() {
         "shuck did connect to the store"
     );
 }
+
+/// `shuck ticket-key` appends whole lines, even to a file whose last line has no end (as
+/// `openssl rand 80 | openssl base64 -A > FILE` leaves it).
+#[test]
+fn ticket_key_appends_whole_lines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("keys.txt");
+    let first = base64::engine::general_purpose::STANDARD.encode([7u8; 80]);
+    std::fs::write(&file, &first).expect("write");
+    ticket_key(&[file.to_str().expect("utf-8")]);
+    let names = haproxy_key_names(&file);
+    assert_eq!(names.len(), 2, "two keys, each on its own line");
+    assert_eq!(names[0], hex(&[7u8; 16]));
+}

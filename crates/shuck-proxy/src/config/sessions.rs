@@ -82,18 +82,36 @@ pub struct SessionStoreSettings {
 }
 
 impl SessionStoreSettings {
-    /// The URL without its password, for logs and `shuck check`.
+    /// The URL without its password (in the user part or a `pass=` query parameter, as the redis
+    /// crate reads Unix-socket URLs), for logs and `shuck check`.
     pub fn url_for_display(&self) -> String {
-        let Some((scheme, rest)) = self.url.split_once("://") else {
-            return self.url.clone();
+        let (url, query) = match self.url.split_once('?') {
+            Some((u, q)) => (u, Some(q)),
+            None => (self.url.as_str(), None),
         };
-        match rest.split_once('@') {
-            Some((creds, host)) => {
-                let user = creds.split(':').next().unwrap_or("");
-                format!("{scheme}://{user}:***@{host}")
-            }
-            None => self.url.clone(),
+        let mut shown = match url.split_once("://") {
+            // The last '@' ends the user part: a password may hold one.
+            Some((scheme, rest)) => match rest.rsplit_once('@') {
+                Some((creds, host)) => {
+                    let user = creds.split(':').next().unwrap_or("");
+                    format!("{scheme}://{user}:***@{host}")
+                }
+                None => url.to_string(),
+            },
+            None => url.to_string(),
+        };
+        if let Some(q) = query {
+            let params: Vec<String> = q
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if k == "pass" || k == "password" => format!("{k}=***"),
+                    _ => kv.to_string(),
+                })
+                .collect();
+            shown.push('?');
+            shown.push_str(&params.join("&"));
         }
+        shown
     }
 }
 
@@ -150,5 +168,31 @@ impl RawFrontend {
             timeout,
             key: resolve_path(base, key),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_shown() {
+        let shown = |url: &str| {
+            SessionStoreSettings {
+                url: url.into(),
+                timeout: STORE_TIMEOUT,
+                key: PathBuf::new(),
+            }
+            .url_for_display()
+        };
+        assert_eq!(shown("redis://10.0.0.1:6379"), "redis://10.0.0.1:6379");
+        assert_eq!(
+            shown("redis://app:s3cr@t@r:6379/0"),
+            "redis://app:***@r:6379/0"
+        );
+        assert_eq!(
+            shown("unix:///run/redis.sock?db=1&pass=hunter2"),
+            "unix:///run/redis.sock?db=1&pass=***"
+        );
     }
 }

@@ -79,33 +79,66 @@ pub(crate) fn latency_histogram() -> Histogram {
 }
 
 /// Where the store is and how it is used (from the frontend's `session_store` settings).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Target {
     /// What the redis crate connects to.
     pub url: String,
     /// The URL as logs show it (no password).
     pub shown: String,
     pub timeout: Duration,
-    /// The file whose secret seals stored sessions.
+    /// The file whose secret seals stored sessions...
     pub key: std::path::PathBuf,
+    /// ...and a digest of its contents when read, so a reload notices a new key at the same path.
+    pub key_digest: [u8; 32],
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("url", &self.shown)
+            .field("timeout", &self.timeout)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Target {
+    /// SHA-256 of the key file's contents (zeros if it does not read: opening the store then
+    /// reports why).
+    pub fn digest_key_file(path: &std::path::Path) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        if let Ok(mut bytes) = std::fs::read(path) {
+            out.copy_from_slice(
+                aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &bytes).as_ref(),
+            );
+            bytes.fill(0);
+        }
+        out
+    }
 }
 
 /// One frontend's store, shared by its workers: the client, the sealing key, the settings.
 /// Kept across reloads while the settings are unchanged, so connections stay open.
 pub struct SharedStore {
+    core: Arc<Core>,
+    /// One per worker, made on first use (the main thread builds worker configurations).
+    workers: Mutex<Vec<Option<Arc<WorkerStore>>>>,
+}
+
+/// What the workers' sides share. They hold this, not the `SharedStore`, so a store replaced
+/// on reload is freed with its connections and writer tasks.
+struct Core {
     frontend: String,
     settings: Target,
     client: redis::Client,
     sealer: Sealer,
     counters: StoreCounters,
-    /// One per worker, made on first use (the main thread builds worker configurations).
-    workers: Mutex<Vec<Option<Arc<WorkerStore>>>>,
 }
 
 impl std::fmt::Debug for SharedStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedStore")
-            .field("settings", &self.settings)
+            .field("settings", &self.core.settings)
             .finish_non_exhaustive()
     }
 }
@@ -125,21 +158,23 @@ impl SharedStore {
             redis::Client::open(settings.url.as_str()).map_err(|e| store_err(e.to_string()))?;
         let sealer = Sealer::from_file(&settings.key).map_err(store_err)?;
         Ok(Arc::new(SharedStore {
-            frontend: frontend.to_string(),
-            settings: settings.clone(),
-            client,
-            sealer,
-            counters,
+            core: Arc::new(Core {
+                frontend: frontend.to_string(),
+                settings: settings.clone(),
+                client,
+                sealer,
+                counters,
+            }),
             workers: Mutex::new(Vec::new()),
         }))
     }
 
     pub fn target(&self) -> &Target {
-        &self.settings
+        &self.core.settings
     }
 
     /// Worker `id`'s side of the store (its connection, queue and breaker).
-    pub fn for_worker(self: &Arc<Self>, id: usize) -> Arc<WorkerStore> {
+    pub fn for_worker(&self, id: usize) -> Arc<WorkerStore> {
         let mut workers = self
             .workers
             .lock()
@@ -149,13 +184,14 @@ impl SharedStore {
         }
         workers[id]
             .get_or_insert_with(|| {
+                let core = &self.core;
                 let labels = vec![
-                    ("frontend", self.frontend.clone()),
+                    ("frontend", core.frontend.clone()),
                     ("worker", id.to_string()),
                 ];
-                let gauge = self.counters.breaker_open.get_or_create(&labels).clone();
-                let latency = self.counters.latency.get_or_create(&labels).clone();
-                Arc::new(WorkerStore::new(self.clone(), id, gauge, latency))
+                let gauge = core.counters.breaker_open.get_or_create(&labels).clone();
+                let latency = core.counters.latency.get_or_create(&labels).clone();
+                Arc::new(WorkerStore::new(core.clone(), id, gauge, latency))
             })
             .clone()
     }
@@ -175,7 +211,7 @@ enum Write {
 /// One worker's connection to the store. Used only on that worker's thread, except that
 /// `put` is called from inside rustls (synchronously, on the same thread).
 pub struct WorkerStore {
-    shared: Arc<SharedStore>,
+    shared: Arc<Core>,
     worker: usize,
     conn: OnceLock<ConnectionManager>,
     queue: mpsc::Sender<Write>,
@@ -196,7 +232,7 @@ pub enum Fetched {
 
 impl WorkerStore {
     fn new(
-        shared: Arc<SharedStore>,
+        shared: Arc<Core>,
         worker: usize,
         breaker_gauge: Gauge,
         latency: Histogram,
@@ -338,11 +374,7 @@ impl WorkerStore {
 
 /// Sends queued writes one at a time on the worker's connection, each bounded by a timeout far
 /// longer than a fetch's (a write delays no handshake).
-async fn write_loop(
-    mut rx: mpsc::Receiver<Write>,
-    mut conn: ConnectionManager,
-    shared: Arc<SharedStore>,
-) {
+async fn write_loop(mut rx: mpsc::Receiver<Write>, mut conn: ConnectionManager, shared: Arc<Core>) {
     let bound = shared.settings.timeout.max(Duration::from_millis(500));
     // Connect now rather than on the first lookup, which would spend its short timeout on it.
     let _ = tokio::time::timeout(bound, redis::cmd("PING").query_async::<()>(&mut conn)).await;

@@ -181,6 +181,7 @@ impl TlsContext {
             shown: s.url_for_display(),
             timeout: s.timeout,
             key: s.key.clone(),
+            key_digest: Target::digest_key_file(&s.key),
         });
         let store = match (want, carried.store) {
             (Some(want), Some(have)) if *have.target() == want => Some(have),

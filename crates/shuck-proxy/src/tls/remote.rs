@@ -91,10 +91,14 @@ impl RemoteSessions {
         (!f.session_id.is_empty()).then_some((f.session_id, false))
     }
 
+    /// Opens the worker's connection to the store (at worker start).
+    pub(crate) fn warm_up(&self) {
+        self.store.warm_up();
+    }
+
     /// Looks the hello's session up in the store, unless the process cache has it. Waits at most
     /// the store's timeout; any failure means a full handshake.
     pub(crate) async fn prefetch(&self, hello: &[u8]) -> Option<Prefetched> {
-        self.store.warm_up();
         let message = hello_fields::client_hello(hello)?;
         let fields = hello_fields::fields(&message)?;
         let (session, take) = self.wanted(&fields)?;

@@ -5,7 +5,7 @@
 //! same shard at the same moment. Bounded by count; entries expire with the session lifetime.
 //! The one place that chooses a store: a remote store plugs in here.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,12 +41,20 @@ impl Lifecycle<Vec<u8>, Entry> for CountEvictions {
     }
 }
 
+/// The share of the cache kept for sessions already resumed once. quick_cache's default (97%)
+/// suits data read again and again; a session is stored, then resumed a few times within
+/// minutes, so a new one must survive most of the cache's turnover before its first resumption:
+/// 80% of the room goes to sessions not yet resumed.
+const HOT_SHARE: f64 = 0.2;
+
 type Shards = Cache<Vec<u8>, Entry, UnitWeighter, DefaultHashBuilder, CountEvictions>;
 
 /// One frontend's session cache. Kept across reloads (resized, or emptied when the client
 /// certificate trust changes).
 pub struct SessionCache {
     entries: arc_swap::ArcSwapOption<Shards>,
+    /// The size asked for (the shards round it up, so it is kept to compare with).
+    size: AtomicUsize,
     lifetime_secs: AtomicU64,
     counters: SessionCounters,
 }
@@ -64,6 +72,7 @@ impl SessionCache {
     pub fn new(size: usize, lifetime: Duration, counters: SessionCounters) -> Arc<SessionCache> {
         let cache = SessionCache {
             entries: arc_swap::ArcSwapOption::empty(),
+            size: AtomicUsize::new(size),
             lifetime_secs: AtomicU64::new(lifetime.as_secs()),
             counters,
         };
@@ -75,28 +84,42 @@ impl SessionCache {
     pub fn reconfigure(&self, size: usize, lifetime: Duration) {
         self.lifetime_secs
             .store(lifetime.as_secs(), Ordering::Relaxed);
-        if self.entries.load().as_ref().map_or(0, |c| c.capacity()) != size as u64 {
+        if self.size.swap(size, Ordering::Relaxed) != size {
             self.resize(size);
         }
     }
 
-    /// Forgets every session (the client-certificate trust changed: a resumed session is not
-    /// checked again).
-    pub fn clear(&self) {
-        if let Some(c) = self.entries.load().as_ref() {
-            c.clear();
-        }
+    /// An empty cache with the same settings and counters: for a change of client-certificate
+    /// trust, where the old cache must not be filled further by handshakes still running under
+    /// the old trust (a resumed session is not checked again).
+    pub fn fresh(&self) -> Arc<SessionCache> {
+        Self::new(
+            self.size.load(Ordering::Relaxed),
+            Duration::from_secs(self.lifetime_secs.load(Ordering::Relaxed)),
+            self.counters.clone(),
+        )
     }
 
     fn resize(&self, size: usize) {
         let shards = (size > 0).then(|| {
-            Arc::new(Shards::with(
-                size,
-                size as u64,
-                UnitWeighter,
-                DefaultHashBuilder::default(),
-                CountEvictions(self.counters.evictions.clone()),
-            ))
+            let lifecycle = CountEvictions(self.counters.evictions.clone());
+            let options = quick_cache::OptionsBuilder::new()
+                .estimated_items_capacity(size)
+                .weight_capacity(size as u64)
+                .hot_allocation(HOT_SHARE)
+                .build();
+            Arc::new(match options {
+                Ok(o) => {
+                    Shards::with_options(o, UnitWeighter, DefaultHashBuilder::default(), lifecycle)
+                }
+                Err(_) => Shards::with(
+                    size,
+                    size as u64,
+                    UnitWeighter,
+                    DefaultHashBuilder::default(),
+                    lifecycle,
+                ),
+            })
         });
         self.entries.store(shards);
     }

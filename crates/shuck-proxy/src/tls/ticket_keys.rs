@@ -108,13 +108,15 @@ pub(crate) fn read(paths: &[PathBuf], format: TicketKeyFormat) -> Result<FileKey
     })
 }
 
-/// Base64 lines (HAProxy) when every file is text made of base64 lines; raw bytes otherwise.
+/// Base64 lines (HAProxy) when every file is text made only of base64 characters, line ends and
+/// comments (`openssl base64 -A` writes one line without an end); raw bytes otherwise. Random raw
+/// key bytes all falling in the base64 alphabet is a chance of (65/256)^48: never.
 fn detect(contents: &[(&Path, Vec<u8>)]) -> TicketKeyFormat {
     let looks_base64 = |b: &[u8]| {
         b.iter().all(|&c| {
             c.is_ascii_alphanumeric()
                 || matches!(c, b'+' | b'/' | b'=' | b'\n' | b'\r' | b' ' | b'#')
-        }) && b.iter().any(|&c| c == b'\n' || c == b'=')
+        })
     };
     if contents.iter().all(|(_, b)| looks_base64(b)) {
         TicketKeyFormat::Haproxy
@@ -252,6 +254,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("short.key") && e.contains("40"), "{e}");
+        // One line without an end, as `openssl rand 48 | openssl base64 -A` writes it.
+        let line = generate(TicketKeyFormat::Haproxy, 48).unwrap();
+        let bare = write(dir.path(), "bare.txt", line.trim_ascii_end());
+        let keys = read(&[bare], TicketKeyFormat::Auto).unwrap();
+        assert_eq!(
+            (keys.format, keys.keys.len()),
+            (TicketKeyFormat::Haproxy, 1)
+        );
         // Several nginx files: the first encrypts.
         let other = write(
             dir.path(),
