@@ -372,28 +372,39 @@ impl WorkerStore {
     }
 }
 
-/// Sends queued writes one at a time on the worker's connection, each bounded by a timeout far
-/// longer than a fetch's (a write delays no handshake).
+/// Writes sent in one pipeline at most.
+const BATCH: usize = 64;
+
+/// Sends queued writes on the worker's connection: whatever is waiting, up to `BATCH`, in one
+/// pipeline (one round trip), bounded by a timeout far longer than a lookup's (a write delays
+/// no handshake). A busy host's writes reach the store sooner, and the queue seldom fills.
 async fn write_loop(mut rx: mpsc::Receiver<Write>, mut conn: ConnectionManager, shared: Arc<Core>) {
     let bound = shared.settings.timeout.max(Duration::from_millis(500));
     // Connect now rather than on the first lookup, which would spend its short timeout on it.
     let _ = tokio::time::timeout(bound, redis::cmd("PING").query_async::<()>(&mut conn)).await;
-    while let Some(w) = rx.recv().await {
-        let mut cmd;
-        match w {
-            Write::Set { key, value, ttl } => {
-                cmd = redis::cmd("SET");
-                let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-                cmd.arg(key).arg(value).arg("PX").arg(ms);
-            }
-            Write::Delete { key } => {
-                cmd = redis::cmd("DEL");
-                cmd.arg(key);
+    let mut batch = Vec::with_capacity(BATCH);
+    while rx.recv_many(&mut batch, BATCH).await > 0 {
+        let mut pipe = redis::pipe();
+        for w in batch.drain(..) {
+            match w {
+                Write::Set { key, value, ttl } => {
+                    let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+                    pipe.cmd("SET")
+                        .arg(key)
+                        .arg(value)
+                        .arg("PX")
+                        .arg(ms)
+                        .ignore();
+                }
+                Write::Delete { key } => {
+                    pipe.cmd("DEL").arg(key).ignore();
+                }
             }
         }
-        match tokio::time::timeout(bound, cmd.query_async::<()>(&mut conn)).await {
-            Ok(Ok(())) => shared.counters.writes.inc(),
-            _ => shared.counters.write_errors.inc(),
+        let n = pipe.len() as u64;
+        match tokio::time::timeout(bound, pipe.query_async::<()>(&mut conn)).await {
+            Ok(Ok(())) => shared.counters.writes.inc_by(n),
+            _ => shared.counters.write_errors.inc_by(n),
         };
     }
 }

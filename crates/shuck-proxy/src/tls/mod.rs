@@ -223,6 +223,11 @@ impl TlsContext {
         });
         if let Some(r) = &remote {
             c.session_storage = r.clone();
+            if !self.resumes.tickets {
+                // Each TLS 1.3 stateful ticket is a write to the store: one per handshake
+                // rather than rustls' two (a client resumes one connection at a time with it).
+                c.send_tls13_tickets = 1;
+            }
         }
         let resumption = Arc::new(resumption::WorkerResumption::new(
             c.ticketer.clone(),
