@@ -238,6 +238,15 @@ fn a_fleet_sharing_a_haproxy_key_file_resumes_across_hosts_and_rotations() {
                 "{version}: an old ticket resumes after the rotation: {out}"
             );
         }
+        // ...and is answered with a fresh ticket under the key that encrypts now (seen with
+        // TLS 1.3: `s_client -sess_out` saves no ticket a TLS 1.2 resumption renews).
+        if *version == "-tls1_3" {
+            let renewed = format!("{sess}.renewed");
+            std::fs::copy(sess, &renewed).expect("copy session");
+            let (resumed, out) = client.again(a.addr(), version, &renewed, true);
+            assert!(resumed, "{out}");
+            assert_eq!(ticket_key_name(&renewed), names[2], "renewed under the new key");
+        }
         let fresh = format!("{sess}.fresh");
         client.first(b.addr(), version, &fresh);
         assert_eq!(
@@ -278,7 +287,20 @@ fn a_fleet_sharing_a_haproxy_key_file_resumes_across_hosts_and_rotations() {
         );
     }
 
-    // The keys never reach the logs.
+    // The keys never reach `shuck check`'s output or the logs.
+    let check = Command::new(SHUCK)
+        .args(["check", "--config"])
+        .arg(a.config_path())
+        .output()
+        .expect("shuck check");
+    let report = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success() && report.contains("2 key(s) from file (haproxy format)"), "{report}");
+    for name in &names {
+        assert!(!report.contains(name.as_str()), "key name in shuck check: {report}");
+    }
+    for line in &lines {
+        assert!(!report.contains(line.as_str()), "key in shuck check: {report}");
+    }
     for host in [a, b] {
         let (_, log) = host.stop();
         for name in &names {
@@ -412,11 +434,17 @@ fn store_config(
     key: &std::path::Path,
     extra: &str,
 ) -> String {
+    // Generous: these tests check what happens, not how fast, on a machine running other tests.
+    let timeout = if extra.contains("session_store_timeout") {
+        ""
+    } else {
+        "session_store_timeout = \"50ms\"\n"
+    };
     config(
         backend,
         cert,
         &format!(
-            "session_tickets = false\nsession_store = \"{url}\"\nsession_store_key = {}\n{extra}",
+            "session_tickets = false\nsession_store = \"{url}\"\nsession_store_key = {}\n{timeout}{extra}",
             toml_path(key)
         ),
     )
@@ -597,4 +625,38 @@ fn ticket_key_appends_whole_lines() {
     let names = haproxy_key_names(&file);
     assert_eq!(names.len(), 2, "two keys, each on its own line");
     assert_eq!(names[0], hex(&[7u8; 16]));
+}
+
+/// The store over a Unix socket (`unix:/PATH`), as Redis on the same host is often reached.
+#[test]
+fn redis_over_a_unix_socket_shares_sessions() {
+    let pki = Pki::new();
+    let cert = pki.leaf("u.pem", "u", &["u.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let key = pki.path("store.key");
+    ticket_key(&["--format", "nginx", key.to_str().expect("utf-8")]);
+    let socket = pki.path("redis.sock");
+    let bin = common::peers::require("redis-server", "redis-server");
+    let mut redis = Command::new(bin)
+        .args(["--port", "0", "--save", "", "--appendonly", "no", "--unixsocket"])
+        .arg(&socket)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start redis-server");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not listen on {socket:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let url = format!("unix:{}", socket.display());
+    let a = Shuck::start(&store_config(backend.addr, &cert, &url, &key, ""));
+    let b = Shuck::start(&store_config(backend.addr, &cert, &url, &key, ""));
+    let client = Client { pki: &pki, sni: "u.test" };
+    let sess = pki.path("u.sess");
+    let sess = sess.to_str().expect("utf-8 path");
+    client.first(a.addr(), "-tls1_2", sess);
+    let (resumed, out) = client.again(b.addr(), "-tls1_2", sess, false);
+    let _ = redis.kill();
+    let _ = redis.wait();
+    assert!(resumed, "resumed on the other host through the socket: {out}");
 }

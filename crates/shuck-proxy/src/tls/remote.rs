@@ -146,7 +146,14 @@ impl StoresServerSessions for RemoteSessions {
     }
 
     fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.take_slot(key).or_else(|| self.local.get(key))
+        match self.take_slot(key) {
+            // Kept here too: the client's next connection to this host needs no lookup.
+            Some(v) => {
+                self.local.put(key.to_vec(), v.clone());
+                Some(v)
+            }
+            None => self.local.get(key),
+        }
     }
 
     fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
