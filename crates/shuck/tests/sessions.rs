@@ -245,7 +245,11 @@ fn a_fleet_sharing_a_haproxy_key_file_resumes_across_hosts_and_rotations() {
             std::fs::copy(sess, &renewed).expect("copy session");
             let (resumed, out) = client.again(a.addr(), version, &renewed, true);
             assert!(resumed, "{out}");
-            assert_eq!(ticket_key_name(&renewed), names[2], "renewed under the new key");
+            assert_eq!(
+                ticket_key_name(&renewed),
+                names[2],
+                "renewed under the new key"
+            );
         }
         let fresh = format!("{sess}.fresh");
         client.first(b.addr(), version, &fresh);
@@ -294,12 +298,21 @@ fn a_fleet_sharing_a_haproxy_key_file_resumes_across_hosts_and_rotations() {
         .output()
         .expect("shuck check");
     let report = String::from_utf8_lossy(&check.stdout);
-    assert!(check.status.success() && report.contains("2 key(s) from file (haproxy format)"), "{report}");
+    assert!(
+        check.status.success() && report.contains("2 key(s) from file (haproxy format)"),
+        "{report}"
+    );
     for name in &names {
-        assert!(!report.contains(name.as_str()), "key name in shuck check: {report}");
+        assert!(
+            !report.contains(name.as_str()),
+            "key name in shuck check: {report}"
+        );
     }
     for line in &lines {
-        assert!(!report.contains(line.as_str()), "key in shuck check: {report}");
+        assert!(
+            !report.contains(line.as_str()),
+            "key in shuck check: {report}"
+        );
     }
     for host in [a, b] {
         let (_, log) = host.stop();
@@ -638,25 +651,42 @@ fn redis_over_a_unix_socket_shares_sessions() {
     let socket = pki.path("redis.sock");
     let bin = common::peers::require("redis-server", "redis-server");
     let mut redis = Command::new(bin)
-        .args(["--port", "0", "--save", "", "--appendonly", "no", "--unixsocket"])
+        .args([
+            "--port",
+            "0",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--unixsocket",
+        ])
         .arg(&socket)
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("start redis-server");
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not listen on {socket:?}");
+        assert!(
+            Instant::now() < deadline,
+            "redis-server did not listen on {socket:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let url = format!("unix:{}", socket.display());
     let a = Shuck::start(&store_config(backend.addr, &cert, &url, &key, ""));
     let b = Shuck::start(&store_config(backend.addr, &cert, &url, &key, ""));
-    let client = Client { pki: &pki, sni: "u.test" };
+    let client = Client {
+        pki: &pki,
+        sni: "u.test",
+    };
     let sess = pki.path("u.sess");
     let sess = sess.to_str().expect("utf-8 path");
     client.first(a.addr(), "-tls1_2", sess);
     let (resumed, out) = client.again(b.addr(), "-tls1_2", sess, false);
     let _ = redis.kill();
     let _ = redis.wait();
-    assert!(resumed, "resumed on the other host through the socket: {out}");
+    assert!(
+        resumed,
+        "resumed on the other host through the socket: {out}"
+    );
 }
