@@ -292,9 +292,19 @@ fn a_fleet_sharing_a_haproxy_key_file_resumes_across_hosts_and_rotations() {
     }
 
     // The keys never reach `shuck check`'s output or the logs.
+    assert_keys_hidden(&a.config_path(), [a, b], &names, &lines);
+}
+
+/// Neither `shuck check` on `config` nor the hosts' logs show a key or a key's name.
+fn assert_keys_hidden(
+    config: &std::path::Path,
+    hosts: [Shuck; 2],
+    names: &[String],
+    lines: &[String],
+) {
     let check = Command::new(SHUCK)
         .args(["check", "--config"])
-        .arg(a.config_path())
+        .arg(config)
         .output()
         .expect("shuck check");
     let report = String::from_utf8_lossy(&check.stdout);
@@ -302,24 +312,24 @@ fn a_fleet_sharing_a_haproxy_key_file_resumes_across_hosts_and_rotations() {
         check.status.success() && report.contains("2 key(s) from file (haproxy format)"),
         "{report}"
     );
-    for name in &names {
+    for name in names {
         assert!(
             !report.contains(name.as_str()),
             "key name in shuck check: {report}"
         );
     }
-    for line in &lines {
+    for line in lines {
         assert!(
             !report.contains(line.as_str()),
             "key in shuck check: {report}"
         );
     }
-    for host in [a, b] {
+    for host in hosts {
         let (_, log) = host.stop();
-        for name in &names {
+        for name in names {
             assert!(!log.contains(name.as_str()), "key name in the log: {log}");
         }
-        for line in &lines {
+        for line in lines {
             assert!(!log.contains(line.as_str()), "key in the log: {log}");
         }
     }
