@@ -3,6 +3,12 @@
 mod cli;
 mod logging;
 
+// jemalloc returns what a flood of handshakes left behind (the `jemalloc` feature's note in
+// Cargo.toml); its background thread purges freed pages while the workers are idle.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::process::ExitCode;
 
 use clap::Parser;

@@ -1,0 +1,151 @@
+//! The reliability suite (docs/reliability.md): hostile and broken peers against the real binary,
+//! each bounded in time and on loopback. What each asserts is what an operator relies on: a good
+//! client is still served, the bad ones are closed when their timeout says, memory comes back,
+//! and nothing the client sent is lost. The figures the tests print (`--nocapture`) are the ones
+//! quoted in docs/reliability.md.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::clients::{curl_at, scrape, sum};
+use common::pki::{toml_path, Key, Pki};
+use common::process::{HttpBackend, Shuck};
+
+/// Resident memory of a process, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
+}
+
+/// Raises this test process's open-files soft limit to its hard limit (the clients need one per
+/// connection).
+fn raise_fd_limit() -> u64 {
+    let (_, hard) = rlimit::Resource::NOFILE.get().expect("getrlimit");
+    rlimit::Resource::NOFILE.set(hard, hard).expect("setrlimit");
+    hard
+}
+
+fn one_frontend(pki: &Pki, backend: SocketAddr, extra: &str) -> String {
+    let cert = pki.leaf("rel.pem", "rel", &["rel.test"], Key::EcdsaP256);
+    format!(
+        "workers = 2\nmax_connections = 16000\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = {}\n{extra}\n",
+        toml_path(&cert)
+    )
+}
+
+/// Slowloris: 3,000 connections that send the first bytes of a ClientHello and stall. A good
+/// client is served meanwhile; every stalled one is closed at handshake_timeout (and counted);
+/// the memory they took goes back.
+#[test]
+fn slowloris_connections_are_closed_at_the_handshake_timeout_and_a_good_client_is_served() {
+    const N: usize = 3000;
+    assert!(
+        raise_fd_limit() > N as u64 + 100,
+        "fd limit too low for {N} clients"
+    );
+    let pki = Pki::new();
+    let backend = HttpBackend::start();
+    let shuck = Shuck::start(&one_frontend(
+        &pki,
+        backend.addr,
+        "handshake_timeout = \"4s\"",
+    ));
+    let before = rss_kib(shuck.pid());
+    let started = Instant::now();
+    let mut stalled = Vec::with_capacity(N);
+    for _ in 0..N {
+        let mut s = TcpStream::connect(shuck.addr()).expect("connect");
+        // A handshake record header and the start of a ClientHello, then nothing.
+        s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00])
+            .expect("write");
+        stalled.push(s);
+    }
+    let t = Instant::now();
+    let out = curl_at(&pki, shuck.addr(), "rel.test", "/good", &[]);
+    let good_ms = t.elapsed().as_millis();
+    assert!(out.status.success(), "{out:?}");
+    let peak = rss_kib(shuck.pid());
+    // Every stalled connection is closed by shuck at its deadline (a read sees EOF or a reset).
+    for s in &mut stalled {
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        let mut b = [0u8; 64];
+        loop {
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+    let all_closed_s = started.elapsed().as_secs_f64();
+    drop(stalled);
+    let text = scrape(shuck.addrs[1]);
+    let timeouts = sum(
+        &text,
+        "shuck_handshake_failures_total",
+        &["reason=\"timeout\""],
+    );
+    assert_eq!(timeouts, N as i64, "{text}");
+    // Memory goes back (jemalloc's background purge: seconds).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut after = rss_kib(shuck.pid());
+    while after > before + (peak - before) / 4 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        after = rss_kib(shuck.pid());
+    }
+    println!(
+        "slowloris {N}: good request {good_ms} ms; all closed after {all_closed_s:.1} s (timeout 4 s); RSS {before} -> {peak} -> {after} KiB"
+    );
+    assert!(
+        after <= before + (peak - before) / 4,
+        "memory not given back: {before} -> {peak} -> {after} KiB"
+    );
+}
+
+/// A backend that answers without end and a client that never reads: shuck stops reading the
+/// backend once the client's socket is full, so its memory stays bounded; the idle timeout ends
+/// it, as a reset to the backend.
+#[test]
+fn a_client_that_never_reads_holds_no_more_than_the_buffers() {
+    let pki = Pki::new();
+    let firehose = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let backend = firehose.local_addr().expect("addr");
+    let fed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = fed.clone();
+    std::thread::spawn(move || {
+        let (mut s, _) = firehose.accept().expect("accept");
+        let chunk = vec![b'x'; 64 * 1024];
+        while s.write_all(&chunk).is_ok() {
+            counter.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let shuck = Shuck::start(&one_frontend(&pki, backend, "idle_timeout = \"3s\""));
+    let before = rss_kib(shuck.pid());
+    let tcp = TcpStream::connect(shuck.addr()).expect("connect");
+    let config = common::pki::connector(&pki).config().clone();
+    let name = rustls::pki_types::ServerName::try_from("rel.test").expect("name");
+    let conn = rustls::ClientConnection::new(config, name).expect("client");
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    tls.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("request");
+    // Never read. Give the firehose time to fill every buffer on the way.
+    std::thread::sleep(Duration::from_secs(2));
+    let held = rss_kib(shuck.pid());
+    let pushed = fed.load(std::sync::atomic::Ordering::Relaxed);
+    println!("never-reading client: backend pushed {pushed} B before stalling; shuck RSS {before} -> {held} KiB");
+    assert!(
+        pushed < 64 << 20,
+        "shuck kept reading the backend: {pushed} B"
+    );
+    assert!(
+        held < before + 8 * 1024,
+        "RSS grew by {} KiB",
+        held - before
+    );
+}
