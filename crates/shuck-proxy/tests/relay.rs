@@ -354,3 +354,136 @@ async fn an_idle_timeout_reaches_the_backend_as_a_reset() {
         Some(std::io::ErrorKind::ConnectionReset)
     );
 }
+
+/// The xorshift payload of `payload`, made a chunk at a time (a GiB is never held in memory).
+struct Stream {
+    x: u64,
+    left: usize,
+    carry: Vec<u8>,
+}
+
+impl Stream {
+    fn new(seed: u64, len: usize) -> Stream {
+        Stream {
+            x: seed | 1,
+            left: len,
+            carry: Vec::new(),
+        }
+    }
+
+    /// The next bytes (at most 64 KiB); empty at the end.
+    fn next_chunk(&mut self) -> Vec<u8> {
+        let n = self.left.min(64 * 1024);
+        let mut out = std::mem::take(&mut self.carry);
+        while out.len() < n {
+            let mut x = self.x;
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            self.x = x;
+            out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+        }
+        self.carry = out.split_off(n);
+        self.left -= n;
+        out
+    }
+
+    fn digest(seed: u64, len: usize) -> Vec<u8> {
+        let mut s = Stream::new(seed, len);
+        let mut h = Sha256::new();
+        loop {
+            let c = s.next_chunk();
+            if c.is_empty() {
+                return h.finalize().to_vec();
+            }
+            h.update(&c);
+        }
+    }
+}
+
+/// Like `sink_then_source_backend`, streaming its answer.
+async fn streaming_backend() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.expect("accept");
+        let want = s.read_u64().await.expect("length");
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = s.read(&mut buf).await.expect("read");
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+        s.write_all(&h.finalize()).await.expect("write hash");
+        let mut down = Stream::new(want, want as usize);
+        loop {
+            let c = down.next_chunk();
+            if c.is_empty() {
+                break;
+            }
+            s.write_all(&c).await.expect("write");
+        }
+        s.shutdown().await.expect("shutdown");
+    });
+    addr
+}
+
+/// A GiB each way (`SHUCK_RELAY_BYTES` to change it), both directions at once, the client's
+/// half-close before the backend's answer trailer: SHA-256 equal on both sides. Long in a debug
+/// build, so `.ci/run` runs it (`--ignored`) rather than every `cargo test`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: run by .ci/run with --ignored"]
+async fn a_gibibyte_each_way_arrives_intact_with_half_close() {
+    let len: usize = std::env::var("SHUCK_RELAY_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1 << 30);
+    let pki = Pki::new();
+    let shuck = start(&pki, streaming_backend().await);
+    let started = std::time::Instant::now();
+    let (mut r, mut w) = tokio::io::split(client(&pki, shuck.addr()).await);
+    // The expected answer's digest, computed meanwhile on another thread.
+    let want_down = tokio::task::spawn_blocking(move || Stream::digest(len as u64, len));
+    let writer = async move {
+        w.write_u64(len as u64).await.expect("len");
+        let mut up = Stream::new(0xF00D, len);
+        let mut sent = Sha256::new();
+        loop {
+            let c = up.next_chunk();
+            if c.is_empty() {
+                break;
+            }
+            sent.update(&c);
+            w.write_all(&c).await.expect("write");
+        }
+        w.shutdown().await.expect("half-close");
+        sent.finalize().to_vec()
+    };
+    let reader = async move {
+        let mut hash = [0u8; 32];
+        r.read_exact(&mut hash).await.expect("trailer hash");
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut got = 0usize;
+        loop {
+            let n = r.read(&mut buf).await.expect("read");
+            if n == 0 {
+                break;
+            }
+            got += n;
+            h.update(&buf[..n]);
+        }
+        (hash, got, h.finalize().to_vec())
+    };
+    let (sent, (hash, got, down_hash)) = tokio::join!(writer, reader);
+    let secs = started.elapsed().as_secs_f64();
+    println!("{len} B each way in {secs:.1} s");
+    assert_eq!(hash.to_vec(), sent, "upstream bytes differ");
+    assert_eq!(got, len, "downstream length");
+    let want_down = want_down.await.expect("digest");
+    assert_eq!(down_hash, want_down, "downstream bytes differ");
+    shuck.assert_alive();
+}
