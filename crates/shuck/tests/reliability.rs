@@ -92,7 +92,7 @@ fn slowloris_connections_are_closed_at_the_handshake_timeout_and_a_good_client_i
         "shuck_handshake_failures_total",
         &["reason=\"timeout\""],
     );
-    assert_eq!(timeouts, N as i64, "{text}");
+    assert_eq!(timeouts, i64::try_from(N).expect("small"), "{text}");
     // Memory goes back (jemalloc's background purge: seconds).
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut after = rss_kib(shuck.pid());
