@@ -9,6 +9,7 @@ until its handshake_timeout. Once all N are pending (RSS stable), all are closed
 again after SETTLE seconds (default 5). Prints one JSON object. Needs N + 50 open files.
 """
 import json
+import resource
 import socket
 import ssl
 import sys
@@ -52,6 +53,10 @@ def settle(pid, seconds=10.0):
 def main():
     host, port, n, pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     after_s = float(sys.argv[5]) if len(sys.argv) > 5 else 5.0
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if hard < n + 50:
+        sys.exit(f"open-files limit {hard} is below {n + 50}")
     hello = client_hello()
     before = settle(pid, 3)
     socks = []

@@ -421,7 +421,10 @@ fn twenty_reloads_under_load_fail_no_connection_and_sigterm_drains() {
             .filter_map(|s| s["failures"][kind].as_u64())
             .sum()
     };
-    assert_eq!((failures("size"), failures("status")), (0, 0), "{v:#}");
+    // A cut answer shows as `size` (clean close mid-body) or `io` (a reset or EOF mid-body);
+    // a stall as `timeout`. Only refusals (`connect`, `handshake`) may follow the stop.
+    let cut = ["size", "status", "io", "timeout"].map(failures);
+    assert_eq!(cut, [0; 4], "size/status/io/timeout failures: {v:#}");
     assert!(v["totals"]["successful"].as_u64().unwrap() > 0, "{v:#}");
     println!(
         "sigterm under load: {} served, refused after the stop: connect {}, handshake {}, io {}",
