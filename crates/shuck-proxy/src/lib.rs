@@ -23,6 +23,7 @@ mod proxy_in;
 mod proxy_out;
 pub mod proxy_protocol;
 mod relay;
+mod sealing;
 pub mod server;
 mod session_store;
 mod tls;

@@ -161,6 +161,7 @@ const LAYERS: [&[&str]; 9] = [
         "buf_pool",
         "log_limit",
         "listener",
+        "sealing",
     ],
     &["config", "logging", "limits", "session_store"],
     &["tls", "proxy_in", "backend", "relay"],

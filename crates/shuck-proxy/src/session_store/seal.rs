@@ -5,21 +5,10 @@
 
 use std::path::Path;
 
-use aws_lc_rs::aead::{Aad, Nonce, RandomizedNonceKey, AES_256_GCM, NONCE_LEN};
-use aws_lc_rs::hkdf;
-
-const TAG_LEN: usize = 16;
+use crate::sealing::SealingKey;
 
 pub(super) struct Sealer {
-    key: RandomizedNonceKey,
-}
-
-struct Aes256KeyLen;
-
-impl hkdf::KeyType for Aes256KeyLen {
-    fn len(&self) -> usize {
-        32
-    }
+    key: SealingKey,
 }
 
 impl Sealer {
@@ -42,45 +31,19 @@ impl Sealer {
     }
 
     fn from_secret(secret: &[u8]) -> Option<Sealer> {
-        let salt = hkdf::Salt::new(hkdf::HKDF_SHA256, b"shuck session store v1");
-        let prk = salt.extract(secret);
-        let okm = prk.expand(&[b"sealing"], Aes256KeyLen).ok()?;
-        let mut k = [0u8; 32];
-        okm.fill(&mut k).ok()?;
-        let key = RandomizedNonceKey::new(&AES_256_GCM, &k).ok();
-        k.fill(0);
-        Some(Sealer { key: key? })
+        SealingKey::derive(b"shuck session store v1", secret, b"sealing").map(|key| Sealer { key })
     }
 
     /// `nonce | ciphertext | tag`, bound to `redis_key`.
     pub(super) fn seal(&self, redis_key: &[u8], value: &[u8]) -> Option<Vec<u8>> {
-        let mut out = Vec::with_capacity(NONCE_LEN + value.len() + TAG_LEN);
-        out.extend_from_slice(&[0u8; NONCE_LEN]);
-        out.extend_from_slice(value);
-        let (nonce, tag) = self
-            .key
-            .seal_in_place_separate_tag(Aad::from(redis_key), &mut out[NONCE_LEN..])
-            .ok()?;
-        out[..NONCE_LEN].copy_from_slice(nonce.as_ref());
-        out.extend_from_slice(tag.as_ref());
+        let mut out = Vec::with_capacity(crate::sealing::OVERHEAD + value.len());
+        self.key.seal_into(redis_key, &[value], &mut out)?;
         Some(out)
     }
 
     /// The value, if `sealed` is ours, untouched and stored under `redis_key`.
     pub(super) fn open(&self, redis_key: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
-        if sealed.len() < NONCE_LEN + TAG_LEN {
-            return None;
-        }
-        let (nonce, rest) = sealed.split_at(NONCE_LEN);
-        let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
-        let mut buf = rest.to_vec();
-        let n = self
-            .key
-            .open_in_place(nonce, Aad::from(redis_key), &mut buf)
-            .ok()?
-            .len();
-        buf.truncate(n);
-        Some(buf)
+        self.key.open(redis_key, sealed)
     }
 }
 
@@ -99,7 +62,7 @@ mod tests {
         assert_eq!(s.open(b"k1", &sealed).unwrap(), b"master secret");
         assert!(s.open(b"k2", &sealed).is_none(), "moved to another key");
         let mut bad = sealed.clone();
-        bad[NONCE_LEN] ^= 1;
+        bad[12] ^= 1;
         assert!(s.open(b"k1", &bad).is_none(), "tampered");
         assert!(s.open(b"k1", b"garbage").is_none());
         let other = Sealer::from_secret(&[8; 48]).unwrap();

@@ -17,58 +17,42 @@
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use aws_lc_rs::aead::{Aad, Nonce, RandomizedNonceKey, AES_256_GCM, NONCE_LEN};
-use aws_lc_rs::hkdf;
 use rustls::server::ProducesTickets;
 
 use super::now_secs;
 use super::ticket_keys::{FileKey, FileKeys, NAME_LEN};
 use crate::config::TicketKeyFormat;
+use crate::sealing::{SealingKey, OVERHEAD};
 
 /// Bytes of the issue time sealed inside each ticket.
 const ISSUED_LEN: usize = 8;
-const TAG_LEN: usize = 16;
 /// Associated data: the key name and the resumption domain.
 const AAD_LEN: usize = NAME_LEN + 32;
 
 struct TicketKey {
     name: [u8; NAME_LEN],
-    key: RandomizedNonceKey,
-}
-
-/// HKDF output length for an AES-256 key.
-struct Aes256KeyLen;
-
-impl hkdf::KeyType for Aes256KeyLen {
-    fn len(&self) -> usize {
-        32
-    }
+    key: SealingKey,
 }
 
 impl TicketKey {
     fn generate() -> Option<TicketKey> {
         let mut name = [0u8; NAME_LEN];
-        let mut secret = [0u8; 32];
         aws_lc_rs::rand::fill(&mut name).ok()?;
-        aws_lc_rs::rand::fill(&mut secret).ok()?;
-        let key = RandomizedNonceKey::new(&AES_256_GCM, &secret).ok()?;
+        let key = SealingKey::random()?;
         Some(TicketKey { name, key })
     }
 
-    /// The AES-256-GCM key derived from a file key's material (HKDF-SHA256, the name as info):
-    /// the same file gives the same key on every host.
+    /// The key derived from a file key's material (HKDF-SHA256, the name as info): the same
+    /// file gives the same key on every host.
     fn derive(file_key: &FileKey) -> Option<TicketKey> {
-        let salt = hkdf::Salt::new(hkdf::HKDF_SHA256, b"shuck session ticket key v1");
-        let info = [&file_key.name[..]];
-        let prk = salt.extract(&file_key.secret);
-        let okm = prk.expand(&info, Aes256KeyLen).ok()?;
-        let mut secret = [0u8; 32];
-        okm.fill(&mut secret).ok()?;
-        let key = RandomizedNonceKey::new(&AES_256_GCM, &secret).ok();
-        secret.fill(0);
+        let key = SealingKey::derive(
+            b"shuck session ticket key v1",
+            &file_key.secret,
+            &file_key.name,
+        )?;
         Some(TicketKey {
             name: file_key.name,
-            key: key?,
+            key,
         })
     }
 }
@@ -211,44 +195,28 @@ impl Ticketer {
     fn encrypt_at(&self, plain: &[u8], now: u64) -> Option<Vec<u8>> {
         let keys = self.keys_at(now);
         let k = &keys.current;
-        let mut out = Vec::with_capacity(NAME_LEN + NONCE_LEN + ISSUED_LEN + plain.len() + TAG_LEN);
+        let mut out = Vec::with_capacity(NAME_LEN + OVERHEAD + ISSUED_LEN + plain.len());
         out.extend_from_slice(&k.name);
-        out.extend_from_slice(&[0u8; NONCE_LEN]);
-        out.extend_from_slice(&now.to_be_bytes());
-        out.extend_from_slice(plain);
-        let (head, sealed) = out.split_at_mut(NAME_LEN + NONCE_LEN);
-        let (nonce, tag) = k
-            .key
-            .seal_in_place_separate_tag(Aad::from(self.aad(&k.name)), sealed)
-            .ok()?;
-        head[NAME_LEN..].copy_from_slice(nonce.as_ref());
-        out.extend_from_slice(tag.as_ref());
+        k.key
+            .seal_into(&self.aad(&k.name), &[&now.to_be_bytes(), plain], &mut out)?;
         Some(out)
     }
 
     fn decrypt_at(&self, ticket: &[u8], now: u64) -> Option<Vec<u8>> {
-        if ticket.len() < NAME_LEN + NONCE_LEN + ISSUED_LEN + TAG_LEN {
+        if ticket.len() < NAME_LEN + OVERHEAD + ISSUED_LEN {
             return None;
         }
-        let (name, rest) = ticket.split_at(NAME_LEN);
-        let (nonce, sealed) = rest.split_at(NONCE_LEN);
+        let (name, sealed) = ticket.split_at(NAME_LEN);
         let keys = self.keys_at(now);
         let others = keys.others.iter().filter(|_| now < keys.others_until);
         let key = std::iter::once(&keys.current)
             .chain(others)
             .find(|k| k.name == name)?;
-        let mut buf = sealed.to_vec();
-        let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
-        let plain_len = key
-            .key
-            .open_in_place(nonce, Aad::from(self.aad(&key.name)), &mut buf)
-            .ok()?
-            .len();
-        let issued = u64::from_be_bytes(buf[..ISSUED_LEN].try_into().ok()?);
+        let mut buf = key.key.open(&self.aad(&key.name), sealed)?;
+        let issued = u64::from_be_bytes(buf.get(..ISSUED_LEN)?.try_into().ok()?);
         if self.from_files.is_some() && now.saturating_sub(issued) >= self.lifetime_secs {
             return None;
         }
-        buf.truncate(plain_len);
         buf.drain(..ISSUED_LEN);
         Some(buf)
     }
@@ -280,7 +248,7 @@ mod tests {
     fn round_trip_and_tamper() {
         let t = Ticketer::new(3600, [7; 32]).unwrap();
         let c = t.encrypt(b"session state").unwrap();
-        assert_eq!(c.len(), NAME_LEN + NONCE_LEN + ISSUED_LEN + 13 + TAG_LEN);
+        assert_eq!(c.len(), NAME_LEN + OVERHEAD + ISSUED_LEN + 13);
         assert_eq!(t.decrypt(&c).unwrap(), b"session state");
         let mut bad = c.clone();
         *bad.last_mut().unwrap() ^= 1;
