@@ -203,3 +203,92 @@ fn a_client_that_never_reads_holds_no_more_than_the_buffers() {
         held - before
     );
 }
+
+/// A backend that accepts and never reads while the client uploads without end: shuck stops
+/// reading the client once the backend's socket is full, so its memory stays bounded.
+#[test]
+fn a_backend_that_never_reads_holds_no_more_than_the_buffers() {
+    let pki = Pki::new();
+    let deaf = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let backend = deaf.local_addr().expect("addr");
+    let held = std::thread::spawn(move || deaf.accept().map(|(s, _)| s));
+    let shuck = Shuck::start(&one_frontend(&pki, backend, ""));
+    let before = rss_kib(shuck.pid());
+    let tcp = TcpStream::connect(shuck.addr()).expect("connect");
+    // rustls' blocking stream also reads while it writes: both bounded.
+    tcp.set_write_timeout(Some(Duration::from_millis(500)))
+        .expect("timeout");
+    tcp.set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("timeout");
+    let config = common::pki::connector(&pki).config().clone();
+    let name = rustls::pki_types::ServerName::try_from("rel.test").expect("name");
+    let conn = rustls::ClientConnection::new(config, name).expect("client");
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let chunk = vec![b'u'; 64 * 1024];
+    let mut sent = 0usize;
+    // Writes block once every buffer on the way is full (the socket may still take a trickle
+    // as the kernel grows its buffers, so the loop has its own deadline too).
+    let until = Instant::now() + Duration::from_secs(4);
+    while sent < 64 << 20 && Instant::now() < until && tls.write_all(&chunk).is_ok() {
+        sent += chunk.len();
+    }
+    let grown = rss_kib(shuck.pid()).saturating_sub(before);
+    println!("never-reading backend: client sent {sent} B before stalling; shuck RSS +{grown} KiB");
+    assert!(
+        sent > 1 << 20,
+        "the upload flowed until the buffers were full: {sent} B"
+    );
+    assert!(sent < 64 << 20, "shuck kept reading the client: {sent} B");
+    assert!(grown < 8 * 1024, "RSS grew by {grown} KiB");
+    drop(held);
+}
+
+/// A backend that never answers the connection attempt (its accept queue is full, so the kernel
+/// drops the SYN): the client's connection ends at connect_timeout, counted as a backend
+/// connect error, and shuck keeps serving.
+#[test]
+fn a_black_hole_backend_ends_at_connect_timeout() {
+    let pki = Pki::new();
+    let hole =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    hole.bind(&"127.0.0.1:0".parse::<SocketAddr>().expect("addr").into())
+        .expect("bind");
+    hole.listen(0).expect("listen");
+    let backend = hole.local_addr().expect("addr").as_socket().expect("inet");
+    // Fill the accept queue (never accepted): further SYNs go unanswered.
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        s.set_nonblocking(true).expect("nonblocking");
+        let _ = s.connect(&backend.into());
+        fillers.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let shuck = Shuck::start(&one_frontend(&pki, backend, "connect_timeout = \"1s\""));
+    let started = Instant::now();
+    let out = common::clients::curl_at(&pki, shuck.addr(), "rel.test", "/", &["--max-time", "20"]);
+    let took = started.elapsed();
+    assert!(
+        !out.status.success(),
+        "no answer without a backend: {out:?}"
+    );
+    let text = common::clients::wait_metric(
+        shuck.addrs[1],
+        "shuck_backend_errors_total",
+        &["kind=\"connect\""],
+        1,
+    );
+    assert_eq!(
+        sum(&text, "shuck_backend_errors_total", &["kind=\"connect\""]),
+        1,
+        "{text}"
+    );
+    assert!(
+        shuck.log_text().contains("connect timed out after 1s"),
+        "{}",
+        shuck.log_text()
+    );
+    println!("black-hole backend: the client's request ended after {took:?} (connect_timeout 1 s)");
+    drop(fillers);
+}
