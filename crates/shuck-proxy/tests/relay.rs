@@ -30,6 +30,19 @@ fn payload(seed: u64, len: usize) -> Vec<u8> {
     out
 }
 
+/// SHA-256 of everything `s` sends until its EOF.
+async fn sha256_until_eof(s: &mut TcpStream) -> Vec<u8> {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = s.read(&mut buf).await.expect("read");
+        if n == 0 {
+            return h.finalize().to_vec();
+        }
+        h.update(&buf[..n]);
+    }
+}
+
 /// Backend: reads an 8-byte length, then everything up to EOF (so it answers only once the
 /// client's half-close has arrived as FIN), then sends SHA-256 of what it got and `length`
 /// pseudo-random bytes, and closes.
@@ -43,16 +56,8 @@ async fn sink_then_source_backend() -> SocketAddr {
             };
             tokio::spawn(async move {
                 let want = s.read_u64().await.expect("length");
-                let mut h = Sha256::new();
-                let mut buf = vec![0u8; 64 * 1024];
-                loop {
-                    let n = s.read(&mut buf).await.expect("read");
-                    if n == 0 {
-                        break;
-                    }
-                    h.update(&buf[..n]);
-                }
-                s.write_all(&h.finalize()).await.expect("write hash");
+                let hash = sha256_until_eof(&mut s).await;
+                s.write_all(&hash).await.expect("write hash");
                 s.write_all(&payload(want, want as usize))
                     .await
                     .expect("write payload");
@@ -408,16 +413,8 @@ async fn streaming_backend() -> SocketAddr {
     tokio::spawn(async move {
         let (mut s, _) = l.accept().await.expect("accept");
         let want = s.read_u64().await.expect("length");
-        let mut h = Sha256::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = s.read(&mut buf).await.expect("read");
-            if n == 0 {
-                break;
-            }
-            h.update(&buf[..n]);
-        }
-        s.write_all(&h.finalize()).await.expect("write hash");
+        let hash = sha256_until_eof(&mut s).await;
+        s.write_all(&hash).await.expect("write hash");
         let mut down = Stream::new(want, want as usize);
         loop {
             let c = down.next_chunk();
