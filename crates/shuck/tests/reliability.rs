@@ -40,14 +40,22 @@ fn one_frontend(pki: &Pki, backend: SocketAddr, extra: &str) -> String {
     )
 }
 
+/// A blocking rustls client over `tcp`, for rel.test (handshake on first use).
+fn blocking_client(
+    pki: &Pki,
+    tcp: TcpStream,
+) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    let config = common::pki::connector(pki).config().clone();
+    let name = rustls::pki_types::ServerName::try_from("rel.test").expect("name");
+    let conn = rustls::ClientConnection::new(config, name).expect("client");
+    rustls::StreamOwned::new(conn, tcp)
+}
+
 /// One request with a rustls client, timed from connect to the end of the answer.
 fn timed_request(pki: &Pki, addr: SocketAddr) -> Duration {
     let t = Instant::now();
     let tcp = TcpStream::connect(addr).expect("connect");
-    let config = common::pki::connector(pki).config().clone();
-    let name = rustls::pki_types::ServerName::try_from("rel.test").expect("name");
-    let conn = rustls::ClientConnection::new(config, name).expect("client");
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let mut tls = blocking_client(pki, tcp);
     tls.write_all(b"GET /good HTTP/1.0\r\n\r\n")
         .expect("request");
     let mut answer = Vec::new();
@@ -183,10 +191,7 @@ fn a_client_that_never_reads_holds_no_more_than_the_buffers() {
     let shuck = Shuck::start(&one_frontend(&pki, backend, "idle_timeout = \"3s\""));
     let before = rss_kib(shuck.pid());
     let tcp = TcpStream::connect(shuck.addr()).expect("connect");
-    let config = common::pki::connector(&pki).config().clone();
-    let name = rustls::pki_types::ServerName::try_from("rel.test").expect("name");
-    let conn = rustls::ClientConnection::new(config, name).expect("client");
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let mut tls = blocking_client(&pki, tcp);
     tls.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("request");
     // Never read. Give the firehose time to fill every buffer on the way.
     std::thread::sleep(Duration::from_secs(2));
@@ -220,10 +225,7 @@ fn a_backend_that_never_reads_holds_no_more_than_the_buffers() {
         .expect("timeout");
     tcp.set_read_timeout(Some(Duration::from_millis(500)))
         .expect("timeout");
-    let config = common::pki::connector(&pki).config().clone();
-    let name = rustls::pki_types::ServerName::try_from("rel.test").expect("name");
-    let conn = rustls::ClientConnection::new(config, name).expect("client");
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let mut tls = blocking_client(&pki, tcp);
     let chunk = vec![b'u'; 64 * 1024];
     let mut sent = 0usize;
     // Writes block once every buffer on the way is full (the socket may still take a trickle

@@ -399,35 +399,42 @@ fn nginx_key_files_given_as_flags_are_shared_and_the_first_encrypts() {
 /// A real `redis-server` on a free loopback port, without persistence; killed on drop.
 struct Redis {
     child: std::process::Child,
-    port: u16,
+    url: String,
+    /// The TCP port, when it listens on one.
+    port: Option<u16>,
 }
 
 impl Redis {
-    fn start_on(port: u16) -> Redis {
+    /// `redis-server` without persistence and with `listen` (its listening options), waiting
+    /// until `ready` connects.
+    fn spawn(listen: &[&str], what: &str, ready: impl Fn() -> bool) -> std::process::Child {
         let bin = common::peers::require("redis-server", "redis-server");
         let child = Command::new(bin)
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+            .args(listen)
+            .args(["--save", "", "--appendonly", "no"])
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("start redis-server");
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while !ready() {
             assert!(
                 Instant::now() < deadline,
-                "redis-server did not listen on {port}"
+                "redis-server did not listen on {what}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Redis { child, port }
+        child
+    }
+
+    fn start_on(port: u16) -> Redis {
+        let p = port.to_string();
+        let ready = || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+        let child = Self::spawn(&["--port", &p, "--bind", "127.0.0.1"], &p, ready);
+        Redis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+            port: Some(port),
+        }
     }
 
     fn start() -> Redis {
@@ -438,8 +445,20 @@ impl Redis {
         Self::start_on(port)
     }
 
+    /// Listening on a Unix socket only.
+    fn start_unix(socket: &std::path::Path) -> Redis {
+        let path = socket.to_str().expect("utf-8 path");
+        let ready = || std::os::unix::net::UnixStream::connect(socket).is_ok();
+        let child = Self::spawn(&["--port", "0", "--unixsocket", path], path, ready);
+        Redis {
+            child,
+            url: format!("unix:{path}"),
+            port: None,
+        }
+    }
+
     fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        self.url.clone()
     }
 }
 
@@ -531,7 +550,7 @@ fn redis_shares_sessions_across_hosts_and_its_outages_cost_only_full_handshakes(
     );
 
     // Redis gone: every connection still succeeds, as a full handshake.
-    let port = redis.port;
+    let port = redis.port.expect("a TCP port");
     drop(redis);
     let sess = pki.path("down.sess");
     let sess = sess.to_str().expect("utf-8 path");
@@ -658,31 +677,8 @@ fn redis_over_a_unix_socket_shares_sessions() {
     let backend = HttpBackend::start();
     let key = pki.path("store.key");
     ticket_key(&["--format", "nginx", key.to_str().expect("utf-8")]);
-    let socket = pki.path("redis.sock");
-    let bin = common::peers::require("redis-server", "redis-server");
-    let mut redis = Command::new(bin)
-        .args([
-            "--port",
-            "0",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--unixsocket",
-        ])
-        .arg(&socket)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("start redis-server");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "redis-server did not listen on {socket:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let url = format!("unix:{}", socket.display());
+    let redis = Redis::start_unix(&pki.path("redis.sock"));
+    let url = redis.url();
     let a = Shuck::start(&store_config(backend.addr, &cert, &url, &key, ""));
     let b = Shuck::start(&store_config(backend.addr, &cert, &url, &key, ""));
     let client = Client {
@@ -693,8 +689,7 @@ fn redis_over_a_unix_socket_shares_sessions() {
     let sess = sess.to_str().expect("utf-8 path");
     client.first(a.addr(), "-tls1_2", sess);
     let (resumed, out) = client.again(b.addr(), "-tls1_2", sess, false);
-    let _ = redis.kill();
-    let _ = redis.wait();
+    drop(redis);
     assert!(
         resumed,
         "resumed on the other host through the socket: {out}"
