@@ -24,7 +24,7 @@ use crate::metrics::FrontendMetrics;
 use crate::proxy_in::{self, Arrival};
 use crate::proxy_out::{self, UniqueId};
 use crate::relay::{self, Moved, RelayError};
-use crate::tls::handshake::{self, ClientCert, Deadline, Negotiated, Summary};
+use crate::tls::handshake::{self, ClientCert, Deadline, Hello, Negotiated, Summary};
 use crate::tls::hello;
 use crate::worker::{FrontendRt, Worker};
 use crate::{demo, log_limit};
@@ -69,32 +69,76 @@ pub(crate) async fn handle(
 }
 
 /// The stages, top to bottom. Each `?` is an early end, recorded by the caller.
+///
+/// Each stage's state is an allocation of its own, made when the stage starts and freed when
+/// it ends: a connection waiting for its ClientHello or its handshake holds only that stage's
+/// state, not room for the relay's, and an established one none for the handshake's. (An async
+/// fn's future is as large as its largest stage; a slowloris connection paid for all of them.)
 async fn pipeline<'a>(
     worker: &Worker,
+    fe: &'a FrontendRt,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    trace: &mut Trace<'a>,
+) -> Result<(), ConnError> {
+    let (read, arrival) = Box::pin(arrive_with_hello(fe, tcp, peer, trace)).await?;
+    let hs = Box::pin(handshake_stage(fe, read)).await?;
+    Box::pin(after_handshake(worker, fe, hs, arrival, trace)).await
+}
+
+/// A ClientHello read: the stream, the hello's bytes when the ClientHello stage wants them,
+/// and the deadline the handshake must meet.
+struct HelloRead {
+    hello: Box<Hello>,
+    bytes: Vec<u8>,
+    deadline: Deadline,
+}
+
+/// The PROXY header (when expected) and the ClientHello.
+async fn arrive_with_hello<'a>(
     fe: &'a FrontendRt,
     mut tcp: TcpStream,
     peer: SocketAddr,
     trace: &mut Trace<'a>,
-) -> Result<(), ConnError> {
+) -> Result<(HelloRead, Arrival), ConnError> {
     let cfg = &fe.cfg;
     let _ = tcp.set_nodelay(true);
-    let mut arrival = proxy_in::arrive(&mut tcp, peer, cfg.accept_proxy.as_ref()).await?;
+    let arrival = proxy_in::arrive(&mut tcp, peer, cfg.accept_proxy.as_ref()).await?;
     count_arrival(&fe.metrics, &arrival);
     (trace.client, trace.balancer) = (arrival.client, arrival.balancer);
     let deadline = Deadline::after(cfg.handshake_timeout);
     let keep_hello = fe.tls.load().remote.is_some();
-    let (hello, hello_bytes) = hello::read_client_hello(tcp, deadline, keep_hello).await?;
-    // The ClientHello stage: what must see the hello before rustls does goes here (a remote
-    // session store looking the session up; ACME's acme-tls/1 next).
+    let (hello, bytes) = hello::read_client_hello(tcp, deadline, keep_hello).await?;
+    let read = HelloRead {
+        hello,
+        bytes,
+        deadline,
+    };
+    Ok((read, arrival))
+}
+
+/// The ClientHello stage (what must see the hello before rustls does: a remote session store
+/// looking the session up; ACME's acme-tls/1 next), then the handshake.
+async fn handshake_stage(fe: &FrontendRt, read: HelloRead) -> Result<Negotiated, ConnError> {
     let tls = fe.tls.load_full();
     let prefetched = match &tls.remote {
-        Some(remote) => remote.prefetch(&hello_bytes).await,
+        Some(remote) => remote.prefetch(&read.bytes).await,
         None => None,
     };
-    drop(hello_bytes);
-    let mut hs = handshake::finish(hello, &tls, deadline, prefetched).await?;
-    drop(tls);
+    drop(read.bytes);
+    let hs = handshake::finish(read.hello, &tls, read.deadline, prefetched).await?;
     count_handshake(&fe.metrics, &hs);
+    Ok(hs)
+}
+
+/// Everything after the handshake, owning what it settled.
+async fn after_handshake<'a>(
+    worker: &Worker,
+    fe: &'a FrontendRt,
+    mut hs: Negotiated,
+    mut arrival: Arrival,
+    trace: &mut Trace<'a>,
+) -> Result<(), ConnError> {
     let served = serve_negotiated(worker, fe, &mut hs, &mut arrival, trace).await;
     if worker.log_connections {
         // Built at the end, so an idle connection holds no strings for its log line.

@@ -118,7 +118,8 @@ impl Deadline {
 
 /// What the handshake settled, the stream included.
 pub(crate) struct Negotiated {
-    pub(crate) stream: TlsStream<TcpStream>,
+    /// Boxed, like everything of rustls' kept across an await (see `hello::accept`).
+    pub(crate) stream: Box<TlsStream<TcpStream>>,
     /// The certificate presented, as the backend is told about it.
     pub(crate) served: Option<Arc<ServedCert>>,
     pub(crate) client_cert: ClientCert,
@@ -134,7 +135,7 @@ impl Negotiated {
 
 /// Completes the handshake of `hello` with this worker's configuration.
 pub(crate) async fn finish(
-    hello: Hello,
+    hello: Box<Hello>,
     tls: &WorkerTls,
     deadline: Deadline,
     prefetched: Option<Prefetched>,
@@ -144,8 +145,10 @@ pub(crate) async fn finish(
     // the ClientHello stage fetched).
     let config = tls.config.clone();
     let process = || {
-        tls.resumption
-            .noted_during(|| tls.resolver.choice_during(|| hello.into_stream(config)))
+        tls.resumption.noted_during(|| {
+            tls.resolver
+                .choice_during(|| Box::new(hello.into_stream(config)))
+        })
     };
     let ((mut accept, choice), found) = match &tls.remote {
         Some(remote) => remote.during(prefetched, process),
@@ -171,7 +174,7 @@ pub(crate) async fn finish(
         }
     };
     let stream = match tokio::time::timeout_at(deadline.at, accept).await {
-        Ok(Ok(s)) => s,
+        Ok(Ok(s)) => Box::new(s),
         Ok(Err(e)) => return Err(HandshakeError::from_io(e)),
         Err(_) => return Err(HandshakeError::Timeout(deadline.within)),
     };

@@ -25,14 +25,14 @@ pub(crate) async fn read_client_hello(
     mut tcp: TcpStream,
     deadline: Deadline,
     keep: bool,
-) -> Result<(Hello, Vec<u8>), HandshakeError> {
+) -> Result<(Box<Hello>, Vec<u8>), HandshakeError> {
     let mut head = Head {
         kept: keep.then(Vec::new),
         ..Head::default()
     };
     match tokio::time::timeout_at(deadline.at, accept(&mut tcp, &mut head)).await {
         Ok(Ok(accepted)) => Ok((
-            StartHandshake::from_parts(accepted, tcp),
+            Box::new(StartHandshake::from_parts(*accepted, tcp)),
             head.kept.unwrap_or_default(),
         )),
         Ok(Err(e)) => Err(e),
@@ -40,8 +40,10 @@ pub(crate) async fn read_client_hello(
     }
 }
 
-async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Accepted, HandshakeError> {
-    let mut acceptor = Acceptor::default();
+/// rustls' connection state is boxed here and stays boxed: an async fn's state holds each value
+/// it keeps across an await inline, so a waiting connection would otherwise hold it twice or more.
+async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Box<Accepted>, HandshakeError> {
+    let mut acceptor = Box::new(Acceptor::default());
     loop {
         tcp.readable().await.map_err(HandshakeError::Io)?;
         let received = head.seen;
@@ -54,7 +56,7 @@ async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Accepted, Handsh
             Err(e) if is_abort(&e) => return Err(HandshakeError::ClientAborted(Some(e))),
             Err(e) => return Err(HandshakeError::Io(e)),
         }
-        let hello = acceptor.accept();
+        let hello = acceptor.accept().map(|h| h.map(Box::new));
         // Only a hello rustls refused as incompatible (a TLS 1.0/1.1 client sends no
         // signature_algorithms): one it accepted is negotiated from supported_versions, and
         // rustls itself answers protocol_version to the rest.
