@@ -29,3 +29,38 @@ thread_local! {
 pub fn library_line_allowed() -> bool {
     LIBRARY_BUDGET.with(|b| b.take(Instant::now()).0)
 }
+
+thread_local! {
+    static PANIC_BUDGET: LogBudget = const { LogBudget::new() };
+}
+
+/// Replaces the standard panic report (several lines, dozens with a backtrace) with one error
+/// line per panic, within a per-thread budget. A panic is a bug, but if a client can trigger one
+/// (a connection task's panic ends only that connection) it must not also be able to flood the
+/// log. With `RUST_BACKTRACE` set the line carries the backtrace, on the same line.
+pub fn panics_as_lines() {
+    std::panic::set_hook(Box::new(|info| {
+        if !PANIC_BUDGET.with(|b| b.take(Instant::now()).0) {
+            return;
+        }
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("-");
+        let location = info
+            .location()
+            .map_or_else(String::new, |l| format!("{}:{}", l.file(), l.line()));
+        let thread = std::thread::current();
+        // `?`: a message or backtrace with line breaks stays on one line.
+        let backtrace = std::backtrace::Backtrace::capture();
+        tracing::error!(
+            thread = thread.name().unwrap_or("-"),
+            location,
+            panic = ?message,
+            backtrace = ?backtrace,
+            "a task panicked (a bug in shuck: please report it)"
+        );
+    }));
+}

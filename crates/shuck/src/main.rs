@@ -132,6 +132,7 @@ fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, Str
 fn serve(args: &ServeArgs) -> Result<(), String> {
     let config = load_config(&args.config, Some(args))?;
     logging::init(&config);
+    shuck_proxy::logging::panics_as_lines();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

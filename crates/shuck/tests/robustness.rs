@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::clients::{curl_at, read_all_bounded};
+use common::clients::{curl_at, read_all_bounded, sum, wait_metric};
 use common::pki::{connector, toml_path, Key, Pki};
 use common::process::{HttpBackend, Shuck};
 use rustls::pki_types::ServerName;
@@ -66,6 +66,76 @@ fn garbage_instead_of_client_hello_is_refused_with_an_alert() {
     shuck.assert_alive();
 }
 
+/// One handshake record header (type 22, TLS 1.0 record version) with `len` bytes behind it.
+fn handshake_record(len: u16, body_start: &[u8]) -> Vec<u8> {
+    let mut r = vec![0x16, 0x03, 0x01];
+    r.extend_from_slice(&len.to_be_bytes());
+    let mut body = body_start.to_vec();
+    body.resize(usize::from(len), 0);
+    r.extend_from_slice(&body);
+    r
+}
+
+/// Hellos too large for a record, for rustls' 64 KiB handshake limit, or just larger than one
+/// read: each is refused (an alert or a close, at once, not at the handshake timeout) and counted,
+/// the log stays within its per-second budget, and nothing panics (the ClientHello stage's
+/// notes on the stream's first bytes did, on a hello longer than one 4 KiB read).
+#[test]
+fn oversized_hellos_are_refused_counted_and_logged_sparingly() {
+    const EACH: i64 = 20;
+    let pki = Pki::new();
+    let b = HttpBackend::start();
+    let global = "workers = 1\nmetrics_listen = \"127.0.0.1:0\"";
+    let fe = ("handshake_timeout = \"30s\"", format!("\"{}\"", b.addr));
+    let mut shuck = Shuck::start(&config(&pki, &[fe], global));
+    let (addr, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+    let full = |first: Vec<u8>, more: usize| {
+        let mut v = first;
+        for _ in 0..more {
+            v.extend(handshake_record(16384, &[]));
+        }
+        v
+    };
+    let hellos: [(&str, Vec<u8>); 3] = [
+        // A record longer than TLS allows.
+        ("record", [0x16, 0x03, 0x01, 0xff, 0xff].repeat(20)),
+        // A ClientHello claiming 16 MiB, sent as five full records.
+        (
+            "16 MiB",
+            full(handshake_record(16384, &[1, 0xff, 0xff, 0xff]), 4),
+        ),
+        // A ClientHello of 60 KiB (under rustls' limit) full of zeros.
+        ("60 KiB", full(handshake_record(16384, &[1, 0, 0xf0, 0]), 3)),
+    ];
+    for (what, bytes) in &hellos {
+        for _ in 0..EACH {
+            let started = Instant::now();
+            let mut s = TcpStream::connect(addr).expect("connect");
+            // shuck may refuse before it has read everything: a reset on write is fine.
+            let _ = s.write_all(bytes);
+            let reply = read_all_bounded(&mut s);
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{what}: left waiting for {:?}",
+                started.elapsed()
+            );
+            assert!(
+                reply.is_empty() || reply[0] == 21,
+                "{what}: expected an alert or a close, got {reply:02x?}"
+            );
+        }
+    }
+    let total = 3 * EACH;
+    let m = wait_metric(metrics, "shuck_handshake_failures_total", &[], total);
+    assert_eq!(sum(&m, "shuck_handshake_failures_total", &[]), total, "{m}");
+    assert_good_request(&pki, addr);
+    shuck.assert_alive();
+    let log = shuck.log_text();
+    assert!(!log.contains("panicked"), "{log}");
+    let lines = log.matches("TLS handshake failed").count();
+    assert!(lines <= 40, "{lines} lines for {total} refusals: {log}");
+}
+
 /// A client that connects and closes without a byte (a balancer's TCP health check, by FIN or by
 /// reset) is no failure: a debug line at most, no warning, not counted. One that closes part-way
 /// through its ClientHello, by FIN or reset, is counted as a client abort, not as "other".
@@ -95,7 +165,7 @@ fn closes_before_and_during_the_handshake_are_told_apart() {
         close(&[], reset);
         close(partial, reset);
     }
-    let text = common::clients::wait_metric(
+    let text = wait_metric(
         metrics,
         "shuck_handshake_failures_total",
         &["reason=\"client_abort\""],
@@ -318,8 +388,8 @@ fn a_low_open_files_limit_caps_connections_instead_of_failing_them() {
         held.push(TcpStream::connect(shuck.addrs[0]).expect("connect (kernel backlog)"));
     }
     let metrics = shuck.addrs[1];
-    let active = |text: &str| common::clients::sum(text, "shuck_connections_active", &[]);
-    let text = common::clients::wait_metric(metrics, "shuck_connections_active", &[], 16);
+    let active = |text: &str| sum(text, "shuck_connections_active", &[]);
+    let text = wait_metric(metrics, "shuck_connections_active", &[], 16);
     assert_eq!(active(&text), 16, "{text}");
     // And no more, a moment later: the rest stay in the backlog.
     std::thread::sleep(Duration::from_millis(300));
@@ -329,7 +399,7 @@ fn a_low_open_files_limit_caps_connections_instead_of_failing_them() {
     // Once they are gone, service resumes; nothing was blamed on the backend.
     assert_good_request(&pki, shuck.addrs[0]);
     let text = common::clients::scrape(metrics);
-    let sum = |name: &str| common::clients::sum(&text, name, &[]);
+    let sum = |name: &str| sum(&text, name, &[]);
     assert_eq!(sum("shuck_backend_errors_total"), 0, "{text}");
     assert_eq!(sum("shuck_resource_errors_total"), 0, "{text}");
     assert_eq!(sum("shuck_accept_errors_total"), 0, "{text}");

@@ -118,9 +118,10 @@ impl Head {
             let n = KEEP_AT_MOST.saturating_sub(kept.len()).min(read.len());
             kept.extend_from_slice(&read[..n]);
         }
-        let room = self.bytes.len().saturating_sub(self.seen);
-        let n = room.min(read.len());
-        self.bytes[self.seen..self.seen + n].copy_from_slice(&read[..n]);
+        // Past the first bytes (a hello longer than one read), only the count moves.
+        let start = self.seen.min(self.bytes.len());
+        let n = (self.bytes.len() - start).min(read.len());
+        self.bytes[start..start + n].copy_from_slice(&read[..n]);
         self.seen += read.len();
     }
 
@@ -192,5 +193,26 @@ mod tests {
         let mut http = Head::default();
         http.note(b"GET / HTTP/1.0\r\n\r\n");
         assert_eq!(http.legacy_version(), None);
+    }
+
+    /// A hello larger than one read (rustls reads 4 KiB at a time) is noted read after read;
+    /// the head keeps its first bytes and counts the rest. (It panicked on the second read.)
+    #[test]
+    fn the_head_notes_reads_past_its_end() {
+        let mut big = vec![0u8; 9000];
+        big[..11].copy_from_slice(&[
+            0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0x00, 0xf0, 0x00, 0x03, 0x03,
+        ]);
+        let mut head = Head {
+            kept: Some(Vec::new()),
+            ..Head::default()
+        };
+        for chunk in big.chunks(4096) {
+            head.note(chunk);
+        }
+        head.note(&[]);
+        assert_eq!(head.seen, 9000);
+        assert_eq!(head.legacy_version(), Some(0x0303));
+        assert_eq!(head.kept.as_deref(), Some(&big[..KEEP_AT_MOST.min(9000)]));
     }
 }
