@@ -9,47 +9,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use common::pki::{Key, Pki};
-use common::process::{run_bounded, wait_ready, Shuck, SHUCK};
-
-/// `shuck bench backend` on port 0, killed on drop.
-struct Backend {
-    child: Child,
-    addr: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Backend {
-    fn start(size: u64) -> Backend {
-        let dir = tempfile::tempdir().unwrap();
-        let ready = dir.path().join("ready");
-        let child = Command::new(SHUCK)
-            .args(["bench", "backend", "--listen", "127.0.0.1:0", "--size"])
-            .arg(size.to_string())
-            .arg("--ready-file")
-            .arg(&ready)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut b = Backend {
-            child,
-            addr: String::new(),
-            _dir: dir,
-        };
-        b.addr = wait_ready(&ready, 20, || "shuck bench backend".into())[0].to_string();
-        b
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::process::{run_bounded, BenchBackend, Shuck, SHUCK};
 
 /// `shuck <sub> args…`, bounded at `secs`: (success, stdout, stderr).
 fn shuck_sub(sub: &str, args: &[&str], secs: u64) -> (bool, String, String) {
@@ -117,14 +80,14 @@ fn check_svg(p: &Path, axis: &str) {
 fn open_loop_ramp_against_shuck_resumes_k_minus_1_of_k_and_writes_plots() {
     let pki = Pki::new();
     let bundle = pki.leaf("leaf.pem", "bench.test", &["bench.test"], Key::EcdsaP256);
-    let backend = Backend::start(1024);
+    let backend = BenchBackend::start(1024);
     let shuck = Shuck::start_flags(&[
         "--cert",
         bundle.to_str().unwrap(),
         "--listen",
         "127.0.0.1:0",
         "--backend",
-        &backend.addr,
+        &backend.addr.to_string(),
         "--workers",
         "1",
     ]);
@@ -269,7 +232,7 @@ fn help_lists_bench_and_speed_and_their_flags() {
 fn a_rustls_client_resumes_every_way_on_every_worker_and_the_cache_stays_bounded() {
     let pki = Pki::new();
     let bundle = pki.leaf("r.pem", "r.test", &["r.test"], Key::EcdsaP256);
-    let backend = Backend::start(1024);
+    let backend = BenchBackend::start(1024);
     let config = format!(
         "workers = 4\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = \"{}\"\nsession_cache_size = 64\n",
         backend.addr,
@@ -376,7 +339,7 @@ fn twenty_reloads_under_load_fail_no_connection_and_sigterm_drains() {
     let pki = Pki::new();
     let a = pki.leaf("a.pem", "a", &["r.test"], Key::EcdsaP256);
     let b = pki.leaf("b.pem", "b", &["r.test"], Key::Rsa2048);
-    let backend = Backend::start(1024);
+    let backend = BenchBackend::start(1024);
     let config = |cert: &Path, alpn: &str| {
         format!(
             "workers = 2\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = \"{}\"\nalpn = [{alpn}]\n",

@@ -294,3 +294,79 @@ fn a_black_hole_backend_ends_at_connect_timeout() {
     println!("black-hole backend: the client's request ended after {took:?} (connect_timeout 1 s)");
     drop(fillers);
 }
+
+/// One closed-loop `shuck bench` round against `target`: its JSON totals.
+fn bench_round(
+    target: SocketAddr,
+    ca: &std::path::Path,
+    (tls, resume): (&str, &str),
+    secs: u32,
+) -> serde_json::Value {
+    let secs = secs.to_string();
+    let mut cmd = std::process::Command::new(common::process::SHUCK);
+    cmd.args(["bench", &target.to_string(), "--ca"])
+        .arg(ca)
+        .args([
+            "--sni", "rel.test", "-c", "16", "-k", "4", "--tls", tls, "--resume", resume,
+        ])
+        .args(["--duration", &secs, "--step-duration", &secs])
+        .args([
+            "--expect-size",
+            "1024",
+            "--timeout",
+            "5",
+            "--json",
+            "--quiet",
+        ]);
+    let out = common::process::run_bounded(&mut cmd, b"", 60);
+    assert!(
+        out.status.success(),
+        "shuck bench: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bench JSON");
+    v["totals"].clone()
+}
+
+/// A compressed soak: rounds of load (TLS 1.3 PSK, TLS 1.2 session IDs and tickets in turn, 4
+/// requests per session: full handshakes and resumptions, with a session cache that fills in the
+/// first rounds), each followed
+/// by a quiet moment in which RSS is read. After the warm-up rounds memory stays flat: a leak of
+/// a few hundred bytes per connection would show over the rounds' tens of thousands.
+#[test]
+fn a_compressed_soak_keeps_memory_flat() {
+    const ROUNDS: usize = 8;
+    const WARM_UP: usize = 2;
+    let pki = Pki::new();
+    let backend = common::process::BenchBackend::start(1024);
+    let shuck = Shuck::start(&one_frontend(
+        &pki,
+        backend.addr,
+        "session_cache_size = 512",
+    ));
+    let metrics = shuck.addrs[1];
+    let mut rss = Vec::with_capacity(ROUNDS);
+    let mut connections = 0;
+    for round in 0..ROUNDS {
+        let kind = [("1.3", "psk"), ("1.2", "session-id"), ("1.2", "ticket")][round % 3];
+        let totals = bench_round(shuck.addr(), &pki.ca_path(), kind, 3);
+        assert_eq!(totals["failed"], 0, "round {round}: {totals:#}");
+        connections += totals["successful"].as_u64().expect("successful");
+        common::clients::wait_metric(metrics, "shuck_connections_active", &[], 0);
+        rss.push(rss_kib(shuck.pid()));
+    }
+    println!("soak: {connections} connections, RSS after each round (KiB): {rss:?}");
+    assert!(
+        connections > 2000,
+        "too little load to judge: {connections}"
+    );
+    let settled = rss[WARM_UP - 1];
+    let last = *rss.last().expect("rounds");
+    let peak = *rss[WARM_UP..].iter().max().expect("rounds");
+    // Flat: within an eighth (or 2 MiB) of where it stood after the warm-up.
+    let allowed = settled + (settled / 8).max(2048);
+    assert!(
+        peak <= allowed && last <= allowed,
+        "RSS grew over the soak (KiB, allowed {allowed}): {rss:?}"
+    );
+}

@@ -286,3 +286,40 @@ pub fn run_bounded(cmd: &mut Command, stdin: &[u8], secs: u64) -> Output {
     done.store(true, Ordering::Relaxed);
     out
 }
+
+/// `shuck bench backend` on port 0, killed on drop.
+pub struct BenchBackend {
+    child: Child,
+    pub addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl BenchBackend {
+    pub fn start(size: u64) -> BenchBackend {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ready = dir.path().join("ready");
+        let child = Command::new(SHUCK)
+            .args(["bench", "backend", "--listen", "127.0.0.1:0", "--size"])
+            .arg(size.to_string())
+            .arg("--ready-file")
+            .arg(&ready)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn shuck bench backend");
+        let mut b = BenchBackend {
+            child,
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            _dir: dir,
+        };
+        b.addr = wait_ready(&ready, 20, || "shuck bench backend".into())[0];
+        b
+    }
+}
+
+impl Drop for BenchBackend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
