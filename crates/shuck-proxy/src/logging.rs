@@ -37,10 +37,17 @@ thread_local! {
 /// Replaces the standard panic report (several lines, dozens with a backtrace) with one error
 /// line per panic, within a per-thread budget. A panic is a bug, but if a client can trigger one
 /// (a connection task's panic ends only that connection) it must not also be able to flood the
-/// log. With `RUST_BACKTRACE` set the line carries the backtrace, on the same line.
+/// log. With `RUST_BACKTRACE` set the line carries the backtrace, on the same line. Safe inside
+/// the hook because the log writer (standard error) is re-entrant: a writer behind a mutex
+/// would deadlock on a panic raised while it is held.
 pub fn panics_as_lines() {
     std::panic::set_hook(Box::new(|info| {
-        if !PANIC_BUDGET.with(|b| b.take(Instant::now()).0) {
+        let (allowed, left_out) = PANIC_BUDGET.with(|b| b.take(Instant::now()));
+        if let Some((count, since)) = left_out {
+            let seconds = since.elapsed().as_secs();
+            tracing::error!(count, seconds, "panic reports were left out (rate limit)");
+        }
+        if !allowed {
             return;
         }
         let payload = info.payload();
@@ -53,14 +60,14 @@ pub fn panics_as_lines() {
             .location()
             .map_or_else(String::new, |l| format!("{}:{}", l.file(), l.line()));
         let thread = std::thread::current();
+        let thread = thread.name().unwrap_or("-");
         // `?`: a message or backtrace with line breaks stays on one line.
         let backtrace = std::backtrace::Backtrace::capture();
-        tracing::error!(
-            thread = thread.name().unwrap_or("-"),
-            location,
-            panic = ?message,
-            backtrace = ?backtrace,
-            "a task panicked (a bug in shuck: please report it)"
-        );
+        let summary = "a task panicked (a bug in shuck: please report it)";
+        if backtrace.status() == std::backtrace::BacktraceStatus::Captured {
+            tracing::error!(thread, location, panic = ?message, backtrace = ?backtrace, "{summary}");
+        } else {
+            tracing::error!(thread, location, panic = ?message, "{summary}");
+        }
     }));
 }

@@ -32,7 +32,7 @@ pub(crate) async fn read_client_hello(
     };
     match tokio::time::timeout_at(deadline.at, accept(&mut tcp, &mut head)).await {
         Ok(Ok(accepted)) => Ok((
-            Box::new(StartHandshake::from_parts(*accepted, tcp)),
+            Box::new(StartHandshake::from_parts(accepted, tcp)),
             head.kept.unwrap_or_default(),
         )),
         Ok(Err(e)) => Err(e),
@@ -40,9 +40,10 @@ pub(crate) async fn read_client_hello(
     }
 }
 
-/// rustls' connection state is boxed here and stays boxed: an async fn's state holds each value
-/// it keeps across an await inline, so a waiting connection would otherwise hold it twice or more.
-async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Box<Accepted>, HandshakeError> {
+/// The acceptor is boxed: an async fn's state holds inline every value it keeps across an await,
+/// and a connection waiting for its ClientHello would otherwise carry rustls' state in its task.
+/// The accepted hello is returned without an await in between, so it is never held there.
+async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Accepted, HandshakeError> {
     let mut acceptor = Box::new(Acceptor::default());
     loop {
         tcp.readable().await.map_err(HandshakeError::Io)?;
@@ -56,12 +57,15 @@ async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Box<Accepted>, H
             Err(e) if is_abort(&e) => return Err(HandshakeError::ClientAborted(Some(e))),
             Err(e) => return Err(HandshakeError::Io(e)),
         }
-        let hello = acceptor.accept().map(|h| h.map(Box::new));
+        let (error, mut alert) = match acceptor.accept() {
+            Ok(Some(accepted)) => return Ok(accepted),
+            Ok(None) => continue,
+            Err(refused) => refused,
+        };
         // Only a hello rustls refused as incompatible (a TLS 1.0/1.1 client sends no
         // signature_algorithms): one it accepted is negotiated from supported_versions, and
         // rustls itself answers protocol_version to the rest.
-        let incompatible = matches!(hello, Err((rustls::Error::PeerIncompatible(_), _)));
-        if let (true, Some(v)) = (incompatible, head.legacy_version()) {
+        if let (rustls::Error::PeerIncompatible(_), Some(v)) = (&error, head.legacy_version()) {
             if v < TLS12 {
                 // rustls refuses it for the missing extension, with handshake_failure; a client
                 // that can do no better than TLS 1.1 is told protocol_version.
@@ -72,14 +76,8 @@ async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Box<Accepted>, H
                 return Err(HandshakeError::OldProtocol(v));
             }
         }
-        match hello {
-            Ok(Some(accepted)) => return Ok(accepted),
-            Ok(None) => {}
-            Err((error, mut alert)) => {
-                send_alert(tcp, &mut alert).await;
-                return Err(HandshakeError::Tls(error));
-            }
-        }
+        send_alert(tcp, &mut alert).await;
+        return Err(HandshakeError::Tls(error));
     }
 }
 
