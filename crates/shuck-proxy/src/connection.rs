@@ -27,7 +27,7 @@ use crate::relay::{self, Moved, RelayError};
 use crate::tls::handshake::{self, ClientCert, Deadline, Hello, Negotiated, Summary};
 use crate::tls::hello;
 use crate::worker::{FrontendRt, Worker};
-use crate::{demo, log_limit};
+use crate::{acme, demo, log_limit};
 
 /// What the log line at the end says about the connection, filled in as stages complete.
 struct Trace<'a> {
@@ -82,7 +82,10 @@ async fn pipeline<'a>(
     trace: &mut Trace<'a>,
 ) -> Result<(), ConnError> {
     let (read, arrival) = Box::pin(arrive_with_hello(fe, tcp, peer, trace)).await?;
-    let hs = Box::pin(handshake_stage(fe, read)).await?;
+    let Some(hs) = Box::pin(handshake_stage(fe, read)).await? else {
+        trace.backend = Some("acme-tls/1");
+        return Ok(());
+    };
     Box::pin(after_handshake(worker, fe, hs, arrival, trace)).await
 }
 
@@ -117,9 +120,19 @@ async fn arrive_with_hello<'a>(
     Ok((read, arrival))
 }
 
-/// The ClientHello stage (what must see the hello before rustls does: a remote session store
-/// looking the session up; ACME's acme-tls/1 next), then the handshake.
-async fn handshake_stage(fe: &FrontendRt, read: HelloRead) -> Result<Negotiated, ConnError> {
+/// The ClientHello stage (what must see the hello before rustls does: an ACME validator, a
+/// remote session store looking the session up), then the handshake. `None`: the connection was
+/// an ACME validator's, answered here.
+async fn handshake_stage(
+    fe: &FrontendRt,
+    read: HelloRead,
+) -> Result<Option<Negotiated>, ConnError> {
+    if let Some(challenge) = &fe.acme_challenge {
+        if acme::challenge::wants_challenge(read.hello.client_hello().alpn()) {
+            handshake::answer_acme(read.hello, challenge.clone(), read.deadline).await?;
+            return Ok(None);
+        }
+    }
     let tls = fe.tls.load_full();
     let prefetched = match &tls.remote {
         Some(remote) => remote.prefetch(&read.bytes).await,
@@ -128,7 +141,7 @@ async fn handshake_stage(fe: &FrontendRt, read: HelloRead) -> Result<Negotiated,
     drop(read.bytes);
     let hs = handshake::finish(read.hello, &tls, read.deadline, prefetched).await?;
     count_handshake(&fe.metrics, &hs);
-    Ok(hs)
+    Ok(Some(hs))
 }
 
 /// Everything after the handshake, owning what it settled.

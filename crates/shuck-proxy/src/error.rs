@@ -54,6 +54,9 @@ pub enum Error {
     #[error("cannot write ready file {path}: {source}")]
     ReadyFile { path: PathBuf, source: io::Error },
 
+    #[error("state directory: {0}")]
+    StateDir(String),
+
     #[error("cannot generate the self-signed certificate: {0}")]
     SelfSigned(String),
 }

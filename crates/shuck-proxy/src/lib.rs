@@ -6,6 +6,7 @@
 //! [`check::report`] for `shuck check`.
 
 mod accept;
+mod acme;
 mod backend;
 mod buf_pool;
 pub mod check;

@@ -14,13 +14,15 @@ use rustls::server::ProducesTickets;
 use crate::tls::tickets::Ticketer;
 use tokio::sync::watch;
 
+use crate::config::CertSource;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::metrics::{self, Metrics};
 use crate::session_store::{SharedStore as SessionStoreHandle, StoreCounters};
 use crate::tls::sessions::SessionCache;
 use crate::tls::{Carried, TlsContext, TlsSlot};
-use crate::{accept, limits, listener};
+use crate::{accept, acme, limits, listener};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 /// A configured, bound server, not yet accepting.
 pub struct Server {
@@ -34,6 +36,20 @@ pub struct Server {
     metrics: Arc<Metrics>,
     metrics_listener: Option<std::net::TcpListener>,
     fd_limit: u64,
+    /// Where the ACME renewal tasks say a frontend's certificate changed.
+    renewed: (UnboundedSender<String>, Option<UnboundedReceiver<String>>),
+}
+
+/// Names of frontends whose certificate was just renewed (ACME), for the caller to load with
+/// [`Reloader::refresh`].
+#[derive(Debug)]
+pub struct CertificateUpdates(UnboundedReceiver<String>);
+
+impl CertificateUpdates {
+    /// The next frontend to refresh; `None` once the server is gone.
+    pub async fn next(&mut self) -> Option<String> {
+        self.0.recv().await
+    }
 }
 
 impl Server {
@@ -61,6 +77,12 @@ impl Server {
                 )
             })
             .collect::<Result<Vec<_>>>()?;
+        for fe in &config.frontends {
+            if let CertSource::Acme(acme) = &fe.certs {
+                acme::state::ensure_private_dir(&acme.dir)
+                    .map_err(|e| Error::StateDir(e.to_string()))?;
+            }
+        }
         let now = crate::tls::certs::now_unix();
         for w in tls
             .iter()
@@ -129,6 +151,10 @@ impl Server {
             metrics: Arc::new(metrics),
             metrics_listener,
             fd_limit,
+            renewed: {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (tx, Some(rx))
+            },
         })
     }
 
@@ -147,7 +173,13 @@ impl Server {
                 .collect(),
             client_trust: self.tls.iter().map(|t| t.client_trust).collect(),
             slots: self.slots.clone(),
+            current: self.config.frontends.clone(),
         }
+    }
+
+    /// Where renewed certificates are announced (once; `None` after the first call).
+    pub fn certificate_updates(&mut self) -> Option<CertificateUpdates> {
+        self.renewed.1.take().map(CertificateUpdates)
     }
 
     /// The metrics endpoint's address, when enabled.
@@ -224,6 +256,15 @@ impl Server {
             }
             _ => None,
         };
+        for fe in &c.frontends {
+            if let CertSource::Acme(acme) = &fe.certs {
+                let job = acme::renewal::Job {
+                    frontend: fe.name.clone(),
+                    acme: (**acme).clone(),
+                };
+                rt.spawn(acme::renewal::run(job, self.renewed.0.clone()));
+            }
+        }
         if let Some(path) = ready_file {
             let mut lines: Vec<SocketAddr> = self.bound.iter().map(|(_, a)| *a).collect();
             lines.extend(metrics_addr);
@@ -286,6 +327,8 @@ pub struct Reloader {
     /// made required) the old tickets and cached sessions must go with it.
     client_trust: Vec<Option<[u8; 32]>>,
     slots: Vec<Vec<TlsSlot>>,
+    /// Per frontend (as started), the settings in force: what a refresh loads again.
+    current: Vec<crate::config::Frontend>,
 }
 
 impl Reloader {
@@ -310,6 +353,15 @@ impl Reloader {
             if old.listen != fe.listen {
                 notes.push(format!(
                     "frontend {:?}: listen changed; not reloaded, restart to apply it",
+                    fe.name
+                ));
+                continue;
+            }
+            // The renewal task keeps the settings it started with: another name list or CA would
+            // serve a temporary certificate nobody orders a replacement for.
+            if acme_settings(old) != acme_settings(fe) {
+                notes.push(format!(
+                    "frontend {:?}: acme changed; not reloaded, restart to apply it",
                     fe.name
                 ));
                 continue;
@@ -355,22 +407,54 @@ impl Reloader {
                 notes.push(format!("frontend {:?} is new: restart to add it", fe.name));
             }
         }
-        let now = crate::tls::certs::now_unix();
         for (i, fe, ctx) in built {
-            for w in ctx.certs.iter().flat_map(|c| c.warnings(now)) {
-                tracing::warn!("{w}");
-            }
-            ctx.sessions
-                .reconfigure(fe.session_cache_size, fe.session_ticket_lifetime);
-            self.sessions[i].clone_from(&ctx.sessions);
-            for (w, slot) in self.slots[i].iter().enumerate() {
-                slot.store(ctx.worker_config(w));
-            }
-            self.stores[i].clone_from(&ctx.store);
-            self.client_trust[i] = ctx.client_trust;
-            self.ticketers[i].clone_from(&ctx.ticketer);
+            self.install(i, fe, &ctx);
         }
         Ok(notes)
+    }
+
+    /// Loads frontend `name`'s certificates again with the settings in force, for that frontend
+    /// alone: an ACME renewal stored a new certificate. The same checks and swap as a reload.
+    pub fn refresh(&mut self, name: &str) -> Result<()> {
+        let Some(i) = self.current.iter().position(|f| f.name == name) else {
+            return Ok(());
+        };
+        let fe = self.current[i].clone();
+        let carried = Carried {
+            ticketer: self.ticketers[i].clone().filter(|_| fe.session_tickets),
+            sessions: Some(self.sessions[i].clone()),
+            store: self.stores[i].clone(),
+            store_counters: self.store_counters[i].clone(),
+        };
+        let ctx = TlsContext::load_keeping(&fe, carried)?;
+        self.install(i, &fe, &ctx);
+        Ok(())
+    }
+
+    /// Puts a loaded frontend into every worker's slot and keeps what the next load carries.
+    fn install(&mut self, i: usize, fe: &crate::config::Frontend, ctx: &TlsContext) {
+        let now = crate::tls::certs::now_unix();
+        for w in ctx.certs.iter().flat_map(|c| c.warnings(now)) {
+            tracing::warn!("{w}");
+        }
+        ctx.sessions
+            .reconfigure(fe.session_cache_size, fe.session_ticket_lifetime);
+        self.sessions[i].clone_from(&ctx.sessions);
+        for (w, slot) in self.slots[i].iter().enumerate() {
+            slot.store(ctx.worker_config(w));
+        }
+        self.stores[i].clone_from(&ctx.store);
+        self.client_trust[i] = ctx.client_trust;
+        self.ticketers[i].clone_from(&ctx.ticketer);
+        self.current[i] = fe.clone();
+    }
+}
+
+/// A frontend's ACME settings, if it uses ACME.
+fn acme_settings(fe: &crate::config::Frontend) -> Option<&crate::config::Acme> {
+    match &fe.certs {
+        CertSource::Acme(a) => Some(a),
+        _ => None,
     }
 }
 

@@ -5,10 +5,11 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
+use crate::acme::challenge;
 use crate::backend::BackendPool;
-use crate::config::{Backend, Frontend};
+use crate::config::{Backend, CertSource, Frontend};
 use crate::metrics::{FrontendMetrics, Metrics};
-use crate::tls::TlsSlot;
+use crate::tls::{self, TlsSlot};
 
 /// One worker, as its connections see it.
 #[derive(Debug)]
@@ -44,6 +45,8 @@ pub(crate) struct FrontendRt {
     /// `None` means the built-in demo backend.
     pub(crate) backends: Option<BackendPool>,
     pub(crate) metrics: FrontendMetrics,
+    /// With ACME: what a TLS-ALPN-01 validator's handshake is served with.
+    pub(crate) acme_challenge: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl FrontendRt {
@@ -57,11 +60,18 @@ impl FrontendRt {
                 cfg.backend_cooldown,
             )),
         };
+        let acme_challenge = match &cfg.certs {
+            CertSource::Acme(_) => challenge::server_config(tls::provider_for(&cfg))
+                .inspect_err(|e| tracing::error!(frontend = %cfg.name, error = %e, "cannot answer ACME challenges"))
+                .ok(),
+            _ => None,
+        };
         FrontendRt {
             metrics: metrics.for_frontend(&cfg.name, worker),
             cfg,
             tls,
             backends,
+            acme_challenge,
         }
     }
 }

@@ -164,7 +164,7 @@ const LAYERS: [&[&str]; 9] = [
         "sealing",
     ],
     &["config", "logging", "limits", "session_store"],
-    &["tls", "proxy_in", "backend", "relay"],
+    &["tls", "acme", "proxy_in", "backend", "relay"],
     &["conn_error"],
     &["metrics", "proxy_out", "demo"],
     &["worker"],

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use shuck_proxy::config::{self, Config, LogFormat, OneOrMany, Origin, RawConfig, RawFrontend};
-use shuck_proxy::server::{Reloader, Server};
+use shuck_proxy::server::{CertificateUpdates, Reloader, Server};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
@@ -143,9 +143,10 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
         let _guard = rt.enter();
         Signals::install().map_err(|e| format!("cannot install signal handlers: {e}"))?
     };
-    let server = Server::prepare(config).map_err(|e| e.to_string())?;
+    let mut server = Server::prepare(config).map_err(|e| e.to_string())?;
     let (stops_tx, stops) = watch::channel(0u32);
-    rt.spawn(signals.handle(args.clone(), server.reloader(), stops_tx));
+    let updates = server.certificate_updates();
+    rt.spawn(signals.handle(args.clone(), server.reloader(), updates, stops_tx));
     let (mut first, mut second) = (stops.clone(), stops);
     let result = server
         .run(
@@ -184,12 +185,32 @@ impl Signals {
 
     /// Counts SIGTERM/SIGINT into `stops` (the first drains, the second exits at once) and
     /// reloads certificates and TLS settings on SIGHUP.
-    async fn handle(mut self, args: ServeArgs, reloader: Reloader, stops: watch::Sender<u32>) {
+    async fn handle(
+        mut self,
+        args: ServeArgs,
+        reloader: Reloader,
+        mut updates: Option<CertificateUpdates>,
+        stops: watch::Sender<u32>,
+    ) {
         let mut reloader = Some(reloader);
         loop {
             tokio::select! {
                 _ = self.term.recv() => { stops.send_modify(|n| *n += 1); }
                 _ = self.int.recv() => { stops.send_modify(|n| *n += 1); }
+                Some(frontend) = next_update(&mut updates) => {
+                    let Some(mut r) = reloader.take() else { continue };
+                    let task = tokio::task::spawn_blocking(move || {
+                        match r.refresh(&frontend) {
+                            Ok(()) => tracing::info!(frontend, "serving the renewed certificate"),
+                            Err(e) => tracing::error!(frontend, error = %e, "renewed certificate not loaded; still serving the previous one"),
+                        }
+                        r
+                    });
+                    match task.await {
+                        Ok(r) => reloader = Some(r),
+                        Err(e) => tracing::error!(error = %e, "certificate refresh lost; further SIGHUPs are ignored"),
+                    }
+                }
                 _ = self.hup.recv() => {
                     // Off the main runtime: reading files and resolving backend names may block,
                     // and metrics must keep answering meanwhile.
@@ -234,6 +255,14 @@ fn reload(args: &ServeArgs, reloader: &mut Reloader) {
                 "reload failed; still serving the previous certificates"
             );
         }
+    }
+}
+
+/// The next renewed certificate's frontend; pending forever without ACME.
+async fn next_update(updates: &mut Option<CertificateUpdates>) -> Option<String> {
+    match updates {
+        Some(u) => u.next().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::acme::Acme;
 use super::{key_err, resolve_path, resolve_paths, KeyError, RawFrontend};
 
 #[derive(Debug, Clone)]
@@ -14,6 +15,8 @@ pub enum CertSource {
         paths: Vec<PathBuf>,
         default: Option<PathBuf>,
     },
+    /// Obtained and renewed from an ACME CA; a temporary self-signed one until the first arrives.
+    Acme(Box<Acme>),
 }
 
 /// What to do with a client whose SNI matches no certificate (or that sends none).
@@ -35,9 +38,24 @@ pub(super) struct Certificates {
 impl RawFrontend {
     pub(super) fn validate_certificates(
         &self,
+        name: &str,
         base: Option<&Path>,
+        state_dir: &Path,
     ) -> Result<Certificates, KeyError> {
         let paths: Vec<PathBuf> = resolve_paths(base, self.certificates.as_ref());
+        if let Some(acme) = &self.acme {
+            if !paths.is_empty() || self.self_signed.unwrap_or(false) {
+                return Err(key_err(
+                    "acme",
+                    "cannot be combined with certificates or self_signed: choose one",
+                ));
+            }
+            return Ok(Certificates {
+                source: CertSource::Acme(Box::new(acme.validate(name, base, state_dir)?)),
+                unknown_sni: self.unknown_sni.unwrap_or(SniFallback::Default),
+                missing_sni: self.missing_sni.unwrap_or(SniFallback::Default),
+            });
+        }
         let source =
             match (self.self_signed.unwrap_or(false), paths.is_empty()) {
                 (true, true) => CertSource::SelfSigned,
@@ -49,7 +67,7 @@ impl RawFrontend {
                 }
                 (false, true) => return Err(key_err(
                     "certificates",
-                    "missing: give PEM files or directories (chain + key), or self_signed = true",
+                    "missing: give PEM files or directories (chain + key), acme = { … }, or self_signed = true",
                 )),
                 (false, false) => CertSource::Files {
                     paths,

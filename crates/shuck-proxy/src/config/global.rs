@@ -1,6 +1,7 @@
 //! The keys outside `[[frontend]]`: workers, the connection limit, shutdown, logging, metrics.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -19,7 +20,11 @@ pub enum LogFormat {
 
 impl RawConfig {
     /// The global keys, in a configuration whose frontends are still to be added.
-    pub(super) fn validate_globals(&self, origin: Origin) -> Result<Config, KeyError> {
+    pub(super) fn validate_globals(
+        &self,
+        origin: Origin,
+        base: Option<&Path>,
+    ) -> Result<Config, KeyError> {
         let workers = match self.workers.unwrap_or(0) {
             0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             n if n > 1024 => return Err(key_err("workers", format!("{n} is more than 1024"))),
@@ -63,6 +68,10 @@ impl RawConfig {
             log_level,
             log_connections: self.log_connections.unwrap_or(false),
             metrics_listen,
+            state_dir: self.state_dir.clone().map_or_else(
+                || PathBuf::from(super::acme::STATE_DIR),
+                |p| super::resolve_path(base, p),
+            ),
             frontends: Vec::new(),
         })
     }

@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::proxy_protocol::Version;
 pub use sessions::{SessionStoreSettings, TicketKeyFiles, TicketKeyFormat};
 
+mod acme;
 pub mod backend;
 mod certificates;
 mod client_auth;
@@ -31,6 +32,7 @@ mod sessions;
 mod timeouts;
 mod tls;
 
+pub use acme::{Acme, AcmeKey};
 pub use backend::{Backend, BackendAddr, BackendPolicy, MAX_BACKENDS};
 pub use certificates::{CertSource, SniFallback};
 pub use client_auth::ClientAuth;
@@ -82,6 +84,7 @@ pub struct RawConfig {
     pub log_level: Option<String>,
     pub log_connections: Option<bool>,
     pub metrics_listen: Option<String>,
+    pub state_dir: Option<PathBuf>,
     #[serde(default, rename = "frontend")]
     pub frontends: Vec<RawFrontend>,
 }
@@ -95,6 +98,7 @@ pub struct RawFrontend {
     pub backend_policy: Option<BackendPolicy>,
     pub certificates: Option<OneOrMany<PathBuf>>,
     pub self_signed: Option<bool>,
+    pub acme: Option<acme::RawAcme>,
     pub default_certificate: Option<PathBuf>,
     pub unknown_sni: Option<SniFallback>,
     pub missing_sni: Option<SniFallback>,
@@ -158,6 +162,8 @@ pub struct Config {
     pub log_connections: bool,
     /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// Where ACME accounts and certificates are kept.
+    pub state_dir: PathBuf,
     pub frontends: Vec<Frontend>,
 }
 
@@ -256,7 +262,7 @@ impl RawConfig {
                 "no [[frontend]] section: nothing to serve",
             ));
         }
-        let mut config = self.validate_globals(origin)?;
+        let mut config = self.validate_globals(origin, base)?;
         let frontends = &mut config.frontends;
         for (i, raw) in self.frontends.into_iter().enumerate() {
             let name = raw.name.clone().unwrap_or_else(|| format!("frontend{i}"));
@@ -267,7 +273,7 @@ impl RawConfig {
                 ));
             }
             let fe = raw
-                .validate(&name, base)
+                .validate(&name, base, &config.state_dir)
                 .map_err(|e| e.in_frontend(&name))?;
             listen::check_not_shared(&fe, frontends).map_err(|e| e.in_frontend(&name))?;
             frontends.push(fe);
@@ -278,10 +284,15 @@ impl RawConfig {
 }
 
 impl RawFrontend {
-    fn validate(self, name: &str, base: Option<&Path>) -> Result<Frontend, KeyError> {
+    fn validate(
+        self,
+        name: &str,
+        base: Option<&Path>,
+        state_dir: &Path,
+    ) -> Result<Frontend, KeyError> {
         let listen = self.validate_listen()?;
         let backend = self.validate_backend()?;
-        let certs = self.validate_certificates(base)?;
+        let certs = self.validate_certificates(name, base, state_dir)?;
         let tls = self.validate_tls(matches!(backend.backend, Backend::Demo))?;
         let timeouts = self.validate_timeouts()?;
         let client = self.validate_client_auth(base)?;

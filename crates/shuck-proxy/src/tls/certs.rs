@@ -291,11 +291,36 @@ pub fn from_parts(
 /// out and for tests. Never a production certificate: clients will not trust it.
 pub fn self_signed(provider: &CryptoProvider) -> Result<LoadedCert> {
     let names = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
+    generated(
+        names,
+        "shuck self-signed (localhost)",
+        "<self-signed>",
+        provider,
+    )
+}
+
+/// What an ACME frontend serves until its first certificate is issued: self-signed for its
+/// names, and named so that anyone who looks at it sees why.
+pub fn acme_temporary(names: &[String], provider: &CryptoProvider) -> Result<LoadedCert> {
+    generated(
+        names.to_vec(),
+        "shuck temporary certificate (ACME certificate not yet issued)",
+        "<acme temporary>",
+        provider,
+    )
+}
+
+fn generated(
+    names: Vec<String>,
+    common_name: &str,
+    shown_as: &str,
+    provider: &CryptoProvider,
+) -> Result<LoadedCert> {
     let mut params =
         rcgen::CertificateParams::new(names).map_err(|e| Error::SelfSigned(e.to_string()))?;
     params
         .distinguished_name
-        .push(rcgen::DnType::CommonName, "shuck self-signed (localhost)");
+        .push(rcgen::DnType::CommonName, common_name);
     // Generated at each start, so a short validity costs nothing.
     let now = time::OffsetDateTime::now_utc();
     params.not_before = now - time::Duration::days(1);
@@ -304,15 +329,9 @@ pub fn self_signed(provider: &CryptoProvider) -> Result<LoadedCert> {
     let cert = params
         .self_signed(&key_pair)
         .map_err(|e| Error::SelfSigned(e.to_string()))?;
-    let ck = rcgen::CertifiedKey { cert, key_pair };
-    let key = PrivateKeyDer::try_from(ck.key_pair.serialize_der())
+    let key = PrivateKeyDer::try_from(key_pair.serialize_der())
         .map_err(|e| Error::SelfSigned(e.to_string()))?;
-    from_parts(
-        Path::new("<self-signed>"),
-        vec![ck.cert.der().clone()],
-        key,
-        provider,
-    )
+    from_parts(Path::new(shown_as), vec![cert.der().clone()], key, provider)
 }
 
 #[cfg(test)]

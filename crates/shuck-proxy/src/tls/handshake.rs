@@ -7,7 +7,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::{HandshakeKind, ServerConnection};
+use rustls::{HandshakeKind, ServerConfig, ServerConnection};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -187,6 +187,23 @@ pub(crate) async fn finish(
         client_cert,
         resumed_by,
     })
+}
+
+/// Serves an ACME validator's TLS-ALPN-01 handshake with the challenge configuration, then
+/// closes (RFC 8737: the validator only looks at the certificate). Nothing reaches the backend.
+pub(crate) async fn answer_acme(
+    hello: Box<Hello>,
+    config: Arc<ServerConfig>,
+    deadline: Deadline,
+) -> Result<(), HandshakeError> {
+    let accept = Box::new(hello.into_stream(config));
+    let mut stream = match tokio::time::timeout_at(deadline.at, accept).await {
+        Ok(Ok(s)) => Box::new(s),
+        Ok(Err(e)) => return Err(HandshakeError::from_io(e)),
+        Err(_) => return Err(HandshakeError::Timeout(deadline.within)),
+    };
+    let _ = tokio::time::timeout_at(deadline.at, stream.shutdown()).await;
+    Ok(())
 }
 
 /// How the client's certificate fared.

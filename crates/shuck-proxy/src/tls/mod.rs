@@ -18,7 +18,7 @@ use std::sync::Arc;
 use rustls::crypto::CryptoProvider;
 use rustls::ServerConfig;
 
-use crate::config::{CertSource, Frontend};
+use crate::config::{Acme, CertSource, Frontend};
 use crate::error::{Error, Result};
 use crate::session_store::{SharedStore, StoreCounters, Target};
 use certs::LoadedCert;
@@ -92,6 +92,31 @@ pub fn provider_for(fe: &Frontend) -> CryptoProvider {
     }
 }
 
+/// The certificate an ACME frontend serves: the one issued last, when the state directory holds
+/// one that covers the names and has not expired; otherwise a temporary self-signed one. A stored
+/// bundle that cannot be read is reported and replaced by the next order, never fatal.
+fn acme_certificate(acme: &Acme, provider: &CryptoProvider) -> Result<LoadedCert> {
+    const TEMPORARY: &str = "serving a temporary certificate until the next one is issued";
+    if acme.bundle.exists() {
+        match certs::load_bundle(&acme.bundle, provider) {
+            Ok(c) if covers(&c, &acme.names) && c.not_after > certs::now_unix() => return Ok(c),
+            Ok(_) => {
+                let path = acme.bundle.display();
+                tracing::info!(%path, "stored ACME certificate expired or for other names; {TEMPORARY}");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "stored ACME certificate unusable; {TEMPORARY}");
+            }
+        }
+    }
+    certs::acme_temporary(&acme.names, provider)
+}
+
+/// Whether a certificate names every one of `names` (exactly: ACME orders no wildcards).
+pub(crate) fn covers(cert: &LoadedCert, names: &[String]) -> bool {
+    names.iter().all(|n| cert.names.contains(n))
+}
+
 impl TlsContext {
     /// Loads and checks a frontend's certificates and TLS settings, with a new ticket key and an
     /// empty session cache whose counters nobody reads (`shuck check`).
@@ -106,6 +131,7 @@ impl TlsContext {
         let provider = Arc::new(provider_for(fe));
         let (certs, default_index) = match &fe.certs {
             CertSource::SelfSigned => (vec![certs::self_signed(&provider)?], 0),
+            CertSource::Acme(acme) => (vec![acme_certificate(acme, &provider)?], 0),
             CertSource::Files { paths, default } => {
                 let files = certs::expand_paths(paths)?;
                 let loaded = files

@@ -1,0 +1,147 @@
+//! TLS-ALPN-01 (RFC 8737): while an authorization is pending, a client that offers the
+//! `acme-tls/1` protocol with one of the names gets a self-signed certificate for that name
+//! carrying the key authorization's digest in the critical acmeIdentifier extension. The CA's
+//! validator connects to the frontend's own listener; nothing reaches the backend.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use arc_swap::ArcSwap;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::ServerConfig;
+
+use super::AcmeError;
+
+/// The protocol a TLS-ALPN-01 validator offers, and only it.
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// The challenge certificates being validated now, by name: one table for the process (the
+/// names a CA validates are the process's, whichever frontend ordered them). Written by the
+/// order task; read, without a lock, only by validators' handshakes.
+static PENDING: LazyLock<ArcSwap<HashMap<String, Arc<CertifiedKey>>>> =
+    LazyLock::new(|| ArcSwap::from_pointee(HashMap::new()));
+
+/// Whether a ClientHello's ALPN list asks for the challenge.
+pub fn wants_challenge(alpn: Option<impl Iterator<Item = impl AsRef<[u8]>>>) -> bool {
+    alpn.is_some_and(|mut protocols| protocols.any(|p| p.as_ref() == ACME_TLS_ALPN))
+}
+
+/// Serves `name`'s challenge for as long as the returned guard lives.
+pub(super) fn publish(
+    name: &str,
+    digest: &[u8],
+    provider: &CryptoProvider,
+) -> Result<Published, AcmeError> {
+    let key = challenge_certificate(name, digest, provider)?;
+    PENDING.rcu(|table| {
+        let mut t = HashMap::clone(table);
+        t.insert(name.to_string(), key.clone());
+        t
+    });
+    Ok(Published(name.to_string()))
+}
+
+/// Withdraws its challenge when dropped (validated, failed, or the order given up).
+#[derive(Debug)]
+pub(super) struct Published(String);
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        PENDING.rcu(|table| {
+            let mut t = HashMap::clone(table);
+            t.remove(&self.0);
+            t
+        });
+    }
+}
+
+fn challenge_certificate(
+    name: &str,
+    digest: &[u8],
+    provider: &CryptoProvider,
+) -> Result<Arc<CertifiedKey>, AcmeError> {
+    let key_auth: [u8; 32] = digest
+        .try_into()
+        .map_err(|_| AcmeError::Challenge("the key authorization digest is not SHA-256".into()))?;
+    let mut params = rcgen::CertificateParams::new(vec![name.to_string()])?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(&key_auth)];
+    let key_pair = rcgen::KeyPair::generate()?;
+    let cert = params.self_signed(&key_pair)?;
+    let key = PrivateKeyDer::try_from(key_pair.serialize_der())
+        .map_err(|e| AcmeError::Challenge(e.to_string()))?;
+    let signing = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| AcmeError::Challenge(e.to_string()))?;
+    let chain: Vec<CertificateDer<'static>> = vec![cert.der().clone()];
+    Ok(Arc::new(CertifiedKey::new(chain, signing)))
+}
+
+/// Finds the pending challenge for the ClientHello's SNI; none without SNI or a pending order.
+#[derive(Debug)]
+struct ChallengeResolver;
+
+impl ResolvesServerCert for ChallengeResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let name = hello.server_name()?.to_ascii_lowercase();
+        PENDING.load().get(&name).cloned()
+    }
+}
+
+/// The configuration validators' handshakes get: `acme-tls/1` only, the challenge certificates,
+/// no session resumption (RFC 8737 §4 forbids it for the challenge).
+pub fn server_config(provider: CryptoProvider) -> Result<Arc<ServerConfig>, rustls::Error> {
+    let mut c = ServerConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(ChallengeResolver));
+    c.alpn_protocols = vec![ACME_TLS_ALPN.to_vec()];
+    c.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    c.send_tls13_tickets = 0;
+    Ok(Arc::new(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use x509_parser::prelude::{FromDer, X509Certificate};
+
+    #[test]
+    fn a_published_challenge_carries_the_digest_and_goes_away_when_dropped() {
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let digest = [7u8; 32];
+        let published = publish("challenge.example", &digest, &provider).expect("publish");
+        let key = PENDING
+            .load()
+            .get("challenge.example")
+            .cloned()
+            .expect("pending");
+        let (_, cert) = X509Certificate::from_der(&key.cert[0]).expect("x509");
+        let ext = cert
+            .extensions()
+            .iter()
+            .find(|e| e.oid.to_id_string() == "1.3.6.1.5.5.7.1.31")
+            .expect("acmeIdentifier");
+        assert!(ext.critical);
+        // An OCTET STRING (tag 4, length 32) holding the digest.
+        assert_eq!(ext.value[..2], [4, 32]);
+        assert_eq!(&ext.value[2..], &digest);
+        drop(published);
+        assert!(PENDING.load().get("challenge.example").is_none());
+    }
+
+    #[test]
+    fn only_an_alpn_list_with_acme_tls_asks_for_the_challenge() {
+        let list = |v: &'static [&'static [u8]]| Some(v.iter().copied());
+        assert!(wants_challenge(list(&[b"acme-tls/1"])));
+        assert!(wants_challenge(list(&[b"h2", b"acme-tls/1"])));
+        assert!(!wants_challenge(list(&[b"h2", b"http/1.1"])));
+        assert!(!wants_challenge(
+            None::<std::iter::Copied<std::slice::Iter<'_, &[u8]>>>
+        ));
+    }
+}

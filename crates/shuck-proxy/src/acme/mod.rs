@@ -1,0 +1,41 @@
+//! Certificates from an ACME CA (RFC 8555): the challenge answered on the frontend's own
+//! listener (TLS-ALPN-01, RFC 8737, in `challenge`), the order (`order`), the state directory
+//! (`state`) and the renewal schedule (`renewal`), which runs on the main thread's runtime and
+//! says when a frontend's certificate changed, for the server to load it into every worker.
+
+pub mod challenge;
+mod order;
+pub mod renewal;
+pub mod state;
+
+use std::path::PathBuf;
+
+/// Why getting a certificate failed (or could not start).
+#[derive(Debug, thiserror::Error)]
+pub enum AcmeError {
+    /// The CA answered with an error (its problem document) or could not be reached.
+    #[error("{0}")]
+    Ca(#[from] instant_acme::Error),
+    /// The CA refused what was asked (an invalid authorization, no TLS-ALPN-01 challenge).
+    #[error("{0}")]
+    Refused(String),
+    #[error("{}: {source}", path.display())]
+    State {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: unreadable account: {message}", path.display())]
+    Account { path: PathBuf, message: String },
+    #[error("cannot make a key or request: {0}")]
+    Key(#[from] rcgen::Error),
+    #[error("cannot make the challenge certificate: {0}")]
+    Challenge(String),
+}
+
+impl AcmeError {
+    /// Whether the CA said to slow down (RFC 8555 §6.6): the next attempt waits the longest.
+    pub fn is_rate_limit(&self) -> bool {
+        matches!(self, AcmeError::Ca(instant_acme::Error::Api(p))
+            if p.r#type.as_deref() == Some("urn:ietf:params:acme:error:rateLimited"))
+    }
+}

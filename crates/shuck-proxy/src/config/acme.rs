@@ -1,0 +1,159 @@
+//! `acme = { … }`: certificates a frontend obtains and renews itself from an ACME CA (RFC 8555),
+//! answering the TLS-ALPN-01 challenge on its own listener, and the `state_dir` they are kept in.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::{key_err, resolve_path, KeyError, OneOrMany};
+
+/// Where shuck keeps what it must find again after a restart (ACME accounts and certificates).
+pub const STATE_DIR: &str = "/var/lib/shuck";
+
+/// The key shuck generates for each certificate it orders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AcmeKey {
+    /// ECDSA P-256: what browsers and CAs expect today, and far cheaper to sign with.
+    #[default]
+    Ecdsa,
+    /// RSA 2048, for clients that know nothing else.
+    Rsa,
+}
+
+/// `acme` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAcme {
+    pub directory: Option<String>,
+    pub contact: Option<OneOrMany<String>>,
+    pub names: Option<Vec<String>>,
+    pub key: Option<AcmeKey>,
+    /// A PEM CA to trust for the directory's HTTPS instead of the system's (a test CA).
+    pub directory_ca: Option<PathBuf>,
+}
+
+/// A frontend's ACME settings, validated, with where its state lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acme {
+    pub directory: String,
+    pub contact: Vec<String>,
+    /// Lower-case DNS names, the first the certificate's subject.
+    pub names: Vec<String>,
+    pub key: AcmeKey,
+    pub directory_ca: Option<PathBuf>,
+    /// `<state_dir>/acme`: accounts (by directory) and certificates (by frontend).
+    pub dir: PathBuf,
+    /// The certificate bundle this frontend serves once one is issued (chain, then key).
+    pub bundle: PathBuf,
+}
+
+impl RawAcme {
+    pub(super) fn validate(
+        &self,
+        frontend: &str,
+        base: Option<&Path>,
+        state_dir: &Path,
+    ) -> Result<Acme, KeyError> {
+        let directory = self
+            .directory
+            .clone()
+            .ok_or_else(|| key_err("acme.directory", "missing: the CA's directory URL"))?;
+        if !directory.starts_with("https://") {
+            return Err(key_err(
+                "acme.directory",
+                format!("{directory:?} is not an https:// URL"),
+            ));
+        }
+        let contact = self
+            .contact
+            .clone()
+            .map(OneOrMany::into_vec)
+            .unwrap_or_default();
+        if let Some(c) = contact.iter().find(|c| !c.contains(':')) {
+            return Err(key_err(
+                "acme.contact",
+                format!("{c:?} is not a URI (write mailto:{c})"),
+            ));
+        }
+        let names = self.names.clone().unwrap_or_default();
+        if names.is_empty() {
+            return Err(key_err(
+                "acme.names",
+                "missing: the DNS names to order a certificate for",
+            ));
+        }
+        let names = names
+            .iter()
+            .map(|n| dns_name(n).map_err(|m| key_err("acme.names", m)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let dir = state_dir.join("acme");
+        let bundle = dir
+            .join("certs")
+            .join(format!("{}.pem", file_stem(frontend)));
+        Ok(Acme {
+            directory,
+            contact,
+            names,
+            key: self.key.unwrap_or_default(),
+            directory_ca: self.directory_ca.clone().map(|p| resolve_path(base, p)),
+            dir,
+            bundle,
+        })
+    }
+}
+
+/// A name a CA can validate with TLS-ALPN-01: a DNS name, no wildcard (those need DNS-01).
+fn dns_name(name: &str) -> Result<String, String> {
+    let lower = name.trim_end_matches('.').to_ascii_lowercase();
+    if lower.starts_with("*.") {
+        return Err(format!(
+            "{name:?}: a wildcard needs the DNS-01 challenge, which shuck does not answer"
+        ));
+    }
+    let ok = rustls::pki_types::ServerName::try_from(lower.as_str())
+        .is_ok_and(|n| matches!(n, rustls::pki_types::ServerName::DnsName(_)));
+    if !ok || !lower.contains('.') && lower != "localhost" {
+        return Err(format!("{name:?} is not a DNS name"));
+    }
+    Ok(lower)
+}
+
+/// A file name for a frontend: its name when that is safe as one, else its hex.
+fn file_stem(frontend: &str) -> String {
+    let safe = !frontend.is_empty()
+        && !frontend.starts_with('.')
+        && frontend
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if safe {
+        frontend.to_string()
+    } else {
+        frontend.bytes().fold(String::new(), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_dns_names_without_wildcards() {
+        assert_eq!(dns_name("Shop.Example.COM.").unwrap(), "shop.example.com");
+        assert!(dns_name("*.example.com").unwrap_err().contains("DNS-01"));
+        assert!(dns_name("127.0.0.1").is_err());
+        assert!(dns_name("no spaces.example").is_err());
+        assert!(dns_name("intranet").is_err());
+    }
+
+    #[test]
+    fn a_frontend_name_becomes_a_safe_file_name() {
+        assert_eq!(file_stem("web-1"), "web-1");
+        assert_eq!(file_stem("../x"), "2e2e2f78");
+        assert_eq!(file_stem(".hidden"), "2e68696464656e");
+    }
+}

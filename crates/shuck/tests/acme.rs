@@ -1,0 +1,303 @@
+//! ACME against a real ACME server: pebble (Debian's `pebble`), with its own CA, validating
+//! TLS-ALPN-01 on shuck's listener; names resolve to 127.0.0.1 through pebble-challtestsrv's DNS.
+//! `cargo test --workspace acme` runs these.
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::peers::require;
+use common::pki::{toml_path, Key, Pki};
+use common::process::{run_bounded, Shuck};
+
+/// The name the tests order a certificate for; pebble's DNS answers 127.0.0.1 for any name.
+const NAME: &str = "shop.acme.test";
+
+fn free_tcp_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+fn free_udp_port() -> u16 {
+    let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    s.local_addr().expect("addr").port()
+}
+
+/// A child process killed on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// pebble and its DNS server, for one test; the directory at `directory`, issued certificates
+/// chaining to `root` (fetched from pebble's management interface).
+struct Pebble {
+    _dns: Killed,
+    _server: Killed,
+    directory: String,
+    root: PathBuf,
+    log: PathBuf,
+}
+
+impl Pebble {
+    /// Starts pebble validating TLS-ALPN-01 on `tls_port`, issuing certificates valid for
+    /// `validity` seconds.
+    fn start(pki: &Pki, tls_port: u16, validity: u64) -> Pebble {
+        let challtestsrv = require("pebble-challtestsrv", "pebble");
+        let pebble = require("pebble", "pebble");
+        let dir = pki.dir.path();
+        let dns = format!("127.0.0.1:{}", free_udp_port());
+        let dns_child = Command::new(challtestsrv)
+            .args([
+                "-dns01",
+                &dns,
+                "-http01",
+                "",
+                "-https01",
+                "",
+                "-tlsalpn01",
+                "",
+            ])
+            .args(["-management", &format!("127.0.0.1:{}", free_tcp_port())])
+            .args(["-defaultIPv6", "", "-defaultIPv4", "127.0.0.1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start pebble-challtestsrv");
+        // pebble's HTTPS certificate, from the test CA; the same bundle holds chain and key.
+        let tls = pki.leaf(
+            "pebble.pem",
+            "pebble",
+            &["localhost", "127.0.0.1"],
+            Key::EcdsaP256,
+        );
+        let (listen, management) = (free_tcp_port(), free_tcp_port());
+        let config = dir.join("pebble.json");
+        let json = serde_json::json!({ "pebble": {
+            "listenAddress": format!("127.0.0.1:{listen}"),
+            "managementListenAddress": format!("127.0.0.1:{management}"),
+            "certificate": tls, "privateKey": tls,
+            "httpPort": free_tcp_port(), "tlsPort": tls_port,
+            "ocspResponderURL": "", "externalAccountBindingRequired": false,
+            "certificateValidityPeriod": validity,
+        }});
+        std::fs::write(&config, json.to_string()).expect("pebble config");
+        let log = dir.join("pebble.log");
+        let out = std::fs::File::create(&log).expect("log");
+        let child = Command::new(pebble)
+            .arg("-config")
+            .arg(&config)
+            .args(["-dnsserver", &dns])
+            .env("PEBBLE_VA_NOSLEEP", "1")
+            .env("PEBBLE_WFE_NONCEREJECT", "0")
+            .env("PEBBLE_AUTHZREUSE", "0")
+            .stdout(out.try_clone().expect("dup"))
+            .stderr(out)
+            .spawn()
+            .expect("start pebble");
+        let (dns, pebble) = (Killed(dns_child), Killed(child));
+        wait_tcp(&format!("127.0.0.1:{management}"), &log);
+        let root = dir.join("pebble-root.pem");
+        let out = run_bounded(
+            Command::new("curl")
+                .args(["-sS", "--fail", "--cacert"])
+                .arg(pki.ca_path())
+                .arg(format!("https://127.0.0.1:{management}/roots/0"))
+                .arg("-o")
+                .arg(&root),
+            b"",
+            20,
+        );
+        assert!(
+            out.status.success(),
+            "pebble root: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Pebble {
+            _dns: dns,
+            _server: pebble,
+            directory: format!("https://127.0.0.1:{listen}/dir"),
+            root,
+            log,
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn wait_tcp(addr: &str, log: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(addr).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "pebble did not start: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One frontend on `port` with its certificate from `directory`; its state in `state`.
+fn acme_config(port: u16, directory: &str, ca: &Path, state: &Path) -> String {
+    format!(
+        "workers = 2\nstate_dir = {}\n[[frontend]]\nlisten = \"127.0.0.1:{port}\"\n\
+         acme = {{ directory = \"{directory}\", names = [\"{NAME}\"], contact = [\"mailto:ops@acme.test\"], directory_ca = {} }}\n",
+        toml_path(state),
+        toml_path(ca)
+    )
+}
+
+/// curl to the frontend by name, trusting only `ca`: (success, stderr).
+fn curl_trusting(ca: &Path, addr: SocketAddr) -> (bool, String) {
+    let out = run_bounded(
+        Command::new("curl")
+            .args(["-sS", "--max-time", "5", "-o", "/dev/null", "--cacert"])
+            .arg(ca)
+            .arg("--resolve")
+            .arg(format!("{NAME}:{}:127.0.0.1", addr.port()))
+            .arg(format!("https://{NAME}:{}/", addr.port())),
+        b"",
+        20,
+    );
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// What `openssl s_client` prints about the frontend's certificate for NAME.
+fn s_client_text(addr: SocketAddr) -> String {
+    let out = run_bounded(
+        Command::new("openssl").args([
+            "s_client",
+            "-connect",
+            &addr.to_string(),
+            "-servername",
+            NAME,
+        ]),
+        b"",
+        20,
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The leaf certificate the frontend serves for NAME, PEM.
+fn served_leaf(addr: SocketAddr) -> String {
+    let text = s_client_text(addr);
+    let begin = text
+        .find("-----BEGIN CERTIFICATE-----")
+        .expect("a certificate");
+    let end = text.find("-----END CERTIFICATE-----").expect("its end");
+    text[begin..end].to_string()
+}
+
+/// The subject line of the served certificate.
+fn served_subject(addr: SocketAddr) -> String {
+    s_client_text(addr)
+        .lines()
+        .find(|l| l.starts_with("subject="))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// shuck orders a certificate from pebble (TLS-ALPN-01 answered on its own listener), serves it
+/// (curl trusting only pebble's root succeeds), renews it at two thirds of its 45-second
+/// lifetime while a client keeps connecting (none fails), and after a restart serves the stored
+/// certificate with the stored account, ordering nothing.
+#[test]
+fn acme_issues_serves_renews_and_restarts_from_the_stored_certificate() {
+    let pki = Pki::new();
+    let port = free_tcp_port();
+    let pebble = Pebble::start(&pki, port, 45);
+    let state = pki.dir.path().join("state");
+    let config = acme_config(port, &pebble.directory, &pki.ca_path(), &state);
+    let shuck = Shuck::start(&config);
+    let addr = shuck.addr();
+    // Until issued: the temporary certificate, which pebble's root does not sign.
+    shuck.wait_log("ACME certificate issued");
+    shuck.wait_log("serving the renewed certificate");
+    let (ok, err) = curl_trusting(&pebble.root, addr);
+    assert!(ok, "{err}\n{}", shuck.log_text());
+    let first = served_leaf(addr);
+    // Keep connecting through the renewal.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut served = 0;
+    while shuck.log_text().matches("ACME certificate issued").count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no renewal: {}\n{}",
+            shuck.log_text(),
+            pebble.log_text()
+        );
+        let (ok, err) = curl_trusting(&pebble.root, addr);
+        assert!(ok, "a client failed during the renewal: {err}");
+        served += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    shuck.wait_log_count("serving the renewed certificate", 2);
+    assert!(served > 10, "{served} requests during the renewal");
+    let second = served_leaf(addr);
+    assert_ne!(first, second, "the renewed certificate is served");
+    let (ok, err) = curl_trusting(&pebble.root, addr);
+    assert!(ok, "{err}");
+    let (status, log) = shuck.stop();
+    assert!(status.success(), "{log}");
+    assert_eq!(log.matches("ACME account created").count(), 1, "{log}");
+    let bundle = state.join("acme/certs/frontend0.pem");
+    let mode = std::fs::metadata(&bundle)
+        .expect("stored")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    // A restart: the stored certificate is served at once, nothing is ordered.
+    let shuck = Shuck::start(&config);
+    assert_eq!(served_leaf(shuck.addr()), second);
+    let (ok, err) = curl_trusting(&pebble.root, shuck.addr());
+    assert!(ok, "{err}");
+    std::thread::sleep(Duration::from_secs(1));
+    let log = shuck.log_text();
+    assert!(
+        !log.contains("an ACME certificate") && !log.contains("account created"),
+        "{log}"
+    );
+}
+
+/// With the CA unreachable the frontend serves its temporary certificate, named as such, and the
+/// failure is logged once per attempt.
+#[test]
+fn acme_unreachable_ca_keeps_the_temporary_certificate_and_logs_the_failure() {
+    let pki = Pki::new();
+    let port = free_tcp_port();
+    let nobody = format!("https://127.0.0.1:{}/dir", free_tcp_port());
+    let state = pki.dir.path().join("state");
+    let shuck = Shuck::start(&acme_config(port, &nobody, &pki.ca_path(), &state));
+    let log = shuck.wait_log("ACME order failed");
+    assert_eq!(log.matches("ACME order failed").count(), 1, "{log}");
+    assert!(log.contains("retry_in=10s"), "{log}");
+    let subject = served_subject(shuck.addr());
+    assert!(subject.contains("shuck temporary certificate"), "{subject}");
+    // It still serves (a client that accepts any certificate gets the demo page).
+    let out = run_bounded(
+        Command::new("curl")
+            .args(["-sS", "-k", "--max-time", "5"])
+            .arg(format!("https://127.0.0.1:{port}/")),
+        b"",
+        20,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
