@@ -2,7 +2,9 @@
 
 use std::fmt::Write as _;
 
-use crate::config::{Backend, BackendPolicy, ClientAuth, Config, Frontend, SniFallback};
+use crate::config::{
+    AcmeKey, Backend, BackendPolicy, CertSource, ClientAuth, Config, Frontend, SniFallback,
+};
 use crate::error::Result;
 use crate::tls::{certs, TlsContext};
 use crate::tls_params as params;
@@ -26,6 +28,7 @@ pub fn report(config: &Config) -> Result<Report> {
         write_backend(&mut s, fe);
         write_proxy(&mut s, fe);
         write_client_auth(&mut s, fe);
+        write_acme(&mut s, fe);
         for c in &tls.certs {
             let days = (c.not_after - now).div_euclid(86_400);
             let _ = writeln!(
@@ -63,6 +66,29 @@ fn write_globals(s: &mut String, config: &Config) {
     if let Some(m) = config.metrics_listen {
         let _ = writeln!(s, "metrics: http://{m}/metrics");
     }
+}
+
+/// Where the certificate comes from and what is stored (never the account or keys).
+fn write_acme(s: &mut String, fe: &Frontend) {
+    let CertSource::Acme(acme) = &fe.certs else {
+        return;
+    };
+    let _ = writeln!(
+        s,
+        "  acme: {} for {} ({} key), renewed at 2/3 of its lifetime",
+        acme.directory,
+        acme.names.join(" "),
+        match acme.key {
+            AcmeKey::Ecdsa => "ECDSA P-256",
+            AcmeKey::Rsa => "RSA 2048",
+        }
+    );
+    let stored = if acme.bundle.exists() {
+        "stored"
+    } else {
+        "not yet issued: a temporary certificate is served"
+    };
+    let _ = writeln!(s, "  acme certificate {}: {stored}", acme.bundle.display());
 }
 
 fn write_backend(s: &mut String, fe: &Frontend) {

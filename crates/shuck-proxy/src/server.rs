@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -14,14 +14,14 @@ use rustls::server::ProducesTickets;
 use crate::tls::tickets::Ticketer;
 use tokio::sync::watch;
 
-use crate::config::CertSource;
 use crate::config::Config;
+use crate::config::{CertSource, OcspMode};
 use crate::error::{Error, Result};
 use crate::metrics::{self, Metrics};
 use crate::session_store::{SharedStore as SessionStoreHandle, StoreCounters};
 use crate::tls::sessions::SessionCache;
 use crate::tls::{Carried, TlsContext, TlsSlot};
-use crate::{accept, acme, limits, listener};
+use crate::{accept, acme, limits, listener, staple_refresh, state_files};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 /// A configured, bound server, not yet accepting.
@@ -79,8 +79,8 @@ impl Server {
             .collect::<Result<Vec<_>>>()?;
         for fe in &config.frontends {
             if let CertSource::Acme(acme) = &fe.certs {
-                acme::state::ensure_private_dir(&acme.dir)
-                    .map_err(|e| Error::StateDir(e.to_string()))?;
+                state_files::ensure_private_dir(&acme.dir)
+                    .map_err(|e| Error::StateDir(format!("{}: {e}", acme.dir.display())))?;
             }
         }
         let now = crate::tls::certs::now_unix();
@@ -182,6 +182,26 @@ impl Server {
         self.renewed.1.take().map(CertificateUpdates)
     }
 
+    /// A staple to keep current per certificate file of each `ocsp = "fetch"` frontend.
+    fn staple_jobs(&self) -> Vec<staple_refresh::Job> {
+        let mut jobs = Vec::new();
+        for (fe, tls) in self.config.frontends.iter().zip(&self.tls) {
+            if fe.ocsp != OcspMode::Fetch {
+                continue;
+            }
+            let files: Vec<PathBuf> = match &fe.certs {
+                CertSource::Acme(acme) => vec![acme.bundle.clone()],
+                _ => tls.certs.iter().map(|c| c.path.clone()).collect(),
+            };
+            jobs.extend(files.into_iter().map(|certificate| staple_refresh::Job {
+                frontend: fe.name.clone(),
+                certificate,
+                state_dir: fe.state_dir.clone(),
+            }));
+        }
+        jobs
+    }
+
     /// The metrics endpoint's address, when enabled.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_listener
@@ -200,6 +220,7 @@ impl Server {
         shutdown: impl Future<Output = ()>,
         force: impl Future<Output = ()>,
     ) -> Result<()> {
+        let staple_jobs = self.staple_jobs();
         let c = &self.config;
         let addresses = c.frontends.iter().map(|f| f.listen.len()).sum();
         let reserved = limits::reserved_fds(c.workers, addresses);
@@ -256,6 +277,9 @@ impl Server {
             }
             _ => None,
         };
+        for job in staple_jobs {
+            rt.spawn(staple_refresh::run(job, self.renewed.0.clone()));
+        }
         for fe in &c.frontends {
             if let CertSource::Acme(acme) = &fe.certs {
                 let job = acme::renewal::Job {
@@ -480,6 +504,7 @@ fn global_changes(old: &Config, new: &Config) -> Vec<&'static str> {
         "log_connections",
     );
     check(old.metrics_listen != new.metrics_listen, "metrics_listen");
+    check(old.state_dir != new.state_dir, "state_dir");
     v
 }
 

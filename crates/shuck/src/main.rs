@@ -201,8 +201,8 @@ impl Signals {
                     let Some(mut r) = reloader.take() else { continue };
                     let task = tokio::task::spawn_blocking(move || {
                         match r.refresh(&frontend) {
-                            Ok(()) => tracing::info!(frontend, "serving the renewed certificate"),
-                            Err(e) => tracing::error!(frontend, error = %e, "renewed certificate not loaded; still serving the previous one"),
+                            Ok(()) => tracing::info!(frontend, "loaded a renewed certificate or OCSP staple"),
+                            Err(e) => tracing::error!(frontend, error = %e, "renewed certificate or staple not loaded; still serving the previous ones"),
                         }
                         r
                     });

@@ -225,7 +225,7 @@ fn acme_issues_serves_renews_and_restarts_from_the_stored_certificate() {
     let addr = shuck.addr();
     // Until issued: the temporary certificate, which pebble's root does not sign.
     shuck.wait_log("ACME certificate issued");
-    shuck.wait_log("serving the renewed certificate");
+    shuck.wait_log("loaded a renewed certificate or OCSP staple");
     let (ok, err) = curl_trusting(&pebble.root, addr);
     assert!(ok, "{err}\n{}", shuck.log_text());
     let first = served_leaf(addr);
@@ -244,7 +244,7 @@ fn acme_issues_serves_renews_and_restarts_from_the_stored_certificate() {
         served += 1;
         std::thread::sleep(Duration::from_millis(100));
     }
-    shuck.wait_log_count("serving the renewed certificate", 2);
+    shuck.wait_log_count("loaded a renewed certificate or OCSP staple", 2);
     assert!(served > 10, "{served} requests during the renewal");
     let second = served_leaf(addr);
     assert_ne!(first, second, "the renewed certificate is served");

@@ -30,6 +30,8 @@ pub enum AcmeError {
     Key(#[from] rcgen::Error),
     #[error("cannot make the challenge certificate: {0}")]
     Challenge(String),
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl AcmeError {

@@ -53,7 +53,11 @@ pub(super) async fn obtain(acme: &Acme) -> Result<(), AcmeError> {
         return Err(AcmeError::Refused(why_invalid(&mut order).await));
     }
     drop(published);
-    let (csr, key) = request(&acme.names, acme.key)?;
+    // RSA key generation takes a while: off the main thread's runtime (metrics, signals).
+    let (names, kind) = (acme.names.clone(), acme.key);
+    let (csr, key) = tokio::task::spawn_blocking(move || request(&names, kind))
+        .await
+        .map_err(|e| AcmeError::Internal(format!("key generation task lost: {e}")))??;
     order.finalize_csr(&csr).await?;
     let chain = order.poll_certificate(&patience).await?;
     let mut bundle = chain.into_bytes();

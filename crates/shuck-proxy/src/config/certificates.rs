@@ -19,6 +19,19 @@ pub enum CertSource {
     Acme(Box<Acme>),
 }
 
+/// Where OCSP staples come from (`ocsp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OcspMode {
+    /// No stapling.
+    Off,
+    /// A DER response in `<certificate file>.ocsp`, stapled when present and valid.
+    #[default]
+    File,
+    /// Fetched from the certificate's responder (Authority Information Access) and refreshed.
+    Fetch,
+}
+
 /// What to do with a client whose SNI matches no certificate (or that sends none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -34,7 +34,7 @@ mod tls;
 
 pub use acme::{Acme, AcmeKey};
 pub use backend::{Backend, BackendAddr, BackendPolicy, MAX_BACKENDS};
-pub use certificates::{CertSource, SniFallback};
+pub use certificates::{CertSource, OcspMode, SniFallback};
 pub use client_auth::ClientAuth;
 pub use global::{LogFormat, MAX_CONNECTIONS_LIMIT};
 pub use proxy::{AcceptProxy, ProxyProtocol, ProxyTlvs};
@@ -99,6 +99,7 @@ pub struct RawFrontend {
     pub certificates: Option<OneOrMany<PathBuf>>,
     pub self_signed: Option<bool>,
     pub acme: Option<acme::RawAcme>,
+    pub ocsp: Option<OcspMode>,
     pub default_certificate: Option<PathBuf>,
     pub unknown_sni: Option<SniFallback>,
     pub missing_sni: Option<SniFallback>,
@@ -174,6 +175,10 @@ pub struct Frontend {
     pub backend: Backend,
     pub backend_policy: BackendPolicy,
     pub certs: CertSource,
+    /// Where OCSP staples for the certificates come from.
+    pub ocsp: OcspMode,
+    /// The global `state_dir` (fetched staples are kept there).
+    pub state_dir: PathBuf,
     pub unknown_sni: SniFallback,
     pub missing_sni: SniFallback,
     pub versions: Vec<&'static SupportedProtocolVersion>,
@@ -307,6 +312,8 @@ impl RawFrontend {
             backend: backend.backend,
             backend_policy: backend.policy,
             certs: certs.source,
+            ocsp: self.ocsp.unwrap_or_default(),
+            state_dir: state_dir.to_path_buf(),
             unknown_sni: certs.unknown_sni,
             missing_sni: certs.missing_sni,
             versions: tls.versions,

@@ -61,6 +61,8 @@ pub struct LoadedCert {
     pub certified: Arc<CertifiedKey>,
     /// What the PROXY SSL TLV says about this certificate when it is served.
     pub served: Arc<ServedCert>,
+    /// The OCSP response stapled with it, once checked (see `tls::staple`).
+    pub staple: Option<crate::ocsp::Verified>,
 }
 
 /// Algorithms of a certificate shuck serves, as text for backends.
@@ -284,6 +286,7 @@ pub fn from_parts(
         not_after,
         certified: Arc::new(certified),
         served: Arc::new(ServedCert { sig_alg, key_alg }),
+        staple: None,
     })
 }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use rustls::crypto::CryptoProvider;
 use rustls::ServerConfig;
 
-use crate::config::{Acme, CertSource, Frontend};
+use crate::config::{Acme, CertSource, Frontend, OcspMode};
 use crate::error::{Error, Result};
 use crate::session_store::{SharedStore, StoreCounters, Target};
 use certs::LoadedCert;
@@ -112,6 +112,42 @@ fn acme_certificate(acme: &Acme, provider: &CryptoProvider) -> Result<LoadedCert
     certs::acme_temporary(&acme.names, provider)
 }
 
+/// Staples `cert`'s OCSP response when one is found and passes every check (`ocsp::verify`):
+/// with `ocsp = "fetch"` the last one fetched (in `state_dir`), then `<certificate file>.ocsp`.
+/// A response that fails is not stapled, with one line saying why; none found, nothing said.
+fn staple(cert: &mut LoadedCert, fe: &Frontend) {
+    let chain = &cert.certified.cert;
+    let mut candidates = Vec::with_capacity(2);
+    if fe.ocsp == OcspMode::Fetch {
+        candidates.push(crate::ocsp::staple_path(&fe.state_dir, &chain[0]));
+    }
+    let mut file = cert.path.clone().into_os_string();
+    file.push(".ocsp");
+    candidates.push(file.into());
+    let now = certs::now_unix();
+    for path in candidates.iter().filter(|p| p.exists()) {
+        let checked = match (std::fs::read(path), chain.get(1)) {
+            (Err(e), _) => Err(e.to_string()),
+            (Ok(_), None) => Err("the certificate file holds no issuer to check it against".into()),
+            (Ok(der), Some(issuer)) => crate::ocsp::verify(&der, &chain[0], issuer, now)
+                .map(|v| (der, v))
+                .map_err(|e| e.to_string()),
+        };
+        match checked {
+            Ok((der, verified)) => {
+                let mut key = (*cert.certified).clone();
+                key.ocsp = Some(der);
+                cert.certified = Arc::new(key);
+                cert.staple = Some(verified);
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(frontend = %fe.name, path = %path.display(), %error, "OCSP response not stapled");
+            }
+        }
+    }
+}
+
 /// Whether a certificate names every one of `names` (exactly: ACME orders no wildcards).
 pub(crate) fn covers(cert: &LoadedCert, names: &[String]) -> bool {
     names.iter().all(|n| cert.names.contains(n))
@@ -153,6 +189,12 @@ impl TlsContext {
                 (loaded, index)
             }
         };
+        let mut certs = certs;
+        if fe.ocsp != OcspMode::Off {
+            for c in &mut certs {
+                staple(c, fe);
+            }
+        }
         let resolver = Arc::new(SniResolver::new(
             &certs,
             default_index,

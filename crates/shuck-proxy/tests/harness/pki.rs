@@ -143,6 +143,53 @@ impl Pki {
         path
     }
 
+    /// The CA's key, written as PEM (for `openssl ocsp -rkey`).
+    pub fn ca_key_path(&self) -> PathBuf {
+        let path = self.path("ca.key");
+        std::fs::write(&path, self.ca_key.serialize_pem()).expect("write CA key");
+        path
+    }
+
+    /// A leaf bundle (leaf, CA, key) with serial `serial` whose Authority Information Access
+    /// names the OCSP responder at `ocsp_url`.
+    pub fn leaf_with_ocsp(
+        &self,
+        file: &str,
+        names: &[&str],
+        serial: u64,
+        ocsp_url: &str,
+    ) -> PathBuf {
+        let kp = KeyPair::generate().expect("leaf key");
+        let mut p =
+            CertificateParams::new(names.iter().map(|s| (*s).to_string()).collect::<Vec<_>>())
+                .expect("leaf params");
+        p.distinguished_name.push(DnType::CommonName, names[0]);
+        p.serial_number = Some(rcgen::SerialNumber::from(serial));
+        // AuthorityInfoAccess ::= SEQUENCE OF SEQUENCE { id-ad-ocsp, [6] IA5String URI }
+        let ocsp_oid = [0x06, 0x08, 0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x30, 0x01];
+        let uri = ocsp_url.as_bytes();
+        let mut access = ocsp_oid.to_vec();
+        access.push(0x86);
+        access.push(u8::try_from(uri.len()).expect("short URL"));
+        access.extend_from_slice(uri);
+        let mut description = vec![0x30, u8::try_from(access.len()).expect("short")];
+        description.extend(access);
+        let mut aia = vec![0x30, u8::try_from(description.len()).expect("short")];
+        aia.extend(description);
+        p.custom_extensions = vec![rcgen::CustomExtension::from_oid_content(
+            &[1, 3, 6, 1, 5, 5, 7, 1, 1],
+            aia,
+        )];
+        let cert = p.signed_by(&kp, &self.ca, &self.ca_key).expect("sign leaf");
+        let path = self.path(file);
+        std::fs::write(
+            &path,
+            format!("{}{}{}", cert.pem(), self.ca.pem(), kp.serialize_pem()),
+        )
+        .expect("write bundle");
+        path
+    }
+
     /// A bundle whose key does not belong to its certificate.
     pub fn mismatched(&self, file: &str) -> PathBuf {
         let kp = KeyPair::generate().expect("key");

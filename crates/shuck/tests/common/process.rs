@@ -143,7 +143,12 @@ impl Shuck {
 
     /// Waits (bounded) until the log contains `needle`.
     pub fn wait_log(&self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        self.wait_log_within(needle, Duration::from_secs(20))
+    }
+
+    /// Waits at most `bound` until the log contains `needle`.
+    pub fn wait_log_within(&self, needle: &str, bound: Duration) -> String {
+        let deadline = Instant::now() + bound;
         loop {
             let t = self.log_text();
             if t.contains(needle) {

@@ -1,0 +1,300 @@
+//! OCSP stapling against OpenSSL's responder (`openssl ocsp -index … -rsigner …`): its answers are
+//! checked with `openssl s_client -status`. `cargo test --workspace ocsp` runs these.
+//!
+//! OpenSSL 3.0's `-port` binds every interface (it takes a port number only), and these tests
+//! stay on loopback: the responder's logic is OpenSSL's, run once per request (`-reqin`,
+//! `-respout`), behind a small HTTP listener on 127.0.0.1.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::pki::{toml_path, Pki};
+use common::process::{run_bounded, Shuck};
+
+const NAME: &str = "stapled.test";
+const SERIAL: u64 = 0x1234;
+
+/// Who signs the responder's answers.
+#[derive(Clone)]
+struct Signer {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+/// OpenSSL's OCSP responder over HTTP on loopback, for one CA database (`index.txt`).
+struct Responder {
+    addr: SocketAddr,
+    signer: Arc<Mutex<Signer>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Responder {
+    fn start(pki: &Pki, index: &Path, minutes: u32) -> Responder {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let signer = Arc::new(Mutex::new(Signer {
+            cert: pki.ca_path(),
+            key: pki.ca_key_path(),
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ca, index, dir) = (
+            pki.ca_path(),
+            index.to_path_buf(),
+            pki.dir.path().to_path_buf(),
+        );
+        let (s, st) = (signer.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if st.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(mut conn) = conn else { continue };
+                let signer = s.lock().expect("signer").clone();
+                let _ = answer(&mut conn, &ca, &index, &signer, &dir, minutes);
+            }
+        });
+        Responder { addr, signer, stop }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    fn sign_with(&self, signer: Signer) {
+        *self.signer.lock().expect("signer") = signer;
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(self.addr);
+    }
+}
+
+/// One HTTP POST: the request to OpenSSL, its response back.
+fn answer(
+    conn: &mut std::net::TcpStream,
+    ca: &Path,
+    index: &Path,
+    signer: &Signer,
+    dir: &Path,
+    minutes: u32,
+) -> std::io::Result<()> {
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        if line.trim().is_empty() {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    let (req, resp) = (dir.join("req.der"), dir.join("resp.der"));
+    std::fs::write(&req, &body)?;
+    let out = run_bounded(
+        Command::new("openssl")
+            .args(["ocsp", "-index"])
+            .arg(index)
+            .arg("-CA")
+            .arg(ca)
+            .arg("-rsigner")
+            .arg(&signer.cert)
+            .arg("-rkey")
+            .arg(&signer.key)
+            .arg("-reqin")
+            .arg(&req)
+            .arg("-respout")
+            .arg(&resp)
+            .args(["-nmin", &minutes.to_string()]),
+        b"",
+        20,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let der = std::fs::read(&resp)?;
+    write!(
+        conn,
+        "HTTP/1.0 200 OK\r\nContent-Type: application/ocsp-response\r\nContent-Length: {}\r\n\r\n",
+        der.len()
+    )?;
+    conn.write_all(&der)
+}
+
+/// OpenSSL's CA database with our certificate, good or revoked.
+fn write_index(path: &Path, revoked: bool) {
+    let line = if revoked {
+        format!("R\t301231235959Z\t251101000000Z\t{SERIAL:04X}\tunknown\t/CN={NAME}\n")
+    } else {
+        format!("V\t301231235959Z\t\t{SERIAL:04X}\tunknown\t/CN={NAME}\n")
+    };
+    std::fs::write(path, line).expect("index");
+}
+
+/// A signer the certificate's CA never delegated to.
+fn rogue_signer(dir: &Path) -> Signer {
+    let rogue = Pki::new();
+    let (cert, key) = (dir.join("rogue.pem"), dir.join("rogue.key"));
+    std::fs::copy(rogue.ca_path(), &cert).expect("rogue cert");
+    std::fs::copy(rogue.ca_key_path(), &key).expect("rogue key");
+    Signer { cert, key }
+}
+
+/// What `openssl s_client -status` says about the staple.
+fn staple_status(addr: SocketAddr) -> String {
+    let out = run_bounded(
+        Command::new("openssl").args([
+            "s_client",
+            "-status",
+            "-connect",
+            &addr.to_string(),
+            "-servername",
+            NAME,
+        ]),
+        b"",
+        20,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    if text.contains("OCSP response: no response sent") {
+        "none".into()
+    } else if text.contains("Cert Status: good") {
+        "good".into()
+    } else {
+        text.into_owned()
+    }
+}
+
+/// An OCSP response made offline by OpenSSL, as an operator's cron job would: into `out`.
+fn response_file(pki: &Pki, bundle: &Path, index: &Path, signer: &Signer, out: &Path) {
+    let req = pki.dir.path().join("file-req.der");
+    let run = |args: &mut Command| {
+        let o = run_bounded(args, b"", 20);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    run(Command::new("openssl")
+        .args(["ocsp", "-no_nonce", "-issuer"])
+        .arg(pki.ca_path())
+        .arg("-cert")
+        .arg(bundle)
+        .arg("-reqout")
+        .arg(&req));
+    run(Command::new("openssl")
+        .args(["ocsp", "-index"])
+        .arg(index)
+        .arg("-CA")
+        .arg(pki.ca_path())
+        .arg("-rsigner")
+        .arg(&signer.cert)
+        .arg("-rkey")
+        .arg(&signer.key)
+        .arg("-reqin")
+        .arg(&req)
+        .arg("-respout")
+        .arg(out)
+        .args(["-ndays", "1"]));
+}
+
+/// `site.pem.ocsp` is stapled (HAProxy's habit, the default `ocsp = "file"`); replaced by a
+/// revoked or a forged response and reloaded (SIGHUP), it is not stapled any more, with a line
+/// saying why; a good one again, and it is.
+#[test]
+fn ocsp_file_is_stapled_checked_and_reloaded_on_sighup() {
+    let pki = Pki::new();
+    let bundle = pki.leaf_with_ocsp("site.pem", &[NAME], SERIAL, "http://127.0.0.1:9/");
+    let staple = pki.path("site.pem.ocsp");
+    let index = pki.path("index.txt");
+    let ca = Signer {
+        cert: pki.ca_path(),
+        key: pki.ca_key_path(),
+    };
+    write_index(&index, false);
+    response_file(&pki, &bundle, &index, &ca, &staple);
+    let config = format!(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+        toml_path(&bundle)
+    );
+    let shuck = Shuck::start(&config);
+    assert_eq!(staple_status(shuck.addr()), "good");
+
+    write_index(&index, true);
+    response_file(&pki, &bundle, &index, &ca, &staple);
+    shuck.signal("HUP");
+    shuck.wait_log_count("reloaded certificates", 1);
+    assert_eq!(staple_status(shuck.addr()), "none");
+    assert!(shuck.log_text().contains("the certificate is revoked"));
+
+    write_index(&index, false);
+    response_file(
+        &pki,
+        &bundle,
+        &index,
+        &rogue_signer(pki.dir.path()),
+        &staple,
+    );
+    shuck.signal("HUP");
+    shuck.wait_log_count("reloaded certificates", 2);
+    assert_eq!(staple_status(shuck.addr()), "none");
+    assert!(shuck
+        .log_text()
+        .contains("neither the issuer's nor a delegated responder's"));
+
+    response_file(&pki, &bundle, &index, &ca, &staple);
+    shuck.signal("HUP");
+    shuck.wait_log_count("reloaded certificates", 3);
+    assert_eq!(staple_status(shuck.addr()), "good");
+}
+
+/// `ocsp = "fetch"`: the response is fetched from the responder the certificate names, checked
+/// and stapled; a responder that starts forging answers leaves the last good staple in place;
+/// after a restart with the responder gone, the stored staple is served at once.
+#[test]
+fn ocsp_fetched_is_stapled_and_a_forged_or_missing_answer_keeps_the_last_good_one() {
+    let pki = Pki::new();
+    let index = pki.path("index.txt");
+    write_index(&index, false);
+    // One-minute responses: refreshed every 30 s (a minute before they lapse, at most that often).
+    let responder = Responder::start(&pki, &index, 1);
+    let bundle = pki.leaf_with_ocsp("site.pem", &[NAME], SERIAL, &responder.url());
+    let state = pki.dir.path().join("state");
+    let config = format!(
+        "state_dir = {}\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\nocsp = \"fetch\"\n",
+        toml_path(&state),
+        toml_path(&bundle)
+    );
+    let shuck = Shuck::start(&config);
+    shuck.wait_log("loaded a renewed certificate or OCSP staple");
+    assert_eq!(staple_status(shuck.addr()), "good");
+
+    responder.sign_with(rogue_signer(pki.dir.path()));
+    // The next fetch comes 30 s after the first.
+    let log = shuck.wait_log_within("OCSP fetch failed", Duration::from_secs(45));
+    assert!(
+        log.contains("neither the issuer's nor a delegated responder's"),
+        "{log}"
+    );
+    assert_eq!(staple_status(shuck.addr()), "good", "{log}");
+    let (status, _) = shuck.stop();
+    assert!(status.success());
+
+    drop(responder);
+    let shuck = Shuck::start(&config);
+    assert_eq!(staple_status(shuck.addr()), "good");
+    let log = shuck.wait_log("OCSP fetch failed");
+    assert_eq!(staple_status(shuck.addr()), "good", "{log}");
+}
