@@ -3,7 +3,8 @@
 use std::fmt::Write as _;
 
 use crate::config::{
-    AcmeKey, Backend, BackendPolicy, CertSource, ClientAuth, Config, Frontend, SniFallback,
+    AcmeKey, Backend, BackendPolicy, CertSource, ClientAuth, Config, Frontend, OcspMode,
+    SniFallback,
 };
 use crate::error::Result;
 use crate::tls::{certs, TlsContext};
@@ -41,7 +42,10 @@ pub fn report(config: &Config) -> Result<Report> {
                 days,
                 c.names.join(" ")
             );
-            warnings.extend(c.warnings(now));
+            write_staple(&mut s, fe, c, now);
+            if !matches!(fe.certs, CertSource::Acme(_)) {
+                warnings.extend(c.warnings(now, config.certificate_expiry_warning));
+            }
         }
         write_tls(&mut s, fe);
         write_resumption(&mut s, fe, &tls);
@@ -66,6 +70,22 @@ fn write_globals(s: &mut String, config: &Config) {
     if let Some(m) = config.metrics_listen {
         let _ = writeln!(s, "metrics: http://{m}/metrics");
     }
+}
+
+/// The OCSP staple a certificate goes out with, if any.
+fn write_staple(s: &mut String, fe: &Frontend, c: &certs::LoadedCert, now: i64) {
+    if fe.ocsp == OcspMode::Off {
+        return;
+    }
+    let _ = match c.staple {
+        Some(v) => writeln!(
+            s,
+            "    OCSP staple: good, {} s old, valid {} s more",
+            now - v.this_update,
+            v.next_update - now
+        ),
+        None => writeln!(s, "    OCSP staple: none"),
+    };
 }
 
 /// Where the certificate comes from and what is stored (never the account or keys).

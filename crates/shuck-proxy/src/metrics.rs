@@ -45,6 +45,8 @@ pub struct Metrics {
     store_writes: Family<Labels, Counter>,
     store_latency: Family<Labels, Histogram, fn() -> Histogram>,
     store_breaker_open: Family<Labels, Gauge>,
+    /// The certificates served now: expiry and OCSP staples.
+    certificates: CertificateGauges,
 }
 
 /// One worker's handles for one frontend.
@@ -113,6 +115,7 @@ impl Metrics {
             store_writes: Family::default(),
             store_latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             store_breaker_open: Family::default(),
+            certificates: CertificateGauges::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -186,6 +189,7 @@ impl Metrics {
             m.resource_errors.clone(),
         );
         register_session_families(&mut registry, &m);
+        m.certificates.register(&mut registry);
         Metrics { registry, ..m }
     }
 
@@ -275,8 +279,19 @@ impl Metrics {
         }
     }
 
+    /// What one frontend serves now (at start, reload, renewal): its certificates' gauges.
+    pub fn set_certificates(&self, frontend: &str, records: Vec<CertRecord>) {
+        self.certificates.set(frontend, records);
+    }
+
+    /// Warnings for certificates not renewed by shuck that expire within `within`.
+    pub fn expiry_warnings(&self, now: i64, within: Duration) -> Vec<String> {
+        self.certificates.warnings(now, within)
+    }
+
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
+        self.certificates.update_ages(crate::tls::certs::now_unix());
         let mut s = String::with_capacity(8192);
         // Writing to a String cannot fail.
         let _ = encode(&mut s, &self.registry);
@@ -389,6 +404,126 @@ async fn scrape(mut s: tokio::net::TcpStream, metrics: &Metrics) {
     );
     let _ = s.write_all(resp.as_bytes()).await;
     let _ = s.shutdown().await;
+}
+
+/// What the certificate gauges say about one served certificate.
+#[derive(Debug, Clone)]
+pub struct CertRecord {
+    pub path: String,
+    pub subject: String,
+    /// Unix seconds.
+    pub not_after: i64,
+    /// Renewed by shuck (ACME): no expiry warning, the renewal logs its own failures.
+    pub managed: bool,
+    /// The stapled OCSP response's thisUpdate and nextUpdate (Unix seconds), if any.
+    pub staple: Option<(i64, i64)>,
+}
+
+/// `shuck_certificate_not_after_timestamp_seconds`, `shuck_ocsp_staple_age_seconds` (set when
+/// scraped) and `shuck_ocsp_staple_next_update_timestamp_seconds`, per frontend and certificate
+/// file; replaced whole for a frontend when what it serves changes.
+#[derive(Debug, Default)]
+struct CertificateGauges {
+    not_after: Family<Labels, Gauge>,
+    staple_age: Family<Labels, Gauge>,
+    staple_next_update: Family<Labels, Gauge>,
+    served: std::sync::Mutex<std::collections::BTreeMap<String, Vec<CertRecord>>>,
+}
+
+impl CertificateGauges {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "certificate_not_after_timestamp_seconds",
+            "When each served certificate expires (Unix time), by frontend and certificate file",
+            self.not_after.clone(),
+        );
+        registry.register(
+            "ocsp_staple_age_seconds",
+            "Age of each stapled OCSP response (now minus its thisUpdate); absent when nothing is stapled",
+            self.staple_age.clone(),
+        );
+        registry.register(
+            "ocsp_staple_next_update_timestamp_seconds",
+            "When each stapled OCSP response lapses (its nextUpdate, Unix time)",
+            self.staple_next_update.clone(),
+        );
+    }
+
+    fn labels(frontend: &str, r: &CertRecord) -> Labels {
+        vec![
+            ("frontend", frontend.to_string()),
+            ("certificate", r.path.clone()),
+        ]
+    }
+
+    fn set(&self, frontend: &str, records: Vec<CertRecord>) {
+        let mut served = self
+            .served
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for old in served.get(frontend).into_iter().flatten() {
+            let l = Self::labels(frontend, old);
+            self.not_after.remove(&l);
+            self.staple_age.remove(&l);
+            self.staple_next_update.remove(&l);
+        }
+        for r in &records {
+            let l = Self::labels(frontend, r);
+            self.not_after.get_or_create(&l).set(r.not_after);
+            if let Some((this, next)) = r.staple {
+                self.staple_next_update.get_or_create(&l).set(next);
+                self.staple_age
+                    .get_or_create(&l)
+                    .set(0.max(crate::tls::certs::now_unix() - this));
+            }
+        }
+        served.insert(frontend.to_string(), records);
+    }
+
+    fn update_ages(&self, now: i64) {
+        let served = self
+            .served
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (frontend, records) in served.iter() {
+            for r in records {
+                if let Some((this, _)) = r.staple {
+                    let l = Self::labels(frontend, r);
+                    self.staple_age.get_or_create(&l).set(0.max(now - this));
+                }
+            }
+        }
+    }
+
+    fn warnings(&self, now: i64, within: Duration) -> Vec<String> {
+        let within = i64::try_from(within.as_secs()).unwrap_or(i64::MAX);
+        let served = self
+            .served
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        served
+            .iter()
+            .flat_map(|(frontend, records)| records.iter().map(move |r| (frontend, r)))
+            .filter(|(_, r)| !r.managed && r.not_after - now < within)
+            .map(|(frontend, r)| expiry_message(frontend, r, now))
+            .collect()
+    }
+}
+
+/// "expires in N days" or "has EXPIRED", naming the frontend, the file and the subject.
+fn expiry_message(frontend: &str, r: &CertRecord, now: i64) -> String {
+    if r.not_after <= now {
+        format!(
+            "frontend {frontend:?}: certificate {} ({}) has EXPIRED: clients will refuse it",
+            r.path, r.subject
+        )
+    } else {
+        let days = (r.not_after - now).div_euclid(86_400);
+        format!(
+            "frontend {frontend:?}: certificate {} ({}) expires in {days} days",
+            r.path, r.subject
+        )
+    }
 }
 
 #[cfg(test)]

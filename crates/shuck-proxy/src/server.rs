@@ -7,6 +7,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rustls::server::ProducesTickets;
@@ -83,12 +84,11 @@ impl Server {
                     .map_err(|e| Error::StateDir(format!("{}: {e}", acme.dir.display())))?;
             }
         }
+        for (fe, t) in config.frontends.iter().zip(&tls) {
+            metrics.set_certificates(&fe.name, cert_records(fe, t));
+        }
         let now = crate::tls::certs::now_unix();
-        for w in tls
-            .iter()
-            .flat_map(|t| &t.certs)
-            .flat_map(|c| c.warnings(now))
-        {
+        for w in metrics.expiry_warnings(now, config.certificate_expiry_warning) {
             tracing::warn!("{w}");
         }
         let mut listeners: Vec<Vec<(usize, std::net::TcpListener)>> =
@@ -174,6 +174,8 @@ impl Server {
             client_trust: self.tls.iter().map(|t| t.client_trust).collect(),
             slots: self.slots.clone(),
             current: self.config.frontends.clone(),
+            metrics: self.metrics.clone(),
+            expiry_warning: self.config.certificate_expiry_warning,
         }
     }
 
@@ -277,6 +279,10 @@ impl Server {
             }
             _ => None,
         };
+        rt.spawn(watch_expiry(
+            self.metrics.clone(),
+            c.certificate_expiry_warning,
+        ));
         for job in staple_jobs {
             rt.spawn(staple_refresh::run(job, self.renewed.0.clone()));
         }
@@ -353,6 +359,9 @@ pub struct Reloader {
     slots: Vec<Vec<TlsSlot>>,
     /// Per frontend (as started), the settings in force: what a refresh loads again.
     current: Vec<crate::config::Frontend>,
+    /// Where the served certificates are shown, and how early their expiry is warned about.
+    metrics: Arc<Metrics>,
+    expiry_warning: Duration,
 }
 
 impl Reloader {
@@ -458,9 +467,17 @@ impl Reloader {
     /// Puts a loaded frontend into every worker's slot and keeps what the next load carries.
     fn install(&mut self, i: usize, fe: &crate::config::Frontend, ctx: &TlsContext) {
         let now = crate::tls::certs::now_unix();
-        for w in ctx.certs.iter().flat_map(|c| c.warnings(now)) {
-            tracing::warn!("{w}");
+        if !matches!(fe.certs, CertSource::Acme(_)) {
+            for w in ctx
+                .certs
+                .iter()
+                .flat_map(|c| c.warnings(now, self.expiry_warning))
+            {
+                tracing::warn!("{w}");
+            }
         }
+        self.metrics
+            .set_certificates(&fe.name, cert_records(fe, ctx));
         ctx.sessions
             .reconfigure(fe.session_cache_size, fe.session_ticket_lifetime);
         self.sessions[i].clone_from(&ctx.sessions);
@@ -471,6 +488,32 @@ impl Reloader {
         self.client_trust[i] = ctx.client_trust;
         self.ticketers[i].clone_from(&ctx.ticketer);
         self.current[i] = fe.clone();
+    }
+}
+
+/// The certificate gauges' view of what a frontend serves.
+fn cert_records(fe: &crate::config::Frontend, tls: &TlsContext) -> Vec<metrics::CertRecord> {
+    tls.certs
+        .iter()
+        .map(|c| metrics::CertRecord {
+            path: c.path.display().to_string(),
+            subject: c.subject.clone(),
+            not_after: c.not_after,
+            managed: matches!(fe.certs, CertSource::Acme(_)),
+            staple: c.staple.map(|v| (v.this_update, v.next_update)),
+        })
+        .collect()
+}
+
+/// Warns, twice a day, about certificates shuck does not renew that expire soon: a process that
+/// runs for months sees no reload to warn at.
+async fn watch_expiry(metrics: Arc<Metrics>, within: Duration) {
+    const EVERY: Duration = Duration::from_secs(12 * 3600);
+    loop {
+        tokio::time::sleep(EVERY).await;
+        for w in metrics.expiry_warnings(crate::tls::certs::now_unix(), within) {
+            tracing::warn!("{w}");
+        }
     }
 }
 

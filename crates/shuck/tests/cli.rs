@@ -427,3 +427,44 @@ fn a_second_instance_on_the_same_address_is_warned_about() {
         "the first instance had it alone"
     );
 }
+
+/// `certificate_expiry_warning` sets how early a certificate's expiry is warned about, at start
+/// (a log line), in `shuck check` and in the metrics (its not-after time, per certificate file).
+#[test]
+fn certificate_expiry_is_warned_about_as_configured_and_exported() {
+    let pki = Pki::new();
+    let (cert, not_after) = pki.leaf_expiring("soon.pem", &["soon.test"], 10);
+    let config = |window: &str| {
+        format!(
+            "certificate_expiry_warning = \"{window}\"\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+            toml_path(&cert)
+        )
+    };
+    let quiet = write(&pki, "quiet.toml", &config("5days"));
+    let (code, _, err) = shuck(&["check", "--config", &quiet]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("expires in"), "{err}");
+    let loud = write(&pki, "loud.toml", &config("30days"));
+    let (code, _, err) = shuck(&["check", "--config", &loud]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("soon.pem (CN=soon.test) expires in"),
+        "{err}"
+    );
+
+    let shuck = Shuck::start(&config("30days"));
+    let log = shuck.wait_log("soon.pem (CN=soon.test) expires in");
+    assert!(log.contains("frontend0"), "{log}");
+    let metrics = common::clients::scrape(shuck.addrs[1]);
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("shuck_certificate_not_after_timestamp_seconds{"))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(line.contains("soon.pem"), "{line}");
+    let value: i64 = line
+        .rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("value");
+    assert_eq!(value, not_after, "{line}");
+}

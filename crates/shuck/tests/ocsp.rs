@@ -226,11 +226,19 @@ fn ocsp_file_is_stapled_checked_and_reloaded_on_sighup() {
     write_index(&index, false);
     response_file(&pki, &bundle, &index, &ca, &staple);
     let config = format!(
-        "[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
         toml_path(&bundle)
     );
     let shuck = Shuck::start(&config);
     assert_eq!(staple_status(shuck.addr()), "good");
+    let staple_age = || {
+        common::clients::scrape(shuck.addrs[1])
+            .lines()
+            .find(|l| l.starts_with("shuck_ocsp_staple_age_seconds{"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+    };
+    // Made a moment ago by OpenSSL: seconds old.
+    assert!(staple_age().is_some_and(|a| (0..120).contains(&a)), "{:?}", staple_age());
 
     write_index(&index, true);
     response_file(&pki, &bundle, &index, &ca, &staple);
@@ -238,6 +246,7 @@ fn ocsp_file_is_stapled_checked_and_reloaded_on_sighup() {
     shuck.wait_log_count("reloaded certificates", 1);
     assert_eq!(staple_status(shuck.addr()), "none");
     assert!(shuck.log_text().contains("the certificate is revoked"));
+    assert_eq!(staple_age(), None, "no staple, no age");
 
     write_index(&index, false);
     response_file(

@@ -42,6 +42,11 @@ impl RawConfig {
             self.shutdown_grace.as_deref(),
             defaults::SHUTDOWN_GRACE,
         )?;
+        let certificate_expiry_warning = duration_or(
+            "certificate_expiry_warning",
+            self.certificate_expiry_warning.as_deref(),
+            defaults::CERTIFICATE_EXPIRY_WARNING,
+        )?;
         let log_level = self.log_level.clone().unwrap_or_else(|| "info".into());
         if log_level.parse::<tracing::Level>().is_err() {
             return Err(key_err(
@@ -68,6 +73,7 @@ impl RawConfig {
             log_level,
             log_connections: self.log_connections.unwrap_or(false),
             metrics_listen,
+            certificate_expiry_warning,
             state_dir: self.state_dir.clone().map_or_else(
                 || PathBuf::from(super::acme::STATE_DIR),
                 |p| super::resolve_path(base, p),

@@ -84,6 +84,7 @@ pub struct RawConfig {
     pub log_level: Option<String>,
     pub log_connections: Option<bool>,
     pub metrics_listen: Option<String>,
+    pub certificate_expiry_warning: Option<String>,
     pub state_dir: Option<PathBuf>,
     #[serde(default, rename = "frontend")]
     pub frontends: Vec<RawFrontend>,
@@ -143,6 +144,7 @@ pub mod defaults {
     pub const BACKEND_COOLDOWN: Duration = Duration::from_secs(2);
     pub const BACKLOG: u32 = 1024;
     pub const SESSION_CACHE_SIZE: usize = 4096;
+    pub const CERTIFICATE_EXPIRY_WARNING: Duration = Duration::from_secs(30 * 86_400);
     pub const SESSION_TICKET_LIFETIME: Duration = Duration::from_secs(6 * 3600);
     pub const PROXY_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
     /// hitch's choice for the client certificate TLV.
@@ -163,6 +165,8 @@ pub struct Config {
     pub log_connections: bool,
     /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// Certificates not renewed by shuck are warned about this long before they expire.
+    pub certificate_expiry_warning: Duration,
     /// Where ACME accounts and certificates are kept.
     pub state_dir: PathBuf,
     pub frontends: Vec<Frontend>,

@@ -15,9 +15,6 @@ use x509_parser::public_key::PublicKey;
 
 use crate::error::{Error, Result};
 
-/// Warn this long before a certificate expires.
-pub const EXPIRY_WARNING_DAYS: i64 = 30;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyKind {
     Ecdsa { bits: usize },
@@ -75,8 +72,8 @@ pub struct ServedCert {
 }
 
 impl LoadedCert {
-    /// Human warnings (expired / expiring soon) as of `now` (seconds since the epoch).
-    pub fn warnings(&self, now: i64) -> Vec<String> {
+    /// Human warnings (expired / expiring within `within`) as of `now` (seconds since the epoch).
+    pub fn warnings(&self, now: i64, within: std::time::Duration) -> Vec<String> {
         let days = (self.not_after - now).div_euclid(86_400);
         if self.not_after <= now {
             vec![format!(
@@ -84,7 +81,7 @@ impl LoadedCert {
                 self.path.display(),
                 self.subject
             )]
-        } else if days < EXPIRY_WARNING_DAYS {
+        } else if self.not_after - now < i64::try_from(within.as_secs()).unwrap_or(i64::MAX) {
             vec![format!(
                 "certificate {} ({}) expires in {days} days",
                 self.path.display(),
@@ -340,6 +337,8 @@ fn generated(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const THIRTY_DAYS: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
     use rcgen::{CertificateParams, KeyPair};
 
     fn provider() -> CryptoProvider {
@@ -357,7 +356,7 @@ mod tests {
         let c = self_signed(&provider()).unwrap();
         assert_eq!(c.names, vec!["localhost"]);
         assert_eq!(c.key, KeyKind::Ecdsa { bits: 256 });
-        assert!(c.warnings(now_unix()).is_empty());
+        assert!(c.warnings(now_unix(), THIRTY_DAYS).is_empty());
     }
 
     #[test]
@@ -433,8 +432,8 @@ mod tests {
         let mut c = self_signed(&provider()).unwrap();
         let now = now_unix();
         c.not_after = now + 5 * 86_400;
-        assert!(c.warnings(now)[0].contains("expires in"));
+        assert!(c.warnings(now, THIRTY_DAYS)[0].contains("expires in"));
         c.not_after = now - 1;
-        assert!(c.warnings(now)[0].contains("EXPIRED"));
+        assert!(c.warnings(now, THIRTY_DAYS)[0].contains("EXPIRED"));
     }
 }

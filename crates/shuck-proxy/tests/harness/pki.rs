@@ -143,6 +143,29 @@ impl Pki {
         path
     }
 
+    /// A leaf bundle (ECDSA) that expires `days` days from now (its not-after, Unix seconds).
+    pub fn leaf_expiring(&self, file: &str, names: &[&str], days: i64) -> (PathBuf, i64) {
+        let kp = KeyPair::generate().expect("leaf key");
+        let mut p =
+            CertificateParams::new(names.iter().map(|s| (*s).to_string()).collect::<Vec<_>>())
+                .expect("leaf params");
+        p.distinguished_name.push(DnType::CommonName, names[0]);
+        let now = time::OffsetDateTime::now_utc()
+            .replace_nanosecond(0)
+            .expect("ns");
+        p.not_before = now - time::Duration::days(1);
+        p.not_after = now + time::Duration::days(days);
+        let not_after = p.not_after.unix_timestamp();
+        let cert = p.signed_by(&kp, &self.ca, &self.ca_key).expect("sign leaf");
+        let path = self.path(file);
+        std::fs::write(
+            &path,
+            format!("{}{}{}", cert.pem(), self.ca.pem(), kp.serialize_pem()),
+        )
+        .expect("write bundle");
+        (path, not_after)
+    }
+
     /// The CA's key, written as PEM (for `openssl ocsp -rkey`).
     pub fn ca_key_path(&self) -> PathBuf {
         let path = self.path("ca.key");
