@@ -284,6 +284,11 @@ impl Metrics {
         self.certificates.set(frontend, records);
     }
 
+    /// Frontends stapling a response whose nextUpdate has passed (to be loaded again without it).
+    pub fn lapsed_staples(&self, now: i64) -> Vec<String> {
+        self.certificates.lapsed(now)
+    }
+
     /// Warnings for certificates not renewed by shuck that expire within `within`.
     pub fn expiry_warnings(&self, now: i64, within: Duration) -> Vec<String> {
         self.certificates.warnings(now, within)
@@ -493,6 +498,22 @@ impl CertificateGauges {
                 }
             }
         }
+    }
+
+    fn lapsed(&self, now: i64) -> Vec<String> {
+        let served = self
+            .served
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        served
+            .iter()
+            .filter(|(_, records)| {
+                records
+                    .iter()
+                    .any(|r| r.staple.is_some_and(|(_, next)| next <= now))
+            })
+            .map(|(frontend, _)| frontend.clone())
+            .collect()
     }
 
     fn warnings(&self, now: i64, within: Duration) -> Vec<String> {

@@ -43,6 +43,8 @@ pub enum OcspError {
     Unknown,
     #[error("its signature is neither the issuer's nor a delegated responder's")]
     Signature,
+    #[error("it is signed with an algorithm shuck does not accept (SHA-1 or unknown)")]
+    SignatureAlgorithm,
     #[error("not valid yet (thisUpdate in the future)")]
     NotYetValid,
     #[error("expired (nextUpdate has passed)")]
@@ -67,12 +69,14 @@ pub struct Verified {
 }
 
 impl Verified {
-    /// When to fetch a new one (Unix seconds): halfway through its validity, but no sooner than
-    /// 5 minutes and no later than an hour after thisUpdate, and a minute before nextUpdate at
-    /// the latest (a short-lived response is refreshed before it lapses).
-    pub fn due(&self) -> i64 {
+    /// When to fetch a new one (Unix seconds), for a response fetched at `fetched`: half its
+    /// validity later, but no sooner than 5 minutes and no later than an hour, and a minute
+    /// before nextUpdate at the latest (a short-lived response is refreshed before it lapses).
+    /// Counted from the fetch, not from thisUpdate: responders serve cached responses whose
+    /// thisUpdate is hours old, and those must not be fetched again at once.
+    pub fn due(&self, fetched: i64) -> i64 {
         let half = (self.next_update - self.this_update) / 2;
-        (self.this_update + half.clamp(300, 3600)).min(self.next_update - 60)
+        (fetched + half.clamp(300, 3600)).min(self.next_update - 60)
     }
 }
 
@@ -241,6 +245,14 @@ fn signed_by(signer_der: &[u8], algorithm: &[u8], message: &[u8], signature: &[u
 /// The response is signed by the issuer, or by a certificate that came with it, signed by the
 /// issuer, valid now and with the OCSP-signing extended key usage (RFC 6960 §4.2.2.2).
 fn check_signer(signed: &Signed<'_>, issuer: &[u8], now: i64) -> Result<(), OcspError> {
+    let known = rustls::crypto::aws_lc_rs::default_provider()
+        .signature_verification_algorithms
+        .all
+        .iter()
+        .any(|a| a.signature_alg_id().as_ref() == signed.algorithm);
+    if !known {
+        return Err(OcspError::SignatureAlgorithm);
+    }
     if signed_by(issuer, signed.algorithm, signed.tbs, signed.signature) {
         return Ok(());
     }
@@ -361,19 +373,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_refresh_comes_halfway_within_five_minutes_and_an_hour_before_it_lapses() {
+    fn a_refresh_comes_halfway_within_five_minutes_and_an_hour_and_before_it_lapses() {
         let v = |this, next| Verified {
             this_update: this,
             next_update: next,
         };
-        // A week-long response: after an hour.
-        assert_eq!(v(0, 7 * 86_400).due(), 3600);
+        // A week-long response: an hour after it was fetched.
+        assert_eq!(v(0, 7 * 86_400).due(0), 3600);
+        // Made hours before it was fetched: still an hour after the fetch.
+        assert_eq!(v(0, 7 * 86_400).due(20_000), 23_600);
         // A 20-minute one: halfway, 10 minutes.
-        assert_eq!(v(0, 1200).due(), 600);
+        assert_eq!(v(0, 1200).due(0), 600);
         // A 7-minute one: 5 minutes at the soonest.
-        assert_eq!(v(0, 420).due(), 300);
+        assert_eq!(v(0, 420).due(0), 300);
         // A 2-minute one: a minute before it lapses.
-        assert_eq!(v(0, 120).due(), 60);
+        assert_eq!(v(0, 120).due(0), 60);
     }
 
     #[test]

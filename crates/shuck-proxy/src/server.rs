@@ -283,6 +283,10 @@ impl Server {
             self.metrics.clone(),
             c.certificate_expiry_warning,
         ));
+        rt.spawn(drop_lapsed_staples(
+            self.metrics.clone(),
+            self.renewed.0.clone(),
+        ));
         for job in staple_jobs {
             rt.spawn(staple_refresh::run(job, self.renewed.0.clone()));
         }
@@ -399,35 +403,34 @@ impl Reloader {
                 ));
                 continue;
             }
-            let keep = self.ticketers[i].clone().filter(|_| fe.session_tickets);
-            if let Some(t) = keep.as_ref().filter(|t| !t.is_from_files()) {
-                if u64::from(t.lifetime()) != fe.session_ticket_lifetime.as_secs() {
+            if old.ocsp != fe.ocsp {
+                notes.push(format!(
+                    "frontend {:?}: ocsp changed; restart to apply it (its fetch tasks follow the settings shuck started with)",
+                    fe.name
+                ));
+            }
+            if let Some(t) = self.ticketers[i].as_ref().filter(|t| !t.is_from_files()) {
+                if fe.session_tickets
+                    && u64::from(t.lifetime()) != fe.session_ticket_lifetime.as_secs()
+                {
                     notes.push(format!(
                         "frontend {:?}: session_ticket_lifetime changed; restart to apply it (the ticket key is kept across reloads)",
                         fe.name
                     ));
                 }
             }
-            let carried = |ticketer, sessions| Carried {
-                ticketer,
-                sessions: Some(sessions),
-                store: self.stores[i].clone(),
-                store_counters: self.store_counters[i].clone(),
-            };
-            let mut ctx = TlsContext::load_keeping(fe, carried(keep, self.sessions[i].clone()))?;
-            let trust_changed = ctx.client_trust != self.client_trust[i];
+            // state_dir and ocsp stay as started: the tasks that write there were started with them.
+            let mut fe = fe.clone();
+            fe.state_dir.clone_from(&old.state_dir);
+            fe.ocsp = old.ocsp;
+            let (ctx, trust_changed) = self.load_frontend(i, &fe)?;
             if trust_changed {
-                // A fresh ticket key and a fresh session cache: sessions resumed under the old
-                // trust would skip the new checks (a revoked certificate would keep working until
-                // its ticket expired). The old cache stays with the old configuration, whose
-                // handshakes still running may fill it.
-                ctx = TlsContext::load_keeping(fe, carried(None, self.sessions[i].fresh()))?;
                 notes.push(format!(
                     "frontend {:?}: client certificate trust changed; sessions and tickets issued before were invalidated",
                     fe.name
                 ));
             }
-            if let Some(what) = needs_restart(old, fe) {
+            if let Some(what) = needs_restart(old, &fe) {
                 notes.push(format!(
                     "frontend {:?}: {what} changed; restart to apply it (TLS settings were reloaded)",
                     fe.name
@@ -441,9 +444,31 @@ impl Reloader {
             }
         }
         for (i, fe, ctx) in built {
-            self.install(i, fe, &ctx);
+            self.install(i, &fe, &ctx);
         }
         Ok(notes)
+    }
+
+    /// Loads frontend `i` with `fe`, keeping what it carries (ticket keys, session cache, store)
+    /// unless the client-certificate trust changed: then a fresh ticket key and a fresh session
+    /// cache, since sessions resumed under the old trust would skip the new checks (a revoked
+    /// certificate would keep working until its ticket expired). The old cache stays with the
+    /// old configuration, whose handshakes still running may fill it. Also says whether the
+    /// trust changed.
+    fn load_frontend(&self, i: usize, fe: &crate::config::Frontend) -> Result<(TlsContext, bool)> {
+        let carried = |ticketer, sessions| Carried {
+            ticketer,
+            sessions: Some(sessions),
+            store: self.stores[i].clone(),
+            store_counters: self.store_counters[i].clone(),
+        };
+        let keep = self.ticketers[i].clone().filter(|_| fe.session_tickets);
+        let ctx = TlsContext::load_keeping(fe, carried(keep, self.sessions[i].clone()))?;
+        if ctx.client_trust == self.client_trust[i] {
+            return Ok((ctx, false));
+        }
+        let fresh = TlsContext::load_keeping(fe, carried(None, self.sessions[i].fresh()))?;
+        Ok((fresh, true))
     }
 
     /// Loads frontend `name`'s certificates again with the settings in force, for that frontend
@@ -453,13 +478,10 @@ impl Reloader {
             return Ok(());
         };
         let fe = self.current[i].clone();
-        let carried = Carried {
-            ticketer: self.ticketers[i].clone().filter(|_| fe.session_tickets),
-            sessions: Some(self.sessions[i].clone()),
-            store: self.stores[i].clone(),
-            store_counters: self.store_counters[i].clone(),
-        };
-        let ctx = TlsContext::load_keeping(&fe, carried)?;
+        let (ctx, trust_changed) = self.load_frontend(i, &fe)?;
+        if trust_changed {
+            tracing::warn!(frontend = %fe.name, "client certificate trust changed on disk; sessions and tickets issued before were invalidated");
+        }
         self.install(i, &fe, &ctx);
         Ok(())
     }
@@ -513,6 +535,20 @@ async fn watch_expiry(metrics: Arc<Metrics>, within: Duration) {
         tokio::time::sleep(EVERY).await;
         for w in metrics.expiry_warnings(crate::tls::certs::now_unix(), within) {
             tracing::warn!("{w}");
+        }
+    }
+}
+
+/// A stapled OCSP response is good until its nextUpdate; past it (a `.ocsp` file nobody renewed,
+/// a responder down for long), the frontend is loaded again, which checks it and drops it.
+async fn drop_lapsed_staples(metrics: Arc<Metrics>, reload: UnboundedSender<String>) {
+    const EVERY: Duration = Duration::from_secs(30);
+    loop {
+        tokio::time::sleep(EVERY).await;
+        for frontend in metrics.lapsed_staples(crate::tls::certs::now_unix()) {
+            if reload.send(frontend).is_err() {
+                return;
+            }
         }
     }
 }

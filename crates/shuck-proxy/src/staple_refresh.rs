@@ -34,8 +34,8 @@ pub struct Job {
     pub state_dir: PathBuf,
 }
 
-/// Keeps `job`'s staple current, forever; sends the frontend's name on `updated` whenever what it
-/// should staple changed (a new response, or the last one lapsed).
+/// Keeps `job`'s staple current, forever; sends the frontend's name on `updated` when a new
+/// response is stored (a lapsed one is dropped by the server's own watch, `Server::run`).
 pub async fn run(job: Job, updated: UnboundedSender<String>) {
     let mut failures = 0u32;
     let mut said_nothing_to_fetch = false;
@@ -46,25 +46,43 @@ pub async fn run(job: Job, updated: UnboundedSender<String>) {
                 tracing::info!(frontend = %job.frontend, certificate = %job.certificate.display(), "no OCSP responder in the certificate (or no issuer in its file): nothing to staple");
                 said_nothing_to_fetch = true;
             }
-            tokio::time::sleep(LOOK_AGAIN).await;
+            // An ACME bundle appears once issued: look again soon while there is none.
+            let wait = if job.certificate.exists() {
+                LOOK_AGAIN
+            } else {
+                MIN_INTERVAL
+            };
+            tokio::time::sleep(wait).await;
             continue;
         };
         let target = ocsp::staple_path(&job.state_dir, &leaf);
-        let stored = std::fs::read(&target)
-            .ok()
-            .and_then(|d| ocsp::verify(&d, &leaf, &issuer, now).ok());
-        if let Some(wait) = stored.and_then(|v| seconds(v.due() - now)) {
+        let stored = Stored::read(&target, &leaf, &issuer, now);
+        if let Some(wait) = stored.as_ref().and_then(|s| seconds(s.due() - now)) {
             tokio::time::sleep(wait.min(LOOK_AGAIN)).await;
             continue;
         }
-        match fetch(&url, &leaf, &issuer, &target).await {
-            Ok(v) => {
+        match fetch(&url, &leaf, &issuer, stored.as_ref()).await {
+            Ok((der, v)) => {
                 failures = 0;
-                tracing::info!(frontend = %job.frontend, %url, next_update = v.next_update, "OCSP response fetched and stapled");
-                if updated.send(job.frontend.clone()).is_err() {
-                    return;
+                let changed = stored.as_ref().is_none_or(|s| s.der != der);
+                if changed {
+                    if let Err(e) = state_files::write_private(&target, &der) {
+                        tracing::warn!(frontend = %job.frontend, path = %target.display(), error = %e, "cannot store the OCSP response");
+                    } else {
+                        tracing::info!(frontend = %job.frontend, %url, next_update = v.next_update, "OCSP response fetched and stapled");
+                        if updated.send(job.frontend.clone()).is_err() {
+                            return;
+                        }
+                    }
+                } else {
+                    // The same response again: nothing to reload; touch it so the next fetch
+                    // is counted from now.
+                    let _ = std::fs::File::options()
+                        .append(true)
+                        .open(&target)
+                        .and_then(|f| f.set_modified(std::time::SystemTime::now()));
                 }
-                let wait = seconds(v.due() - unix_now()).unwrap_or_default();
+                let wait = seconds(v.due(unix_now()) - unix_now()).unwrap_or_default();
                 tokio::time::sleep(wait.max(MIN_INTERVAL)).await;
             }
             Err(e) => {
@@ -73,34 +91,58 @@ pub async fn run(job: Job, updated: UnboundedSender<String>) {
                     .saturating_mul(1 << failures.saturating_sub(1).min(16))
                     .min(MAX_RETRY);
                 tracing::warn!(frontend = %job.frontend, %url, error = %e, retry_in = ?retry, "OCSP fetch failed; the last good response stays stapled until its nextUpdate");
-                // Wake when the stapled response lapses, so the frontend stops stapling it.
-                let lapse = stored.and_then(|v| seconds(v.next_update + 1 - now));
-                tokio::time::sleep(lapse.map_or(retry, |l| l.min(retry))).await;
-                if stored.is_some_and(|v| v.next_update <= unix_now())
-                    && updated.send(job.frontend.clone()).is_err()
-                {
-                    return;
-                }
+                tokio::time::sleep(retry).await;
             }
         }
     }
 }
 
-/// Asks the responder, checks the answer and keeps it.
+/// The response kept in `state_dir`, checked, and when it was fetched (its file's mtime).
+struct Stored {
+    der: Vec<u8>,
+    verified: Verified,
+    fetched: i64,
+}
+
+impl Stored {
+    fn read(path: &Path, leaf: &[u8], issuer: &[u8], now: i64) -> Option<Stored> {
+        let der = std::fs::read(path).ok()?;
+        let verified = ocsp::verify(&der, leaf, issuer, now).ok()?;
+        let fetched = std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        Some(Stored {
+            der,
+            verified,
+            fetched,
+        })
+    }
+
+    fn due(&self) -> i64 {
+        self.verified.due(self.fetched)
+    }
+}
+
+/// Asks the responder and checks the answer. One older than the stored response is refused:
+/// over plain HTTP anyone on the path could replay a stale (still valid) answer.
 async fn fetch(
     url: &str,
     leaf: &[u8],
     issuer: &[u8],
-    target: &Path,
-) -> Result<Verified, OcspError> {
+    stored: Option<&Stored>,
+) -> Result<(Vec<u8>, Verified), OcspError> {
     let request = ocsp::request(leaf, issuer)?;
     let der = ocsp::fetch(url, request, FETCH_TIMEOUT).await?;
     let verified = ocsp::verify(&der, leaf, issuer, unix_now())?;
-    state_files::write_private(target, &der).map_err(|e| OcspError::Fetch {
-        url: url.to_string(),
-        message: format!("cannot store it in {}: {e}", target.display()),
-    })?;
-    Ok(verified)
+    if stored.is_some_and(|s| verified.this_update < s.verified.this_update) {
+        return Err(OcspError::Fetch {
+            url: url.to_string(),
+            message: "the answer is older than the one stored (a replay?)".into(),
+        });
+    }
+    Ok((der, verified))
 }
 
 /// The leaf and its issuer (DER) from a certificate file, and the leaf's OCSP responder.

@@ -62,7 +62,8 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let open = tmp.path().join("open");
         std::fs::create_dir(&open).expect("mkdir");
-        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        // Others may not list it, but may enter it and open what they can name.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o711)).expect("chmod");
         let e = ensure_private_dir(&open).expect_err("refused");
         assert!(e.to_string().contains("chmod 700"), "{e}");
     }
@@ -72,7 +73,8 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let open = tmp.path().join("open");
         std::fs::create_dir(&open).expect("mkdir");
-        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        // Others may not list it, but may enter it and open what they can name.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o711)).expect("chmod");
         let e = ensure_private_dir(&open).expect_err("refused");
         assert!(e.to_string().contains("chmod 700"), "{e}");
     }

@@ -447,10 +447,7 @@ fn certificate_expiry_is_warned_about_as_configured_and_exported() {
     let loud = write(&pki, "loud.toml", &config("30days"));
     let (code, _, err) = shuck(&["check", "--config", &loud]);
     assert_eq!(code, 0, "{err}");
-    assert!(
-        err.contains("soon.pem (CN=soon.test) expires in"),
-        "{err}"
-    );
+    assert!(err.contains("soon.pem (CN=soon.test) expires in"), "{err}");
 
     let shuck = Shuck::start(&config("30days"));
     let log = shuck.wait_log("soon.pem (CN=soon.test) expires in");

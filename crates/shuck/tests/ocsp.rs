@@ -212,7 +212,8 @@ fn response_file(pki: &Pki, bundle: &Path, index: &Path, signer: &Signer, out: &
 
 /// `site.pem.ocsp` is stapled (HAProxy's habit, the default `ocsp = "file"`); replaced by a
 /// revoked or a forged response and reloaded (SIGHUP), it is not stapled any more, with a line
-/// saying why; a good one again, and it is.
+/// saying why; one from a responder the CA delegated to is, one from another CA's responder is
+/// not; a good one again, and it is.
 #[test]
 fn ocsp_file_is_stapled_checked_and_reloaded_on_sighup() {
     let pki = Pki::new();
@@ -238,7 +239,11 @@ fn ocsp_file_is_stapled_checked_and_reloaded_on_sighup() {
             .and_then(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
     };
     // Made a moment ago by OpenSSL: seconds old.
-    assert!(staple_age().is_some_and(|a| (0..120).contains(&a)), "{:?}", staple_age());
+    assert!(
+        staple_age().is_some_and(|a| (0..120).contains(&a)),
+        "{:?}",
+        staple_age()
+    );
 
     write_index(&index, true);
     response_file(&pki, &bundle, &index, &ca, &staple);
@@ -263,9 +268,24 @@ fn ocsp_file_is_stapled_checked_and_reloaded_on_sighup() {
         .log_text()
         .contains("neither the issuer's nor a delegated responder's"));
 
-    response_file(&pki, &bundle, &index, &ca, &staple);
+    // A responder the CA delegated to (OCSP-signing, signed by the CA): stapled.
+    let (cert, key) = pki.ocsp_responder("delegated");
+    response_file(&pki, &bundle, &index, &Signer { cert, key }, &staple);
     shuck.signal("HUP");
     shuck.wait_log_count("reloaded certificates", 3);
+    assert_eq!(staple_status(shuck.addr()), "good", "{}", shuck.log_text());
+
+    // One with OCSP-signing but from another CA: refused.
+    let rogue = Pki::new();
+    let (cert, key) = rogue.ocsp_responder("rogue-delegated");
+    response_file(&pki, &bundle, &index, &Signer { cert, key }, &staple);
+    shuck.signal("HUP");
+    shuck.wait_log_count("reloaded certificates", 4);
+    assert_eq!(staple_status(shuck.addr()), "none");
+
+    response_file(&pki, &bundle, &index, &ca, &staple);
+    shuck.signal("HUP");
+    shuck.wait_log_count("reloaded certificates", 5);
     assert_eq!(staple_status(shuck.addr()), "good");
 }
 
@@ -277,8 +297,8 @@ fn ocsp_fetched_is_stapled_and_a_forged_or_missing_answer_keeps_the_last_good_on
     let pki = Pki::new();
     let index = pki.path("index.txt");
     write_index(&index, false);
-    // One-minute responses: refreshed every 30 s (a minute before they lapse, at most that often).
-    let responder = Responder::start(&pki, &index, 1);
+    // Two-minute responses: fetched again after a minute (a minute before they lapse).
+    let responder = Responder::start(&pki, &index, 2);
     let bundle = pki.leaf_with_ocsp("site.pem", &[NAME], SERIAL, &responder.url());
     let state = pki.dir.path().join("state");
     let config = format!(
@@ -291,8 +311,8 @@ fn ocsp_fetched_is_stapled_and_a_forged_or_missing_answer_keeps_the_last_good_on
     assert_eq!(staple_status(shuck.addr()), "good");
 
     responder.sign_with(rogue_signer(pki.dir.path()));
-    // The next fetch comes 30 s after the first.
-    let log = shuck.wait_log_within("OCSP fetch failed", Duration::from_secs(45));
+    // The next fetch comes a minute after the first.
+    let log = shuck.wait_log_within("OCSP fetch failed", Duration::from_secs(80));
     assert!(
         log.contains("neither the issuer's nor a delegated responder's"),
         "{log}"

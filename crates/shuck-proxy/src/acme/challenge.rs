@@ -35,24 +35,31 @@ pub(super) fn publish(
     digest: &[u8],
     provider: &CryptoProvider,
 ) -> Result<Published, AcmeError> {
-    let key = challenge_certificate(name, digest, provider)?;
+    let name = name.to_ascii_lowercase();
+    let key = challenge_certificate(&name, digest, provider)?;
     PENDING.rcu(|table| {
         let mut t = HashMap::clone(table);
-        t.insert(name.to_string(), key.clone());
+        t.insert(name.clone(), key.clone());
         t
     });
-    Ok(Published(name.to_string()))
+    Ok(Published { name, key })
 }
 
-/// Withdraws its challenge when dropped (validated, failed, or the order given up).
+/// Withdraws its challenge when dropped (validated, failed, or the order given up), unless
+/// another order for the name has published its own since.
 #[derive(Debug)]
-pub(super) struct Published(String);
+pub(super) struct Published {
+    name: String,
+    key: Arc<CertifiedKey>,
+}
 
 impl Drop for Published {
     fn drop(&mut self) {
         PENDING.rcu(|table| {
             let mut t = HashMap::clone(table);
-            t.remove(&self.0);
+            if t.get(&self.name).is_some_and(|k| Arc::ptr_eq(k, &self.key)) {
+                t.remove(&self.name);
+            }
             t
         });
     }

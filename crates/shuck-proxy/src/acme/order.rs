@@ -75,7 +75,13 @@ async fn account(acme: &Acme) -> Result<Account, AcmeError> {
         Some(ca) => Account::builder_with_root(ca),
         None => Account::builder(),
     };
-    if let Ok(text) = std::fs::read(&path) {
+    // Only a missing file means "no account yet": any other error must not replace the account.
+    let stored = match std::fs::read(&path) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(source) => return Err(AcmeError::State { path, source }),
+    };
+    if let Some(text) = stored {
         let credentials: AccountCredentials =
             serde_json::from_slice(&text).map_err(|e| AcmeError::Account {
                 path: path.clone(),

@@ -14,6 +14,9 @@ use crate::config::Acme;
 /// The first retry after a failure, doubled after each further one up to `MAX_RETRY`.
 const FIRST_RETRY: Duration = Duration::from_secs(10);
 const MAX_RETRY: Duration = Duration::from_secs(3600);
+/// The longest a whole order may take: the ACME client bounds its polling, not each request, and
+/// a CA that accepts a connection and never answers must not stall renewals for good.
+const ORDER_LIMIT: Duration = Duration::from_secs(300);
 /// The longest sleep between looks at the stored certificate (it may have been replaced or
 /// removed by hand, and the clock may have jumped).
 const LOOK_AGAIN: Duration = Duration::from_secs(3600);
@@ -46,7 +49,14 @@ pub async fn run(job: Job, renewed: UnboundedSender<String>) {
             "ordering"
         };
         tracing::info!(frontend = %job.frontend, names = ?job.acme.names, directory = %job.acme.directory, "{what} an ACME certificate");
-        match order::obtain(&job.acme).await {
+        let attempt = tokio::time::timeout(ORDER_LIMIT, order::obtain(&job.acme)).await;
+        let attempt = attempt.unwrap_or_else(|_| {
+            Err(AcmeError::Refused(format!(
+                "no certificate within {}s",
+                ORDER_LIMIT.as_secs()
+            )))
+        });
+        match attempt {
             Ok(()) => {
                 failures = 0;
                 let not_after = Stored::read(&job.acme.bundle).map_or(0, |s| s.not_after);
@@ -54,6 +64,9 @@ pub async fn run(job: Job, renewed: UnboundedSender<String>) {
                 if renewed.send(job.frontend.clone()).is_err() {
                     return; // the server is gone
                 }
+                // Never order twice in a row: a certificate that reads as due at once (a clock
+                // ahead of the CA's) would otherwise be ordered until the CA's rate limit.
+                tokio::time::sleep(FIRST_RETRY).await;
             }
             Err(e) => {
                 failures = failures.saturating_add(1);

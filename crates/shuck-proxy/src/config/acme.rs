@@ -104,6 +104,27 @@ impl RawAcme {
     }
 }
 
+/// One frontend orders each name: two would answer each other's challenges with the wrong
+/// certificate (the challenge table is the process's).
+pub(super) fn check_names_unique(frontends: &[super::Frontend]) -> Result<(), KeyError> {
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for fe in frontends {
+        let super::CertSource::Acme(acme) = &fe.certs else {
+            continue;
+        };
+        for name in &acme.names {
+            if let Some((_, other)) = seen.iter().find(|(n, _)| *n == name) {
+                return Err(key_err(
+                    &format!("frontend {:?}: acme.names", fe.name),
+                    format!("{name:?} is also ordered by frontend {other:?}"),
+                ));
+            }
+            seen.push((name, &fe.name));
+        }
+    }
+    Ok(())
+}
+
 /// A name a CA can validate with TLS-ALPN-01: a DNS name, no wildcard (those need DNS-01).
 fn dns_name(name: &str) -> Result<String, String> {
     let lower = name.trim_end_matches('.').to_ascii_lowercase();

@@ -288,6 +288,7 @@ impl RawConfig {
             frontends.push(fe);
         }
         global::check_metrics_listen_free(config.metrics_listen, &config.frontends)?;
+        acme::check_names_unique(&config.frontends)?;
         Ok(config)
     }
 }

@@ -166,6 +166,26 @@ impl Pki {
         (path, not_after)
     }
 
+    /// A delegated OCSP responder: a certificate this CA signs with the OCSP-signing extended key
+    /// usage, as `<name>.pem` and `<name>.key`.
+    pub fn ocsp_responder(&self, name: &str) -> (PathBuf, PathBuf) {
+        let kp = KeyPair::generate().expect("responder key");
+        let mut p = CertificateParams::new(Vec::<String>::new()).expect("responder params");
+        p.distinguished_name
+            .push(DnType::CommonName, format!("OCSP responder {name}"));
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::OcspSigning];
+        let cert = p
+            .signed_by(&kp, &self.ca, &self.ca_key)
+            .expect("sign responder");
+        let (c, k) = (
+            self.path(&format!("{name}.pem")),
+            self.path(&format!("{name}.key")),
+        );
+        std::fs::write(&c, cert.pem()).expect("write responder");
+        std::fs::write(&k, kp.serialize_pem()).expect("write responder key");
+        (c, k)
+    }
+
     /// The CA's key, written as PEM (for `openssl ocsp -rkey`).
     pub fn ca_key_path(&self) -> PathBuf {
         let path = self.path("ca.key");
