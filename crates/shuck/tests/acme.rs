@@ -274,7 +274,7 @@ fn acme_issues_serves_renews_and_restarts_from_the_stored_certificate() {
 }
 
 /// With the CA unreachable the frontend serves its temporary certificate, named as such, and the
-/// failure is logged once per attempt.
+/// failure is logged once per attempt; with `until_issued = "refuse"` it serves nothing.
 #[test]
 fn acme_unreachable_ca_keeps_the_temporary_certificate_and_logs_the_failure() {
     let pki = Pki::new();

@@ -22,6 +22,17 @@ pub enum AcmeKey {
     Rsa,
 }
 
+/// What a frontend serves before its first certificate is issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum UntilIssued {
+    /// A self-signed certificate for the names, named as temporary.
+    #[default]
+    Temporary,
+    /// No certificate: every handshake is refused (`access_denied`).
+    Refuse,
+}
+
 /// `acme` as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,6 +43,7 @@ pub struct RawAcme {
     pub key: Option<AcmeKey>,
     /// A PEM CA to trust for the directory's HTTPS instead of the system's (a test CA).
     pub directory_ca: Option<PathBuf>,
+    pub until_issued: Option<UntilIssued>,
 }
 
 /// A frontend's ACME settings, validated, with where its state lives.
@@ -43,6 +55,7 @@ pub struct Acme {
     pub names: Vec<String>,
     pub key: AcmeKey,
     pub directory_ca: Option<PathBuf>,
+    pub until_issued: UntilIssued,
     /// `<state_dir>/acme`: accounts (by directory) and certificates (by frontend).
     pub dir: PathBuf,
     /// The certificate bundle this frontend serves once one is issued (chain, then key).
@@ -98,6 +111,7 @@ impl RawAcme {
             names,
             key: self.key.unwrap_or_default(),
             directory_ca: self.directory_ca.clone().map(|p| resolve_path(base, p)),
+            until_issued: self.until_issued.unwrap_or_default(),
             dir,
             bundle,
         })

@@ -32,7 +32,7 @@ mod sessions;
 mod timeouts;
 mod tls;
 
-pub use acme::{Acme, AcmeKey};
+pub use acme::{Acme, AcmeKey, UntilIssued};
 pub use backend::{Backend, BackendAddr, BackendPolicy, MAX_BACKENDS};
 pub use certificates::{CertSource, OcspMode, SniFallback};
 pub use client_auth::ClientAuth;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use rustls::crypto::CryptoProvider;
 use rustls::ServerConfig;
 
-use crate::config::{Acme, CertSource, Frontend, OcspMode};
+use crate::config::{Acme, CertSource, Frontend, OcspMode, SniFallback, UntilIssued};
 use crate::error::{Error, Result};
 use crate::session_store::{SharedStore, StoreCounters, Target};
 use certs::LoadedCert;
@@ -95,11 +95,13 @@ pub fn provider_for(fe: &Frontend) -> CryptoProvider {
 /// The certificate an ACME frontend serves: the one issued last, when the state directory holds
 /// one that covers the names and has not expired; otherwise a temporary self-signed one. A stored
 /// bundle that cannot be read is reported and replaced by the next order, never fatal.
-fn acme_certificate(acme: &Acme, provider: &CryptoProvider) -> Result<LoadedCert> {
+fn acme_certificate(acme: &Acme, provider: &CryptoProvider) -> Result<(LoadedCert, bool)> {
     const TEMPORARY: &str = "serving a temporary certificate until the next one is issued";
     if acme.bundle.exists() {
         match certs::load_bundle(&acme.bundle, provider) {
-            Ok(c) if covers(&c, &acme.names) && c.not_after > certs::now_unix() => return Ok(c),
+            Ok(c) if covers(&c, &acme.names) && c.not_after > certs::now_unix() => {
+                return Ok((c, false));
+            }
             Ok(_) => {
                 let path = acme.bundle.display();
                 tracing::info!(%path, "stored ACME certificate expired or for other names; {TEMPORARY}");
@@ -109,7 +111,14 @@ fn acme_certificate(acme: &Acme, provider: &CryptoProvider) -> Result<LoadedCert
             }
         }
     }
-    certs::acme_temporary(&acme.names, provider)
+    if acme.until_issued == UntilIssued::Refuse {
+        // A certificate for a name no client asks for, and SNI fallbacks that refuse: every
+        // handshake is refused until the real one is issued (ACME validators are answered
+        // before any certificate is chosen).
+        let nobody = ["pending.acme.invalid".to_string()];
+        return Ok((certs::acme_temporary(&nobody, provider)?, true));
+    }
+    Ok((certs::acme_temporary(&acme.names, provider)?, false))
 }
 
 /// Staples `cert`'s OCSP response when one is found and passes every check (`ocsp::verify`):
@@ -165,9 +174,14 @@ impl TlsContext {
     pub fn load_keeping(fe: &Frontend, carried: Carried) -> Result<TlsContext> {
         let ticketer = carried.ticketer;
         let provider = Arc::new(provider_for(fe));
+        let mut refusing = false;
         let (certs, default_index) = match &fe.certs {
             CertSource::SelfSigned => (vec![certs::self_signed(&provider)?], 0),
-            CertSource::Acme(acme) => (vec![acme_certificate(acme, &provider)?], 0),
+            CertSource::Acme(acme) => {
+                let (cert, refuse) = acme_certificate(acme, &provider)?;
+                refusing = refuse;
+                (vec![cert], 0)
+            }
             CertSource::Files { paths, default } => {
                 let files = certs::expand_paths(paths)?;
                 let loaded = files
@@ -195,11 +209,16 @@ impl TlsContext {
                 staple(c, fe);
             }
         }
+        let (unknown_sni, missing_sni) = if refusing {
+            (SniFallback::Reject, SniFallback::Reject)
+        } else {
+            (fe.unknown_sni, fe.missing_sni)
+        };
         let resolver = Arc::new(SniResolver::new(
             &certs,
             default_index,
-            fe.unknown_sni,
-            fe.missing_sni,
+            unknown_sni,
+            missing_sni,
         ));
         let tls_err = |source| Error::Tls {
             frontend: fe.name.clone(),
