@@ -20,6 +20,7 @@ mod listener;
 mod log_limit;
 pub mod logging;
 mod metrics;
+pub mod notify;
 mod ocsp;
 mod proxy_in;
 mod proxy_out;

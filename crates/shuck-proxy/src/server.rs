@@ -22,7 +22,7 @@ use crate::metrics::{self, Metrics};
 use crate::session_store::{SharedStore as SessionStoreHandle, StoreCounters};
 use crate::tls::sessions::SessionCache;
 use crate::tls::{Carried, TlsContext, TlsSlot};
-use crate::{accept, acme, limits, listener, staple_refresh, state_files};
+use crate::{accept, acme, limits, listener, notify, staple_refresh, state_files};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 /// A configured, bound server, not yet accepting.
@@ -304,7 +304,11 @@ impl Server {
             lines.extend(metrics_addr);
             write_ready_file(path, &lines)?;
         }
+        let listening = self.bound.len();
+        notify::ready(&format!("listening on {listening} addresses"));
+        rt.spawn(report_status(limit.clone(), listening));
         rt.block_on(shutdown);
+        notify::stopping();
         tracing::info!("shutting down: no new connections");
         let _ = tx.send(true);
         // The runtime keeps running while workers drain, so metrics stay up and a second signal
@@ -535,6 +539,22 @@ async fn watch_expiry(metrics: Arc<Metrics>, within: Duration) {
         tokio::time::sleep(EVERY).await;
         for w in metrics.expiry_warnings(crate::tls::certs::now_unix(), within) {
             tracing::warn!("{w}");
+        }
+    }
+}
+
+/// The service manager's status line: the connections open, every 5 s while it changes.
+async fn report_status(limit: Arc<limits::ConnectionLimit>, listening: usize) {
+    const EVERY: Duration = Duration::from_secs(5);
+    let mut shown = None;
+    loop {
+        tokio::time::sleep(EVERY).await;
+        let open = limit.active();
+        if shown != Some(open) {
+            notify::status(&format!(
+                "{open} connections open; listening on {listening} addresses"
+            ));
+            shown = Some(open);
         }
     }
 }

@@ -164,6 +164,7 @@ const LAYERS: [&[&str]; 9] = [
         "sealing",
         "ocsp",
         "state_files",
+        "notify",
     ],
     &["config", "logging", "limits", "session_store"],
     &[

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(
     name = "shuck",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("SHUCK_COMMIT"), ")"),
     about = "A fast, memory-safe TLS terminator",
     long_about = "shuck accepts TLS from clients and hands the plaintext to backends, one worker per core.\n\n\
                   Try it:   shuck serve --self-signed   then   curl -k https://127.0.0.1:8443/"
@@ -168,6 +168,10 @@ pub struct ServeArgs {
     /// Once listening, write the bound addresses there, one per line (for scripts and tests).
     #[arg(long, value_name = "PATH")]
     pub ready_file: Option<PathBuf>,
+
+    /// Write the process ID there once listening (removed at exit if still ours).
+    #[arg(long, value_name = "PATH")]
+    pub pid_file: Option<PathBuf>,
 
     /// Log format.
     #[arg(long, value_enum, value_name = "FORMAT")]

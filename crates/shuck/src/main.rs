@@ -13,6 +13,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use shuck_proxy::config::{self, Config, LogFormat, OneOrMany, Origin, RawConfig, RawFrontend};
+use shuck_proxy::notify;
 use shuck_proxy::server::{CertificateUpdates, Reloader, Server};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
@@ -144,6 +145,7 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
         Signals::install().map_err(|e| format!("cannot install signal handlers: {e}"))?
     };
     let mut server = Server::prepare(config).map_err(|e| e.to_string())?;
+    let pid_file = args.pid_file.as_deref().map(PidFile::write).transpose()?;
     let (stops_tx, stops) = watch::channel(0u32);
     let updates = server.certificate_updates();
     rt.spawn(signals.handle(args.clone(), server.reloader(), updates, stops_tx));
@@ -165,7 +167,32 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
         .map_err(|e| e.to_string());
     // Do not wait for workers still draining after a forced stop: leaving main ends them.
     rt.shutdown_background();
+    drop(pid_file);
     result
+}
+
+/// `--pid-file`: written once the sockets are bound, removed at exit unless another process (a
+/// newer shuck) has written its own since.
+struct PidFile(std::path::PathBuf);
+
+impl PidFile {
+    fn write(path: &std::path::Path) -> Result<PidFile, String> {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, format!("{}\n", std::process::id()))
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| format!("cannot write pid file {}: {e}", path.display()))?;
+        Ok(PidFile(path.to_path_buf()))
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let ours = std::fs::read_to_string(&self.0)
+            .is_ok_and(|s| s.trim() == std::process::id().to_string());
+        if ours {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
 }
 
 struct Signals {
@@ -219,10 +246,12 @@ impl Signals {
                         continue;
                     };
                     let args = args.clone();
+                    notify::reloading();
                     let task = tokio::task::spawn_blocking(move || {
                         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             reload(&args, &mut r);
                         }));
+                        notify::reloaded();
                         if outcome.is_err() {
                             tracing::error!("reload failed unexpectedly; still serving the previous certificates");
                         }

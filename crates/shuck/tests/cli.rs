@@ -465,3 +465,26 @@ fn certificate_expiry_is_warned_about_as_configured_and_exported() {
         .expect("value");
     assert_eq!(value, not_after, "{line}");
 }
+
+/// `--version` names the commit; `--pid-file` holds the process ID while it runs and is removed
+/// at a clean exit.
+#[test]
+fn version_names_the_commit_and_the_pid_file_lives_as_long_as_the_process() {
+    let (code, out, _) = shuck(&["--version"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with("shuck ") && out.contains("(commit "),
+        "{out}"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("shuck.pid");
+    let shuck = Shuck::start_args(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\nself_signed = true\n",
+        &["--pid-file", pid_file.to_str().expect("path")],
+    );
+    let written = std::fs::read_to_string(&pid_file).expect("pid file");
+    assert_eq!(written.trim(), shuck.pid().to_string());
+    let (status, log) = shuck.stop();
+    assert!(status.success(), "{log}");
+    assert!(!pid_file.exists(), "pid file left behind");
+}

@@ -38,15 +38,29 @@ impl Shuck {
         let cfg = cfg.to_str().expect("utf-8 path").to_string();
         let mut args = vec!["--config", &cfg];
         args.extend(extra);
-        Self::spawn(dir, &args, nofile)
+        Self::spawn(dir, &args, nofile, &[])
+    }
+
+    /// Like `start`, with these environment variables set for shuck.
+    pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> Shuck {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = dir.path().join("shuck.toml");
+        std::fs::write(&cfg, config).expect("write config");
+        let cfg = cfg.to_str().expect("utf-8 path").to_string();
+        Self::spawn(dir, &["--config", &cfg], None, env)
     }
 
     /// `shuck serve ARGS --ready-file ...`, without a configuration file.
     pub fn start_flags(args: &[&str]) -> Shuck {
-        Self::spawn(tempfile::tempdir().expect("tempdir"), args, None)
+        Self::spawn(tempfile::tempdir().expect("tempdir"), args, None, &[])
     }
 
-    fn spawn(dir: tempfile::TempDir, args: &[&str], nofile: Option<u32>) -> Shuck {
+    fn spawn(
+        dir: tempfile::TempDir,
+        args: &[&str],
+        nofile: Option<u32>,
+        env: &[(&str, &str)],
+    ) -> Shuck {
         let ready = dir.path().join("ready");
         let log = dir.path().join("shuck.log");
         let mut cmd = match nofile {
@@ -67,6 +81,7 @@ impl Shuck {
             // The configuration's log_level decides (info unless a test sets it), not the
             // environment the tests run in.
             .env_remove("RUST_LOG")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
