@@ -33,6 +33,7 @@ mod staple_refresh;
 mod state_files;
 mod tls;
 mod tls_params;
+pub mod upgrade;
 mod worker;
 
 pub use error::{Error, Result};

@@ -9,8 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use sd_notify::NotifyState;
 
 static FAILED_ONCE: AtomicBool = AtomicBool::new(false);
+/// Set once a successor took over (an upgrade): it talks to the service manager from then on.
+static HANDED_OVER: AtomicBool = AtomicBool::new(false);
 
 fn send(states: &[NotifyState<'_>]) {
+    if HANDED_OVER.load(Ordering::Relaxed) {
+        return;
+    }
     if let Err(e) = sd_notify::notify(states) {
         if !FAILED_ONCE.swap(true, Ordering::Relaxed) {
             tracing::warn!(error = %e, "cannot notify the service manager (NOTIFY_SOCKET)");
@@ -47,4 +52,14 @@ pub fn stopping() {
 /// A status line (`systemctl status` shows it).
 pub fn status(text: &str) {
     send(&[NotifyState::Status(text)]);
+}
+
+/// This process is the service's main process now (it took over in an upgrade).
+pub fn main_pid() {
+    send(&[NotifyState::MainPid(std::process::id())]);
+}
+
+/// A successor took over: say nothing more (its READY and MAINPID stand).
+pub fn handed_over() {
+    HANDED_OVER.store(true, Ordering::Relaxed);
 }

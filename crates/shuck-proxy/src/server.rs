@@ -22,6 +22,7 @@ use crate::metrics::{self, Metrics};
 use crate::session_store::{SharedStore as SessionStoreHandle, StoreCounters};
 use crate::tls::sessions::SessionCache;
 use crate::tls::{Carried, TlsContext, TlsSlot};
+use crate::upgrade::{Handover, Inherited};
 use crate::{accept, acme, limits, listener, notify, staple_refresh, state_files};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
@@ -32,13 +33,17 @@ pub struct Server {
     /// `[frontend][worker]`: each worker's own TLS configuration, replaceable on reload.
     slots: Vec<Vec<TlsSlot>>,
     /// Per worker: (frontend index, socket).
-    listeners: Vec<Vec<(usize, std::net::TcpListener)>>,
+    listeners: PerWorker,
     bound: Vec<(String, SocketAddr)>,
     metrics: Arc<Metrics>,
     metrics_listener: Option<std::net::TcpListener>,
     fd_limit: u64,
     /// Where the ACME renewal tasks say a frontend's certificate changed.
     renewed: (UnboundedSender<String>, Option<UnboundedReceiver<String>>),
+    /// Duplicates of every listening socket, for a successor (`kill -USR2`).
+    handover: Handover,
+    /// Started by an upgrade: the old process waits to hear this one is listening.
+    predecessor: Inherited,
 }
 
 /// Names of frontends whose certificate was just renewed (ACME), for the caller to load with
@@ -56,6 +61,12 @@ impl CertificateUpdates {
 impl Server {
     /// Loads certificates and binds all sockets. Fails with a message naming the file or address.
     pub fn prepare(config: Config) -> Result<Server> {
+        Self::prepare_with(config, &mut Inherited::default())
+    }
+
+    /// Like `prepare`, taking over the listening sockets an old process handed over (an upgrade)
+    /// where they fit the configuration, binding the rest.
+    pub fn prepare_with(config: Config, inherited: &mut Inherited) -> Result<Server> {
         let fd_limit = limits::raise_fd_limit();
         let metrics = Metrics::new();
         let tls = config
@@ -91,49 +102,12 @@ impl Server {
         for w in metrics.expiry_warnings(now, config.certificate_expiry_warning) {
             tracing::warn!("{w}");
         }
-        let mut listeners: Vec<Vec<(usize, std::net::TcpListener)>> =
-            (0..config.workers).map(|_| Vec::new()).collect();
-        let mut bound = Vec::new();
-        for (fi, fe) in config.frontends.iter().enumerate() {
-            for &want in &fe.listen {
-                let bind = |addr| {
-                    listener::bind(addr, fe.backlog).map_err(|source| Error::Bind {
-                        addr,
-                        frontend: fe.name.clone(),
-                        source,
-                    })
-                };
-                if want.port() != 0 && listener::in_use(want) {
-                    tracing::warn!(frontend = %fe.name, addr = %want, "another process already listens on this address; the kernel will split new connections between it and this shuck (expected only while taking over from an old instance)");
-                }
-                // The first socket fixes the port (port 0 picks a free one); the other workers
-                // bind the same address with SO_REUSEPORT.
-                let first = bind(want)?;
-                let addr = first.local_addr().map_err(|source| Error::Bind {
-                    addr: want,
-                    frontend: fe.name.clone(),
-                    source,
-                })?;
-                listeners[0].push((fi, first));
-                for w in listeners.iter_mut().skip(1) {
-                    w.push((fi, bind(addr)?));
-                }
-                bound.push((fe.name.clone(), addr));
-            }
+        let mut handover = Handover::default();
+        let (listeners, bound) = bind_frontends(&config, inherited, &mut handover)?;
+        let metrics_listener = bind_metrics(config.metrics_listen, inherited, &mut handover)?;
+        if inherited.leftover() > 0 {
+            tracing::warn!(sockets = inherited.leftover(), "listening sockets handed over for addresses no longer configured are closed (connections waiting in them are dropped)");
         }
-        // A plain socket, without SO_REUSEPORT: nothing else may share the metrics port.
-        let metrics_listener = match config.metrics_listen {
-            None => None,
-            Some(addr) => Some(
-                std::net::TcpListener::bind(addr)
-                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                    .map_err(|source| Error::Bind {
-                        addr,
-                        frontend: "metrics".into(),
-                        source,
-                    })?,
-            ),
-        };
         let slots = tls
             .iter()
             .map(|t| {
@@ -155,6 +129,8 @@ impl Server {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                 (tx, Some(rx))
             },
+            handover,
+            predecessor: std::mem::take(inherited),
         })
     }
 
@@ -177,6 +153,12 @@ impl Server {
             metrics: self.metrics.clone(),
             expiry_warning: self.config.certificate_expiry_warning,
         }
+    }
+
+    /// The listening sockets a successor takes over (`kill -USR2`): duplicates, so they stay open
+    /// in this process until it stops.
+    pub fn handover(&mut self) -> Handover {
+        std::mem::take(&mut self.handover)
     }
 
     /// Where renewed certificates are announced (once; `None` after the first call).
@@ -229,6 +211,7 @@ impl Server {
         let max_connections =
             limits::effective_max_connections(c.max_connections, self.fd_limit, reserved)?;
         tracing::info!(
+            pid = std::process::id(),
             workers = c.workers,
             fd_limit = self.fd_limit,
             max_connections,
@@ -305,6 +288,11 @@ impl Server {
             write_ready_file(path, &lines)?;
         }
         let listening = self.bound.len();
+        if self.predecessor.is_upgrade() {
+            // The service manager follows this process from now on.
+            notify::main_pid();
+            self.predecessor.say_ready();
+        }
         notify::ready(&format!("listening on {listening} addresses"));
         rt.spawn(report_status(limit.clone(), listening));
         rt.block_on(shutdown);
@@ -571,6 +559,108 @@ async fn drop_lapsed_staples(metrics: Arc<Metrics>, reload: UnboundedSender<Stri
             }
         }
     }
+}
+
+/// Per worker: (frontend index, listening socket).
+type PerWorker = Vec<Vec<(usize, std::net::TcpListener)>>;
+
+/// Per worker, the listening sockets (frontend index, socket); and each address bound. Sockets an
+/// old process handed over are taken first; each is also added to `handover`.
+#[allow(clippy::type_complexity)] // Reason: the shapes are WorkerSpec's and Server's own.
+fn bind_frontends(
+    config: &Config,
+    inherited: &mut Inherited,
+    handover: &mut Handover,
+) -> Result<(
+    Vec<Vec<(usize, std::net::TcpListener)>>,
+    Vec<(String, SocketAddr)>,
+)> {
+    let mut listeners: Vec<Vec<(usize, std::net::TcpListener)>> =
+        (0..config.workers).map(|_| Vec::new()).collect();
+    let mut bound = Vec::new();
+    let handover_err = |source| Error::Worker { worker: 0, source };
+    for (fi, fe) in config.frontends.iter().enumerate() {
+        for (li, &want) in fe.listen.iter().enumerate() {
+            let bind = |addr| {
+                listener::bind(addr, fe.backlog).map_err(|source| Error::Bind {
+                    addr,
+                    frontend: fe.name.clone(),
+                    source,
+                })
+            };
+            // Sockets an old process handed over (an upgrade) come first: they hold the
+            // connections waiting to be accepted.
+            let mut sockets: Vec<std::net::TcpListener> = inherited
+                .take(&fe.name, li)
+                .into_iter()
+                .filter(|l| l.local_addr().is_ok_and(|a| same_address(want, a)))
+                .collect();
+            if sockets.is_empty() {
+                if want.port() != 0 && listener::in_use(want) {
+                    tracing::warn!(frontend = %fe.name, addr = %want, "another process already listens on this address; the kernel will split new connections between it and this shuck (expected only while taking over from an old instance)");
+                }
+                // The first socket fixes the port (port 0 picks a free one); the other
+                // workers bind the same address with SO_REUSEPORT.
+                sockets.push(bind(want)?);
+            }
+            let addr = sockets[0].local_addr().map_err(|source| Error::Bind {
+                addr: want,
+                frontend: fe.name.clone(),
+                source,
+            })?;
+            while sockets.len() < config.workers {
+                sockets.push(bind(addr)?);
+            }
+            for (k, socket) in sockets.into_iter().enumerate() {
+                handover.add(&fe.name, li, &socket).map_err(handover_err)?;
+                listeners[k % config.workers].push((fi, socket));
+            }
+            bound.push((fe.name.clone(), addr));
+        }
+    }
+    Ok((listeners, bound))
+}
+
+/// The metrics endpoint's socket: handed over by an old process, or bound.
+fn bind_metrics(
+    metrics_listen: Option<SocketAddr>,
+    inherited: &mut Inherited,
+    handover: &mut Handover,
+) -> Result<Option<std::net::TcpListener>> {
+    let handover_err = |source| Error::Worker { worker: 0, source };
+    // A plain socket, without SO_REUSEPORT: nothing else may share the metrics port.
+    let metrics_listener = match metrics_listen {
+        None => None,
+        Some(addr) => {
+            let inherited = inherited
+                .take(METRICS, usize::MAX)
+                .into_iter()
+                .find(|l| l.local_addr().is_ok_and(|a| same_address(addr, a)));
+            let l = match inherited {
+                Some(l) => l,
+                None => std::net::TcpListener::bind(addr)
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .map_err(|source| Error::Bind {
+                        addr,
+                        frontend: "metrics".into(),
+                        source,
+                    })?,
+            };
+            handover
+                .add(METRICS, usize::MAX, &l)
+                .map_err(handover_err)?;
+            Some(l)
+        }
+    };
+    Ok(metrics_listener)
+}
+
+/// The handover name of the metrics endpoint's socket (no frontend has listen index `usize::MAX`).
+const METRICS: &str = "metrics";
+
+/// Whether a socket bound to `actual` serves the configured `want` (port 0: any port).
+fn same_address(want: SocketAddr, actual: SocketAddr) -> bool {
+    want == actual || (want.port() == 0 && want.ip() == actual.ip())
 }
 
 /// A frontend's ACME settings, if it uses ACME.

@@ -165,6 +165,7 @@ const LAYERS: [&[&str]; 9] = [
         "ocsp",
         "state_files",
         "notify",
+        "upgrade",
     ],
     &["config", "logging", "limits", "session_store"],
     &[

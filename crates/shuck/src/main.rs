@@ -13,8 +13,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use shuck_proxy::config::{self, Config, LogFormat, OneOrMany, Origin, RawConfig, RawFrontend};
-use shuck_proxy::notify;
 use shuck_proxy::server::{CertificateUpdates, Reloader, Server};
+use shuck_proxy::{notify, upgrade};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
@@ -144,11 +144,24 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
         let _guard = rt.enter();
         Signals::install().map_err(|e| format!("cannot install signal handlers: {e}"))?
     };
-    let mut server = Server::prepare(config).map_err(|e| e.to_string())?;
+    let mut inherited = upgrade::Inherited::from_env()
+        .map_err(|e| format!("cannot take over the old process's sockets: {e}"))?;
+    let mut server = Server::prepare_with(config, &mut inherited).map_err(|e| e.to_string())?;
     let pid_file = args.pid_file.as_deref().map(PidFile::write).transpose()?;
     let (stops_tx, stops) = watch::channel(0u32);
     let updates = server.certificate_updates();
-    rt.spawn(signals.handle(args.clone(), server.reloader(), updates, stops_tx));
+    let successor = Successor {
+        handover: server.handover(),
+        exe: std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?,
+        args: std::env::args_os().skip(1).collect(),
+    };
+    rt.spawn(signals.handle(
+        args.clone(),
+        server.reloader(),
+        updates,
+        successor,
+        stops_tx,
+    ));
     let (mut first, mut second) = (stops.clone(), stops);
     let result = server
         .run(
@@ -199,6 +212,47 @@ struct Signals {
     term: Signal,
     int: Signal,
     hup: Signal,
+    usr2: Signal,
+}
+
+/// What `kill -USR2` starts: the binary at the path this one was started from (a new version
+/// installed there), with the same arguments and every listening socket.
+struct Successor {
+    handover: upgrade::Handover,
+    exe: std::path::PathBuf,
+    args: Vec<std::ffi::OsString>,
+}
+
+impl Successor {
+    /// How long the new process may take to listen before it is given up.
+    const PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+    /// Starts the new process and waits until it listens; true when this one should now stop
+    /// accepting and drain.
+    async fn take_over(&self) -> bool {
+        tracing::info!(binary = %self.exe.display(), "upgrade: starting the new binary with the listening sockets");
+        let started = match self.handover.spawn(&self.exe, &self.args) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "upgrade failed: cannot start the new binary; still serving");
+                return false;
+            }
+        };
+        match started.ready(Self::PATIENCE).await {
+            Ok(pid) => {
+                tracing::info!(
+                    pid,
+                    "upgrade: the new process is listening; this one stops accepting and drains"
+                );
+                notify::handed_over();
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "upgrade failed; still serving");
+                false
+            }
+        }
+    }
 }
 
 impl Signals {
@@ -207,6 +261,7 @@ impl Signals {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
             hup: signal(SignalKind::hangup())?,
+            usr2: signal(SignalKind::user_defined2())?,
         })
     }
 
@@ -217,11 +272,21 @@ impl Signals {
         args: ServeArgs,
         reloader: Reloader,
         mut updates: Option<CertificateUpdates>,
+        successor: Successor,
         stops: watch::Sender<u32>,
     ) {
         let mut reloader = Some(reloader);
+        let mut upgraded = false;
         loop {
             tokio::select! {
+                _ = self.usr2.recv() => {
+                    if upgraded {
+                        tracing::warn!("SIGUSR2 ignored: this process has already handed over");
+                    } else if successor.take_over().await {
+                        upgraded = true;
+                        stops.send_modify(|n| *n += 1);
+                    }
+                }
                 _ = self.term.recv() => { stops.send_modify(|n| *n += 1); }
                 _ = self.int.recv() => { stops.send_modify(|n| *n += 1); }
                 Some(frontend) = next_update(&mut updates) => {

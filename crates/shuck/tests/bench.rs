@@ -397,3 +397,76 @@ fn twenty_reloads_under_load_fail_no_connection_and_sigterm_drains() {
         failures("io")
     );
 }
+
+/// A process shuck started by itself (an upgrade's successor): stopped with SIGTERM on drop, and
+/// waited for (bounded), so a failing test leaves nothing running.
+struct Successor(u32);
+
+impl Successor {
+    fn alive(&self) -> bool {
+        Path::new(&format!("/proc/{}", self.0)).exists()
+    }
+}
+
+impl Drop for Successor {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.0.to_string()).status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.alive() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+/// `kill -USR2` under a steady closed-loop load: the same binary is started with the listening
+/// sockets, says it is ready, and only then does the old process stop accepting and drain. Not
+/// one connection fails or is refused; the old process exits once drained; the new one has
+/// rewritten the pid file and serves on.
+#[test]
+fn an_upgrade_under_load_fails_no_connection_and_the_old_process_drains() {
+    let pki = Pki::new();
+    let cert = pki.leaf("u.pem", "u", &["r.test"], Key::EcdsaP256);
+    let backend = BenchBackend::start(1024);
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("shuck.pid");
+    let config = format!(
+        "workers = 2\nshutdown_grace = \"5s\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = \"{}\"\n",
+        backend.addr,
+        cert.display()
+    );
+    let mut shuck = Shuck::start_args(&config, &["--pid-file", pid_file.to_str().unwrap()]);
+    let old = shuck.pid();
+    let target = shuck.addr().to_string();
+    let load = load_in_background(&target, &pki.ca_path(), 6);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    shuck.signal("USR2");
+    let log = shuck.wait_log("the new process is listening");
+    let new: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let successor = Successor(new);
+    assert_ne!(new, old, "{log}");
+    let status = shuck
+        .wait_exit(std::time::Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("the old process did not exit: {}", shuck.log_text()));
+    assert!(status.success(), "{}", shuck.log_text());
+    let v = load.join().unwrap();
+    let t = &v["totals"];
+    assert_eq!(
+        t["failed"], 0,
+        "connections failed during the upgrade: {v:#}"
+    );
+    assert!(t["successful"].as_u64().unwrap() > 100, "{v:#}");
+    // The new process serves on alone.
+    assert!(successor.alive());
+    let after = load_in_background(&target, &pki.ca_path(), 1)
+        .join()
+        .unwrap();
+    assert_eq!(after["totals"]["failed"], 0, "{after:#}");
+    assert!(
+        after["totals"]["successful"].as_u64().unwrap() > 0,
+        "{after:#}"
+    );
+}

@@ -55,3 +55,29 @@ fn sd_notify_says_ready_reloading_and_stopping() {
     let stopping = receive_until(&socket, "STOPPING=1", Duration::from_secs(10));
     assert!(stopping.contains("STOPPING=1"), "{stopping}");
 }
+
+/// contrib/shuck.service passes `systemd-analyze verify` (with this build's binary in place of
+/// /usr/bin/shuck; the man page is the package's).
+#[test]
+fn the_unit_file_verifies() {
+    let analyze = common::peers::require("systemd-analyze", "systemd");
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../contrib/shuck.service"
+    ))
+    .expect("contrib/shuck.service");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("shuck.service");
+    let local = unit
+        .replace("/usr/bin/shuck", common::process::SHUCK)
+        .replace("man:shuck(1) ", "");
+    std::fs::write(&path, local).expect("write unit");
+    let out = common::process::run_bounded(
+        std::process::Command::new(analyze).arg("verify").arg(&path),
+        b"",
+        60,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("shuck.service:"), "warnings: {err}");
+}

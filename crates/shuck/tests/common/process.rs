@@ -136,6 +136,18 @@ impl Shuck {
         self.child.id()
     }
 
+    /// Waits at most `bound` for the process to exit on its own; its status if it did.
+    pub fn wait_exit(&mut self, bound: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + bound;
+        while Instant::now() < deadline {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
     pub fn addr(&self) -> SocketAddr {
         self.addrs[0]
     }

@@ -1,0 +1,226 @@
+//! Zero-downtime binary upgrade (nginx's `kill -USR2`): the listening sockets are never closed.
+//! The running process starts the binary at its own path with every listening socket inherited
+//! (descriptors 3, 4, … with `LISTEN_FDS`, and which frontend and `listen` entry each belongs to
+//! in `SHUCK_UPGRADE_SOCKETS`); the new process takes them over instead of binding, starts its
+//! workers on them and, once listening, says so on the old process's datagram socket
+//! (`SHUCK_UPGRADE_READY`). Only then does the old process stop accepting and drain. A connection
+//! that arrives meanwhile waits in the kernel's queue of a socket both processes hold, so one of
+//! them accepts it: none is refused.
+
+use std::ffi::OsString;
+use std::io;
+use std::net::TcpListener;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use command_fds::{CommandFdExt, FdMapping};
+
+/// Which frontend and `listen` entry each inherited descriptor belongs to, in descriptor order:
+/// `<frontend name in hex>:<listen index>`, comma-separated.
+const SOCKETS_ENV: &str = "SHUCK_UPGRADE_SOCKETS";
+/// The old process's datagram socket, where the new one says it is ready.
+const READY_ENV: &str = "SHUCK_UPGRADE_READY";
+/// The first inherited descriptor (after standard input, output and error).
+const FIRST_FD: i32 = 3;
+
+/// A listening socket and the `listen` entry of the frontend it serves.
+#[derive(Debug)]
+pub struct Socket {
+    pub frontend: String,
+    pub index: usize,
+    pub listener: TcpListener,
+}
+
+/// What a process started by an upgrade inherited; empty otherwise.
+#[derive(Debug, Default)]
+pub struct Inherited {
+    sockets: Vec<Socket>,
+    ready: Option<PathBuf>,
+}
+
+impl Inherited {
+    /// The sockets this process was handed by its predecessor, if it was started by an upgrade.
+    pub fn from_env() -> io::Result<Inherited> {
+        let Some(list) = std::env::var_os(SOCKETS_ENV) else {
+            return Ok(Inherited::default());
+        };
+        let list = list.to_string_lossy().into_owned();
+        let mut fds = listenfd::ListenFd::from_env();
+        let mut sockets = Vec::new();
+        for (i, entry) in list.split(',').filter(|e| !e.is_empty()).enumerate() {
+            let bad = || io::Error::other(format!("{SOCKETS_ENV}: bad entry {entry:?}"));
+            let (name, index) = entry.split_once(':').ok_or_else(bad)?;
+            let frontend = unhex(name).ok_or_else(bad)?;
+            let index = index.parse().map_err(|_| bad())?;
+            let listener = fds
+                .take_tcp_listener(i)?
+                .ok_or_else(|| io::Error::other(format!("inherited descriptor {i} is missing")))?;
+            listener.set_nonblocking(true)?;
+            sockets.push(Socket {
+                frontend,
+                index,
+                listener,
+            });
+        }
+        Ok(Inherited {
+            sockets,
+            ready: std::env::var_os(READY_ENV).map(PathBuf::from),
+        })
+    }
+
+    /// Whether this process takes over from another.
+    pub fn is_upgrade(&self) -> bool {
+        self.ready.is_some()
+    }
+
+    /// The inherited sockets of `frontend`'s `index`-th listen entry (one per old worker).
+    pub fn take(&mut self, frontend: &str, index: usize) -> Vec<TcpListener> {
+        let (mine, rest) = std::mem::take(&mut self.sockets)
+            .into_iter()
+            .partition(|s| s.frontend == frontend && s.index == index);
+        self.sockets = rest;
+        mine.into_iter().map(|s| s.listener).collect()
+    }
+
+    /// Sockets nobody took (their frontend or address is gone): closing them drops what waits in
+    /// their queues, so say how many.
+    pub fn leftover(&self) -> usize {
+        self.sockets.len()
+    }
+
+    /// Tells the old process this one is listening.
+    pub fn say_ready(&self) {
+        let Some(path) = &self.ready else { return };
+        let sent = std::os::unix::net::UnixDatagram::unbound()
+            .and_then(|s| s.send_to(format!("READY={}", std::process::id()).as_bytes(), path));
+        if let Err(e) = sent {
+            tracing::error!(error = %e, "cannot tell the old process this one is ready; it keeps serving");
+        }
+    }
+}
+
+/// The running process's listening sockets (duplicates), to hand to a successor.
+#[derive(Debug, Default)]
+pub struct Handover {
+    sockets: Vec<Socket>,
+}
+
+impl Handover {
+    pub fn add(&mut self, frontend: &str, index: usize, listener: &TcpListener) -> io::Result<()> {
+        self.sockets.push(Socket {
+            frontend: frontend.to_string(),
+            index,
+            listener: listener.try_clone()?,
+        });
+        Ok(())
+    }
+
+    /// Starts `exe` with `args` and every socket inherited; the returned successor says when it
+    /// is ready.
+    pub fn spawn(&self, exe: &Path, args: &[OsString]) -> io::Result<Successor> {
+        let dir = tempfile::Builder::new()
+            .prefix("shuck-upgrade-")
+            .tempdir()?;
+        let path = dir.path().join("ready.sock");
+        let socket = tokio::net::UnixDatagram::bind(&path)?;
+        let mut mappings = Vec::with_capacity(self.sockets.len());
+        let mut names = Vec::with_capacity(self.sockets.len());
+        for (i, s) in self.sockets.iter().enumerate() {
+            let fd: OwnedFd = s.listener.try_clone()?.into();
+            let child_fd = FIRST_FD + i32::try_from(i).map_err(io::Error::other)?;
+            mappings.push(FdMapping {
+                parent_fd: fd,
+                child_fd,
+            });
+            names.push(format!("{}:{}", hex(&s.frontend), s.index));
+        }
+        let mut cmd = Command::new(exe);
+        cmd.args(args)
+            .env(SOCKETS_ENV, names.join(","))
+            .env(READY_ENV, &path)
+            .env("LISTEN_FDS", self.sockets.len().to_string())
+            .env_remove("LISTEN_PID")
+            .env_remove("LISTEN_FDNAMES")
+            .fd_mappings(mappings)
+            .map_err(io::Error::other)?;
+        let child = cmd.spawn()?;
+        Ok(Successor {
+            child,
+            socket,
+            _dir: dir,
+        })
+    }
+}
+
+/// A new process started by an upgrade, until it says it is ready.
+#[derive(Debug)]
+pub struct Successor {
+    child: Child,
+    socket: tokio::net::UnixDatagram,
+    _dir: tempfile::TempDir,
+}
+
+impl Successor {
+    /// Waits until the new process is listening (its pid), it exits, or `within` passes.
+    pub async fn ready(mut self, within: Duration) -> Result<u32, String> {
+        let pid = self.child.id();
+        let mut buf = [0u8; 64];
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("the new process ({pid}) exited first: {status}"));
+            }
+            let tick = tokio::time::sleep(Duration::from_millis(200));
+            tokio::select! {
+                got = self.socket.recv(&mut buf) => {
+                    if got.is_ok_and(|n| buf[..n].starts_with(b"READY=")) {
+                        return Ok(pid);
+                    }
+                }
+                () = tick => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return Err(format!(
+                    "the new process ({pid}) was not ready within {within:?}; stopped it"
+                ));
+            }
+        }
+    }
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().fold(String::new(), |mut out, b| {
+        use std::fmt::Write as _;
+        let _ = write!(out, "{b:02x}");
+        out
+    })
+}
+
+fn unhex(s: &str) -> Option<String> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    let bytes = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frontend_names_survive_the_environment() {
+        for name in ["web", "a,b:c", "ünïcode", ""] {
+            assert_eq!(unhex(&hex(name)).as_deref(), Some(name));
+        }
+        assert_eq!(unhex("zz"), None);
+        assert_eq!(unhex("abc"), None);
+    }
+}
