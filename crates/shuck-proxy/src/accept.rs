@@ -10,13 +10,12 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
-use crate::config::Frontend;
 use crate::connection;
 use crate::limits::ConnectionLimit;
 use crate::listener::is_connection_error;
 use crate::metrics::Metrics;
 use crate::tls::TlsSlot;
-use crate::worker::{FrontendRt, Worker};
+use crate::worker::{FrontendSlot, SettingsSlot, Worker};
 
 /// Everything a worker thread is handed at start.
 pub(crate) struct WorkerSpec {
@@ -24,7 +23,7 @@ pub(crate) struct WorkerSpec {
     pub core: Option<core_affinity::CoreId>,
     /// (frontend index, listening socket)
     pub listeners: Vec<(usize, std::net::TcpListener)>,
-    pub frontends: Vec<(Arc<Frontend>, TlsSlot)>,
+    pub frontends: Vec<(SettingsSlot, TlsSlot)>,
     /// `max_connections`, shared by all workers.
     pub limit: Arc<ConnectionLimit>,
     pub log_connections: bool,
@@ -64,12 +63,12 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 
 async fn run(spec: WorkerSpec) {
     let worker = Rc::new(Worker::new(spec.id, spec.log_connections));
-    let fronts: Vec<Rc<FrontendRt>> = spec
+    let fronts: Vec<Rc<FrontendSlot>> = spec
         .frontends
         .iter()
-        .map(|(fe, tls)| {
-            Rc::new(FrontendRt::new(
-                fe.clone(),
+        .map(|(settings, tls)| {
+            Rc::new(FrontendSlot::new(
+                settings.clone(),
                 tls.clone(),
                 &spec.metrics,
                 spec.id,
@@ -79,7 +78,7 @@ async fn run(spec: WorkerSpec) {
     // A remote session store's connection opens now, not in the first client's lookup (whose
     // short timeout it would spend).
     for f in &fronts {
-        if let Some(remote) = &f.tls.load().remote {
+        if let Some(remote) = &f.current().tls.load().remote {
             remote.warm_up();
         }
     }
@@ -130,7 +129,7 @@ async fn run(spec: WorkerSpec) {
 
 async fn accept_loop(
     listener: TcpListener,
-    fe: Rc<FrontendRt>,
+    slot: Rc<FrontendSlot>,
     worker: Rc<Worker>,
     (limit, local): (Arc<ConnectionLimit>, Arc<Semaphore>),
     mut shutdown: watch::Receiver<bool>,
@@ -153,6 +152,7 @@ async fn accept_loop(
         match accepted {
             Ok((tcp, client)) => {
                 backoff = Duration::ZERO;
+                let fe = slot.current();
                 fe.metrics.accepted.inc();
                 // Another worker may have taken the last slot since the check: this one
                 // connection then waits here, unserved, like those in the backlog.
@@ -167,7 +167,7 @@ async fn accept_loop(
                 let Ok(mine) = local.clone().try_acquire_owned() else {
                     return; // closed: cannot happen while the worker runs
                 };
-                let (fe, worker) = (fe.clone(), worker.clone());
+                let worker = worker.clone();
                 tokio::task::spawn_local(async move {
                     connection::handle(worker, fe, tcp, client).await;
                     drop((slot, mine));
@@ -178,8 +178,8 @@ async fn accept_loop(
                 // EMFILE/ENFILE/ENOBUFS: retrying at once would spin; back off and let
                 // connections finish and free descriptors.
                 backoff = (backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
-                fe.metrics.accept_errors.inc();
-                tracing::warn!(worker = worker.id, frontend = %fe.cfg.name, error = %e, backoff = ?backoff, "accept failed; backing off");
+                slot.current().metrics.accept_errors.inc();
+                tracing::warn!(worker = worker.id, frontend = %slot.name(), error = %e, backoff = ?backoff, "accept failed; backing off");
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
                     () = stopped(&mut shutdown) => return,

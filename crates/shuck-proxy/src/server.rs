@@ -23,6 +23,7 @@ use crate::session_store::{SharedStore as SessionStoreHandle, StoreCounters};
 use crate::tls::sessions::SessionCache;
 use crate::tls::{Carried, TlsContext, TlsSlot};
 use crate::upgrade::{Handover, Inherited};
+use crate::worker::SettingsSlot;
 use crate::{accept, acme, limits, listener, notify, staple_refresh, state_files};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
@@ -40,6 +41,8 @@ pub struct Server {
     fd_limit: u64,
     /// Where the ACME renewal tasks say a frontend's certificate changed.
     renewed: (UnboundedSender<String>, Option<UnboundedReceiver<String>>),
+    /// Per frontend: its settings outside TLS, which workers read at each accept.
+    settings: Vec<SettingsSlot>,
     /// Duplicates of every listening socket, for a successor (`kill -USR2`).
     handover: Handover,
     /// Started by an upgrade: the old process waits to hear this one is listening.
@@ -108,6 +111,11 @@ impl Server {
         if inherited.leftover() > 0 {
             tracing::warn!(sockets = inherited.leftover(), "listening sockets handed over for addresses no longer configured are closed (connections waiting in them are dropped)");
         }
+        let settings = config
+            .frontends
+            .iter()
+            .map(|fe| Arc::new(ArcSwap::from_pointee(fe.clone())))
+            .collect();
         let slots = tls
             .iter()
             .map(|t| {
@@ -131,6 +139,7 @@ impl Server {
             },
             handover,
             predecessor: std::mem::take(inherited),
+            settings,
         })
     }
 
@@ -150,6 +159,7 @@ impl Server {
             client_trust: self.tls.iter().map(|t| t.client_trust).collect(),
             slots: self.slots.clone(),
             current: self.config.frontends.clone(),
+            settings: self.settings.clone(),
             metrics: self.metrics.clone(),
             expiry_warning: self.config.certificate_expiry_warning,
         }
@@ -217,7 +227,7 @@ impl Server {
             max_connections,
             "starting"
         );
-        let frontends: Vec<_> = c.frontends.iter().cloned().map(Arc::new).collect();
+        let frontends = self.settings.clone();
         let limit = limits::ConnectionLimit::new(max_connections);
         let cores = if c.pin_cpus {
             core_affinity::get_core_ids().unwrap_or_default()
@@ -355,6 +365,8 @@ pub struct Reloader {
     slots: Vec<Vec<TlsSlot>>,
     /// Per frontend (as started), the settings in force: what a refresh loads again.
     current: Vec<crate::config::Frontend>,
+    /// Per frontend, the settings slot the workers read at each accept.
+    settings: Vec<SettingsSlot>,
     /// Where the served certificates are shown, and how early their expiry is warned about.
     metrics: Arc<Metrics>,
     expiry_warning: Duration,
@@ -437,6 +449,8 @@ impl Reloader {
         }
         for (i, fe, ctx) in built {
             self.install(i, &fe, &ctx);
+            // Backends, timeouts, PROXY settings: new connections get them from now on.
+            self.settings[i].store(Arc::new(fe));
         }
         Ok(notes)
     }
@@ -702,37 +716,8 @@ fn needs_restart(
     old: &crate::config::Frontend,
     new: &crate::config::Frontend,
 ) -> Option<&'static str> {
-    use crate::config::Backend;
-    // By name as written: a host name whose DNS answer moved is not a configuration change.
-    let backends = |b: &Backend| match b {
-        Backend::Demo => Vec::new(),
-        Backend::Tcp(v) => v.iter().map(|b| b.name.clone()).collect(),
-    };
-    if backends(&old.backend) != backends(&new.backend) {
-        Some("backend")
-    } else if old.backend_policy != new.backend_policy {
-        Some("backend_policy")
-    } else if (
-        old.handshake_timeout,
-        old.idle_timeout,
-        old.connect_timeout,
-        old.backend_cooldown,
-    ) != (
-        new.handshake_timeout,
-        new.idle_timeout,
-        new.connect_timeout,
-        new.backend_cooldown,
-    ) {
-        Some("a timeout")
-    } else if old.backlog != new.backlog {
-        Some("backlog")
-    } else if (old.proxy_protocol, old.proxy_tlvs) != (new.proxy_protocol, new.proxy_tlvs) {
-        Some("proxy_protocol or proxy_protocol_tlvs")
-    } else if old.accept_proxy != new.accept_proxy {
-        Some("accept_proxy settings")
-    } else {
-        None
-    }
+    // The sockets are bound with it; everything else of a frontend is applied on reload.
+    (old.backlog != new.backlog).then_some("backlog")
 }
 
 #[cfg(test)]
@@ -749,15 +734,18 @@ mod tests {
     }
 
     #[test]
-    fn a_changed_backend_policy_needs_a_restart() {
+    fn only_the_backlog_needs_a_restart() {
         let old = frontend("");
+        for applied in [
+            "backend_policy = \"least_connections\"\n",
+            "idle_timeout = \"1s\"\n",
+            "proxy_protocol = \"v2\"\n",
+        ] {
+            assert_eq!(needs_restart(&old, &frontend(applied)), None, "{applied}");
+        }
         assert_eq!(
-            needs_restart(&old, &frontend("backend_policy = \"round_robin\"\n")),
-            None
-        );
-        assert_eq!(
-            needs_restart(&old, &frontend("backend_policy = \"least_connections\"\n")),
-            Some("backend_policy")
+            needs_restart(&old, &frontend("backlog = 10\n")),
+            Some("backlog")
         );
     }
 }

@@ -2,8 +2,11 @@
 //! configuration slot, backend state and metric handles. A worker is one thread, so none of this
 //! is shared with another worker (certificates and ticket keys are read-only or lock-free).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use crate::acme::challenge;
 use crate::backend::BackendPool;
@@ -50,7 +53,7 @@ pub(crate) struct FrontendRt {
 }
 
 impl FrontendRt {
-    pub(crate) fn new(cfg: Arc<Frontend>, tls: TlsSlot, metrics: &Metrics, worker: usize) -> Self {
+    fn new(cfg: Arc<Frontend>, tls: TlsSlot, metrics: FrontendMetrics) -> Self {
         let backends = match &cfg.backend {
             Backend::Demo => None,
             Backend::Tcp(addrs) => Some(BackendPool::new(
@@ -67,11 +70,59 @@ impl FrontendRt {
             _ => None,
         };
         FrontendRt {
-            metrics: metrics.for_frontend(&cfg.name, worker),
+            metrics,
             cfg,
             tls,
             backends,
             acme_challenge,
         }
+    }
+}
+
+/// A frontend's settings outside TLS (backends, timeouts, PROXY settings, …): replaced whole on
+/// reload by the main thread, read by the workers when they accept.
+pub(crate) type SettingsSlot = Arc<ArcSwap<Frontend>>;
+
+/// One worker's view of one frontend across reloads: a new connection gets the settings in force
+/// when it is accepted, and keeps them to its end (a reload never changes a connection midway).
+pub(crate) struct FrontendSlot {
+    settings: SettingsSlot,
+    current: RefCell<Rc<FrontendRt>>,
+}
+
+impl FrontendSlot {
+    pub(crate) fn new(
+        settings: SettingsSlot,
+        tls: TlsSlot,
+        metrics: &Metrics,
+        worker: usize,
+    ) -> Self {
+        let cfg = settings.load_full();
+        let handles = metrics.for_frontend(&cfg.name, worker);
+        FrontendSlot {
+            current: RefCell::new(Rc::new(FrontendRt::new(cfg, tls, handles))),
+            settings,
+        }
+    }
+
+    /// The frontend as a connection accepted now sees it: rebuilt (a new backend pool, its
+    /// health and counts starting afresh) only when a reload stored new settings.
+    pub(crate) fn current(&self) -> Rc<FrontendRt> {
+        let want = self.settings.load();
+        let now = self.current.borrow().clone();
+        if Arc::ptr_eq(&now.cfg, &want) {
+            return now;
+        }
+        let next = Rc::new(FrontendRt::new(
+            Arc::clone(&want),
+            now.tls.clone(),
+            now.metrics.clone(),
+        ));
+        *self.current.borrow_mut() = next.clone();
+        next
+    }
+
+    pub(crate) fn name(&self) -> String {
+        self.current.borrow().cfg.name.clone()
     }
 }

@@ -331,34 +331,36 @@ fn load_in_background(
     })
 }
 
-/// Twenty reloads (SIGHUP, each swapping the certificate and a TLS setting) while a closed-loop
-/// load runs: not one connection fails. Then SIGTERM under load: shuck drains, and every
-/// connection that got an answer got all of it (the load generator checks each answer's size).
+/// Twenty reloads (SIGHUP, each swapping the certificate, a TLS setting, the backend and the
+/// timeouts) while a closed-loop load runs: not one connection fails. After the last one the first
+/// backend is stopped and connections still succeed: the new backend took over. Then SIGTERM under
+/// load: shuck drains, and every connection that got an answer got all of it (the load generator
+/// checks each answer's size).
 #[test]
 fn twenty_reloads_under_load_fail_no_connection_and_sigterm_drains() {
     let pki = Pki::new();
     let a = pki.leaf("a.pem", "a", &["r.test"], Key::EcdsaP256);
     let b = pki.leaf("b.pem", "b", &["r.test"], Key::Rsa2048);
-    let backend = BenchBackend::start(1024);
-    let config = |cert: &Path, alpn: &str| {
+    let first = BenchBackend::start(1024);
+    let second = BenchBackend::start(1024);
+    let config = |cert: &Path, alpn: &str, backend: std::net::SocketAddr, idle: &str| {
         format!(
-            "workers = 2\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = \"{}\"\nalpn = [{alpn}]\n",
-            backend.addr,
+            "workers = 2\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = \"{}\"\nalpn = [{alpn}]\nidle_timeout = \"{idle}\"\nconnect_timeout = \"{idle}\"\n",
             cert.display()
         )
     };
-    let shuck = Shuck::start(&config(&a, "\"http/1.1\""));
+    let shuck = Shuck::start(&config(&a, "\"http/1.1\"", first.addr, "30s"));
     let target = shuck.addr().to_string();
     let load = load_in_background(&target, &pki.ca_path(), 6);
     for i in 0..20 {
         std::thread::sleep(std::time::Duration::from_millis(200));
-        let (cert, alpn) = if i % 2 == 0 {
-            (&b, "\"h2\", \"http/1.1\"")
+        let next = if i % 2 == 0 {
+            config(&b, "\"h2\", \"http/1.1\"", second.addr, "20s")
         } else {
-            (&a, "\"http/1.1\"")
+            config(&a, "\"http/1.1\"", first.addr, "30s")
         };
         // listen stays 127.0.0.1:0 in the file; the running port is kept (frontends match by name).
-        std::fs::write(shuck.config_path(), config(cert, alpn)).unwrap();
+        std::fs::write(shuck.config_path(), next).unwrap();
         shuck.signal("HUP");
         shuck.wait_log_count("reloaded certificates", i + 1);
     }
@@ -366,6 +368,24 @@ fn twenty_reloads_under_load_fail_no_connection_and_sigterm_drains() {
     let t = &v["totals"];
     assert_eq!(t["failed"], 0, "connections failed during reloads: {v:#}");
     assert!(t["successful"].as_u64().unwrap() > 100, "{v:#}");
+    assert!(
+        !shuck.log_text().contains("restart to apply"),
+        "backend and timeouts are applied: {}",
+        shuck.log_text()
+    );
+    // The last reload moved the frontend to the second backend: the first may go.
+    std::fs::write(
+        shuck.config_path(),
+        config(&b, "\"http/1.1\"", second.addr, "20s"),
+    )
+    .unwrap();
+    shuck.signal("HUP");
+    shuck.wait_log_count("reloaded certificates", 21);
+    drop(first);
+    let after = load_in_background(&target, &pki.ca_path(), 1)
+        .join()
+        .unwrap();
+    assert_eq!(after["totals"]["failed"], 0, "{after:#}");
 
     // SIGTERM in the middle of a load: connections in flight finish whole.
     let load = load_in_background(&target, &pki.ca_path(), 4);
