@@ -70,10 +70,10 @@ impl FrontendRt {
             _ => None,
         };
         FrontendRt {
-            metrics,
             cfg,
             tls,
             backends,
+            metrics,
             acme_challenge,
         }
     }
