@@ -411,10 +411,12 @@ fn sighup_reloads_certificates_and_tls_settings_and_keeps_tickets() {
     assert!(ok, "{out}");
     assert!(out.contains("CN = after"), "{out}");
 
-    // Settings outside TLS are reported as needing a restart, on every reload until then.
+    // What needs the sockets or the workers is reported as needing a restart, on every reload
+    // until then; a timeout is simply applied.
     let good = pki.leaf("good-again.pem", "after", &["reload.test"], Key::EcdsaP256);
     std::fs::rename(&good, &path).expect("restore certificate");
-    let other = config("h2").replace("workers = 2", "workers = 3") + "idle_timeout = \"9s\"\n";
+    let other = config("h2").replace("workers = 2", "workers = 3")
+        + "idle_timeout = \"9s\"\nbacklog = 77\n";
     std::fs::write(shuck.config_path(), &other).expect("rewrite config");
     shuck.signal("HUP");
     shuck.wait_log_count("reloaded certificates", 2);
@@ -426,9 +428,10 @@ fn sighup_reloads_certificates_and_tls_settings_and_keeps_tickets() {
         "{log}"
     );
     assert!(
-        log.contains("a timeout changed; restart to apply it"),
+        log.contains("backlog changed; restart to apply it"),
         "{log}"
     );
+    assert!(!log.contains("timeout changed"), "{log}");
 
     // A frontend whose addresses changed may be another frontend: its TLS is left alone.
     let moved = pki.leaf("moved.pem", "moved", &["reload.test"], Key::EcdsaP256);
