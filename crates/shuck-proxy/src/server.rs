@@ -701,7 +701,6 @@ fn global_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     );
     check(old.shutdown_grace != new.shutdown_grace, "shutdown_grace");
     check(old.log_format != new.log_format, "log_format");
-    check(old.log_level != new.log_level, "log_level");
     check(
         old.log_connections != new.log_connections,
         "log_connections",

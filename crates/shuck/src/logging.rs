@@ -3,6 +3,8 @@
 //! (`shuck_proxy::logging`).
 
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use shuck_proxy::config::{Config, LogFormat};
 use tracing::subscriber::Interest;
@@ -10,16 +12,18 @@ use tracing::{Event, Metadata};
 use tracing_subscriber::filter::{FilterExt, LevelFilter};
 use tracing_subscriber::layer::{Context, Filter};
 use tracing_subscriber::prelude::*;
-use tracing_subscriber::{fmt, EnvFilter};
+use tracing_subscriber::{fmt, reload, EnvFilter, Registry};
 
 pub fn init(config: &Config) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log_level));
-    let libraries = LibraryLines {
-        debug: filter
-            .max_level_hint()
-            .is_some_and(|l| l >= LevelFilter::DEBUG),
-    };
+    let from_env = EnvFilter::try_from_default_env().ok();
+    let env_set = from_env.is_some();
+    let filter = from_env.unwrap_or_else(|| EnvFilter::new(&config.log_level));
+    LIBRARIES_AT_DEBUG.store(at_debug(&filter), Ordering::Relaxed);
+    let (filter, handle) = reload::Layer::new(filter);
+    if !env_set {
+        // RUST_LOG, when set, stays in charge: a reload does not override it.
+        let _ = LEVEL.set(handle);
+    }
     // Colours only on a terminal: journald and log files should not get escape codes.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let layer = fmt::layer()
@@ -31,24 +35,59 @@ pub fn init(config: &Config) {
         LogFormat::Json => layer.json().flatten_event(true).boxed(),
     };
     tracing_subscriber::registry()
-        .with(layer.with_filter(filter.and(libraries)))
+        .with(layer.with_filter(filter.and(LibraryLines)))
         .init();
+}
+
+/// The level filter, replaceable on reload (`log_level`).
+static LEVEL: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
+/// Whether libraries' lines (rustls') are wanted: only at debug or finer.
+static LIBRARIES_AT_DEBUG: AtomicBool = AtomicBool::new(false);
+
+fn at_debug(filter: &EnvFilter) -> bool {
+    filter
+        .max_level_hint()
+        .is_some_and(|l| l >= LevelFilter::DEBUG)
+}
+
+/// Applies a reloaded `log_level` (unless RUST_LOG rules); says whether it changed anything.
+pub fn set_level(level: &str) -> bool {
+    let Some(handle) = LEVEL.get() else {
+        return false;
+    };
+    let filter = EnvFilter::new(level);
+    let debug = at_debug(&filter);
+    let changed = handle
+        .with_current(|f| f.to_string() != filter.to_string())
+        .unwrap_or(false);
+    if changed && handle.reload(filter).is_ok() {
+        LIBRARIES_AT_DEBUG.store(debug, Ordering::Relaxed);
+        // Callsites cached as never-enabled must be asked again.
+        tracing::callsite::rebuild_interest_cache();
+        return true;
+    }
+    false
 }
 
 /// Lets shuck's own events through (the level filter decides) and libraries' only at debug,
 /// spending their budget once per event, in `event_enabled` (the `log` bridge asks `enabled`
 /// twice per line).
-struct LibraryLines {
-    debug: bool,
+struct LibraryLines;
+
+impl LibraryLines {
+    fn debug() -> bool {
+        LIBRARIES_AT_DEBUG.load(Ordering::Relaxed)
+    }
 }
 
 impl<S> Filter<S> for LibraryLines {
     fn enabled(&self, meta: &Metadata<'_>, _: &Context<'_, S>) -> bool {
-        self.debug || shuck_proxy::logging::is_ours(meta)
+        Self::debug() || shuck_proxy::logging::is_ours(meta)
     }
 
+    /// Cached per callsite; `set_level` has the cache rebuilt when the level changes.
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        if self.debug || shuck_proxy::logging::is_ours(meta) {
+        if Self::debug() || shuck_proxy::logging::is_ours(meta) {
             Interest::always()
         } else {
             Interest::never()

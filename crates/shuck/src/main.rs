@@ -333,12 +333,17 @@ impl Signals {
 }
 
 fn reload(args: &ServeArgs, reloader: &mut Reloader) {
-    let result = load_config(&args.config, Some(args))
-        .and_then(|c| reloader.reload(&c).map_err(|e| e.to_string()));
+    let result = load_config(&args.config, Some(args)).and_then(|c| {
+        let notes = reloader.reload(&c).map_err(|e| e.to_string())?;
+        Ok((notes, c.log_level))
+    });
     match result {
-        Ok(notes) => {
+        Ok((notes, level)) => {
             for n in notes {
                 tracing::warn!("{n}");
+            }
+            if logging::set_level(&level) {
+                tracing::info!(log_level = %level, "log level changed");
             }
             tracing::info!("reloaded certificates and TLS settings");
         }

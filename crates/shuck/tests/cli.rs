@@ -488,3 +488,25 @@ fn version_names_the_commit_and_the_pid_file_lives_as_long_as_the_process() {
     assert!(status.success(), "{log}");
     assert!(!pid_file.exists(), "pid file left behind");
 }
+
+/// `log_level` is applied by a reload: a health-check connection (closed before a byte) is a
+/// debug line, absent at info, present once the level is debug.
+#[test]
+fn a_reload_changes_the_log_level() {
+    let config = |level: &str| {
+        format!(
+            "log_level = \"{level}\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nself_signed = true\n"
+        )
+    };
+    let shuck = Shuck::start(&config("info"));
+    let probe = || drop(std::net::TcpStream::connect(shuck.addr()).expect("connect"));
+    probe();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!shuck.log_text().contains("DEBUG"), "{}", shuck.log_text());
+    std::fs::write(shuck.config_path(), config("debug")).expect("rewrite");
+    shuck.signal("HUP");
+    let log = shuck.wait_log("log level changed");
+    assert!(!log.contains("log_level changed; restart"), "{log}");
+    probe();
+    shuck.wait_log("DEBUG");
+}
