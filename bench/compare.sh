@@ -68,7 +68,7 @@ backend be
   server s1 $BACKEND
 CONF
 
-taskset -c 0 "$SHUCK" serve --listen 127.0.0.1:18443 --backend "$BACKEND" --cert "$W/bundle.pem" \
+taskset -c 0 "$SHUCK" serve --allow-root --listen 127.0.0.1:18443 --backend "$BACKEND" --cert "$W/bundle.pem" \
   --workers 1 --ready-file "$W/shuck.ready" 2>"$W/shuck.log" & PIDS+=($!); SHUCK_PID=$!
 taskset -c 0 nginx -c "$W/nginx.conf" -p "$W" & PIDS+=($!)
 taskset -c 0 haproxy -f "$W/haproxy.cfg" -db 2>"$W/haproxy.log" & PIDS+=($!); HAPROXY_PID=$!

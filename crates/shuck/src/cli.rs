@@ -173,6 +173,18 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH")]
     pub pid_file: Option<PathBuf>,
 
+    /// Run as this user once the ports are bound and the keys read (started as root).
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
+
+    /// With --user: run as this group (default: the user's).
+    #[arg(long, value_name = "GROUP", requires = "user")]
+    pub group: Option<String>,
+
+    /// Run as root without --user (refused otherwise).
+    #[arg(long)]
+    pub allow_root: bool,
+
     /// Log format.
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub log_format: Option<LogFormatArg>,

@@ -2,6 +2,7 @@
 
 mod cli;
 mod logging;
+mod privileges;
 
 // jemalloc returns what a flood of handshakes left behind (the `jemalloc` feature's note in
 // Cargo.toml); its background thread purges freed pages while the workers are idle.
@@ -117,6 +118,13 @@ fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, Str
         if serve.log_connections {
             raw.log_connections = Some(true);
         }
+        if let Some(u) = &serve.user {
+            raw.user = Some(u.clone());
+            raw.group.clone_from(&serve.group);
+        }
+        if serve.allow_root {
+            raw.allow_root = Some(true);
+        }
     }
     // Relative certificate paths in a file are relative to the file, as nginx and HAProxy do.
     let (origin, base) = match &args.config {
@@ -146,8 +154,11 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     };
     let mut inherited = upgrade::Inherited::from_env()
         .map_err(|e| format!("cannot take over the old process's sockets: {e}"))?;
+    let run_as = privileges::RunAs::of(&config);
     let mut server = Server::prepare_with(config, &mut inherited).map_err(|e| e.to_string())?;
     let pid_file = args.pid_file.as_deref().map(PidFile::write).transpose()?;
+    // Ports bound, keys read, state directories made: now the workers may start unprivileged.
+    run_as.apply()?;
     let (stops_tx, stops) = watch::channel(0u32);
     let updates = server.certificate_updates();
     let successor = Successor {

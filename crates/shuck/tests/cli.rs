@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use common::clients::{read_all_bounded, sum, wait_metric};
+use common::clients::{read_all_bounded, s_client, sum, wait_metric};
 use common::pki::{toml_path, Key, Pki};
 use common::process::{run_bounded, Shuck, SHUCK};
 
@@ -509,4 +509,72 @@ fn a_reload_changes_the_log_level() {
     assert!(!log.contains("log_level changed; restart"), "{log}");
     probe();
     shuck.wait_log("DEBUG");
+}
+
+/// As root: without `user` shuck refuses to serve (unless allow_root); with `user = "nobody"` its
+/// workers run as nobody once the keys are read, the certificate is served, and a reload that
+/// must read a file nobody cannot read is refused cleanly while the old certificate keeps serving.
+#[test]
+fn started_as_root_the_workers_run_as_the_configured_user() {
+    if !common::process::running_as_root() {
+        eprintln!("not root: the privilege drop cannot be exercised here (CI runs as root)");
+        return;
+    }
+    let out = run_bounded(
+        Command::new(SHUCK).args(["serve", "--self-signed", "--listen", "127.0.0.1:0"]),
+        b"",
+        30,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("refusing to run as root"), "{err}");
+
+    use std::os::unix::fs::PermissionsExt;
+    let pki = Pki::new();
+    // Root's alone: nobody cannot read the bundle.
+    let cert = pki.leaf("root-only.pem", "root-only", &["priv.test"], Key::EcdsaP256);
+    std::fs::set_permissions(&cert, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let config = format!(
+        "user = \"nobody\"\nworkers = 2\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+        toml_path(&cert)
+    );
+    // The configuration itself nobody may read: the reload below fails on the key, not on it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let cfg = dir.path().join("shuck.toml");
+    std::fs::write(&cfg, &config).expect("config");
+    let shuck = Shuck::start_flags(&["--config", cfg.to_str().expect("path")]);
+    let log = shuck.wait_log("dropped privileges");
+    let uids: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", shuck.pid()))
+        .expect("tasks")
+        .flatten()
+        .map(|t| std::fs::read_to_string(t.path().join("status")).unwrap_or_default())
+        .filter_map(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(str::to_string)
+        })
+        .collect();
+    assert!(uids.len() >= 3, "main thread and two workers: {uids:?}");
+    for uid in &uids {
+        assert_eq!(
+            uid.split_whitespace().nth(1),
+            Some("65534"),
+            "{uids:?}\n{log}"
+        );
+    }
+    let served = || {
+        let (_, out) = s_client(&pki, shuck.addr(), Some("priv.test"), &[]);
+        out.contains("CN = root-only") && out.contains("Verify return code: 0 (ok)")
+    };
+    assert!(served());
+    // A reload reads the files as nobody: refused, the old certificate keeps serving.
+    std::fs::write(&cfg, &config).expect("config");
+    shuck.signal("HUP");
+    let log = shuck.wait_log("reload failed");
+    assert!(
+        log.contains("root-only.pem") && log.contains("denied"),
+        "{log}"
+    );
+    assert!(served(), "{log}");
 }

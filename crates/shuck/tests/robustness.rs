@@ -410,8 +410,9 @@ fn a_low_open_files_limit_caps_connections_instead_of_failing_them() {
 
     let out = common::process::run_bounded(
         std::process::Command::new("sh").arg("-c").arg(format!(
-            "ulimit -n 64 && exec {} serve --self-signed --listen 127.0.0.1:0",
-            common::process::SHUCK
+            "ulimit -n 64 && exec {} serve --self-signed --listen 127.0.0.1:0 {}",
+            common::process::SHUCK,
+            common::process::as_root_allowed().join(" ")
         )),
         b"",
         30,

@@ -47,6 +47,9 @@ impl RawConfig {
             self.certificate_expiry_warning.as_deref(),
             defaults::CERTIFICATE_EXPIRY_WARNING,
         )?;
+        if self.group.is_some() && self.user.is_none() {
+            return Err(key_err("group", "needs user (the user to run as)"));
+        }
         let log_level = self.log_level.clone().unwrap_or_else(|| "info".into());
         if log_level.parse::<tracing::Level>().is_err() {
             return Err(key_err(
@@ -74,6 +77,9 @@ impl RawConfig {
             log_connections: self.log_connections.unwrap_or(false),
             metrics_listen,
             certificate_expiry_warning,
+            user: self.user.clone(),
+            group: self.group.clone(),
+            allow_root: self.allow_root.unwrap_or(false),
             state_dir: self.state_dir.clone().map_or_else(
                 || PathBuf::from(super::acme::STATE_DIR),
                 |p| super::resolve_path(base, p),

@@ -86,6 +86,9 @@ pub struct RawConfig {
     pub metrics_listen: Option<String>,
     pub certificate_expiry_warning: Option<String>,
     pub state_dir: Option<PathBuf>,
+    pub user: Option<String>,
+    pub group: Option<String>,
+    pub allow_root: Option<bool>,
     #[serde(default, rename = "frontend")]
     pub frontends: Vec<RawFrontend>,
 }
@@ -169,6 +172,11 @@ pub struct Config {
     pub certificate_expiry_warning: Duration,
     /// Where ACME accounts and certificates are kept.
     pub state_dir: PathBuf,
+    /// The user (and group) to run as once the sockets are bound and the keys read.
+    pub user: Option<String>,
+    pub group: Option<String>,
+    /// Run as root without `user` (refused otherwise).
+    pub allow_root: bool,
     pub frontends: Vec<Frontend>,
 }
 

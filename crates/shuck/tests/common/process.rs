@@ -61,6 +61,12 @@ impl Shuck {
         nofile: Option<u32>,
         env: &[(&str, &str)],
     ) -> Shuck {
+        if running_as_root() {
+            // A shuck that drops root (`user`) writes its ready file as that user.
+            use std::os::unix::fs::PermissionsExt;
+            let open = std::fs::Permissions::from_mode(0o1777);
+            std::fs::set_permissions(dir.path(), open).expect("chmod test dir");
+        }
         let ready = dir.path().join("ready");
         let log = dir.path().join("shuck.log");
         let mut cmd = match nofile {
@@ -76,6 +82,7 @@ impl Shuck {
         let child = cmd
             .arg("serve")
             .args(args)
+            .args(as_root_allowed())
             .arg("--ready-file")
             .arg(&ready)
             // The configuration's log_level decides (info unless a test sets it), not the
@@ -317,6 +324,28 @@ pub fn run_bounded(cmd: &mut Command, stdin: &[u8], secs: u64) -> Output {
     let out = child.wait_with_output().expect("wait");
     done.store(true, Ordering::Relaxed);
     out
+}
+
+/// True when the tests run as root (CI does): shuck then refuses to serve without `--user` unless
+/// told it may run as root.
+pub fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|v| v.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// `--allow-root` when running as root, nothing otherwise.
+pub fn as_root_allowed() -> &'static [&'static str] {
+    if running_as_root() {
+        &["--allow-root"]
+    } else {
+        &[]
+    }
 }
 
 /// `shuck bench backend` on port 0, killed on drop.

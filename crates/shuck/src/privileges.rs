@@ -1,0 +1,107 @@
+//! Dropping root: `user`/`group` (or `--user`/`--group`) are applied once the listening sockets
+//! are bound, the certificates and keys read and the state directories made, before any worker
+//! starts. Without them, running as root is refused unless `allow_root` says so. Under systemd the
+//! better way is no root at all: `User=` (or `DynamicUser=`) with
+//! `AmbientCapabilities=CAP_NET_BIND_SERVICE` (contrib/shuck.service).
+//!
+//! The process that dropped its privileges reads files as that user from then on: a reload (or an
+//! upgrade's new process) that must read a key only root can read fails like any unreadable file,
+//! and the old configuration keeps serving. That is the design chosen (rather than a privileged
+//! parent reading keys for the workers): no process of shuck keeps root while it talks to
+//! clients, at the price of keys the service user can read.
+
+use std::path::{Path, PathBuf};
+
+use nix::unistd::{self, Gid, Group, Uid, User};
+use shuck_proxy::config::{CertSource, Config, OcspMode};
+
+/// Who to become, decided from the configuration.
+pub struct RunAs {
+    user: Option<String>,
+    group: Option<String>,
+    allow_root: bool,
+    /// What must belong to the user: the state directories shuck writes into.
+    state_dirs: Vec<PathBuf>,
+}
+
+impl RunAs {
+    pub fn of(config: &Config) -> RunAs {
+        let writes_state = config
+            .frontends
+            .iter()
+            .any(|fe| matches!(fe.certs, CertSource::Acme(_)) || fe.ocsp == OcspMode::Fetch);
+        let state_dirs = if writes_state {
+            vec![config.state_dir.clone()]
+        } else {
+            Vec::new()
+        };
+        RunAs {
+            user: config.user.clone(),
+            group: config.group.clone(),
+            allow_root: config.allow_root,
+            state_dirs,
+        }
+    }
+
+    /// Becomes the configured user, or checks that running as root was allowed.
+    pub fn apply(&self) -> Result<(), String> {
+        let euid = unistd::geteuid();
+        let Some(name) = &self.user else {
+            if euid.is_root() && !self.allow_root {
+                return Err("refusing to run as root: set user (and group) to drop privileges once the ports are bound and the keys read, or allow_root = true (--allow-root); under systemd prefer User= with AmbientCapabilities=CAP_NET_BIND_SERVICE".into());
+            }
+            return Ok(());
+        };
+        let user = User::from_name(name)
+            .map_err(|e| format!("user {name:?}: {e}"))?
+            .ok_or_else(|| format!("user {name:?} does not exist"))?;
+        let gid = match &self.group {
+            None => user.gid,
+            Some(g) => {
+                Group::from_name(g)
+                    .map_err(|e| format!("group {g:?}: {e}"))?
+                    .ok_or_else(|| format!("group {g:?} does not exist"))?
+                    .gid
+            }
+        };
+        if euid == user.uid {
+            return Ok(()); // already (an upgrade's new process, started by the dropped one)
+        }
+        if !euid.is_root() {
+            return Err(format!(
+                "user = {name:?} needs shuck started as root (it runs as uid {euid})"
+            ));
+        }
+        for dir in &self.state_dirs {
+            hand_over_tree(dir, user.uid, gid)?;
+        }
+        unistd::setgroups(&[gid]).map_err(|e| format!("setgroups: {e}"))?;
+        unistd::setgid(gid).map_err(|e| format!("setgid({gid}): {e}"))?;
+        unistd::setuid(user.uid).map_err(|e| format!("setuid({}): {e}", user.uid))?;
+        if unistd::setuid(Uid::from_raw(0)).is_ok() {
+            return Err("root could be regained after dropping privileges: refusing to run".into());
+        }
+        tracing::info!(user = %name, uid = %user.uid, gid = %gid, "dropped privileges");
+        Ok(())
+    }
+}
+
+/// Gives a state directory and what is in it to the user it will be written by.
+/// Symbolic links are left alone: following one could hand over anything on the system.
+fn hand_over_tree(path: &Path, uid: Uid, gid: Gid) -> Result<(), String> {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    unistd::chown(path, Some(uid), Some(gid))
+        .map_err(|e| format!("cannot give {} to the service user: {e}", path.display()))?;
+    if meta.is_dir() {
+        let entries = std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for entry in entries.flatten() {
+            hand_over_tree(&entry.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}
