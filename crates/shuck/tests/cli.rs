@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 use common::clients::{read_all_bounded, s_client, sum, wait_metric};
@@ -529,7 +530,6 @@ fn started_as_root_the_workers_run_as_the_configured_user() {
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("refusing to run as root"), "{err}");
 
-    use std::os::unix::fs::PermissionsExt;
     let pki = Pki::new();
     // Root's alone: nobody cannot read the bundle.
     let cert = pki.leaf("root-only.pem", "root-only", &["priv.test"], Key::EcdsaP256);
