@@ -75,6 +75,12 @@ impl RawFrontend {
                     format!("{p:?}: a protocol name is 1 to 255 bytes"),
                 ));
             }
+            if demo_backend && p == "h2" {
+                return Err(key_err(
+                    "alpn",
+                    "\"h2\" in front of the built-in demo page, which speaks only HTTP/1.1: a browser would choose h2 and fail; give a backend that speaks h2, or leave it out",
+                ));
+            }
             out.push(p.clone().into_bytes());
         }
         Ok(out)
