@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
+use crate::config::ConnectionLogFormat;
 use crate::connection;
 use crate::limits::ConnectionLimit;
 use crate::listener::is_connection_error;
@@ -27,6 +28,7 @@ pub(crate) struct WorkerSpec {
     /// `max_connections`, shared by all workers.
     pub limit: Arc<ConnectionLimit>,
     pub log_connections: bool,
+    pub connection_log_format: ConnectionLogFormat,
     pub shutdown_grace: Duration,
     pub shutdown: watch::Receiver<bool>,
     pub metrics: Arc<Metrics>,
@@ -62,7 +64,11 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 }
 
 async fn run(spec: WorkerSpec) {
-    let worker = Rc::new(Worker::new(spec.id, spec.log_connections));
+    let worker = Rc::new(Worker::new(
+        spec.id,
+        spec.log_connections,
+        spec.connection_log_format,
+    ));
     let fronts: Vec<Rc<FrontendSlot>> = spec
         .frontends
         .iter()

@@ -19,6 +19,7 @@ use tracing::Level;
 
 use crate::backend::{BackendPool, Lease};
 use crate::buf_pool::PooledBuf;
+use crate::config::ConnectionLogFormat;
 use crate::conn_error::{ConnError, Loudness, Reason};
 use crate::metrics::FrontendMetrics;
 use crate::proxy_in::{self, Arrival};
@@ -39,6 +40,17 @@ struct Trace<'a> {
     backend: Option<&'a str>,
     unique_id: UniqueId,
     moved: Moved,
+    /// When the connection was accepted, and how long after it the handshake was done and the
+    /// backend connected (milliseconds): the access log's phases.
+    accepted: Instant,
+    handshake_ms: Option<u64>,
+    connect_ms: Option<u64>,
+}
+
+impl Trace<'_> {
+    fn since_accept(&self) -> u64 {
+        u64::try_from(self.accepted.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
 }
 
 /// Serves one accepted connection to its end.
@@ -57,6 +69,9 @@ pub(crate) async fn handle(
         backend: None,
         unique_id: UniqueId::default(),
         moved: Moved::default(),
+        accepted: started,
+        handshake_ms: None,
+        connect_ms: None,
     };
     let result = pipeline(&worker, &fe, tcp, peer, &mut trace).await;
     record_end(
@@ -86,6 +101,7 @@ async fn pipeline<'a>(
         trace.backend = Some("acme-tls/1");
         return Ok(());
     };
+    trace.handshake_ms = Some(trace.since_accept());
     Box::pin(after_handshake(worker, fe, hs, arrival, trace)).await
 }
 
@@ -175,6 +191,7 @@ async fn serve_negotiated<'a>(
     };
     let (upstream, lease) = connect_backend(pool, &mut hs.stream, cfg.handshake_timeout).await?;
     trace.backend = Some(lease.name());
+    trace.connect_ms = Some(trace.since_accept());
     if matches!(hs.client_cert, ClientCert::Unverified(_)) {
         // Counted as passed on: only now is there a backend to pass it to.
         fe.metrics.client_certs_unverified.inc();
@@ -304,11 +321,14 @@ fn record_end(
             line.short(Level::DEBUG);
         }
         Loudness::Quiet => {}
-        _ if worker.log_connections => line.full(if loudness == Loudness::Warn {
-            Level::WARN
-        } else {
-            Level::INFO
-        }),
+        _ if worker.log_connections => line.full(
+            if loudness == Loudness::Warn {
+                Level::WARN
+            } else {
+                Level::INFO
+            },
+            worker.log_format,
+        ),
         Loudness::Warn if log_limit::allow() => line.short(Level::WARN),
         Loudness::Warn | Loudness::Info => {}
     }
@@ -352,8 +372,12 @@ impl Line<'_> {
             up = t.moved.up, down = t.moved.down, ms = self.ms, "{}", self.message());
     }
 
-    /// All of it, with what was negotiated: a `log_connections` line.
-    fn full(&self, level: Level) {
+    /// All of it, with what was negotiated and when: a `log_connections` line (an access log).
+    fn full(&self, level: Level, format: ConnectionLogFormat) {
+        if format == ConnectionLogFormat::Haproxy {
+            event_at!(level, "{}", Haproxy(self));
+            return;
+        }
         let t = self.trace;
         let s = t.summary.as_ref();
         event_at!(level,
@@ -363,8 +387,49 @@ impl Line<'_> {
             cipher = s.map_or("-", |s| s.cipher), group = %Dash(s.and_then(|s| s.group)),
             resumed = s.is_some_and(|s| s.resumed), sni = %Dash(s.and_then(|s| s.sni.as_deref())),
             alpn = %Dash(s.and_then(|s| s.alpn.as_deref())), backend = %t.backend.unwrap_or("-"),
-            id = t.unique_id.as_str(), up = t.moved.up, down = t.moved.down, ms = self.ms,
+            id = t.unique_id.as_str(), up = t.moved.up, down = t.moved.down,
+            handshake_ms = %Dash(t.handshake_ms), connect_ms = %Dash(t.connect_ms), ms = self.ms,
             "{}", self.message());
+    }
+}
+
+/// A connection's line in HAProxy's tcplog spirit, one space-separated record:
+/// `client [accepted] frontend backend handshake/connect/total bytes_down/bytes_up termination
+/// protocol cipher sni alpn resumed id` (`-` for what did not happen; times in ms from accept;
+/// termination `--` for a normal end, else the reason).
+struct Haproxy<'a, 'b>(&'a Line<'b>);
+
+impl std::fmt::Display for Haproxy<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (line, t) = (self.0, self.0.trace);
+        let s = t.summary.as_ref();
+        let accepted = std::time::SystemTime::now()
+            .checked_sub(t.accepted.elapsed())
+            .unwrap_or(std::time::UNIX_EPOCH);
+        write!(
+            f,
+            "{} [{}] {} {} {}/{}/{} {}/{} {} {} {} {} {} {} {}",
+            t.client,
+            humantime::format_rfc3339_millis(accepted),
+            line.frontend,
+            t.backend.unwrap_or("-"),
+            Dash(t.handshake_ms),
+            Dash(t.connect_ms),
+            line.ms,
+            t.moved.down,
+            t.moved.up,
+            line.reason.map_or("--", Reason::as_str),
+            s.map_or("-", |s| s.protocol),
+            s.map_or("-", |s| s.cipher),
+            Dash(s.and_then(|s| s.sni.as_deref())),
+            Dash(s.and_then(|s| s.alpn.as_deref())),
+            u8::from(s.is_some_and(|s| s.resumed)),
+            if t.unique_id.as_str().is_empty() {
+                "-"
+            } else {
+                t.unique_id.as_str()
+            },
+        )
     }
 }
 

@@ -249,6 +249,7 @@ impl Server {
                     .collect(),
                 limit: limit.clone(),
                 log_connections: c.log_connections,
+                connection_log_format: c.connection_log_format,
                 shutdown_grace: c.shutdown_grace,
                 shutdown: rx.clone(),
                 metrics: self.metrics.clone(),
@@ -704,6 +705,10 @@ fn global_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     check(
         old.log_connections != new.log_connections,
         "log_connections",
+    );
+    check(
+        old.connection_log_format != new.connection_log_format,
+        "connection_log_format",
     );
     check(old.metrics_listen != new.metrics_listen, "metrics_listen");
     check(old.state_dir != new.state_dir, "state_dir");

@@ -10,7 +10,7 @@ use arc_swap::ArcSwap;
 
 use crate::acme::challenge;
 use crate::backend::BackendPool;
-use crate::config::{Backend, CertSource, Frontend};
+use crate::config::{Backend, CertSource, ConnectionLogFormat, Frontend};
 use crate::metrics::{FrontendMetrics, Metrics};
 use crate::tls::{self, TlsSlot};
 
@@ -19,15 +19,17 @@ use crate::tls::{self, TlsSlot};
 pub(crate) struct Worker {
     pub(crate) id: usize,
     pub(crate) log_connections: bool,
+    pub(crate) log_format: ConnectionLogFormat,
     /// Numbers the connections for the PROXY unique-ID TLV, without shared state.
     connections: Cell<u64>,
 }
 
 impl Worker {
-    pub(crate) fn new(id: usize, log_connections: bool) -> Worker {
+    pub(crate) fn new(id: usize, log_connections: bool, log_format: ConnectionLogFormat) -> Worker {
         Worker {
             id,
             log_connections,
+            log_format,
             connections: Cell::new(0),
         }
     }

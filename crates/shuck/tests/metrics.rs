@@ -256,3 +256,58 @@ fn library_lines_a_client_can_trigger_stay_out_of_the_log() {
     let budget = 20 * (started.elapsed().as_secs() as usize + 2);
     assert!(lines >= 1 && lines <= budget, "{lines} lines: {log}");
 }
+
+/// `log_connections`: one line per connection with what an access log needs: client, frontend,
+/// backend, when the handshake was done and the backend connected (ms after accept), the total,
+/// bytes each way, how it ended, TLS version, cipher, SNI, ALPN, resumption; as named fields or
+/// as one HAProxy-style record.
+#[test]
+fn log_connections_writes_an_access_log_in_fields_or_haproxy_style() {
+    let pki = Pki::new();
+    let cert = pki.leaf("a.pem", "a", &["access.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    for (format, needles) in [
+        (
+            "fields",
+            vec![
+                "handshake_ms=",
+                "connect_ms=",
+                "protocol=\"TLSv1.3\"",
+                "sni=access.test",
+                "alpn=http/1.1",
+                "resumed=false",
+            ],
+        ),
+        (
+            "haproxy",
+            vec![
+                "[20",
+                "] frontend0 ",
+                " -- TLSv1.3 TLS13_",
+                " access.test http/1.1 0 -",
+            ],
+        ),
+    ] {
+        let shuck = Shuck::start(&format!(
+            "log_connections = true\nconnection_log_format = \"{format}\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\nalpn = [\"http/1.1\"]\n",
+            backend.addr,
+            toml_path(&cert)
+        ));
+        let out = curl_at(&pki, shuck.addr(), "access.test", "/logged", &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let log = shuck.wait_log("127.0.0.1:");
+        let line = shuck
+            .wait_log(&backend.addr.to_string())
+            .lines()
+            .find(|l| l.contains(&backend.addr.to_string()) && l.contains("access.test"))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("{format}: {log}"));
+        for n in needles {
+            assert!(line.contains(n), "{format}: {n:?} not in {line}");
+        }
+    }
+}

@@ -10,6 +10,17 @@ use super::{defaults, duration_or, key_err, Config, Frontend, KeyError, Origin, 
 /// Far above what one machine's descriptors allow; keeps the per-worker semaphore in range.
 pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 24;
 
+/// How `log_connections` lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ConnectionLogFormat {
+    /// Named fields (top-level in JSON logs).
+    #[default]
+    Fields,
+    /// One HAProxy-style record as the message (for text logs and tools that parse those).
+    Haproxy,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -75,6 +86,7 @@ impl RawConfig {
             log_format: self.log_format.unwrap_or_default(),
             log_level,
             log_connections: self.log_connections.unwrap_or(false),
+            connection_log_format: self.connection_log_format.unwrap_or_default(),
             metrics_listen,
             certificate_expiry_warning,
             user: self.user.clone(),

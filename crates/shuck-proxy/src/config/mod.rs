@@ -36,6 +36,7 @@ pub use acme::{Acme, AcmeKey, UntilIssued};
 pub use backend::{Backend, BackendAddr, BackendPolicy, MAX_BACKENDS};
 pub use certificates::{CertSource, OcspMode, SniFallback};
 pub use client_auth::ClientAuth;
+pub use global::ConnectionLogFormat;
 pub use global::{LogFormat, MAX_CONNECTIONS_LIMIT};
 pub use proxy::{AcceptProxy, ProxyProtocol, ProxyTlvs};
 
@@ -83,6 +84,7 @@ pub struct RawConfig {
     pub log_format: Option<LogFormat>,
     pub log_level: Option<String>,
     pub log_connections: Option<bool>,
+    pub connection_log_format: Option<ConnectionLogFormat>,
     pub metrics_listen: Option<String>,
     pub certificate_expiry_warning: Option<String>,
     pub state_dir: Option<PathBuf>,
@@ -166,6 +168,7 @@ pub struct Config {
     pub log_format: LogFormat,
     pub log_level: String,
     pub log_connections: bool,
+    pub connection_log_format: ConnectionLogFormat,
     /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
     pub metrics_listen: Option<SocketAddr>,
     /// Certificates not renewed by shuck are warned about this long before they expire.

@@ -192,8 +192,11 @@ fn h2_in_front_of_the_demo_page_is_refused() {
     let refused = parse("[[frontend]]\nself_signed = true\nalpn = [\"h2\", \"http/1.1\"]\n")
         .unwrap_err()
         .to_string();
-    assert!(refused.contains("alpn") && refused.contains("demo"), "{refused}");
-    let with_backend = "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nalpn = [\"h2\"]\n";
+    assert!(
+        refused.contains("alpn") && refused.contains("demo"),
+        "{refused}"
+    );
+    let with_backend =
+        "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nalpn = [\"h2\"]\n";
     assert!(parse(with_backend).is_ok());
 }
-
