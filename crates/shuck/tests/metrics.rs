@@ -304,8 +304,7 @@ fn log_connections_writes_an_access_log_in_fields_or_haproxy_style() {
             .wait_log(&backend.addr.to_string())
             .lines()
             .find(|l| l.contains(&backend.addr.to_string()) && l.contains("access.test"))
-            .map(str::to_string)
-            .unwrap_or_else(|| panic!("{format}: {log}"));
+            .map_or_else(|| panic!("{format}: {log}"), str::to_string);
         for n in needles {
             assert!(line.contains(n), "{format}: {n:?} not in {line}");
         }
