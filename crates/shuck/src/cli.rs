@@ -35,6 +35,13 @@ pub enum Command {
     /// Measure this machine's per-core crypto speed and predict handshakes/s and bulk MB/s.
     #[cfg(feature = "bench")]
     Speed(shuck_bench::cli::SpeedArgs),
+    /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), generated from this command line's definition.
+    Man,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

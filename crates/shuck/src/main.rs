@@ -12,7 +12,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use shuck_proxy::config::{self, Config, LogFormat, OneOrMany, Origin, RawConfig, RawFrontend};
 use shuck_proxy::server::{CertificateUpdates, Reloader, Server};
 use shuck_proxy::{notify, upgrade};
@@ -34,6 +34,16 @@ fn main() -> ExitCode {
         Command::Bench(args) => shuck_bench::cli::run_bench(&args).map_err(|e| e.to_string()),
         #[cfg(feature = "bench")]
         Command::Speed(args) => shuck_bench::cli::run_speed(&args).map_err(|e| e.to_string()),
+        Command::Completions { shell } => {
+            // Into a buffer: clap_complete panics on a write error (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "shuck", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script)
+                .map_err(|e| format!("cannot write the completions: {e}"))
+        }
+        Command::Man => clap_mangen::Man::new(Cli::command())
+            .render(&mut std::io::stdout())
+            .map_err(|e| format!("cannot write the manual page: {e}")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
