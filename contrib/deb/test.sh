@@ -8,11 +8,15 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 bin=${1:-$root/target/release/shuck}
+if dpkg -s shuck >/dev/null 2>&1; then
+  echo "package test: shuck is installed on this machine; not touching it" >&2
+  exit 1
+fi
 work=$(mktemp -d)
 pid=
 cleanup() {
   [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
-  dpkg -r shuck >/dev/null 2>&1 || true
+  dpkg -P shuck >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT

@@ -92,10 +92,18 @@ impl Server {
                 )
             })
             .collect::<Result<Vec<_>>>()?;
+        // Made now, as whoever started shuck: a `user` it becomes gets them handed over.
         for fe in &config.frontends {
+            let mut dirs = Vec::new();
             if let CertSource::Acme(acme) = &fe.certs {
-                state_files::ensure_private_dir(&acme.dir)
-                    .map_err(|e| Error::StateDir(format!("{}: {e}", acme.dir.display())))?;
+                dirs.push(acme.dir.clone());
+            }
+            if fe.ocsp == OcspMode::Fetch {
+                dirs.push(fe.state_dir.join("ocsp"));
+            }
+            for dir in dirs {
+                state_files::ensure_private_dir(&dir)
+                    .map_err(|e| Error::StateDir(format!("{}: {e}", dir.display())))?;
             }
         }
         for (fe, t) in config.frontends.iter().zip(&tls) {
@@ -343,9 +351,10 @@ fn write_ready_file(path: &Path, addrs: &[SocketAddr]) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(err)
 }
 
-/// Reloads certificates and TLS settings of running frontends (matched by name). Everything is
-/// loaded and checked before anything is swapped, so a bad certificate leaves the old ones
-/// serving. Listen addresses, backends, timeouts and workers need a restart.
+/// Reloads running frontends (matched by name): certificates and TLS settings, backends, timeouts
+/// and PROXY settings. Everything is loaded and checked before anything is swapped, so a bad
+/// certificate leaves the old ones serving. Listen addresses, the backlog and workers need a
+/// restart (or an upgrade).
 pub struct Reloader {
     /// The configuration the server started with: what non-reloadable settings are compared to.
     started: Config,
@@ -450,8 +459,12 @@ impl Reloader {
         }
         for (i, fe, ctx) in built {
             self.install(i, &fe, &ctx);
-            // Backends, timeouts, PROXY settings: new connections get them from now on.
-            self.settings[i].store(Arc::new(fe));
+            // Backends, timeouts, PROXY settings: new connections get them from now on. Stored
+            // only when they changed: the workers then start new backend pools (health and
+            // connection counts afresh), which a certificate reload should not cost.
+            if runtime_settings_differ(&self.settings[i].load(), &fe) {
+                self.settings[i].store(Arc::new(fe));
+            }
         }
         Ok(notes)
     }
@@ -605,11 +618,7 @@ fn bind_frontends(
             };
             // Sockets an old process handed over (an upgrade) come first: they hold the
             // connections waiting to be accepted.
-            let mut sockets: Vec<std::net::TcpListener> = inherited
-                .take(&fe.name, li)
-                .into_iter()
-                .filter(|l| l.local_addr().is_ok_and(|a| same_address(want, a)))
-                .collect();
+            let mut sockets = inherited.take(&fe.name, li, want);
             if sockets.is_empty() {
                 if want.port() != 0 && listener::in_use(want) {
                     tracing::warn!(frontend = %fe.name, addr = %want, "another process already listens on this address; the kernel will split new connections between it and this shuck (expected only while taking over from an old instance)");
@@ -647,10 +656,7 @@ fn bind_metrics(
     let metrics_listener = match metrics_listen {
         None => None,
         Some(addr) => {
-            let inherited = inherited
-                .take(METRICS, usize::MAX)
-                .into_iter()
-                .find(|l| l.local_addr().is_ok_and(|a| same_address(addr, a)));
+            let inherited = inherited.take(METRICS, usize::MAX, addr).into_iter().next();
             let l = match inherited {
                 Some(l) => l,
                 None => std::net::TcpListener::bind(addr)
@@ -670,13 +676,33 @@ fn bind_metrics(
     Ok(metrics_listener)
 }
 
+/// Whether a frontend's settings outside TLS differ (what the workers' `FrontendRt` is built
+/// from). Backends by name as written: a host name whose DNS answer moved is not a change.
+fn runtime_settings_differ(old: &crate::config::Frontend, new: &crate::config::Frontend) -> bool {
+    use crate::config::Backend;
+    let backends = |b: &Backend| match b {
+        Backend::Demo => Vec::new(),
+        Backend::Tcp(v) => v.iter().map(|b| b.name.clone()).collect(),
+    };
+    backends(&old.backend) != backends(&new.backend)
+        || old.backend_policy != new.backend_policy
+        || (
+            old.handshake_timeout,
+            old.idle_timeout,
+            old.connect_timeout,
+            old.backend_cooldown,
+        ) != (
+            new.handshake_timeout,
+            new.idle_timeout,
+            new.connect_timeout,
+            new.backend_cooldown,
+        )
+        || (old.proxy_protocol, &old.proxy_tlvs) != (new.proxy_protocol, &new.proxy_tlvs)
+        || old.accept_proxy != new.accept_proxy
+}
+
 /// The handover name of the metrics endpoint's socket (no frontend has listen index `usize::MAX`).
 const METRICS: &str = "metrics";
-
-/// Whether a socket bound to `actual` serves the configured `want` (port 0: any port).
-fn same_address(want: SocketAddr, actual: SocketAddr) -> bool {
-    want == actual || (want.port() == 0 && want.ip() == actual.ip())
-}
 
 /// A frontend's ACME settings, if it uses ACME.
 fn acme_settings(fe: &crate::config::Frontend) -> Option<&crate::config::Acme> {

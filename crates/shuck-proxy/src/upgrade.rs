@@ -9,7 +9,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -75,11 +75,24 @@ impl Inherited {
         self.ready.is_some()
     }
 
-    /// The inherited sockets of `frontend`'s `index`-th listen entry (one per old worker).
-    pub fn take(&mut self, frontend: &str, index: usize) -> Vec<TcpListener> {
-        let (mine, rest) = std::mem::take(&mut self.sockets)
+    /// The inherited sockets that serve `want` for `frontend`'s `index`-th listen entry (one per
+    /// old worker): bound to exactly that address, whichever frontend had them (a renamed or
+    /// reordered configuration keeps them); with port 0, those of the same frontend and entry on
+    /// the same IP (the port the old process was given). The others stay for other entries.
+    pub fn take(&mut self, frontend: &str, index: usize, want: SocketAddr) -> Vec<TcpListener> {
+        let fits = |s: &Socket| {
+            let Ok(actual) = s.listener.local_addr() else {
+                return false;
+            };
+            if want.port() == 0 {
+                s.frontend == frontend && s.index == index && actual.ip() == want.ip()
+            } else {
+                actual == want
+            }
+        };
+        let (mine, rest): (Vec<Socket>, Vec<Socket>) = std::mem::take(&mut self.sockets)
             .into_iter()
-            .partition(|s| s.frontend == frontend && s.index == index);
+            .partition(fits);
         self.sockets = rest;
         mine.into_iter().map(|s| s.listener).collect()
     }
@@ -182,10 +195,15 @@ impl Successor {
                 () = tick => {}
             }
             if tokio::time::Instant::now() >= deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
+                // SIGTERM, not SIGKILL: if it was serving after all (its word lost), it drains.
+                if let Ok(p) = i32::try_from(pid) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(p),
+                        nix::sys::signal::Signal::SIGTERM,
+                    );
+                }
                 return Err(format!(
-                    "the new process ({pid}) was not ready within {within:?}; stopped it"
+                    "the new process ({pid}) was not ready within {within:?}; told it to stop"
                 ));
             }
         }

@@ -165,13 +165,21 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     let mut inherited = upgrade::Inherited::from_env()
         .map_err(|e| format!("cannot take over the old process's sockets: {e}"))?;
     let run_as = privileges::RunAs::of(&config);
+    let inherited_upgrade = inherited.is_upgrade();
     let mut server = Server::prepare_with(config, &mut inherited).map_err(|e| e.to_string())?;
-    let pid_file = args.pid_file.as_deref().map(PidFile::write).transpose()?;
+    // After an upgrade the old process rewrites the pid file once this one is listening (so a
+    // new process that fails never takes it); this one only removes it at exit, if still its.
+    let pid_file = match &args.pid_file {
+        Some(p) if inherited_upgrade => Some(PidFile(p.clone())),
+        Some(p) => Some(PidFile::write(p, std::process::id())?),
+        None => None,
+    };
     // Ports bound, keys read, state directories made: now the workers may start unprivileged.
     run_as.apply()?;
     let (stops_tx, stops) = watch::channel(0u32);
     let updates = server.certificate_updates();
     let successor = Successor {
+        pid_file: args.pid_file.clone(),
         handover: server.handover(),
         exe: std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?,
         args: std::env::args_os().skip(1).collect(),
@@ -210,9 +218,9 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
 struct PidFile(std::path::PathBuf);
 
 impl PidFile {
-    fn write(path: &std::path::Path) -> Result<PidFile, String> {
+    fn write(path: &std::path::Path, pid: u32) -> Result<PidFile, String> {
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, format!("{}\n", std::process::id()))
+        std::fs::write(&tmp, format!("{pid}\n"))
             .and_then(|()| std::fs::rename(&tmp, path))
             .map_err(|e| format!("cannot write pid file {}: {e}", path.display()))?;
         Ok(PidFile(path.to_path_buf()))
@@ -239,6 +247,8 @@ struct Signals {
 /// What `kill -USR2` starts: the binary at the path this one was started from (a new version
 /// installed there), with the same arguments and every listening socket.
 struct Successor {
+    /// Rewritten with the new process's ID once it listens.
+    pid_file: Option<std::path::PathBuf>,
     handover: upgrade::Handover,
     exe: std::path::PathBuf,
     args: Vec<std::ffi::OsString>,
@@ -266,6 +276,11 @@ impl Successor {
                     "upgrade: the new process is listening; this one stops accepting and drains"
                 );
                 notify::handed_over();
+                if let Some(path) = &self.pid_file {
+                    if let Err(e) = PidFile::write(path, pid) {
+                        tracing::warn!(error = %e, "upgrade: the pid file still names this process");
+                    }
+                }
                 true
             }
             Err(e) => {
@@ -298,14 +313,39 @@ impl Signals {
     ) {
         let mut reloader = Some(reloader);
         let mut upgraded = false;
+        let mut successor = Some(successor);
+        let mut upgrading: Option<tokio::task::JoinHandle<(Successor, bool)>> = None;
         loop {
             tokio::select! {
                 _ = self.usr2.recv() => {
                     if upgraded {
                         tracing::warn!("SIGUSR2 ignored: this process has already handed over");
-                    } else if successor.take_over().await {
-                        upgraded = true;
-                        stops.send_modify(|n| *n += 1);
+                    } else if upgrading.is_some() {
+                        tracing::warn!("SIGUSR2 ignored: an upgrade is under way");
+                    } else if let Some(s) = successor.take() {
+                        // Off the loop: SIGTERM and SIGHUP are still handled while it waits.
+                        upgrading = Some(tokio::spawn(async move {
+                            let ok = s.take_over().await;
+                            (s, ok)
+                        }));
+                    }
+                }
+                Some(done) = finished(&mut upgrading) => {
+                    match done {
+                        Ok((s, true)) => {
+                            upgraded = true;
+                            drop(s); // its copies of the listening sockets, now the new process's
+                            // Drain, unless a stop is already under way.
+                            stops.send_if_modified(|n| {
+                                let start = *n == 0;
+                                if start {
+                                    *n = 1;
+                                }
+                                start
+                            });
+                        }
+                        Ok((s, false)) => successor = Some(s),
+                        Err(e) => tracing::error!(error = %e, "upgrade task lost; SIGUSR2 is ignored from now on"),
                     }
                 }
                 _ = self.term.recv() => { stops.send_modify(|n| *n += 1); }
@@ -376,6 +416,18 @@ fn reload(args: &ServeArgs, reloader: &mut Reloader) {
             );
         }
     }
+}
+
+/// The upgrade under way, once it is decided; pending forever when there is none.
+async fn finished(
+    upgrading: &mut Option<tokio::task::JoinHandle<(Successor, bool)>>,
+) -> Option<Result<(Successor, bool), tokio::task::JoinError>> {
+    let done = match upgrading {
+        Some(task) => task.await,
+        None => std::future::pending().await,
+    };
+    *upgrading = None;
+    Some(done)
 }
 
 /// The next renewed certificate's frontend; pending forever without ACME.

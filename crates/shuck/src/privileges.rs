@@ -75,7 +75,10 @@ impl RunAs {
         for dir in &self.state_dirs {
             hand_over_tree(dir, user.uid, gid)?;
         }
-        unistd::setgroups(&[gid]).map_err(|e| format!("setgroups: {e}"))?;
+        // The user's supplementary groups too (a key readable by `ssl-cert`, say).
+        let cname =
+            std::ffi::CString::new(name.as_str()).map_err(|e| format!("user {name:?}: {e}"))?;
+        unistd::initgroups(&cname, gid).map_err(|e| format!("initgroups: {e}"))?;
         unistd::setgid(gid).map_err(|e| format!("setgid({gid}): {e}"))?;
         unistd::setuid(user.uid).map_err(|e| format!("setuid({}): {e}", user.uid))?;
         if unistd::setuid(Uid::from_raw(0)).is_ok() {
@@ -87,15 +90,23 @@ impl RunAs {
 }
 
 /// Gives a state directory and what is in it to the user it will be written by.
-/// Symbolic links are left alone: following one could hand over anything on the system.
+/// Symbolic links and files with several names are left alone, and nothing is followed (lchown):
+/// the tree may have been written by the unprivileged user, and root must not be steered into
+/// handing over anything else on the system.
 fn hand_over_tree(path: &Path, uid: Uid, gid: Gid) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::symlink_metadata(path) else {
         return Ok(());
     };
     if meta.file_type().is_symlink() {
+        tracing::warn!(path = %path.display(), "a symbolic link in the state directory is left as it is");
         return Ok(());
     }
-    unistd::chown(path, Some(uid), Some(gid))
+    if meta.is_file() && meta.nlink() > 1 {
+        tracing::warn!(path = %path.display(), "a file with several names in the state directory is left as it is");
+        return Ok(());
+    }
+    std::os::unix::fs::lchown(path, Some(uid.as_raw()), Some(gid.as_raw()))
         .map_err(|e| format!("cannot give {} to the service user: {e}", path.display()))?;
     if meta.is_dir() {
         let entries = std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;

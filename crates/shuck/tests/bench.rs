@@ -461,11 +461,19 @@ fn an_upgrade_under_load_fails_no_connection_and_the_old_process_drains() {
     std::thread::sleep(std::time::Duration::from_secs(2));
     shuck.signal("USR2");
     let log = shuck.wait_log("the new process is listening");
-    let new: u32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    // The old process rewrites the pid file with the new one's ID right after that line.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let new: u32 = loop {
+        let pid: u32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        if pid != old || std::time::Instant::now() > deadline {
+            break pid;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     let successor = Successor(new);
     assert_ne!(new, old, "{log}");
     let status = shuck
