@@ -105,28 +105,13 @@ fn answer(
     reader.read_exact(&mut body)?;
     let (req, resp) = (dir.join("req.der"), dir.join("resp.der"));
     std::fs::write(&req, &body)?;
-    let out = run_bounded(
-        Command::new("openssl")
-            .args(["ocsp", "-index"])
-            .arg(index)
-            .arg("-CA")
-            .arg(ca)
-            .arg("-rsigner")
-            .arg(&signer.cert)
-            .arg("-rkey")
-            .arg(&signer.key)
-            .arg("-reqin")
-            .arg(&req)
-            .arg("-respout")
-            .arg(&resp)
-            .args(["-nmin", &minutes.to_string()]),
-        b"",
-        20,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    respond(
+        index,
+        ca,
+        signer,
+        &req,
+        &resp,
+        &["-nmin", &minutes.to_string()],
     );
     let der = std::fs::read(&resp)?;
     write!(
@@ -194,20 +179,34 @@ fn response_file(pki: &Pki, bundle: &Path, index: &Path, signer: &Signer, out: &
         .arg(bundle)
         .arg("-reqout")
         .arg(&req));
-    run(Command::new("openssl")
-        .args(["ocsp", "-index"])
-        .arg(index)
-        .arg("-CA")
-        .arg(pki.ca_path())
-        .arg("-rsigner")
-        .arg(&signer.cert)
-        .arg("-rkey")
-        .arg(&signer.key)
-        .arg("-reqin")
-        .arg(&req)
-        .arg("-respout")
-        .arg(out)
-        .args(["-ndays", "1"]));
+    respond(index, &pki.ca_path(), signer, &req, out, &["-ndays", "1"]);
+}
+
+/// OpenSSL's responder answering one request file (`validity`: `-nmin N` or `-ndays N`).
+fn respond(index: &Path, ca: &Path, signer: &Signer, req: &Path, resp: &Path, validity: &[&str]) {
+    let out = run_bounded(
+        Command::new("openssl")
+            .args(["ocsp", "-index"])
+            .arg(index)
+            .arg("-CA")
+            .arg(ca)
+            .arg("-rsigner")
+            .arg(&signer.cert)
+            .arg("-rkey")
+            .arg(&signer.key)
+            .arg("-reqin")
+            .arg(req)
+            .arg("-respout")
+            .arg(resp)
+            .args(validity),
+        b"",
+        20,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `site.pem.ocsp` is stapled (HAProxy's habit, the default `ocsp = "file"`); replaced by a

@@ -45,6 +45,17 @@ impl Pki {
         self.dir.path().join(name)
     }
 
+    /// Writes `<file>`: the leaf, this CA, the leaf's key (the bundle shuck reads).
+    fn write_bundle(&self, file: &str, cert: &rcgen::Certificate, kp: &KeyPair) -> PathBuf {
+        let path = self.path(file);
+        std::fs::write(
+            &path,
+            format!("{}{}{}", cert.pem(), self.ca.pem(), kp.serialize_pem()),
+        )
+        .expect("write bundle");
+        path
+    }
+
     /// Writes `<file>` holding leaf, CA, key; the leaf's CN is `cn`, its SANs `names`.
     pub fn leaf(&self, file: &str, cn: &str, names: &[&str], key: Key) -> PathBuf {
         self.leaf_with_serial(file, cn, names, key, None)
@@ -102,13 +113,7 @@ impl Pki {
         p.distinguished_name.push(DnType::CommonName, cn);
         p.serial_number = serial.map(rcgen::SerialNumber::from);
         let cert = p.signed_by(&kp, &self.ca, &self.ca_key).expect("sign leaf");
-        let path = self.path(file);
-        std::fs::write(
-            &path,
-            format!("{}{}{}", cert.pem(), self.ca.pem(), kp.serialize_pem()),
-        )
-        .expect("write bundle");
-        path
+        self.write_bundle(file, &cert, &kp)
     }
 
     /// A client certificate issued by an intermediate CA (serial `intermediate_serial`, signed
@@ -157,12 +162,7 @@ impl Pki {
         p.not_after = now + time::Duration::days(days);
         let not_after = p.not_after.unix_timestamp();
         let cert = p.signed_by(&kp, &self.ca, &self.ca_key).expect("sign leaf");
-        let path = self.path(file);
-        std::fs::write(
-            &path,
-            format!("{}{}{}", cert.pem(), self.ca.pem(), kp.serialize_pem()),
-        )
-        .expect("write bundle");
+        let path = self.write_bundle(file, &cert, &kp);
         (path, not_after)
     }
 
@@ -224,13 +224,7 @@ impl Pki {
             aia,
         )];
         let cert = p.signed_by(&kp, &self.ca, &self.ca_key).expect("sign leaf");
-        let path = self.path(file);
-        std::fs::write(
-            &path,
-            format!("{}{}{}", cert.pem(), self.ca.pem(), kp.serialize_pem()),
-        )
-        .expect("write bundle");
-        path
+        self.write_bundle(file, &cert, &kp)
     }
 
     /// A bundle whose key does not belong to its certificate.
