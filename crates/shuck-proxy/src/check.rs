@@ -17,7 +17,7 @@ pub struct Report {
 }
 
 pub fn report(config: &Config) -> Result<Report> {
-    let now = certs::now_unix();
+    let now = crate::clock::unix_now();
     let mut s = String::new();
     let mut warnings = Vec::new();
     write_globals(&mut s, config);

@@ -10,6 +10,7 @@ mod acme;
 mod backend;
 mod buf_pool;
 pub mod check;
+mod clock;
 pub mod config;
 mod conn_error;
 mod connection;

@@ -296,7 +296,7 @@ impl Metrics {
 
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
-        self.certificates.update_ages(crate::tls::certs::now_unix());
+        self.certificates.update_ages(crate::clock::unix_now());
         let mut s = String::with_capacity(8192);
         // Writing to a String cannot fail.
         let _ = encode(&mut s, &self.registry);
@@ -479,7 +479,7 @@ impl CertificateGauges {
                 self.staple_next_update.get_or_create(&l).set(next);
                 self.staple_age
                     .get_or_create(&l)
-                    .set(0.max(crate::tls::certs::now_unix() - this));
+                    .set(0.max(crate::clock::unix_now() - this));
             }
         }
         served.insert(frontend.to_string(), records);

@@ -109,7 +109,7 @@ impl Server {
         for (fe, t) in config.frontends.iter().zip(&tls) {
             metrics.set_certificates(&fe.name, cert_records(fe, t));
         }
-        let now = crate::tls::certs::now_unix();
+        let now = crate::clock::unix_now();
         for w in metrics.expiry_warnings(now, config.certificate_expiry_warning) {
             tracing::warn!("{w}");
         }
@@ -508,7 +508,7 @@ impl Reloader {
 
     /// Puts a loaded frontend into every worker's slot and keeps what the next load carries.
     fn install(&mut self, i: usize, fe: &crate::config::Frontend, ctx: &TlsContext) {
-        let now = crate::tls::certs::now_unix();
+        let now = crate::clock::unix_now();
         if !matches!(fe.certs, CertSource::Acme(_)) {
             for w in ctx
                 .certs
@@ -553,7 +553,7 @@ async fn watch_expiry(metrics: Arc<Metrics>, within: Duration) {
     const EVERY: Duration = Duration::from_secs(12 * 3600);
     loop {
         tokio::time::sleep(EVERY).await;
-        for w in metrics.expiry_warnings(crate::tls::certs::now_unix(), within) {
+        for w in metrics.expiry_warnings(crate::clock::unix_now(), within) {
             tracing::warn!("{w}");
         }
     }
@@ -581,7 +581,7 @@ async fn drop_lapsed_staples(metrics: Arc<Metrics>, reload: UnboundedSender<Stri
     const EVERY: Duration = Duration::from_secs(30);
     loop {
         tokio::time::sleep(EVERY).await;
-        for frontend in metrics.lapsed_staples(crate::tls::certs::now_unix()) {
+        for frontend in metrics.lapsed_staples(crate::clock::unix_now()) {
             if reload.send(frontend).is_err() {
                 return;
             }

@@ -40,7 +40,7 @@ pub async fn run(job: Job, updated: UnboundedSender<String>) {
     let mut failures = 0u32;
     let mut said_nothing_to_fetch = false;
     loop {
-        let now = unix_now();
+        let now = crate::clock::unix_now();
         let Some((leaf, issuer, url)) = read_certificate(&job.certificate) else {
             if !said_nothing_to_fetch {
                 tracing::info!(frontend = %job.frontend, certificate = %job.certificate.display(), "no OCSP responder in the certificate (or no issuer in its file): nothing to staple");
@@ -82,7 +82,8 @@ pub async fn run(job: Job, updated: UnboundedSender<String>) {
                         .open(&target)
                         .and_then(|f| f.set_modified(std::time::SystemTime::now()));
                 }
-                let wait = seconds(v.due(unix_now()) - unix_now()).unwrap_or_default();
+                let wait = seconds(v.due(crate::clock::unix_now()) - crate::clock::unix_now())
+                    .unwrap_or_default();
                 tokio::time::sleep(wait.max(MIN_INTERVAL)).await;
             }
             Err(e) => {
@@ -135,7 +136,7 @@ async fn fetch(
 ) -> Result<(Vec<u8>, Verified), OcspError> {
     let request = ocsp::request(leaf, issuer)?;
     let der = ocsp::fetch(url, request, FETCH_TIMEOUT).await?;
-    let verified = ocsp::verify(&der, leaf, issuer, unix_now())?;
+    let verified = ocsp::verify(&der, leaf, issuer, crate::clock::unix_now())?;
     if stored.is_some_and(|s| verified.this_update < s.verified.this_update) {
         return Err(OcspError::Fetch {
             url: url.to_string(),
@@ -158,10 +159,4 @@ fn read_certificate(path: &Path) -> Option<(Vec<u8>, Vec<u8>, String)> {
 /// A positive number of seconds as a duration; `None` when it is not positive.
 fn seconds(s: i64) -> Option<Duration> {
     (s > 0).then(|| Duration::from_secs(s.unsigned_abs()))
-}
-
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }

@@ -166,6 +166,7 @@ const LAYERS: [&[&str]; 9] = [
         "state_files",
         "notify",
         "upgrade",
+        "clock",
     ],
     &["config", "logging", "limits", "session_store"],
     &[

@@ -35,7 +35,7 @@ pub async fn run(job: Job, renewed: UnboundedSender<String>) {
     let mut failures = 0u32;
     loop {
         let stored = Stored::read(&job.acme.bundle).filter(|s| s.covers(&job.acme.names));
-        let now = unix_now();
+        let now = crate::clock::unix_now();
         if let Some(wait) = stored
             .as_ref()
             .and_then(|s| wait_before_renewal(s, now, jitter))
@@ -92,12 +92,6 @@ fn retry_delay(failures: u32, error: &AcmeError) -> Duration {
     }
     let doublings = failures.saturating_sub(1).min(16);
     FIRST_RETRY.saturating_mul(1 << doublings).min(MAX_RETRY)
-}
-
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs().try_into().unwrap_or(i64::MAX))
 }
 
 /// A random number in [0, 1).

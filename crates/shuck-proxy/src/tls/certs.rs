@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -91,12 +90,6 @@ impl LoadedCert {
             Vec::new()
         }
     }
-}
-
-pub fn now_unix() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// Expands directories to the `*.pem` files they hold (sorted, so the order is stable).
@@ -356,7 +349,7 @@ mod tests {
         let c = self_signed(&provider()).unwrap();
         assert_eq!(c.names, vec!["localhost"]);
         assert_eq!(c.key, KeyKind::Ecdsa { bits: 256 });
-        assert!(c.warnings(now_unix(), THIRTY_DAYS).is_empty());
+        assert!(c.warnings(crate::clock::unix_now(), THIRTY_DAYS).is_empty());
     }
 
     #[test]
@@ -430,7 +423,7 @@ mod tests {
     #[test]
     fn expiry_warnings() {
         let mut c = self_signed(&provider()).unwrap();
-        let now = now_unix();
+        let now = crate::clock::unix_now();
         c.not_after = now + 5 * 86_400;
         assert!(c.warnings(now, THIRTY_DAYS)[0].contains("expires in"));
         c.not_after = now - 1;

@@ -99,7 +99,7 @@ fn acme_certificate(acme: &Acme, provider: &CryptoProvider) -> Result<(LoadedCer
     const TEMPORARY: &str = "serving a temporary certificate until the next one is issued";
     if acme.bundle.exists() {
         match certs::load_bundle(&acme.bundle, provider) {
-            Ok(c) if covers(&c, &acme.names) && c.not_after > certs::now_unix() => {
+            Ok(c) if covers(&c, &acme.names) && c.not_after > crate::clock::unix_now() => {
                 return Ok((c, false));
             }
             Ok(_) => {
@@ -133,7 +133,7 @@ fn staple(cert: &mut LoadedCert, fe: &Frontend) {
     let mut file = cert.path.clone().into_os_string();
     file.push(".ocsp");
     candidates.push(file.into());
-    let now = certs::now_unix();
+    let now = crate::clock::unix_now();
     for path in candidates.iter().filter(|p| p.exists()) {
         let checked = match (std::fs::read(path), chain.get(1)) {
             (Err(e), _) => Err(e.to_string()),

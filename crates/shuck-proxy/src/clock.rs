@@ -1,0 +1,10 @@
+//! Wall-clock time as certificates, OCSP responses and renewals count it.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Unix seconds now (0 if the clock is before 1970).
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
