@@ -3,12 +3,16 @@
 //! Nothing on the connection path is shared with other workers except read-only tables
 //! (certificates), the ticket key and the `max_connections` count.
 
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{watch, Semaphore};
+
+use crate::bindings::Control;
 
 use crate::config::ConnectionLogFormat;
 use crate::connection;
@@ -22,9 +26,8 @@ use crate::worker::{FrontendSlot, SettingsSlot, Worker};
 pub(crate) struct WorkerSpec {
     pub id: usize,
     pub core: Option<core_affinity::CoreId>,
-    /// (frontend index, listening socket)
-    pub listeners: Vec<(usize, std::net::TcpListener)>,
-    pub frontends: Vec<(SettingsSlot, TlsSlot)>,
+    /// Where the sockets to accept on come from, at start and on reload.
+    pub control: UnboundedReceiver<Control>,
     /// `max_connections`, shared by all workers.
     pub limit: Arc<ConnectionLimit>,
     pub log_connections: bool,
@@ -69,50 +72,60 @@ async fn run(spec: WorkerSpec) {
         spec.log_connections,
         spec.connection_log_format,
     ));
-    let fronts: Vec<Rc<FrontendSlot>> = spec
-        .frontends
-        .iter()
-        .map(|(settings, tls)| {
-            Rc::new(FrontendSlot::new(
-                settings.clone(),
-                tls.clone(),
-                &spec.metrics,
-                spec.id,
-            ))
-        })
-        .collect();
-    // A remote session store's connection opens now, not in the first client's lookup (whose
-    // short timeout it would spend).
-    for f in &fronts {
-        if let Some(remote) = &f.current().tls.load().remote {
-            remote.warm_up();
-        }
-    }
     // This worker's own connections, counted for the drain at shutdown (never a limit: the
     // shared count stops accepting first).
     let max = spec.limit.max();
     let local = Arc::new(Semaphore::new(max));
-    let mut loops = Vec::new();
-    for (fi, std_listener) in spec.listeners {
-        let listener = match TcpListener::from_std(std_listener) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!(worker = spec.id, error = %e, "cannot register listener");
-                continue;
-            }
-        };
-        loops.push(tokio::task::spawn_local(accept_loop(
-            listener,
-            fronts[fi].clone(),
-            worker.clone(),
-            (spec.limit.clone(), local.clone()),
-            spec.shutdown.clone(),
-        )));
-    }
+    let mut listening = Listening {
+        fronts: Vec::new(),
+        loops: HashMap::new(),
+    };
+    let mut control = spec.control;
     let mut shutdown = spec.shutdown.clone();
-    stopped(&mut shutdown).await;
-    for l in loops {
-        let _ = l.await;
+    loop {
+        let command = tokio::select! {
+            () = stopped(&mut shutdown) => break,
+            c = control.recv() => c,
+        };
+        match command {
+            Some(Control::Listen {
+                key,
+                settings,
+                tls,
+                socket,
+            }) => {
+                let listener = match TcpListener::from_std(socket) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!(worker = spec.id, error = %e, "cannot register listener");
+                        continue;
+                    }
+                };
+                let slot = listening.front(settings, tls, &spec.metrics, spec.id);
+                let task = tokio::task::spawn_local(accept_loop(
+                    listener,
+                    slot,
+                    worker.clone(),
+                    (spec.limit.clone(), local.clone()),
+                    spec.shutdown.clone(),
+                ));
+                listening.loops.entry(key).or_default().push(task);
+            }
+            Some(Control::Close { key }) => {
+                for task in listening.loops.remove(&key).unwrap_or_default() {
+                    task.abort();
+                }
+            }
+            // The server is gone: nothing more will be asked; wait for the stop.
+            None => {
+                stopped(&mut shutdown).await;
+                break;
+            }
+        }
+        listening.forget_unused();
+    }
+    for task in listening.loops.into_values().flatten() {
+        let _ = task.await;
     }
     // Drain: wait for connections in flight, up to the grace period.
     let all = u32::try_from(max).unwrap_or(u32::MAX);
@@ -130,6 +143,41 @@ async fn run(spec: WorkerSpec) {
                 "grace period over; closing remaining connections"
             );
         }
+    }
+}
+
+/// A worker's accept loops (by address key) and the frontends they serve.
+struct Listening {
+    /// One per frontend (by its settings slot), shared by that frontend's accept loops.
+    fronts: Vec<(SettingsSlot, Rc<FrontendSlot>)>,
+    loops: HashMap<u64, Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Listening {
+    /// This worker's view of the frontend whose settings slot this is, made on first use (a
+    /// remote session store's connection opens now, not in the first client's lookup, whose
+    /// short timeout it would spend).
+    fn front(
+        &mut self,
+        settings: SettingsSlot,
+        tls: TlsSlot,
+        metrics: &Metrics,
+        worker: usize,
+    ) -> Rc<FrontendSlot> {
+        if let Some((_, f)) = self.fronts.iter().find(|(s, _)| Arc::ptr_eq(s, &settings)) {
+            return f.clone();
+        }
+        let f = Rc::new(FrontendSlot::new(settings.clone(), tls, metrics, worker));
+        if let Some(remote) = &f.current().tls.load().remote {
+            remote.warm_up();
+        }
+        self.fronts.push((settings, f.clone()));
+        f
+    }
+
+    /// Drops the frontends no accept loop serves any more (a reload removed them).
+    fn forget_unused(&mut self) {
+        self.fronts.retain(|(_, f)| Rc::strong_count(f) > 1);
     }
 }
 

@@ -8,6 +8,7 @@
 mod accept;
 mod acme;
 mod backend;
+pub mod bindings;
 mod buf_pool;
 pub mod check;
 mod clock;
@@ -27,6 +28,7 @@ mod proxy_in;
 mod proxy_out;
 pub mod proxy_protocol;
 mod relay;
+pub mod reload;
 mod sealing;
 pub mod server;
 mod session_store;

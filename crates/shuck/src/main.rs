@@ -13,6 +13,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
+use shuck_proxy::bindings::Bindings;
 use shuck_proxy::config::{self, Config, LogFormat, OneOrMany, Origin, RawConfig, RawFrontend};
 use shuck_proxy::server::{CertificateUpdates, Reloader, Server};
 use shuck_proxy::{notify, upgrade};
@@ -180,17 +181,15 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     let updates = server.certificate_updates();
     let successor = Successor {
         pid_file: args.pid_file.clone(),
-        handover: server.handover(),
+        bindings: server.bindings(),
         exe: std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?,
         args: std::env::args_os().skip(1).collect(),
     };
-    rt.spawn(signals.handle(
-        args.clone(),
-        server.reloader(),
-        updates,
-        successor,
-        stops_tx,
-    ));
+    let mut reloader = server.reloader();
+    if let Some(path) = &args.ready_file {
+        reloader = reloader.with_ready_file(path.clone(), server.metrics_addr());
+    }
+    rt.spawn(signals.handle(args.clone(), reloader, updates, successor, stops_tx));
     let (mut first, mut second) = (stops.clone(), stops);
     let result = server
         .run(
@@ -249,7 +248,8 @@ struct Signals {
 struct Successor {
     /// Rewritten with the new process's ID once it listens.
     pid_file: Option<std::path::PathBuf>,
-    handover: upgrade::Handover,
+    /// The listening sockets as they are when the upgrade starts (a reload may change them).
+    bindings: std::sync::Arc<std::sync::Mutex<Bindings>>,
     exe: std::path::PathBuf,
     args: Vec<std::ffi::OsString>,
 }
@@ -262,7 +262,12 @@ impl Successor {
     /// accepting and drain.
     async fn take_over(&self) -> bool {
         tracing::info!(binary = %self.exe.display(), "upgrade: starting the new binary with the listening sockets");
-        let started = match self.handover.spawn(&self.exe, &self.args) {
+        let handover = self
+            .bindings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .handover();
+        let started = match handover.and_then(|h| h.spawn(&self.exe, &self.args)) {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "upgrade failed: cannot start the new binary; still serving");
@@ -334,7 +339,11 @@ impl Signals {
                     match done {
                         Ok((s, true)) => {
                             upgraded = true;
-                            drop(s); // its copies of the listening sockets, now the new process's
+                            // Its copies of the listening sockets, now the new process's.
+                            s.bindings
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .release();
                             // Drain, unless a stop is already under way.
                             stops.send_if_modified(|n| {
                                 let start = *n == 0;
@@ -365,6 +374,10 @@ impl Signals {
                     }
                 }
                 _ = self.hup.recv() => {
+                    if upgraded {
+                        tracing::warn!("SIGHUP ignored: this process has handed over to a new one and is draining");
+                        continue;
+                    }
                     // Off the main runtime: reading files and resolving backend names may block,
                     // and metrics must keep answering meanwhile.
                     let Some(mut r) = reloader.take() else {

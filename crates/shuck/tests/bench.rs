@@ -498,3 +498,151 @@ fn an_upgrade_under_load_fails_no_connection_and_the_old_process_drains() {
         "{after:#}"
     );
 }
+
+/// A free port on 127.0.0.1 (bound, then let go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `openssl s_client` connected (handshake done) and waiting for its request on stdin.
+struct OpenConnection {
+    child: std::process::Child,
+    out: std::path::PathBuf,
+}
+
+impl OpenConnection {
+    fn open(addr: std::net::SocketAddr, ca: &Path, dir: &Path) -> OpenConnection {
+        let out = dir.join(format!("s_client-{}.out", addr.port()));
+        let child = Command::new("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                &addr.to_string(),
+                "-servername",
+                "r.test",
+            ])
+            .arg("-CAfile")
+            .arg(ca)
+            .args(["-verify_return_error", "-ign_eof", "-quiet"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut c = OpenConnection { child, out };
+        // -quiet prints the verification on stderr once the handshake is done.
+        let mut err = c.child.stderr.take().unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 512];
+        while !String::from_utf8_lossy(&seen).contains("verify return:1") {
+            let n = std::io::Read::read(&mut err, &mut buf).unwrap();
+            assert!(n > 0, "s_client ended: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+        c
+    }
+
+    /// Sends a request now and returns what came back (bounded: the backend closes).
+    fn request(mut self) -> String {
+        std::io::Write::write_all(
+            self.child.stdin.as_mut().unwrap(),
+            b"GET / HTTP/1.1\r\nHost: r.test\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while self.child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::fs::read_to_string(&self.out).unwrap()
+    }
+}
+
+/// Reloads that add a listen address and a whole frontend, then remove them, five times, while a
+/// closed-loop load runs on the address that stays: not one connection fails. Added addresses
+/// serve their frontend's certificate; removed ones refuse new connections while a connection
+/// opened on one before its removal is still answered. The ready file follows the addresses. A
+/// reload that cannot bind an address (another process holds it) changes nothing and says why.
+#[test]
+fn reloads_add_and_remove_frontends_and_addresses_without_failing_a_connection() {
+    let pki = Pki::new();
+    let a = pki.leaf("a.pem", "a", &["r.test"], Key::EcdsaP256);
+    let b = pki.leaf("b.pem", "b", &["b.test"], Key::EcdsaP256);
+    let backend = BenchBackend::start(1024);
+    let (p2, p3) = (free_port(), free_port());
+    let frontend = |name: &str, listen: &str, cert: &Path| {
+        format!(
+            "[[frontend]]\nname = \"{name}\"\nlisten = [{listen}]\nbackend = \"{}\"\ncertificates = \"{}\"\n",
+            backend.addr,
+            cert.display()
+        )
+    };
+    let first = format!("workers = 2\n{}", frontend("a", "\"127.0.0.1:0\"", &a));
+    let shuck = Shuck::start(&first);
+    let p1 = shuck.addr();
+    let wider = format!(
+        "workers = 2\n{}{}",
+        frontend("a", &format!("\"{p1}\", \"127.0.0.1:{p2}\""), &a),
+        frontend("b", &format!("\"127.0.0.1:{p3}\""), &b)
+    );
+    let narrow = format!("workers = 2\n{}", frontend("a", &format!("\"{p1}\""), &a));
+    let (a2, a3) = (
+        std::net::SocketAddr::from(([127, 0, 0, 1], p2)),
+        std::net::SocketAddr::from(([127, 0, 0, 1], p3)),
+    );
+    let ready = shuck.config_path().with_file_name("ready");
+    let load = load_in_background(&p1.to_string(), &pki.ca_path(), 8);
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..5 {
+        std::fs::write(shuck.config_path(), &wider).unwrap();
+        shuck.signal("HUP");
+        shuck.wait_log_count("reloaded certificates", 2 * round + 1);
+        let listed = std::fs::read_to_string(&ready).unwrap();
+        assert_eq!(listed, format!("{p1}\n{a2}\n{a3}\n"), "round {round}");
+        let on_a2 = common::clients::curl_at(&pki, a2, "r.test", "/", &[]);
+        assert!(on_a2.status.success(), "{on_a2:?}");
+        let on_b = common::clients::curl_at(&pki, a3, "b.test", "/", &[]);
+        assert!(on_b.status.success(), "{on_b:?}");
+        // b serves its own certificate, which does not name r.test.
+        let wrong = common::clients::curl_at(&pki, a3, "r.test", "/", &[]);
+        assert!(!wrong.status.success(), "{wrong:?}");
+        let open = OpenConnection::open(a2, &pki.ca_path(), dir.path());
+
+        std::fs::write(shuck.config_path(), &narrow).unwrap();
+        shuck.signal("HUP");
+        shuck.wait_log_count("reloaded certificates", 2 * round + 2);
+        assert_eq!(std::fs::read_to_string(&ready).unwrap(), format!("{p1}\n"));
+        for gone in [a2, a3] {
+            let refused = std::net::TcpStream::connect(gone);
+            assert!(refused.is_err(), "{gone} still accepts after its removal");
+        }
+        let answer = open.request();
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "round {round}: {answer:?}"
+        );
+    }
+    let v = load.join().unwrap();
+    assert_eq!(v["totals"]["failed"], 0, "connections failed: {v:#}");
+    assert!(v["totals"]["successful"].as_u64().unwrap() > 100, "{v:#}");
+
+    // Another process holds the address a reload would add: nothing changes.
+    let squatter = std::net::TcpListener::bind(a2).unwrap();
+    std::fs::write(shuck.config_path(), &wider).unwrap();
+    shuck.signal("HUP");
+    let log = shuck.wait_log("reload failed");
+    assert!(log.contains(&a2.to_string()), "{log}");
+    assert!(
+        std::net::TcpStream::connect(a3).is_err(),
+        "b was added: {log}"
+    );
+    assert_eq!(std::fs::read_to_string(&ready).unwrap(), format!("{p1}\n"));
+    drop(squatter);
+    let after = common::clients::curl_at(&pki, p1, "r.test", "/", &[]);
+    assert!(after.status.success(), "{after:?}");
+}

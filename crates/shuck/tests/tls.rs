@@ -428,25 +428,42 @@ fn sighup_reloads_certificates_and_tls_settings_and_keeps_tickets() {
         "{log}"
     );
     assert!(
-        log.contains("backlog changed; restart to apply it"),
+        log.contains("backlog changed; applies to addresses bound from now on"),
         "{log}"
     );
     assert!(!log.contains("timeout changed"), "{log}");
 
-    // A frontend whose addresses changed may be another frontend: its TLS is left alone.
+    // The frontend moves to another address (matched by name): the new one serves the new
+    // certificate, the old one is closed, and sessions from before still resume there.
     let moved = pki.leaf("moved.pem", "moved", &["reload.test"], Key::EcdsaP256);
     std::fs::rename(&moved, &path).expect("new certificate");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
     std::fs::write(
         shuck.config_path(),
-        config("h2").replace("127.0.0.1:0", "127.0.0.1:1"),
+        config("h2").replace("127.0.0.1:0", &format!("127.0.0.1:{port}")),
     )
     .expect("rewrite config");
     shuck.signal("HUP");
-    let log = shuck.wait_log_count("reloaded certificates", 4);
-    assert!(log.contains("listen changed; not reloaded"), "{log}");
-    let (ok, out) = s_client(&pki, shuck.addr(), Some("reload.test"), &[]);
+    shuck.wait_log_count("reloaded certificates", 4);
+    let new_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let (ok, out) = s_client(
+        &pki,
+        new_addr,
+        Some("reload.test"),
+        &["-tls1_3", "-sess_in", sess],
+    );
     assert!(ok, "{out}");
-    assert!(out.contains("CN = after"), "{out}");
+    assert!(out.contains("\nReused, TLSv1.3"), "{out}");
+    let (ok, out) = s_client(&pki, new_addr, Some("reload.test"), &[]);
+    assert!(ok, "{out}");
+    assert!(out.contains("CN = moved"), "{out}");
+    assert!(
+        std::net::TcpStream::connect(shuck.addr()).is_err(),
+        "the old address still accepts"
+    );
     shuck.assert_alive();
 }
 

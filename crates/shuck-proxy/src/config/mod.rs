@@ -186,6 +186,9 @@ pub struct Config {
 #[derive(Debug, Clone)]
 pub struct Frontend {
     pub name: String,
+    /// Whether the file named it (unnamed frontends are named by position, so a reload cannot
+    /// tell one from another that took its place).
+    pub named: bool,
     pub listen: Vec<SocketAddr>,
     pub backend: Backend,
     pub backend_policy: BackendPolicy,
@@ -324,6 +327,7 @@ impl RawFrontend {
         check_section_combinations(&backend.backend, &send, &client)?;
         Ok(Frontend {
             name: name.to_string(),
+            named: self.name.is_some(),
             listen: listen.addrs,
             backend: backend.backend,
             backend_policy: backend.policy,
