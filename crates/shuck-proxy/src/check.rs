@@ -7,6 +7,7 @@ use crate::config::{
     SniFallback,
 };
 use crate::error::Result;
+use crate::running::{self, Applies};
 use crate::tls::{certs, TlsContext};
 use crate::tls_params as params;
 
@@ -51,6 +52,7 @@ pub fn report(config: &Config) -> Result<Report> {
         write_resumption(&mut s, fe, &tls);
         write_timeouts(&mut s, fe);
     }
+    write_reload_changes(&mut s, config);
     Ok(Report {
         summary: s,
         warnings,
@@ -269,4 +271,59 @@ fn write_timeouts(s: &mut String, fe: &Frontend) {
         humantime::format_duration(fe.connect_timeout),
         fe.backlog
     );
+}
+
+/// What a reload of this configuration would change in the shuck that recorded its settings in
+/// the same state directory, and what would wait for a restart.
+fn write_reload_changes(s: &mut String, config: &Config) {
+    let Some((path, running)) = running::read(&config.state_dir) else {
+        let _ = writeln!(
+            s,
+            "\nno running shuck recorded in {} (nothing to compare a reload with)",
+            config.state_dir.display()
+        );
+        return;
+    };
+    let alive = std::path::Path::new(&format!("/proc/{}", running.pid)).exists();
+    let _ = writeln!(
+        s,
+        "\ncompared with what runs ({}, pid {}{}):",
+        path.display(),
+        running.pid,
+        if alive { "" } else { ", which is not running" }
+    );
+    let changes = running::changes(&running.settings, &running::settings(config));
+    if changes.is_empty() {
+        let _ = writeln!(
+            s,
+            "  a reload changes no setting (certificate and key files are read again)"
+        );
+    }
+    // A frontend added or removed is one line, not one per setting.
+    let whole: Vec<String> = changes
+        .iter()
+        .filter(|c| c.old.is_none() || c.new.is_none())
+        .filter(|c| c.key.starts_with("frontend ") && c.key.ends_with('"'))
+        .map(|c| format!("{} ", c.key))
+        .collect();
+    for c in &changes {
+        if whole.iter().any(|w| c.key.starts_with(w.as_str())) {
+            continue;
+        }
+        let how = match c.applies {
+            Applies::Reload => "a reload applies",
+            Applies::Restart => "needs a restart",
+        };
+        let _ = match (&c.old, &c.new) {
+            (None, Some(_)) => writeln!(s, "  {how}: {} added", c.key),
+            (Some(_), None) => writeln!(s, "  {how}: {} removed", c.key),
+            (old, new) => writeln!(
+                s,
+                "  {how}: {}: {} -> {}",
+                c.key,
+                old.as_deref().unwrap_or_default(),
+                new.as_deref().unwrap_or_default()
+            ),
+        };
+    }
 }

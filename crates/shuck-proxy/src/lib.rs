@@ -29,6 +29,7 @@ mod proxy_out;
 pub mod proxy_protocol;
 mod relay;
 pub mod reload;
+pub mod running;
 mod sealing;
 pub mod server;
 mod session_store;

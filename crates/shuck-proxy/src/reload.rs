@@ -15,9 +15,10 @@ use arc_swap::ArcSwap;
 use rustls::server::ProducesTickets;
 
 use crate::bindings::{Bindings, FrontendSlots};
-use crate::config::{CertSource, Config, Frontend, OcspMode};
+use crate::config::{CertSource, Config, Frontend};
 use crate::error::Result;
 use crate::metrics::{self, Metrics};
+use crate::running::{self, runs_tasks};
 use crate::session_store::{SharedStore, StoreCounters};
 use crate::tls::sessions::SessionCache;
 use crate::tls::tickets::Ticketer;
@@ -247,6 +248,10 @@ impl Reloader {
         if self.addresses() != before {
             self.rewrite_ready_file();
         }
+        let mut now = self.started.clone();
+        now.log_level.clone_from(&new.log_level);
+        now.frontends = self.frontends.iter().map(|l| l.cfg.clone()).collect();
+        running::record(&now);
         Ok(notes)
     }
 
@@ -371,12 +376,6 @@ impl Reloader {
         live.install(&fe, &ctx, &self.metrics, self.expiry_warning);
         Ok(())
     }
-}
-
-/// Whether the frontend has tasks of its own (ACME renewal, OCSP fetching) that start with the
-/// process: adding or removing it takes a restart.
-fn runs_tasks(fe: &Frontend) -> bool {
-    matches!(fe.certs, CertSource::Acme(_)) || fe.ocsp == OcspMode::Fetch
 }
 
 /// The certificate gauges' view of what a frontend serves.

@@ -18,7 +18,7 @@ pub use crate::reload::Reloader;
 use crate::reload::{self, Live};
 use crate::tls::TlsContext;
 use crate::upgrade::Inherited;
-use crate::{accept, acme, limits, notify, staple_refresh, state_files};
+use crate::{accept, acme, limits, notify, running, staple_refresh, state_files};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 /// A configured, bound server, not yet accepting.
@@ -98,6 +98,7 @@ impl Server {
                 .find(|l| l.cfg.name == name)
                 .map(|l| l.slots.clone())
         });
+        running::record(&config);
         Ok(Server {
             config,
             tls,

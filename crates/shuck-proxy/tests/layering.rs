@@ -173,6 +173,7 @@ const LAYERS: [&[&str]; 10] = [
         "tls",
         "acme",
         "staple_refresh",
+        "running",
         "proxy_in",
         "backend",
         "relay",

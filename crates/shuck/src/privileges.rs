@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use nix::unistd::{self, Gid, Group, Uid, User};
-use shuck_proxy::config::{CertSource, Config, OcspMode};
+use shuck_proxy::config::Config;
 
 /// Who to become, decided from the configuration.
 pub struct RunAs {
@@ -26,15 +26,8 @@ pub struct RunAs {
 
 impl RunAs {
     pub fn of(config: &Config) -> RunAs {
-        let writes_state = config
-            .frontends
-            .iter()
-            .any(|fe| matches!(fe.certs, CertSource::Acme(_)) || fe.ocsp == OcspMode::Fetch);
-        let state_dirs = if writes_state {
-            vec![config.state_dir.clone()]
-        } else {
-            Vec::new()
-        };
+        // Always: the running settings are recorded there (`shuck check` compares with them).
+        let state_dirs = vec![config.state_dir.clone()];
         RunAs {
             user: config.user.clone(),
             group: config.group.clone(),

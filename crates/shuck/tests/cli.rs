@@ -578,3 +578,57 @@ fn started_as_root_the_workers_run_as_the_configured_user() {
     );
     assert!(served(), "{log}");
 }
+
+/// `shuck check` compares the edited file with the settings the running shuck recorded in the
+/// state directory: what a reload would apply, what would wait for a restart. After the reload
+/// the record follows what runs: only the restart-only change is left.
+#[test]
+fn check_says_what_a_reload_would_change() {
+    let state = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(state.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let config = |workers: u32, listen: &str, backend: &str| {
+        format!(
+            "workers = {workers}\nstate_dir = \"{}\"\n[[frontend]]\nname = \"web\"\nlisten = [{listen}]\nbackend = \"{backend}\"\nself_signed = true\n",
+            state.path().display()
+        )
+    };
+    let running = Shuck::start(&config(2, "\"127.0.0.1:0\"", "127.0.0.1:1"));
+    let first = running.addr();
+    let record = state.path().join("running.toml");
+    let mode = std::fs::metadata(&record)
+        .unwrap_or_else(|e| panic!("{e}: {}", running.log_text()))
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let check = || {
+        let (code, out, err) =
+            shuck(&["check", "--config", running.config_path().to_str().unwrap()]);
+        assert_eq!(code, 0, "{out}{err}");
+        out
+    };
+    let out = check();
+    assert!(
+        out.contains("a reload changes no setting"),
+        "unchanged file: {out}"
+    );
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let edited = config(3, &format!("\"{first}\", \"{free}\""), "127.0.0.1:2");
+    std::fs::write(running.config_path(), &edited).unwrap();
+    let out = check();
+    for want in [
+        format!("pid {}", running.pid()),
+        format!("a reload applies: frontend \"web\" listen: 127.0.0.1:0 -> {first}, {free}"),
+        "a reload applies: frontend \"web\" backend: 127.0.0.1:1 -> 127.0.0.1:2".into(),
+        "needs a restart: workers: 2 -> 3".into(),
+    ] {
+        assert!(out.contains(&want), "missing {want:?}: {out}");
+    }
+    running.signal("HUP");
+    running.wait_log("reloaded certificates");
+    let out = check();
+    assert!(out.contains("needs a restart: workers: 2 -> 3"), "{out}");
+    assert!(!out.contains("a reload applies"), "{out}");
+}
