@@ -116,6 +116,10 @@ pub struct TlsArgs {
     /// Prefer an IPv6 address when the target's name resolves to both.
     #[arg(short = '6', long)]
     pub ipv6: bool,
+    /// No TLS at all: the same requests over plain TCP. Loads a plain relay (HAProxy `mode tcp`)
+    /// for the TCP floor the shootout compares terminators with.
+    #[arg(long, conflicts_with_all = ["ca", "insecure", "sni", "no_sni", "alpn", "cipher", "group"])]
+    pub plain: bool,
 }
 
 #[derive(Debug, Args)]
@@ -280,7 +284,8 @@ fn client_tls(a: &TlsArgs) -> Result<ClientTls, BenchError> {
         groups: a.group.clone(),
         alpn: a.alpn.clone(),
         ca: a.ca.clone(),
-        insecure: a.insecure,
+        // Nothing is verified without TLS.
+        insecure: a.insecure || a.plain,
         sni: !a.no_sni,
     })
 }
@@ -373,6 +378,7 @@ pub fn load_report(a: &RunArgs) -> Result<BenchReport, BenchError> {
         server_name: server_name.clone(),
         host_header,
         tls: client_tls(&a.tls)?,
+        plain: a.tls.plain,
         requests_per_session: a.requests_per_session,
         keepalive: a.keepalive,
         path: a.path.clone(),

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, HandshakeKind};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::http::{self, Expect};
@@ -73,6 +73,8 @@ pub struct LoadPlan {
     pub server_name: ServerName<'static>,
     pub host_header: String,
     pub tls: ClientTls,
+    /// Plain TCP, no TLS (the floor a terminator is compared with).
+    pub plain: bool,
     pub requests_per_session: u32,
     pub keepalive: u32,
     pub path: String,
@@ -129,6 +131,15 @@ async fn transaction(
         .map_err(|e| (Failure::Connect, e.to_string()))?;
     // Without it, small answers wait for delayed ACKs (the seeds' 40 ms stud latency).
     let _ = tcp.set_nodelay(true);
+    if plan.plain {
+        let mut tcp = tcp;
+        let bytes = exchange(plan, &mut tcp, buf).await?;
+        return Ok(Done {
+            resumed: false,
+            bytes,
+            at: Instant::now(),
+        });
+    }
     let mut tls = tokio_rustls::TlsConnector::from(cfg)
         .connect(plan.server_name.clone(), tcp)
         .await
@@ -157,11 +168,24 @@ async fn transaction(
             });
         }
     }
+    let bytes = exchange(plan, &mut tls, buf).await?;
+    let at = Instant::now();
+    // close_notify, bounded: a server that already closed makes this fail, which is fine.
+    let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
+    Ok(Done { resumed, bytes, at })
+}
+
+/// The `keepalive` requests of one connection and their answers, checked; the bytes read.
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    plan: &LoadPlan,
+    s: &mut S,
+    buf: &mut [u8],
+) -> Result<u64, (Failure, String)> {
     let mut bytes = 0;
     let keepalive = plan.keepalive > 1;
     for i in 0..plan.keepalive {
         let last = i + 1 == plan.keepalive;
-        tls.write_all(&http::request(
+        s.write_all(&http::request(
             &plan.path,
             &plan.host_header,
             keepalive,
@@ -169,12 +193,9 @@ async fn transaction(
         ))
         .await
         .map_err(|e| (Failure::Io, e.to_string()))?;
-        bytes += http::read_response(&mut tls, buf, plan.expect, !last).await?;
+        bytes += http::read_response(s, buf, plan.expect, !last).await?;
     }
-    let at = Instant::now();
-    // close_notify, bounded: a server that already closed makes this fail, which is fine.
-    let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
-    Ok(Done { resumed, bytes, at })
+    Ok(bytes)
 }
 
 /// A virtual client: its session configuration and how many connections it made with it.

@@ -646,3 +646,32 @@ fn reloads_add_and_remove_frontends_and_addresses_without_failing_a_connection()
     let after = common::clients::curl_at(&pki, p1, "r.test", "/", &[]);
     assert!(after.status.success(), "{after:?}");
 }
+
+/// `--plain` loads a server without TLS (the shootout's TCP floor): against the plain bench
+/// backend every answer arrives whole; the same target with TLS fails its handshakes.
+#[test]
+fn plain_mode_loads_a_server_without_tls() {
+    let backend = BenchBackend::start(1024);
+    let target = backend.addr.to_string();
+    let common = [
+        target.as_str(),
+        "-c",
+        "4",
+        "--duration",
+        "1",
+        "--step-duration",
+        "1",
+        "--expect-size",
+        "1024",
+        "--json",
+        "--quiet",
+    ];
+    let v = json(&[&common[..], &["--plain"]].concat());
+    assert!(v["totals"]["successful"].as_u64().unwrap() > 10, "{v:#}");
+    assert_eq!(v["totals"]["failed"], 0, "{v:#}");
+    let (ok, out, err) = bench(&[&common[..], &["--insecure", "--timeout", "1"]].concat());
+    assert!(
+        !ok || out.contains("\"handshake\""),
+        "TLS to a plain server: {out}{err}"
+    );
+}
