@@ -116,10 +116,6 @@ pub struct TlsArgs {
     /// Prefer an IPv6 address when the target's name resolves to both.
     #[arg(short = '6', long)]
     pub ipv6: bool,
-    /// No TLS at all: the same requests over plain TCP. Loads a plain relay (HAProxy `mode tcp`)
-    /// for the TCP floor the shootout compares terminators with.
-    #[arg(long, conflicts_with_all = ["ca", "insecure", "sni", "no_sni", "alpn", "cipher", "group"])]
-    pub plain: bool,
 }
 
 #[derive(Debug, Args)]
@@ -128,6 +124,10 @@ pub struct RunArgs {
     #[arg(value_name = "HOST:PORT")]
     pub target: Option<String>,
 
+    /// No TLS at all: the same requests over plain TCP. Loads a plain relay (HAProxy `mode tcp`)
+    /// for the TCP floor the shootout compares terminators with.
+    #[arg(long, conflicts_with_all = ["ca", "insecure", "sni", "no_sni", "alpn", "cipher", "group"])]
+    pub plain: bool,
     /// Load threads, each with its own event loop.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub threads: usize,
@@ -276,7 +276,7 @@ fn target(t: &str, tls: &TlsArgs) -> Result<(SocketAddr, String, ServerName<'sta
     Ok((addr, host, server_name))
 }
 
-fn client_tls(a: &TlsArgs) -> Result<ClientTls, BenchError> {
+fn client_tls(a: &TlsArgs, plain: bool) -> Result<ClientTls, BenchError> {
     ClientTls::new(&TlsOptions {
         version: a.version,
         resume: a.resume,
@@ -285,7 +285,7 @@ fn client_tls(a: &TlsArgs) -> Result<ClientTls, BenchError> {
         alpn: a.alpn.clone(),
         ca: a.ca.clone(),
         // Nothing is verified without TLS.
-        insecure: a.insecure || a.plain,
+        insecure: a.insecure || plain,
         sni: !a.no_sni,
     })
 }
@@ -298,7 +298,7 @@ fn raise_fd_limit() {
 fn run_idle(a: &IdleArgs) -> Result<(), BenchError> {
     raise_fd_limit();
     let (addr, _, name) = target(&a.target, &a.tls)?;
-    let tls = client_tls(&a.tls)?;
+    let tls = client_tls(&a.tls, false)?;
     let r = idle::run(
         addr,
         &name,
@@ -377,8 +377,8 @@ pub fn load_report(a: &RunArgs) -> Result<BenchReport, BenchError> {
         target: addr,
         server_name: server_name.clone(),
         host_header,
-        tls: client_tls(&a.tls)?,
-        plain: a.tls.plain,
+        tls: client_tls(&a.tls, a.plain)?,
+        plain: a.plain,
         requests_per_session: a.requests_per_session,
         keepalive: a.keepalive,
         path: a.path.clone(),
