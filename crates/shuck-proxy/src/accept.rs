@@ -115,6 +115,9 @@ async fn run(spec: WorkerSpec) {
                 for task in listening.loops.remove(&key).unwrap_or_default() {
                     task.abort();
                 }
+                // Let the runtime drop the aborted loops (and their sockets) before the
+                // frontends they served are looked at.
+                tokio::task::yield_now().await;
             }
             // The server is gone: nothing more will be asked; wait for the stop.
             None => {

@@ -54,9 +54,10 @@ struct Bound {
     sockets: Vec<TcpListener>,
 }
 
-/// The addresses a reload adds, bound but not yet accepted on.
+/// The addresses a reload adds, bound but not yet accepted on: each with the sockets its workers
+/// will take (made now, while failing still changes nothing).
 pub(crate) struct Prepared {
-    added: Vec<Bound>,
+    added: Vec<(Bound, Vec<TcpListener>)>,
 }
 
 /// The listening addresses in use and the way to the workers.
@@ -92,6 +93,7 @@ impl Bindings {
         frontends: &[&Frontend],
         inherited: &mut Inherited,
     ) -> Result<Prepared> {
+        refuse_shared(frontends)?;
         let mut added = Vec::new();
         for fe in frontends {
             for (index, &want) in fe.listen.iter().enumerate() {
@@ -103,7 +105,17 @@ impl Bindings {
                     sockets = self.moving_socket(want, frontends)?;
                 }
                 let bound = self.bind(fe, index, want, sockets)?;
-                added.push(bound);
+                let for_workers = bound
+                    .sockets
+                    .iter()
+                    .map(TcpListener::try_clone)
+                    .collect::<io::Result<Vec<_>>>()
+                    .map_err(|source| Error::Bind {
+                        addr: bound.addr,
+                        frontend: fe.name.clone(),
+                        source,
+                    })?;
+                added.push((bound, for_workers));
             }
         }
         Ok(Prepared { added })
@@ -131,39 +143,25 @@ impl Bindings {
             }
             tracing::info!(frontend = %b.frontend, addr = %b.addr, "stopped listening; its connections carry on");
         }
-        for b in prepared.added {
+        for (b, sockets) in prepared.added {
             let Some(s) = slots(&b.frontend) else {
                 continue;
             };
             // An old process with more workers handed over more sockets than there are
             // workers: each worker then accepts on several, so no queue is left unserved.
-            for (k, socket) in b.sockets.iter().enumerate() {
+            for (k, socket) in sockets.into_iter().enumerate() {
                 let w = k % self.workers.len();
-                match socket.try_clone() {
-                    Ok(socket) => {
-                        let _ = self.workers[w].send(Control::Listen {
-                            key: b.key,
-                            settings: s.settings.clone(),
-                            tls: s.tls[w].clone(),
-                            socket,
-                        });
-                    }
-                    Err(e) => {
-                        tracing::error!(frontend = %b.frontend, addr = %b.addr, error = %e, "cannot hand a listening socket to a worker");
-                    }
-                }
+                let _ = self.workers[w].send(Control::Listen {
+                    key: b.key,
+                    settings: s.settings.clone(),
+                    tls: s.tls[w].clone(),
+                    socket,
+                });
             }
             tracing::info!(frontend = %b.frontend, addr = %b.addr, "listening");
             self.live.push(b);
         }
-        // Configuration order, as the ready file lists them.
-        let order = |b: &Bound| {
-            frontends
-                .iter()
-                .position(|f| f.name == b.frontend)
-                .map(|i| (i, b.index))
-        };
-        self.live.sort_by_key(order);
+        // Configuration order, as the ready file lists them: positions first, then the sort.
         for b in &mut self.live {
             if let Some(f) = frontends.iter().find(|f| f.name == b.frontend) {
                 b.index = f
@@ -173,6 +171,13 @@ impl Bindings {
                     .unwrap_or(b.index);
             }
         }
+        let order = |b: &Bound| {
+            frontends
+                .iter()
+                .position(|f| f.name == b.frontend)
+                .map(|i| (i, b.index))
+        };
+        self.live.sort_by_key(order);
     }
 
     /// Each address listened on, with its frontend, in configuration order.
@@ -302,4 +307,20 @@ pub(crate) fn write_ready_file(path: &Path, addrs: &[SocketAddr]) -> Result<()> 
     }
     f.sync_all().map_err(err)?;
     std::fs::rename(&tmp, path).map_err(err)
+}
+
+/// Two frontends configured with one address (a frontend a reload keeps as it runs may still
+/// hold one the new file gives to another): the kernel would split connections between them.
+fn refuse_shared(frontends: &[&Frontend]) -> Result<()> {
+    for (i, fe) in frontends.iter().enumerate() {
+        for addr in fe.listen.iter().filter(|a| a.port() != 0) {
+            if let Some(other) = frontends[i + 1..].iter().find(|o| o.listen.contains(addr)) {
+                return Err(Error::Reload(format!(
+                    "{addr} would be listened on by frontends {:?} and {:?} (a frontend that needs a restart keeps the addresses it runs with)",
+                    fe.name, other.name
+                )));
+            }
+        }
+    }
+    Ok(())
 }

@@ -121,8 +121,9 @@ async fn arrive_with_hello<'a>(
     trace: &mut Trace<'a>,
 ) -> Result<(HelloRead, Arrival), ConnError> {
     let cfg = &fe.cfg;
-    let _ = tcp.set_nodelay(true);
-    let arrival = proxy_in::arrive(&mut tcp, peer, cfg.accept_proxy.as_ref()).await?;
+    // No TCP_NODELAY here: Linux copies it from the listening socket (`listener::bind` sets it).
+    let want_local = cfg.proxy_protocol.is_some();
+    let arrival = proxy_in::arrive(&mut tcp, peer, cfg.accept_proxy.as_ref(), want_local).await?;
     count_arrival(&fe.metrics, &arrival);
     (trace.client, trace.balancer) = (arrival.client, arrival.balancer);
     let deadline = Deadline::after(cfg.handshake_timeout);

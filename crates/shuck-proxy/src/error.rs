@@ -57,6 +57,10 @@ pub enum Error {
     #[error("state directory: {0}")]
     StateDir(String),
 
+    /// A reload that cannot be applied as a whole (nothing of it was).
+    #[error("reload refused: {0}")]
+    Reload(String),
+
     #[error("cannot generate the self-signed certificate: {0}")]
     SelfSigned(String),
 }

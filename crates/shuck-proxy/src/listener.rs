@@ -47,3 +47,18 @@ pub fn is_connection_error(e: &io::Error) -> bool {
             | io::ErrorKind::WouldBlock
     )
 }
+
+#[cfg(test)]
+mod tests {
+    /// The connection stage sets no TCP_NODELAY on accepted sockets: it relies on Linux copying
+    /// it from the listening socket, which this checks.
+    #[test]
+    fn accepted_sockets_inherit_tcp_nodelay() {
+        let listener = super::bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        listener.set_nonblocking(false).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = std::net::TcpStream::connect(addr).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        assert!(socket2::SockRef::from(&accepted).nodelay().unwrap());
+    }
+}

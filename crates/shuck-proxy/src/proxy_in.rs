@@ -45,8 +45,9 @@ pub enum HeaderError {
 #[derive(Debug)]
 pub(crate) struct Arrival {
     pub(crate) client: SocketAddr,
-    /// The address the client connected to.
-    pub(crate) local: SocketAddr,
+    /// The address the client connected to: only asked of the socket when the backend is to
+    /// get a PROXY header (a getsockname per connection fewer otherwise).
+    pub(crate) local: Option<SocketAddr>,
     /// The load balancer that sent a PROXY header (the socket's peer), if one did.
     pub(crate) balancer: Option<SocketAddr>,
     /// The header was a LOCAL command (a balancer's health check).
@@ -61,10 +62,11 @@ pub(crate) async fn arrive(
     tcp: &mut TcpStream,
     peer: SocketAddr,
     accept: Option<&AcceptProxy>,
+    want_local: bool,
 ) -> Result<Arrival, HeaderError> {
     let mut arrival = Arrival {
         client: peer,
-        local: tcp.local_addr().unwrap_or(peer),
+        local: want_local.then(|| tcp.local_addr().unwrap_or(peer)),
         balancer: None,
         health_check: false,
         passthrough: None,
@@ -81,7 +83,7 @@ pub(crate) async fn arrive(
         .unwrap_or(Err(HeaderError::Timeout(ap.timeout)))?;
     arrival.balancer = Some(peer);
     if let Some((src, dst)) = announced.addrs {
-        (arrival.client, arrival.local) = (src, dst);
+        (arrival.client, arrival.local) = (src, Some(dst));
     }
     arrival.health_check = announced.local;
     arrival.passthrough = announced.passthrough;

@@ -71,7 +71,8 @@ pub(crate) fn header(
         passthrough: arrival.passthrough.as_deref().unwrap_or_default(),
         crc32c: want.crc32c,
     };
-    let addrs = Addresses::tcp(arrival.client, arrival.local);
+    // `local` is always known when a header is sent (`arrive` is asked for it then).
+    let addrs = Addresses::tcp(arrival.client, arrival.local.unwrap_or(arrival.client));
     let len = proxy_protocol::encoded_len(version, addrs, &tlvs)?;
     let mut buf = PooledBuf::at_least(len);
     let n = proxy_protocol::encode(version, addrs, &tlvs, buf.bytes_mut())?;

@@ -51,6 +51,10 @@ struct Pump {
     lenient_eof: bool,
     /// The reader ended while the prefix was being written: shut down after it.
     eof_after_write: bool,
+    /// The writer is plain TCP, closed as soon as the relay ends: once the other direction has
+    /// ended too, its FIN comes with the close, and a shutdown first is a system call for
+    /// nothing. (Not for the TLS client, which must get close_notify.)
+    close_is_shutdown: bool,
 }
 
 impl Pump {
@@ -63,6 +67,7 @@ impl Pump {
             bytes: 0,
             lenient_eof,
             eof_after_write: false,
+            close_is_shutdown: false,
         }
     }
 
@@ -88,7 +93,7 @@ impl Pump {
         reader: &mut R,
         writer: &mut W,
         moved: &mut bool,
-        blame: Blame,
+        (blame, other_done): (Blame, bool),
         write_error: &mut Option<RelayError>,
     ) -> Result<(), RelayError>
     where
@@ -98,7 +103,7 @@ impl Pump {
         if self.done() {
             return Ok(());
         }
-        match self.poll(cx, reader, writer, moved) {
+        match self.poll(cx, reader, writer, moved, other_done) {
             Poll::Ready(Err(PumpError::Read(e))) => Err(blame.0(e)),
             Poll::Ready(Err(PumpError::Write(e))) => {
                 self.abandon();
@@ -121,6 +126,7 @@ impl Pump {
         reader: &mut R,
         writer: &mut W,
         moved: &mut bool,
+        other_done: bool,
     ) -> Poll<Result<(), PumpError>>
     where
         R: AsyncRead + Unpin,
@@ -213,6 +219,9 @@ impl Pump {
                         State::Reading
                     };
                 }
+                State::ShuttingDown if self.close_is_shutdown && other_done => {
+                    self.state = State::Done;
+                }
                 State::ShuttingDown => {
                     // Half-close: the peer's EOF reaches the other side as FIN (or close_notify
                     // then FIN towards the TLS client), while the other direction keeps flowing.
@@ -291,6 +300,7 @@ where
         Some((buf, len)) => Pump::with_prefix(true, buf, len),
         None => Pump::new(true),
     };
+    up.close_is_shutdown = true;
     let mut down = Pump::new(false);
     let mut last_activity = Instant::now();
     // One timer re-armed lazily, instead of resetting it on every read.
@@ -304,9 +314,27 @@ where
     let result = poll_fn(|cx| {
         let mut moved = false;
         // Blame the side whose socket failed (see UP and DOWN).
+        let down_done = down.done();
         let driven = up
-            .drive(cx, client, backend, &mut moved, UP, &mut write_error)
-            .and_then(|()| down.drive(cx, backend, client, &mut moved, DOWN, &mut write_error));
+            .drive(
+                cx,
+                client,
+                backend,
+                &mut moved,
+                (UP, down_done),
+                &mut write_error,
+            )
+            .and_then(|()| {
+                let up_done = up.done();
+                down.drive(
+                    cx,
+                    backend,
+                    client,
+                    &mut moved,
+                    (DOWN, up_done),
+                    &mut write_error,
+                )
+            });
         // Reading the client can make TLS want to answer on its own (a no_renegotiation
         // warning, a KeyUpdate): send that now, not when the backend next has something to say.
         // Nothing to send costs nothing; a write error surfaces in the down pump.

@@ -16,7 +16,7 @@ use rustls::server::ProducesTickets;
 
 use crate::bindings::{Bindings, FrontendSlots};
 use crate::config::{CertSource, Config, Frontend};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::metrics::{self, Metrics};
 use crate::running::{self, runs_tasks};
 use crate::session_store::{SharedStore, StoreCounters};
@@ -258,6 +258,17 @@ impl Reloader {
     /// What becomes of running frontend `i` given its new settings `fe`.
     fn plan_reload(&self, i: usize, fe: &Frontend, notes: &mut Vec<String>) -> Result<Next> {
         let old = &self.frontends[i].cfg;
+        // Unnamed frontends are named by position: with other addresses this may be another
+        // frontend, which must not resume the sessions of the one that stood there; and when
+        // either has tasks of its own, keeping one as it runs would serve one site's settings in
+        // the other's place.
+        let other = !fe.named && old.listen != fe.listen;
+        if other && (runs_tasks(old) || runs_tasks(fe)) {
+            return Err(Error::Reload(format!(
+                "the unnamed frontend {:?} changed its addresses and uses ACME or OCSP fetching (before or now): give the frontends names so a reload can tell them apart",
+                fe.name
+            )));
+        }
         // The renewal task keeps the settings it started with: another name list or CA would
         // serve a temporary certificate nobody orders a replacement for.
         if acme_settings(old) != acme_settings(fe) {
@@ -296,9 +307,6 @@ impl Reloader {
         let mut fe = fe.clone();
         fe.state_dir.clone_from(&old.state_dir);
         fe.ocsp = old.ocsp;
-        // Unnamed frontends are named by position: with other addresses this may be another
-        // frontend, which must not resume the sessions of the one that stood there.
-        let other = !fe.named && old.listen != fe.listen;
         let (ctx, dropped) = self.frontends[i].load(&fe, other)?;
         if dropped && !other {
             notes.push(format!(
@@ -451,5 +459,9 @@ fn global_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     );
     check(old.metrics_listen != new.metrics_listen, "metrics_listen");
     check(old.state_dir != new.state_dir, "state_dir");
+    check(
+        old.certificate_expiry_warning != new.certificate_expiry_warning,
+        "certificate_expiry_warning",
+    );
     v
 }

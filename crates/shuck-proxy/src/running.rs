@@ -76,9 +76,8 @@ pub fn settings(c: &Config) -> BTreeMap<String, String> {
     put("pin_cpus", c.pin_cpus.to_string());
     put("max_connections", c.max_connections.to_string());
     put("shutdown_grace", duration(c.shutdown_grace));
-    put("log_format", format!("{:?}", c.log_format));
-    put("log_level", c.log_level.clone());
-    put("log_connections", c.log_connections.to_string());
+    // Not log_format, log_level or log_connections: serve's flags may set them, which `shuck
+    // check` does not see; nor user, group or allow_root, which act once, at start.
     put(
         "connection_log_format",
         format!("{:?}", c.connection_log_format),
@@ -89,8 +88,6 @@ pub fn settings(c: &Config) -> BTreeMap<String, String> {
         duration(c.certificate_expiry_warning),
     );
     put("state_dir", c.state_dir.display().to_string());
-    // Not user, group or allow_root: they act once, at start, often from serve's flags, which
-    // `shuck check` does not see.
     for fe in &c.frontends {
         frontend_settings(fe, &mut m);
     }
@@ -240,40 +237,54 @@ pub fn changes(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -
     let keys: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
     keys.into_iter()
         .filter(|k| old.get(*k) != new.get(*k))
-        .map(|k| {
-            let (o, n) = (old.get(k).cloned(), new.get(k).cloned());
-            Change {
-                applies: applies(k, o.as_deref(), n.as_deref()),
-                key: k.clone(),
-                old: o,
-                new: n,
-            }
+        .map(|k| Change {
+            applies: applies(k, old, new),
+            key: k.clone(),
+            old: old.get(k).cloned(),
+            new: new.get(k).cloned(),
         })
         .collect()
 }
 
 /// How a change of `key` takes effect: what `reload::Reloader` applies and what it leaves.
-fn applies(key: &str, old: Option<&str>, new: Option<&str>) -> Applies {
-    let Some(rest) = key.strip_prefix("frontend ") else {
-        return if key == "log_level" {
-            Applies::Reload
-        } else {
-            Applies::Restart
-        };
+fn applies(key: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Applies {
+    // Global keys: none reloads.
+    let Some((frontend, setting)) = frontend_key(key) else {
+        return Applies::Restart;
     };
-    let setting = rest.rsplit_once("\" ").map(|(_, s)| s);
+    let of = |m: &BTreeMap<String, String>, s: &str| m.get(&format!("{frontend} {s}")).cloned();
+    let whole = |m: &BTreeMap<String, String>| m.get(frontend).cloned();
+    let tasks = |v: Option<String>| v.is_some_and(|v| v.starts_with("with ACME"));
+    // A frontend whose `acme` changed is kept as it runs, all of it.
+    if whole(old).is_some() && whole(new).is_some() && of(old, "acme") != of(new, "acme") {
+        return Applies::Restart;
+    }
     match setting {
         // Added or removed: not if it renews certificates or fetches staples.
-        None => {
-            let tasks = |v: Option<&str>| v.is_some_and(|v| v.starts_with("with ACME"));
-            if tasks(old) || tasks(new) {
+        None if tasks(whole(old)) || tasks(whole(new)) => Applies::Restart,
+        Some("ocsp") => Applies::Restart,
+        // Random ticket keys keep the lifetime they were made with; keys from files do not.
+        Some("session_ticket_lifetime") => {
+            let random = of(old, "resumption")
+                .is_some_and(|r| r.contains("tickets true") && r.ends_with("keys None"));
+            if random {
                 Applies::Restart
             } else {
                 Applies::Reload
             }
         }
-        Some("acme" | "ocsp" | "session_ticket_lifetime") => Applies::Restart,
-        Some(_) => Applies::Reload,
+        _ => Applies::Reload,
+    }
+}
+
+/// `frontend "web" listen` → (`frontend "web"`, Some("listen")); `frontend "web"` → (…, None).
+fn frontend_key(key: &str) -> Option<(&str, Option<&str>)> {
+    if !key.starts_with("frontend \"") {
+        return None;
+    }
+    match key.rfind("\" ") {
+        Some(end) => Some((&key[..=end], Some(&key[end + 2..]))),
+        None => Some((key, None)),
     }
 }
 

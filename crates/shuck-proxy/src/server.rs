@@ -90,6 +90,7 @@ impl Server {
         }
         if inherited.leftover() > 0 {
             tracing::warn!(sockets = inherited.leftover(), "listening sockets handed over for addresses no longer configured are closed (connections waiting in them are dropped)");
+            inherited.close_leftovers();
         }
         // Queued for the workers, which take them when they start.
         bindings.commit(prepared, &listed, |name| {
@@ -98,7 +99,6 @@ impl Server {
                 .find(|l| l.cfg.name == name)
                 .map(|l| l.slots.clone())
         });
-        running::record(&config);
         Ok(Server {
             config,
             tls,
@@ -261,6 +261,8 @@ impl Server {
             self.predecessor.say_ready();
         }
         notify::ready(&format!("listening on {listening} addresses"));
+        // Now that it runs: `shuck check` compares with what serves, not with a start that failed.
+        running::record(c);
         rt.spawn(report_status(limit.clone(), listening));
         rt.block_on(shutdown);
         notify::stopping();

@@ -103,6 +103,12 @@ impl Inherited {
         self.sockets.len()
     }
 
+    /// Closes the sockets nobody took: a connection to an address no longer configured is then
+    /// refused instead of waiting in a queue nobody accepts from.
+    pub fn close_leftovers(&mut self) {
+        self.sockets.clear();
+    }
+
     /// Tells the old process this one is listening.
     pub fn say_ready(&self) {
         let Some(path) = &self.ready else { return };

@@ -320,6 +320,7 @@ impl Signals {
         let mut upgraded = false;
         let mut successor = Some(successor);
         let mut upgrading: Option<tokio::task::JoinHandle<(Successor, bool)>> = None;
+        let mut deferred_reload = false;
         loop {
             tokio::select! {
                 _ = self.usr2.recv() => {
@@ -353,7 +354,13 @@ impl Signals {
                                 start
                             });
                         }
-                        Ok((s, false)) => successor = Some(s),
+                        Ok((s, false)) => {
+                            successor = Some(s);
+                            if std::mem::take(&mut deferred_reload) {
+                                tracing::info!("applying the reload deferred during the failed upgrade");
+                                reloader = reload_off_runtime(&args, reloader).await;
+                            }
+                        }
                         Err(e) => tracing::error!(error = %e, "upgrade task lost; SIGUSR2 is ignored from now on"),
                     }
                 }
@@ -376,32 +383,44 @@ impl Signals {
                 _ = self.hup.recv() => {
                     if upgraded {
                         tracing::warn!("SIGHUP ignored: this process has handed over to a new one and is draining");
-                        continue;
-                    }
-                    // Off the main runtime: reading files and resolving backend names may block,
-                    // and metrics must keep answering meanwhile.
-                    let Some(mut r) = reloader.take() else {
-                        tracing::warn!("SIGHUP ignored: an earlier reload was lost");
-                        continue;
-                    };
-                    let args = args.clone();
-                    notify::reloading();
-                    let task = tokio::task::spawn_blocking(move || {
-                        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            reload(&args, &mut r);
-                        }));
-                        notify::reloaded();
-                        if outcome.is_err() {
-                            tracing::error!("reload failed unexpectedly; still serving the previous certificates");
-                        }
-                        r
-                    });
-                    match task.await {
-                        Ok(r) => reloader = Some(r),
-                        Err(e) => tracing::error!(error = %e, "reload task lost; further SIGHUPs are ignored"),
+                    } else if upgrading.is_some() {
+                        // The new process reads the configuration itself; a reload here would
+                        // change sockets it has already been handed.
+                        tracing::warn!("SIGHUP deferred: an upgrade is under way (applied if it fails)");
+                        deferred_reload = true;
+                    } else {
+                        reloader = reload_off_runtime(&args, reloader).await;
                     }
                 }
             }
+        }
+    }
+}
+
+/// Reloads off the main runtime: reading files and resolving backend names may block, and
+/// metrics must keep answering meanwhile. `None` in, `None` out: an earlier reload was lost.
+async fn reload_off_runtime(args: &ServeArgs, reloader: Option<Reloader>) -> Option<Reloader> {
+    let Some(mut r) = reloader else {
+        tracing::warn!("SIGHUP ignored: an earlier reload was lost");
+        return None;
+    };
+    let args = args.clone();
+    notify::reloading();
+    let task = tokio::task::spawn_blocking(move || {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            reload(&args, &mut r);
+        }));
+        notify::reloaded();
+        if outcome.is_err() {
+            tracing::error!("reload failed unexpectedly; still serving the previous certificates");
+        }
+        r
+    });
+    match task.await {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::error!(error = %e, "reload task lost; further SIGHUPs are ignored");
+            None
         }
     }
 }
