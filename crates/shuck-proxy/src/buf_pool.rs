@@ -7,12 +7,18 @@ use std::cell::RefCell;
 
 /// One TLS record's worth of plaintext: reads never return more from rustls anyway.
 pub const BUF_SIZE: usize = 16 * 1024;
+/// One TLS record as it travels: the largest ciphertext record rustls accepts (16 KiB of
+/// plaintext, 2 KiB of expansion, the 5-byte header), rounded up. The TLS stream's receive and
+/// send buffers are of this size, so any single record fits and 16 KiB of plaintext encrypts
+/// into one.
+pub const RECORD_BUF_SIZE: usize = 16 * 1024 + 2 * 1024 + 64;
 /// Buffers kept for reuse per worker; more are freed so a burst does not pin memory forever.
 const POOL_MAX_IDLE: usize = 512;
 
 thread_local! {
     // Workers are single-threaded runtimes, so a thread-local pool is a per-worker pool: no locks.
     static POOL: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+    static RECORD_POOL: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A buffer borrowed from the worker's pool; returned on drop.
@@ -36,6 +42,23 @@ impl PooledBuf {
         PooledBuf(Some(b))
     }
 
+    /// A buffer for TLS records of at least `n` bytes: from the record pool when `n` fits in
+    /// [`RECORD_BUF_SIZE`], else allocated for this use only (a handshake message spanning
+    /// several records, up to rustls' 64 KiB limit).
+    pub fn record(n: usize) -> PooledBuf {
+        if n > RECORD_BUF_SIZE {
+            return PooledBuf(Some(vec![0u8; n].into_boxed_slice()));
+        }
+        let b = RECORD_POOL
+            .with(|p| p.borrow_mut().pop())
+            .unwrap_or_else(|| vec![0u8; RECORD_BUF_SIZE].into_boxed_slice());
+        PooledBuf(Some(b))
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.bytes().len()
+    }
+
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         self.0.as_deref_mut().unwrap_or_default()
     }
@@ -47,14 +70,18 @@ impl PooledBuf {
 
 impl Drop for PooledBuf {
     fn drop(&mut self) {
-        if let Some(b) = self.0.take().filter(|b| b.len() == BUF_SIZE) {
-            POOL.with(|p| {
-                let mut p = p.borrow_mut();
-                if p.len() < POOL_MAX_IDLE {
-                    p.push(b);
-                }
-            });
-        }
+        let Some(b) = self.0.take() else { return };
+        let pool = match b.len() {
+            BUF_SIZE => &POOL,
+            RECORD_BUF_SIZE => &RECORD_POOL,
+            _ => return,
+        };
+        pool.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() < POOL_MAX_IDLE {
+                p.push(b);
+            }
+        });
     }
 }
 

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_rustls::server::TlsStream;
 use tracing::Level;
 
 use crate::backend::{BackendPool, Lease};
@@ -25,8 +24,9 @@ use crate::metrics::FrontendMetrics;
 use crate::proxy_in::{self, Arrival};
 use crate::proxy_out::{self, UniqueId};
 use crate::relay::{self, Moved, RelayError};
-use crate::tls::handshake::{self, ClientCert, Deadline, Hello, Negotiated, Summary};
-use crate::tls::hello;
+use crate::tls::handshake::{self, ClientCert, Deadline, Negotiated, Summary};
+use crate::tls::hello::{self, Hello};
+use crate::tls::stream::TlsStream;
 use crate::worker::{FrontendRt, Worker};
 use crate::{acme, demo, log_limit};
 
@@ -97,7 +97,7 @@ async fn pipeline<'a>(
     trace: &mut Trace<'a>,
 ) -> Result<(), ConnError> {
     let (read, arrival) = Box::pin(arrive_with_hello(fe, tcp, peer, trace)).await?;
-    let Some(hs) = Box::pin(handshake_stage(fe, read)).await? else {
+    let Some(hs) = Box::pin(handshake_stage(worker, fe, read)).await? else {
         trace.backend = Some("acme-tls/1");
         return Ok(());
     };
@@ -105,11 +105,9 @@ async fn pipeline<'a>(
     Box::pin(after_handshake(worker, fe, hs, arrival, trace)).await
 }
 
-/// A ClientHello read: the stream, the hello's bytes when the ClientHello stage wants them,
-/// and the deadline the handshake must meet.
+/// A ClientHello read, and the deadline the handshake must meet.
 struct HelloRead {
     hello: Box<Hello>,
-    bytes: Vec<u8>,
     deadline: Deadline,
 }
 
@@ -127,13 +125,8 @@ async fn arrive_with_hello<'a>(
     count_arrival(&fe.metrics, &arrival);
     (trace.client, trace.balancer) = (arrival.client, arrival.balancer);
     let deadline = Deadline::after(cfg.handshake_timeout);
-    let keep_hello = fe.tls.load().remote.is_some();
-    let (hello, bytes) = hello::read_client_hello(tcp, deadline, keep_hello).await?;
-    let read = HelloRead {
-        hello,
-        bytes,
-        deadline,
-    };
+    let hello = hello::read_client_hello(tcp, deadline).await?;
+    let read = HelloRead { hello, deadline };
     Ok((read, arrival))
 }
 
@@ -141,24 +134,40 @@ async fn arrive_with_hello<'a>(
 /// remote session store looking the session up), then the handshake. `None`: the connection was
 /// an ACME validator's, answered here.
 async fn handshake_stage(
+    worker: &Worker,
     fe: &FrontendRt,
     read: HelloRead,
 ) -> Result<Option<Negotiated>, ConnError> {
     if let Some(challenge) = &fe.acme_challenge {
-        if acme::challenge::wants_challenge(read.hello.client_hello().alpn()) {
+        if acme::challenge::wants_challenge(read.hello.accepted.client_hello().alpn()) {
             handshake::answer_acme(read.hello, challenge.clone(), read.deadline).await?;
             return Ok(None);
         }
     }
     let tls = fe.tls.load_full();
     let prefetched = match &tls.remote {
-        Some(remote) => remote.prefetch(&read.bytes).await,
+        Some(remote) => remote.prefetch(read.hello.received.data()).await,
         None => None,
     };
-    drop(read.bytes);
-    let hs = handshake::finish(read.hello, &tls, read.deadline, prefetched).await?;
+    let hs = handshake::finish(
+        read.hello,
+        &tls,
+        read.deadline,
+        prefetched,
+        keeps_sni(worker, fe),
+    )
+    .await?;
     count_handshake(&fe.metrics, &hs);
     Ok(Some(hs))
+}
+
+/// Whether anything will show the client's server name: the demo page, a connection log line,
+/// a PROXY header's authority.
+fn keeps_sni(worker: &Worker, fe: &FrontendRt) -> bool {
+    let cfg = &fe.cfg;
+    fe.backends.is_none()
+        || worker.log_connections
+        || (cfg.proxy_protocol.is_some() && cfg.proxy_tlvs.authority)
 }
 
 /// Everything after the handshake, owning what it settled.
@@ -172,7 +181,7 @@ async fn after_handshake<'a>(
     let served = serve_negotiated(worker, fe, &mut hs, &mut arrival, trace).await;
     if worker.log_connections {
         // Built at the end, so an idle connection holds no strings for its log line.
-        trace.summary = Some(Summary::of(hs.conn()));
+        trace.summary = Some(Summary::of(&hs));
     }
     served
 }
@@ -188,7 +197,7 @@ async fn serve_negotiated<'a>(
     let cfg = &fe.cfg;
     let Some(pool) = &fe.backends else {
         trace.backend = Some("demo");
-        return serve_demo(worker, fe, &mut hs.stream, arrival.client).await;
+        return serve_demo(worker, fe, hs, arrival.client).await;
     };
     let (upstream, lease) = connect_backend(pool, &mut hs.stream, cfg.handshake_timeout).await?;
     trace.backend = Some(lease.name());
@@ -212,7 +221,7 @@ async fn serve_negotiated<'a>(
 /// truncation), bounded, since a client that stopped reading could otherwise hold the task.
 async fn connect_backend<'p>(
     pool: &'p BackendPool,
-    tls: &mut TlsStream<TcpStream>,
+    tls: &mut TlsStream,
     bound: Duration,
 ) -> Result<(TcpStream, Lease<'p>), ConnError> {
     match pool.connect().await {
@@ -229,7 +238,7 @@ async fn connect_backend<'p>(
 /// stream for a complete one. An idle timeout cuts both where they stand.
 async fn relay_to(
     fe: &FrontendRt,
-    tls: &mut TlsStream<TcpStream>,
+    tls: &mut TlsStream,
     mut upstream: TcpStream,
     prefix: Option<(PooledBuf, usize)>,
 ) -> (Moved, Result<(), RelayError>) {
@@ -242,10 +251,10 @@ async fn relay_to(
     // The header goes out with the client's first bytes when they have arrived, in one segment.
     let (moved, res) = relay::relay_with_prefix(tls, &mut upstream, idle, prefix, count).await;
     match &res {
-        Err(RelayError::BackendAborted(_)) => abort(tls.get_ref().0),
+        Err(RelayError::BackendAborted(_)) => abort(tls.tcp()),
         Err(RelayError::ClientAborted(_)) => abort(&upstream),
         Err(RelayError::Idle(_)) => {
-            abort(tls.get_ref().0);
+            abort(tls.tcp());
             abort(&upstream);
         }
         _ => {}
@@ -257,7 +266,7 @@ async fn relay_to(
 async fn serve_demo(
     worker: &Worker,
     fe: &FrontendRt,
-    tls: &mut TlsStream<TcpStream>,
+    hs: &mut Negotiated,
     client: SocketAddr,
 ) -> Result<(), ConnError> {
     let who = demo::Visitor {
@@ -265,10 +274,10 @@ async fn serve_demo(
         frontend: &fe.cfg.name,
         worker: worker.id,
     };
-    let body = demo::page(&Summary::of(tls.get_ref().1), who);
+    let body = demo::page(&Summary::of(hs), who);
     let idle = fe.cfg.idle_timeout;
     // Boxed: the demo's state would otherwise enlarge every connection's future, relay ones too.
-    Box::pin(demo::serve(tls, &body, idle))
+    Box::pin(demo::serve(&mut *hs.stream, &body, idle))
         .await
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::TimedOut => ConnError::Relay(RelayError::Idle(idle)),

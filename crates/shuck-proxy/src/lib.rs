@@ -10,6 +10,7 @@ mod acme;
 mod backend;
 pub mod bindings;
 mod buf_pool;
+mod buf_queue;
 pub mod check;
 mod clock;
 pub mod config;

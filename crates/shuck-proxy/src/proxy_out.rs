@@ -61,8 +61,9 @@ pub(crate) fn header(
     });
     let tlvs = Tlvs {
         alpn: conn.alpn_protocol().filter(|_| want.alpn),
-        authority: conn
-            .server_name()
+        authority: hs
+            .sni
+            .as_deref()
             .filter(|_| want.authority)
             .map(str::as_bytes),
         unique_id,

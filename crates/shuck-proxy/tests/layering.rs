@@ -168,7 +168,7 @@ const LAYERS: [&[&str]; 10] = [
         "upgrade",
         "clock",
     ],
-    &["config", "logging", "limits", "session_store"],
+    &["config", "logging", "limits", "session_store", "buf_queue"],
     &[
         "tls",
         "acme",

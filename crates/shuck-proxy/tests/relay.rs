@@ -5,7 +5,7 @@
 
 mod harness;
 
-use harness::pki::{connector, toml_path, Key, Pki};
+use harness::pki::{client_config, connector, toml_path, Key, Pki};
 use harness::Running;
 use rustls::pki_types::ServerName;
 use sha2::{Digest, Sha256};
@@ -190,6 +190,53 @@ where
         serve(s).await
     });
     (addr, h)
+}
+
+/// A client's KeyUpdate asking for ours, between exchanges of several records each way: shuck
+/// answers with its own (the client's receive sequence starts again from zero, which only a
+/// KeyUpdate from the server does) and the bytes keep arriving intact under the new keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_updates_from_the_client_are_answered_and_traffic_carries_on() {
+    let pki = Pki::new();
+    let (backend, _echo) = one_connection(|s| async move {
+        let (mut r, mut w) = s.into_split();
+        let _ = tokio::io::copy(&mut r, &mut w).await;
+    })
+    .await;
+    let shuck = start(&pki, backend);
+    let mut cfg = client_config(&pki);
+    cfg.enable_secret_extraction = true;
+    let tcp = TcpStream::connect(shuck.addr()).await.expect("connect");
+    let name = ServerName::try_from("relay.test").expect("name");
+    let mut tls = TlsConnector::from(std::sync::Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+        .expect("handshake");
+    for round in 0..4u64 {
+        let msg = payload(round + 1, 40_000);
+        tls.write_all(&msg).await.expect("write");
+        let mut back = vec![0u8; msg.len()];
+        tls.read_exact(&mut back).await.expect("echo");
+        assert!(back == msg, "round {round}: the echo differs");
+        tls.get_mut().1.refresh_traffic_keys().expect("key update");
+    }
+    let msg = payload(99, 1000);
+    tls.write_all(&msg).await.expect("write");
+    let mut back = vec![0u8; msg.len()];
+    tls.read_exact(&mut back)
+        .await
+        .expect("echo after the last update");
+    assert!(back == msg);
+    let (_, conn) = tls.into_inner();
+    let secrets = conn.dangerous_extract_secrets().expect("secrets");
+    // Since shuck's last KeyUpdate: the one echo record (had shuck never answered, every record
+    // since the handshake would count: a dozen and more).
+    assert!(
+        secrets.rx.0 <= 2,
+        "the client's receive sequence is {}: shuck did not answer its KeyUpdate",
+        secrets.rx.0
+    );
+    shuck.assert_alive();
 }
 
 /// A backend that returns everything it receives (PROXY header, then the client's payload).

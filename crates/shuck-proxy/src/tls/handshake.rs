@@ -7,18 +7,18 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::{HandshakeKind, ServerConfig, ServerConnection};
+use rustls::{CommonState, HandshakeKind, ServerConfig};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
-use tokio_rustls::server::TlsStream;
 use tokio_rustls::StartHandshake;
 
 use super::certs::ServedCert;
 use super::client_auth::Lenient;
+use super::hello::Hello;
 use super::remote::Prefetched;
 use super::resumption::Mechanism;
 use super::sni::Choice;
+use super::stream::TlsStream;
 use super::WorkerTls;
 use crate::tls_params as params;
 
@@ -97,9 +97,6 @@ pub(crate) fn refusal(description: u8, record_version: u16) -> [u8; 7] {
     [ALERT, v0, v1, 0, 2, FATAL, description]
 }
 
-/// A ClientHello read, the handshake not yet begun.
-pub(crate) type Hello = StartHandshake<TcpStream>;
-
 /// One deadline for the whole handshake, shared by both stages.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Deadline {
@@ -119,7 +116,9 @@ impl Deadline {
 /// What the handshake settled, the stream included.
 pub(crate) struct Negotiated {
     /// Boxed, like everything of rustls' kept across an await (see `hello::accept`).
-    pub(crate) stream: Box<TlsStream<TcpStream>>,
+    pub(crate) stream: Box<TlsStream>,
+    /// The client's server name, kept only when something will show it (see `finish`).
+    pub(crate) sni: Option<Box<str>>,
     /// The certificate presented, as the backend is told about it.
     pub(crate) served: Option<Arc<ServedCert>>,
     pub(crate) client_cert: ClientCert,
@@ -128,29 +127,39 @@ pub(crate) struct Negotiated {
 }
 
 impl Negotiated {
-    pub(crate) fn conn(&self) -> &ServerConnection {
-        self.stream.get_ref().1
+    pub(crate) fn conn(&self) -> &CommonState {
+        self.stream.conn()
     }
 }
 
-/// Completes the handshake of `hello` with this worker's configuration.
+/// Completes the handshake of `hello` with this worker's configuration. `keep_sni`: the server
+/// name is wanted later (a log line, the demo page, a PROXY header), so it is kept.
 pub(crate) async fn finish(
     hello: Box<Hello>,
     tls: &WorkerTls,
     deadline: Deadline,
     prefetched: Option<Prefetched>,
+    keep_sni: bool,
 ) -> Result<Negotiated, HandshakeError> {
+    let Hello {
+        accepted,
+        tcp,
+        received,
+    } = *hello;
+    let sni = keep_sni
+        .then(|| accepted.client_hello().server_name().map(Box::from))
+        .flatten();
+    drop(accepted);
+    let mut stream =
+        Box::new(TlsStream::new(tcp, tls.config.clone(), received).map_err(HandshakeError::Tls)?);
     // rustls processes the ClientHello inside this call: it chooses the certificate (the
     // worker's resolver notes it) and looks the session up (the remote store's slot holds what
     // the ClientHello stage fetched).
-    let config = tls.config.clone();
-    let process = || {
-        tls.resumption.noted_during(|| {
-            tls.resolver
-                .choice_during(|| Box::new(hello.into_stream(config)))
-        })
+    let mut process = || {
+        tls.resumption
+            .noted_during(|| tls.resolver.choice_during(|| stream.process_received()))
     };
-    let ((mut accept, choice), found) = match &tls.remote {
+    let ((processed, choice), found) = match &tls.remote {
         Some(remote) => remote.during(prefetched, process),
         None => process(),
     };
@@ -159,34 +168,55 @@ pub(crate) async fn finish(
         Choice::NotAsked => None,
         Choice::NameRefused => {
             // The policy's refusal: rustls' access_denied says just that.
-            let _ = tokio::time::timeout_at(deadline.at, accept).await;
+            let _ = tokio::time::timeout_at(deadline.at, stream.send_pending()).await;
             return Err(HandshakeError::NoCertificate);
         }
         Choice::NoCertificate => {
             // rustls would answer access_denied, which scanners and clients read as a policy
             // refusal; when nothing fits, the standard answer (OpenSSL's) is handshake_failure.
-            // rustls' own alert is never sent: `accept` is dropped unpolled.
-            if let Some(tcp) = accept.get_mut() {
-                let alert = refusal(ALERT_HANDSHAKE_FAILURE, 0x0303);
-                let _ = tokio::time::timeout_at(deadline.at, tcp.write_all(&alert)).await;
-            }
+            stream.discard_pending();
+            let alert = refusal(ALERT_HANDSHAKE_FAILURE, 0x0303);
+            let _ = tokio::time::timeout_at(deadline.at, write_raw(&stream, &alert)).await;
             return Err(HandshakeError::NoCertificate);
         }
     };
-    let stream = match tokio::time::timeout_at(deadline.at, accept).await {
-        Ok(Ok(s)) => Box::new(s),
-        Ok(Err(e)) => return Err(HandshakeError::from_io(e)),
-        Err(_) => return Err(HandshakeError::Timeout(deadline.within)),
+    let handshake = async {
+        processed?;
+        stream.handshake().await
     };
-    let conn = stream.get_ref().1;
+    match tokio::time::timeout_at(deadline.at, handshake).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            // rustls' alert, when the hello itself was refused.
+            let _ = tokio::time::timeout_at(deadline.at, stream.send_pending()).await;
+            return Err(HandshakeError::from_io(e));
+        }
+        Err(_) => return Err(HandshakeError::Timeout(deadline.within)),
+    }
+    let conn = stream.conn();
     let client_cert = ClientCert::of(conn, tls.client_check.as_deref());
     let resumed_by = found.filter(|_| resumed(conn));
     Ok(Negotiated {
         stream,
+        sni,
         served,
         client_cert,
         resumed_by,
     })
+}
+
+/// Writes `bytes` to the client's socket, outside TLS.
+async fn write_raw(stream: &TlsStream, mut bytes: &[u8]) -> io::Result<()> {
+    let tcp = stream.tcp();
+    while !bytes.is_empty() {
+        tcp.writable().await?;
+        match tcp.try_write(bytes) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Serves an ACME validator's TLS-ALPN-01 handshake with the challenge configuration, then
@@ -196,7 +226,14 @@ pub(crate) async fn answer_acme(
     config: Arc<ServerConfig>,
     deadline: Deadline,
 ) -> Result<(), HandshakeError> {
-    let accept = Box::new(hello.into_stream(config));
+    let Hello {
+        accepted,
+        tcp,
+        received,
+    } = *hello;
+    // The validator's bytes are all in the hello; rustls' buffered stream serves this rare case.
+    drop(received);
+    let accept = Box::new(StartHandshake::from_parts(accepted, tcp).into_stream(config));
     let mut stream = match tokio::time::timeout_at(deadline.at, accept).await {
         Ok(Ok(s)) => Box::new(s),
         Ok(Err(e)) => return Err(HandshakeError::from_io(e)),
@@ -218,7 +255,7 @@ pub(crate) enum ClientCert {
 impl ClientCert {
     /// rustls finishes a handshake only with a verified certificate or none at all, except
     /// under optional_no_ca, whose check says how the certificate fared.
-    fn of(conn: &ServerConnection, lenient: Option<&Lenient>) -> ClientCert {
+    fn of(conn: &CommonState, lenient: Option<&Lenient>) -> ClientCert {
         match (conn.peer_certificates(), lenient) {
             (None, _) => ClientCert::Absent,
             (Some(_), None) => ClientCert::Verified,
@@ -239,7 +276,7 @@ impl ClientCert {
     }
 }
 
-pub(crate) fn resumed(conn: &ServerConnection) -> bool {
+pub(crate) fn resumed(conn: &CommonState) -> bool {
     conn.handshake_kind() == Some(HandshakeKind::Resumed)
 }
 
@@ -255,7 +292,8 @@ pub(crate) struct Summary {
 }
 
 impl Summary {
-    pub(crate) fn of(conn: &ServerConnection) -> Summary {
+    pub(crate) fn of(hs: &Negotiated) -> Summary {
+        let conn = hs.conn();
         Summary {
             protocol: params::protocol_name(conn.protocol_version()),
             cipher: conn
@@ -263,7 +301,7 @@ impl Summary {
                 .map_or("unknown", params::suite_name),
             group: conn.negotiated_key_exchange_group().map(params::group_name),
             resumed: resumed(conn),
-            sni: conn.server_name().map(str::to_string),
+            sni: hs.sni.as_deref().map(str::to_string),
             alpn: conn
                 .alpn_protocol()
                 .map(|p| String::from_utf8_lossy(p).into_owned()),

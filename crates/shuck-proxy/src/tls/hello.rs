@@ -2,39 +2,39 @@
 //! so the pipeline can look at it first (SNI, ALPN, session ID). The read loop is ours rather
 //! than tokio-rustls' `LazyConfigAcceptor` so the stage knows whether the client sent anything
 //! at all: a close before the first byte is a health check or a scan, one after it an abort.
+//! Every byte read is kept (in a pooled buffer): the handshake replays them into the
+//! connection that serves the client ([`super::stream::TlsStream`]).
 
 use std::io;
 
 use rustls::server::{Accepted, AcceptedAlert, Acceptor};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_rustls::StartHandshake;
 
-use super::handshake::{
-    is_abort, refusal, Deadline, HandshakeError, Hello, ALERT_PROTOCOL_VERSION,
-};
+use super::handshake::{is_abort, refusal, Deadline, HandshakeError, ALERT_PROTOCOL_VERSION};
+use crate::buf_queue::BufQueue;
 
-/// The most of the stream kept for the ClientHello stage (a hello is rarely above 2 KiB; one
-/// that does not fit is simply not looked into).
-const KEEP_AT_MOST: usize = 8 * 1024;
+/// A ClientHello read, the handshake not yet begun.
+pub(crate) struct Hello {
+    /// What rustls made of the hello (SNI, ALPN, ...).
+    pub(crate) accepted: Accepted,
+    pub(crate) tcp: TcpStream,
+    /// Every byte read from the client so far: the hello's records, and anything after them.
+    pub(crate) received: BufQueue,
+}
 
-/// Reads the ClientHello. A client that sends something else gets rustls' alert. With `keep`,
-/// also returns the bytes read (the hello's records), for what must read fields rustls does not
-/// expose (a remote session store).
+/// Reads the ClientHello. A client that sends something else gets rustls' alert.
 pub(crate) async fn read_client_hello(
     mut tcp: TcpStream,
     deadline: Deadline,
-    keep: bool,
-) -> Result<(Box<Hello>, Vec<u8>), HandshakeError> {
-    let mut head = Head {
-        kept: keep.then(Vec::new),
-        ..Head::default()
-    };
+) -> Result<Box<Hello>, HandshakeError> {
+    let mut head = Head::default();
     match tokio::time::timeout_at(deadline.at, accept(&mut tcp, &mut head)).await {
-        Ok(Ok(accepted)) => Ok((
-            Box::new(StartHandshake::from_parts(accepted, tcp)),
-            head.kept.unwrap_or_default(),
-        )),
+        Ok(Ok(accepted)) => Ok(Box::new(Hello {
+            accepted,
+            tcp,
+            received: head.kept,
+        })),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(HandshakeError::Timeout(deadline.within)),
     }
@@ -53,6 +53,7 @@ async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Accepted, Handsh
             Ok(0) => return Err(HandshakeError::ClientAborted(None)),
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(HandshakeError::Io(e)),
             Err(e) if is_abort(&e) && received == 0 => return Err(HandshakeError::Silent),
             Err(e) if is_abort(&e) => return Err(HandshakeError::ClientAborted(Some(e))),
             Err(e) => return Err(HandshakeError::Io(e)),
@@ -106,21 +107,21 @@ const TLS12: u16 = 0x0303;
 struct Head {
     bytes: [u8; 11],
     seen: usize,
-    /// Everything read, up to `KEEP_AT_MOST`, when asked for.
-    kept: Option<Vec<u8>>,
+    /// Everything read.
+    kept: BufQueue,
 }
 
 impl Head {
-    fn note(&mut self, read: &[u8]) {
-        if let Some(kept) = &mut self.kept {
-            let n = KEEP_AT_MOST.saturating_sub(kept.len()).min(read.len());
-            kept.extend_from_slice(&read[..n]);
-        }
+    /// Notes a read; fails only past what a ClientHello can be (rustls' acceptor refuses
+    /// such a hello anyway).
+    fn note(&mut self, read: &[u8]) -> io::Result<()> {
+        self.kept.push(read)?;
         // Past the first bytes (a hello longer than one read), only the count moves.
         let start = self.seen.min(self.bytes.len());
         let n = (self.bytes.len() - start).min(read.len());
         self.bytes[start..start + n].copy_from_slice(&read[..n]);
         self.seen += read.len();
+        Ok(())
     }
 
     fn record_version(&self) -> Option<u16> {
@@ -146,7 +147,7 @@ struct TryRead<'a>(&'a TcpStream, &'a mut Head);
 impl io::Read for TryRead<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.0.try_read(buf)?;
-        self.1.note(&buf[..n]);
+        self.1.note(&buf[..n])?;
         Ok(n)
     }
 }
@@ -174,9 +175,9 @@ mod tests {
             0x16, 0x03, 0x01, 0x00, 0x63, 0x01, 0x00, 0x00, 0x5f, 0x03, 0x01, 0xe0,
         ];
         let mut head = Head::default();
-        head.note(&tls10[..4]);
+        head.note(&tls10[..4]).unwrap();
         assert_eq!(head.legacy_version(), None, "not all there yet");
-        head.note(&tls10[4..]);
+        head.note(&tls10[4..]).unwrap();
         assert_eq!(head.legacy_version(), Some(0x0301));
         assert_eq!(head.record_version(), Some(0x0301));
         // A hello split into records of 3 bytes: bytes 9 and 10 belong to the next record's
@@ -185,11 +186,11 @@ mod tests {
             0x16, 0x03, 0x01, 0x00, 0x03, 0x01, 0x00, 0x01, 0x16, 0x03, 0x01,
         ];
         let mut tiny = Head::default();
-        tiny.note(&split);
+        tiny.note(&split).unwrap();
         assert_eq!(tiny.legacy_version(), None);
         // Not a handshake record: no version read out of it.
         let mut http = Head::default();
-        http.note(b"GET / HTTP/1.0\r\n\r\n");
+        http.note(b"GET / HTTP/1.0\r\n\r\n").unwrap();
         assert_eq!(http.legacy_version(), None);
     }
 
@@ -201,16 +202,17 @@ mod tests {
         big[..11].copy_from_slice(&[
             0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0x00, 0xf0, 0x00, 0x03, 0x03,
         ]);
-        let mut head = Head {
-            kept: Some(Vec::new()),
-            ..Head::default()
-        };
+        let mut head = Head::default();
         for chunk in big.chunks(4096) {
-            head.note(chunk);
+            head.note(chunk).unwrap();
         }
-        head.note(&[]);
+        head.note(&[]).unwrap();
         assert_eq!(head.seen, 9000);
         assert_eq!(head.legacy_version(), Some(0x0303));
-        assert_eq!(head.kept.as_deref(), Some(&big[..KEEP_AT_MOST.min(9000)]));
+        assert_eq!(
+            head.kept.data(),
+            &big[..],
+            "every byte kept, for the handshake"
+        );
     }
 }

@@ -10,6 +10,7 @@ pub(crate) mod remote;
 pub(crate) mod resumption;
 pub(crate) mod sessions;
 pub(crate) mod sni;
+pub(crate) mod stream;
 pub(crate) mod ticket_keys;
 pub(crate) mod tickets;
 

@@ -247,6 +247,11 @@ pub fn toml_path(p: &Path) -> String {
 
 /// A rustls client trusting the test CA.
 pub fn connector(pki: &Pki) -> tokio_rustls::TlsConnector {
+    tokio_rustls::TlsConnector::from(Arc::new(client_config(pki)))
+}
+
+/// The client configuration `connector` uses: trusts the test CA, safe defaults.
+pub fn client_config(pki: &Pki) -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     let pem = std::fs::read(pki.ca_path()).expect("ca");
     for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
@@ -260,5 +265,5 @@ pub fn connector(pki: &Pki) -> tokio_rustls::TlsConnector {
     .expect("versions")
     .with_root_certificates(roots)
     .with_no_client_auth();
-    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+    cfg
 }

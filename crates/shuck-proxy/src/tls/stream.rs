@@ -1,0 +1,463 @@
+//! The client's TLS stream on rustls' unbuffered API, so that shuck, not rustls, owns the
+//! buffers. rustls' buffered connection keeps a 4 KiB receive buffer for the life of every
+//! connection; here the records received, the records to send and any plaintext the reader has
+//! not taken sit in [`BufQueue`]s that borrow from the worker's pool only while they hold bytes.
+//! An idle connection holds rustls' state and its socket, nothing else.
+//!
+//! Reads wait for the socket to be readable before borrowing a buffer. Answers rustls makes
+//! while reading (a KeyUpdate, an alert) are sent before the next wait. Writes encrypt into the
+//! send queue and go out at once as far as the socket takes them; a write that finds bytes still
+//! queued waits for them first (back-pressure).
+
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use rustls::server::UnbufferedServerConnection;
+use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
+use rustls::{CommonState, ProtocolVersion, ServerConfig};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::buf_queue::BufQueue;
+
+/// The most plaintext one write encrypts: one full record.
+const MAX_PLAINTEXT_PER_WRITE: usize = 16 * 1024;
+
+/// How the peer's side ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadEnd {
+    /// close_notify: everything it sent has arrived.
+    CloseNotify,
+    /// TCP closed without close_notify (the reader is told `UnexpectedEof`).
+    Truncated,
+}
+
+/// What one call to rustls is asked to do.
+enum Mode<'a, 'b> {
+    Handshake,
+    Read(&'a mut ReadBuf<'b>),
+    Write(&'a [u8]),
+    CloseNotify,
+}
+
+/// What one call to rustls came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Bytes were queued for the peer (or its close noted): ask rustls again.
+    Again,
+    /// Nothing more to do without bytes from the peer.
+    Wait,
+    /// Plaintext is there (handed to the reader in `Mode::Read`).
+    Readable,
+    /// The write or close_notify was encrypted into the send queue.
+    Written,
+    /// Both sides have sent close_notify.
+    Closed,
+}
+
+/// A TLS server connection over a TCP socket.
+pub(crate) struct TlsStream {
+    tcp: TcpStream,
+    conn: UnbufferedServerConnection,
+    /// Records received and not yet processed.
+    incoming: BufQueue,
+    /// Records encoded and not yet sent.
+    outgoing: BufQueue,
+    /// Plaintext decrypted beyond what the reader's buffer took.
+    plain: BufQueue,
+    read_end: Option<ReadEnd>,
+    close_sent: bool,
+    /// rustls failed; the stream is unusable.
+    broken: bool,
+}
+
+impl TlsStream {
+    /// A server connection under `config` whose first bytes, `received` (the ClientHello, and
+    /// whatever came after it), were read already. Nothing is processed yet.
+    pub(crate) fn new(
+        tcp: TcpStream,
+        config: Arc<ServerConfig>,
+        received: BufQueue,
+    ) -> Result<TlsStream, rustls::Error> {
+        Ok(TlsStream {
+            tcp,
+            conn: UnbufferedServerConnection::new(config)?,
+            incoming: received,
+            outgoing: BufQueue::default(),
+            plain: BufQueue::default(),
+            read_end: None,
+            close_sent: false,
+            broken: false,
+        })
+    }
+
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        &self.tcp
+    }
+
+    /// What was negotiated (version, suite, ALPN, peer certificates, ...).
+    pub(crate) fn conn(&self) -> &CommonState {
+        &self.conn
+    }
+
+    /// Processes the bytes already received, without waiting: with the ClientHello this is
+    /// where rustls chooses the certificate and looks the session up. On error rustls' alert is
+    /// queued, not sent (see [`TlsStream::discard_pending`], [`TlsStream::send_pending`]).
+    pub(crate) fn process_received(&mut self) -> io::Result<()> {
+        while self.step(&mut Mode::Handshake)? == Step::Again {}
+        Ok(())
+    }
+
+    /// Drops what is queued for the peer (an alert the caller replaces with its own).
+    pub(crate) fn discard_pending(&mut self) {
+        self.outgoing.clear();
+    }
+
+    /// Sends what is queued for the peer.
+    pub(crate) async fn send_pending(&mut self) -> io::Result<()> {
+        poll_fn(|cx| self.poll_send(cx)).await
+    }
+
+    /// Completes the handshake. The server's last TLS 1.3 messages (session tickets, which no
+    /// client waits for) stay queued and leave with the first answer, one write fewer.
+    pub(crate) async fn handshake(&mut self) -> io::Result<()> {
+        poll_fn(|cx| self.poll_handshake(cx)).await
+    }
+
+    fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            let step = self.step_or_alert(&mut Mode::Handshake)?;
+            if step == Step::Again {
+                continue;
+            }
+            if !self.conn.is_handshaking() {
+                if self.conn.protocol_version() != Some(ProtocolVersion::TLSv1_3) {
+                    // TLS 1.2: the client waits for our Finished before it says anything.
+                    ready!(self.poll_send(cx))?;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            if step == Step::Closed {
+                return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into()));
+            }
+            // Our flight goes out before we wait for the client's.
+            ready!(self.poll_send(cx))?;
+            if ready!(self.poll_fill(cx))? == 0 {
+                return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into()));
+            }
+        }
+    }
+
+    /// One call to rustls over the records received, acting on the state it returns. An error
+    /// leaves the stream broken with rustls' alert queued.
+    fn step(&mut self, mode: &mut Mode<'_, '_>) -> io::Result<Step> {
+        if self.broken {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the TLS connection failed earlier",
+            ));
+        }
+        let Self {
+            conn,
+            incoming,
+            outgoing,
+            plain,
+            read_end,
+            ..
+        } = self;
+        let status = conn.process_tls_records(incoming.data_mut());
+        let mut discard = status.discard;
+        let outcome = match status.state {
+            Ok(ConnectionState::ReadTraffic(mut traffic)) => match mode {
+                // Left in rustls for the reader: the handshake is done.
+                Mode::Handshake => Ok(Step::Readable),
+                Mode::Read(out) => {
+                    let mut taken = Ok(Step::Readable);
+                    while let Some(record) = traffic.next_record() {
+                        match record {
+                            Ok(record) => {
+                                discard += record.discard;
+                                let n = out.remaining().min(record.payload.len());
+                                out.put_slice(&record.payload[..n]);
+                                if let Err(e) = plain.push(&record.payload[n..]) {
+                                    taken = Err(e);
+                                }
+                            }
+                            Err(e) => taken = Err(tls_error(e)),
+                        }
+                    }
+                    taken
+                }
+                // Plaintext a write found before it: kept for the reader.
+                Mode::Write(_) | Mode::CloseNotify => {
+                    let mut taken = Ok(Step::Again);
+                    while let Some(record) = traffic.next_record() {
+                        match record {
+                            Ok(record) => {
+                                discard += record.discard;
+                                if let Err(e) = plain.push(record.payload) {
+                                    taken = Err(e);
+                                }
+                            }
+                            Err(e) => taken = Err(tls_error(e)),
+                        }
+                    }
+                    taken
+                }
+            },
+            Ok(ConnectionState::EncodeTlsData(mut data)) => {
+                encode(outgoing, |out| data.encode(out)).map(|()| Step::Again)
+            }
+            // Encoded bytes are sent in order from the send queue; rustls need not wait.
+            Ok(ConnectionState::TransmitTlsData(data)) => {
+                data.done();
+                Ok(Step::Again)
+            }
+            Ok(ConnectionState::BlockedHandshake) => Ok(Step::Wait),
+            Ok(ConnectionState::WriteTraffic(mut traffic)) => match mode {
+                Mode::Handshake | Mode::Read(_) => Ok(Step::Wait),
+                Mode::Write(data) => {
+                    encrypt(outgoing, |out| traffic.encrypt(data, out)).map(|()| Step::Written)
+                }
+                Mode::CloseNotify => {
+                    encrypt(outgoing, |out| traffic.queue_close_notify(out)).map(|()| Step::Written)
+                }
+            },
+            Ok(ConnectionState::PeerClosed) => {
+                *read_end = Some(ReadEnd::CloseNotify);
+                Ok(Step::Again)
+            }
+            Ok(ConnectionState::Closed) => {
+                read_end.get_or_insert(ReadEnd::CloseNotify);
+                Ok(Step::Closed)
+            }
+            // Early data is never enabled, and nothing else is known.
+            Ok(_) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "unexpected TLS connection state",
+            )),
+            Err(e) => Err(tls_error(e)),
+        };
+        incoming.consume(discard);
+        if outcome.is_err() {
+            self.broken = true;
+            self.queue_alert();
+        }
+        outcome
+    }
+
+    /// Like [`TlsStream::step`], and on error rustls' alert goes out at once (as far as the
+    /// socket takes it without waiting).
+    fn step_or_alert(&mut self, mode: &mut Mode<'_, '_>) -> io::Result<Step> {
+        let step = self.step(mode);
+        if step.is_err() {
+            let _ = self.tcp.try_write(self.outgoing.data());
+            self.outgoing.clear();
+        }
+        step
+    }
+
+    /// After an error rustls has its alert ready: encode it into the send queue.
+    fn queue_alert(&mut self) {
+        for _ in 0..4 {
+            let status = self.conn.process_tls_records(&mut []);
+            match status.state {
+                Ok(ConnectionState::EncodeTlsData(mut data)) => {
+                    if encode(&mut self.outgoing, |out| data.encode(out)).is_err() {
+                        return;
+                    }
+                }
+                Ok(ConnectionState::TransmitTlsData(data)) => data.done(),
+                _ => return,
+            }
+        }
+    }
+
+    /// Sends the send queue, giving its buffer back once empty.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.outgoing.is_empty() {
+            let n = ready!(Pin::new(&mut self.tcp).poll_write(cx, self.outgoing.data()))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.outgoing.consume(n);
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Reads from the socket into the receive queue. The buffer is borrowed only once the
+    /// socket is readable, and given back if the read found nothing. `0`: the peer closed TCP.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.tcp.poll_read_ready(cx))?;
+            let read = self.tcp.try_read(self.incoming.read_room()?);
+            match read {
+                Ok(n) => {
+                    self.incoming.filled(n);
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.incoming.filled(0),
+                Err(e) => {
+                    self.incoming.filled(0);
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+    }
+
+    fn end_of_reading(&self) -> Option<io::Result<()>> {
+        self.read_end.map(|end| match end {
+            ReadEnd::CloseNotify => Ok(()),
+            ReadEnd::Truncated => Err(io::ErrorKind::UnexpectedEof.into()),
+        })
+    }
+}
+
+/// Encodes with `f` into the send queue, making room when rustls asks for more.
+fn encode(
+    outgoing: &mut BufQueue,
+    mut f: impl FnMut(&mut [u8]) -> Result<usize, EncodeError>,
+) -> io::Result<()> {
+    let mut need = 0;
+    loop {
+        let room = outgoing.room(need).ok_or_else(too_large)?;
+        match f(room) {
+            Ok(n) => {
+                outgoing.filled(n);
+                return Ok(());
+            }
+            Err(EncodeError::InsufficientSize(InsufficientSizeError { required_size }))
+                if need < required_size =>
+            {
+                need = required_size;
+            }
+            Err(e) => return Err(io::Error::other(e.to_string())),
+        }
+    }
+}
+
+/// Encrypts with `f` into the send queue, making room when rustls asks for more.
+fn encrypt(
+    outgoing: &mut BufQueue,
+    mut f: impl FnMut(&mut [u8]) -> Result<usize, EncryptError>,
+) -> io::Result<()> {
+    let mut need = 0;
+    loop {
+        let room = outgoing.room(need).ok_or_else(too_large)?;
+        match f(room) {
+            Ok(n) => {
+                outgoing.filled(n);
+                return Ok(());
+            }
+            Err(EncryptError::InsufficientSize(InsufficientSizeError { required_size }))
+                if need < required_size =>
+            {
+                need = required_size;
+            }
+            Err(e) => return Err(io::Error::other(e.to_string())),
+        }
+    }
+}
+
+fn too_large() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, "TLS message too large")
+}
+
+/// rustls' errors travel as `InvalidData` I/O errors holding the `rustls::Error`, as in rustls'
+/// own streams (`HandshakeError::from_io` takes them out by type).
+fn tls_error(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+impl AsyncRead for TlsStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if !this.plain.is_empty() {
+                let n = buf.remaining().min(this.plain.len());
+                buf.put_slice(&this.plain.data()[..n]);
+                this.plain.consume(n);
+                return Poll::Ready(Ok(()));
+            }
+            match this.step_or_alert(&mut Mode::Read(buf))? {
+                Step::Again => continue,
+                Step::Readable => return Poll::Ready(Ok(())),
+                Step::Wait | Step::Written | Step::Closed => {}
+            }
+            if let Some(end) = this.end_of_reading() {
+                return Poll::Ready(end);
+            }
+            // Answers made while reading (a KeyUpdate's, the session tickets) go out before
+            // the wait; a full socket does not hold the reading up.
+            if let Poll::Ready(Err(e)) = this.poll_send(cx) {
+                return Poll::Ready(Err(e));
+            }
+            if ready!(this.poll_fill(cx))? == 0 {
+                this.read_end.get_or_insert(ReadEnd::Truncated);
+            }
+        }
+    }
+}
+
+impl AsyncWrite for TlsStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        // What an earlier write left queued goes first: back-pressure.
+        ready!(this.poll_send(cx))?;
+        if data.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        if this.close_sent {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        let n = data.len().min(MAX_PLAINTEXT_PER_WRITE);
+        loop {
+            match this.step_or_alert(&mut Mode::Write(&data[..n]))? {
+                Step::Again => continue,
+                Step::Written => break,
+                Step::Closed => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+                Step::Wait | Step::Readable => {
+                    return Poll::Ready(Err(io::Error::other("TLS handshake not complete")));
+                }
+            }
+        }
+        // Out now as far as the socket takes it; the rest waits in the queue for the next write
+        // or flush (the bytes are the stream's from here on).
+        if let Poll::Ready(Err(e)) = this.poll_send(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().poll_send(cx)
+    }
+
+    /// close_notify, then the TCP write side's FIN.
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.close_sent && !this.broken {
+            this.close_sent = true;
+            loop {
+                match this.step(&mut Mode::CloseNotify) {
+                    Ok(Step::Again) => continue,
+                    // Closed already, or not past the handshake: no close_notify to send.
+                    Ok(_) | Err(_) => break,
+                }
+            }
+        }
+        ready!(this.poll_send(cx))?;
+        Pin::new(&mut this.tcp).poll_shutdown(cx)
+    }
+}
