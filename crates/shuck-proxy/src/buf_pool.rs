@@ -55,6 +55,11 @@ impl PooledBuf {
         PooledBuf(Some(b))
     }
 
+    /// A buffer of exactly `n` bytes, never pooled: a few bytes kept for long.
+    pub fn exact(n: usize) -> PooledBuf {
+        PooledBuf(Some(vec![0u8; n].into_boxed_slice()))
+    }
+
     pub fn capacity(&self) -> usize {
         self.bytes().len()
     }

@@ -8,8 +8,10 @@ use crate::buf_pool::{PooledBuf, RECORD_BUF_SIZE};
 
 /// The most a queue grows to: a handshake message rustls joins from several records stays in
 /// the receive buffer until it is whole (rustls refuses messages over 64 KiB), with the records'
-/// headers and expansion around it.
+/// headers and expansion around it. (Growth doubles the record buffer: 18.5, 37, 74 KiB.)
 pub(crate) const QUEUE_MAX: usize = 64 * 1024 + RECORD_BUF_SIZE;
+/// Bytes few enough to move out of a record buffer while they wait (see `shrink_small`).
+const SMALL: usize = 1024;
 
 /// The bytes in `buf[start..end]`.
 #[derive(Default)]
@@ -87,14 +89,32 @@ impl BufQueue {
     /// Room for one socket read: the rest of the buffer, or a larger buffer when it is full.
     pub(crate) fn read_room(&mut self) -> io::Result<&mut [u8]> {
         let cap = self.buf.as_ref().map_or(0, PooledBuf::capacity);
-        let want = if self.start > 0 || cap > self.end {
+        let len = self.len();
+        let want = if cap < RECORD_BUF_SIZE {
+            // No buffer, or a few waiting bytes in a small one: a record buffer from the pool.
+            RECORD_BUF_SIZE - len
+        } else if len < cap {
             // Whatever is free once the bytes are at the front.
-            (cap - self.len()).max(1)
+            cap - len
         } else {
-            cap.max(RECORD_BUF_SIZE)
+            // Full, with no whole message in it: twice the size.
+            cap
         };
         self.room(want)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "TLS message too large"))
+    }
+
+    /// Moves a few waiting bytes (a partial record a client left) out of the record buffer into
+    /// an allocation of their size, so a stalled peer does not pin 18.5 KiB.
+    pub(crate) fn shrink_small(&mut self) {
+        let len = self.len();
+        if len == 0 || len > SMALL || self.buf.as_ref().map_or(0, PooledBuf::capacity) <= SMALL {
+            return;
+        }
+        let mut small = PooledBuf::exact(len);
+        small.bytes_mut().copy_from_slice(self.data());
+        self.buf = Some(small);
+        (self.start, self.end) = (0, len);
     }
 
     /// Marks `n` bytes written into the room as queued.
@@ -161,6 +181,23 @@ mod tests {
         assert!(q.data()[..RECORD_BUF_SIZE].iter().all(|&b| b == 7));
         assert!(q.data()[RECORD_BUF_SIZE..].iter().all(|&b| b == 8));
         assert!(q.push(&vec![0u8; QUEUE_MAX]).is_err());
+    }
+
+    #[test]
+    fn a_few_waiting_bytes_leave_the_record_buffer() {
+        let mut q = BufQueue::default();
+        q.push(b"\x17\x03\x03").unwrap();
+        q.shrink_small();
+        assert_eq!(q.buf.as_ref().unwrap().capacity(), 3);
+        // The next read gets a full record's room again, the bytes in front.
+        assert!(q.read_room().unwrap().len() >= RECORD_BUF_SIZE - 3);
+        q.filled(2);
+        assert_eq!(q.data(), b"\x17\x03\x03\0\0");
+        // Many bytes stay where they are.
+        let mut big = BufQueue::default();
+        big.push(&[1u8; 4000]).unwrap();
+        big.shrink_small();
+        assert_eq!(big.buf.as_ref().unwrap().capacity(), RECORD_BUF_SIZE);
     }
 
     #[test]

@@ -146,7 +146,7 @@ async fn handshake_stage(
     }
     let tls = fe.tls.load_full();
     let prefetched = match &tls.remote {
-        Some(remote) => remote.prefetch(read.hello.received.data()).await,
+        Some(remote) => remote.prefetch(&read.hello.received).await,
         None => None,
     };
     let hs = handshake::finish(

@@ -150,8 +150,10 @@ pub(crate) async fn finish(
         .then(|| accepted.client_hello().server_name().map(Box::from))
         .flatten();
     drop(accepted);
-    let mut stream =
-        Box::new(TlsStream::new(tcp, tls.config.clone(), received).map_err(HandshakeError::Tls)?);
+    let mut stream = Box::new(
+        TlsStream::new(tcp, tls.config.clone(), &received).map_err(HandshakeError::from_io)?,
+    );
+    drop(received);
     // rustls processes the ClientHello inside this call: it chooses the certificate (the
     // worker's resolver notes it) and looks the session up (the remote store's slot holds what
     // the ClientHello stage fetched).
@@ -187,7 +189,8 @@ pub(crate) async fn finish(
     match tokio::time::timeout_at(deadline.at, handshake).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
-            // rustls' alert, when the hello itself was refused.
+            // rustls' alert when the hello itself was refused (a later error's alert was sent
+            // as it happened, as far as the socket took it).
             let _ = tokio::time::timeout_at(deadline.at, stream.send_pending()).await;
             return Err(HandshakeError::from_io(e));
         }

@@ -2,8 +2,9 @@
 //! so the pipeline can look at it first (SNI, ALPN, session ID). The read loop is ours rather
 //! than tokio-rustls' `LazyConfigAcceptor` so the stage knows whether the client sent anything
 //! at all: a close before the first byte is a health check or a scan, one after it an abort.
-//! Every byte read is kept (in a pooled buffer): the handshake replays them into the
-//! connection that serves the client ([`super::stream::TlsStream`]).
+//! Every byte read is kept, in an allocation of its size (a client that sends a byte a minute
+//! pins no more than it sent): the handshake replays them into the connection that serves the
+//! client ([`super::stream::TlsStream`]).
 
 use std::io;
 
@@ -12,7 +13,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::handshake::{is_abort, refusal, Deadline, HandshakeError, ALERT_PROTOCOL_VERSION};
-use crate::buf_queue::BufQueue;
+use crate::buf_queue::QUEUE_MAX;
 
 /// A ClientHello read, the handshake not yet begun.
 pub(crate) struct Hello {
@@ -20,7 +21,7 @@ pub(crate) struct Hello {
     pub(crate) accepted: Accepted,
     pub(crate) tcp: TcpStream,
     /// Every byte read from the client so far: the hello's records, and anything after them.
-    pub(crate) received: BufQueue,
+    pub(crate) received: Vec<u8>,
 }
 
 /// Reads the ClientHello. A client that sends something else gets rustls' alert.
@@ -108,14 +109,20 @@ struct Head {
     bytes: [u8; 11],
     seen: usize,
     /// Everything read.
-    kept: BufQueue,
+    kept: Vec<u8>,
 }
 
 impl Head {
     /// Notes a read; fails only past what a ClientHello can be (rustls' acceptor refuses
     /// such a hello anyway).
     fn note(&mut self, read: &[u8]) -> io::Result<()> {
-        self.kept.push(read)?;
+        if self.kept.len() + read.len() > QUEUE_MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "ClientHello too large",
+            ));
+        }
+        self.kept.extend_from_slice(read);
         // Past the first bytes (a hello longer than one read), only the count moves.
         let start = self.seen.min(self.bytes.len());
         let n = (self.bytes.len() - start).min(read.len());
@@ -209,10 +216,6 @@ mod tests {
         head.note(&[]).unwrap();
         assert_eq!(head.seen, 9000);
         assert_eq!(head.legacy_version(), Some(0x0303));
-        assert_eq!(
-            head.kept.data(),
-            &big[..],
-            "every byte kept, for the handshake"
-        );
+        assert_eq!(head.kept, big, "every byte kept, for the handshake");
     }
 }

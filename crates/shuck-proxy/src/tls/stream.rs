@@ -4,8 +4,9 @@
 //! not taken sit in [`BufQueue`]s that borrow from the worker's pool only while they hold bytes.
 //! An idle connection holds rustls' state and its socket, nothing else.
 //!
-//! Reads wait for the socket to be readable before borrowing a buffer. Answers rustls makes
-//! while reading (a KeyUpdate, an alert) are sent before the next wait. Writes encrypt into the
+//! Reads wait for the socket to be readable before borrowing a buffer; a partial record left
+//! waiting moves to a small allocation of its own. What is queued for the client is sent before
+//! a read waits. Writes encrypt into the
 //! send queue and go out at once as far as the socket takes them; a write that finds bytes still
 //! queued waits for them first (back-pressure).
 
@@ -80,12 +81,14 @@ impl TlsStream {
     pub(crate) fn new(
         tcp: TcpStream,
         config: Arc<ServerConfig>,
-        received: BufQueue,
-    ) -> Result<TlsStream, rustls::Error> {
+        received: &[u8],
+    ) -> io::Result<TlsStream> {
+        let mut incoming = BufQueue::default();
+        incoming.push(received)?;
         Ok(TlsStream {
             tcp,
-            conn: UnbufferedServerConnection::new(config)?,
-            incoming: received,
+            conn: UnbufferedServerConnection::new(config).map_err(tls_error)?,
+            incoming,
             outgoing: BufQueue::default(),
             plain: BufQueue::default(),
             read_end: None,
@@ -260,20 +263,17 @@ impl TlsStream {
         step
     }
 
-    /// After an error rustls has its alert ready: encode it into the send queue.
+    /// After an error rustls has its alert ready: one more call hands it over (rustls returns
+    /// what it queued before it looks at records again), encoded into the send queue. rustls
+    /// is given the receive queue as always: its handshake deframer may point into it (an
+    /// empty slice made it panic while a client certificate's messages were half-processed).
     fn queue_alert(&mut self) {
-        for _ in 0..4 {
-            let status = self.conn.process_tls_records(&mut []);
-            match status.state {
-                Ok(ConnectionState::EncodeTlsData(mut data)) => {
-                    if encode(&mut self.outgoing, |out| data.encode(out)).is_err() {
-                        return;
-                    }
-                }
-                Ok(ConnectionState::TransmitTlsData(data)) => data.done(),
-                _ => return,
-            }
+        let status = self.conn.process_tls_records(self.incoming.data_mut());
+        let discard = status.discard;
+        if let Ok(ConnectionState::EncodeTlsData(mut data)) = status.state {
+            let _ = encode(&mut self.outgoing, |out| data.encode(out));
         }
+        self.incoming.consume(discard);
     }
 
     /// Sends the send queue, giving its buffer back once empty.
@@ -299,7 +299,11 @@ impl TlsStream {
                     self.incoming.filled(n);
                     return Poll::Ready(Ok(n));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.incoming.filled(0),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.incoming.filled(0);
+                    // A stalled client's few bytes must not pin a record buffer.
+                    self.incoming.shrink_small();
+                }
                 Err(e) => {
                     self.incoming.filled(0);
                     return Poll::Ready(Err(e));
@@ -379,6 +383,9 @@ impl AsyncRead for TlsStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
         loop {
             if !this.plain.is_empty() {
                 let n = buf.remaining().min(this.plain.len());
@@ -394,11 +401,11 @@ impl AsyncRead for TlsStream {
             if let Some(end) = this.end_of_reading() {
                 return Poll::Ready(end);
             }
-            // Answers made while reading (a KeyUpdate's, the session tickets) go out before
-            // the wait; a full socket does not hold the reading up.
-            if let Poll::Ready(Err(e)) = this.poll_send(cx) {
-                return Poll::Ready(Err(e));
-            }
+            // What is queued for the client (the session tickets, an answer rustls made while
+            // reading) goes out before the wait. A full socket does not hold the reading up, and
+            // a send error is the writing side's to report (the client may have closed cleanly
+            // with close_notify still to be read).
+            let _ = this.poll_send(cx);
             if ready!(this.poll_fill(cx))? == 0 {
                 this.read_end.get_or_insert(ReadEnd::Truncated);
             }
