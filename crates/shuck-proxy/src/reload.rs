@@ -459,6 +459,10 @@ fn global_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     );
     check(old.metrics_listen != new.metrics_listen, "metrics_listen");
     check(old.state_dir != new.state_dir, "state_dir");
+    // Privileges are dropped once, at start: a reload runs as the user already.
+    check(old.user != new.user, "user");
+    check(old.group != new.group, "group");
+    check(old.allow_root != new.allow_root, "allow_root");
     check(
         old.certificate_expiry_warning != new.certificate_expiry_warning,
         "certificate_expiry_warning",

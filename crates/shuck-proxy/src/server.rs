@@ -249,6 +249,9 @@ impl Server {
                 rt.spawn(acme::renewal::run(job, self.renewed.0.clone()));
             }
         }
+        // Everything is bound and running: `shuck check` compares with what serves, not with a
+        // start that failed. Before the ready file, so whoever waits on it finds the record.
+        running::record(c);
         if let Some(path) = ready_file {
             let mut lines: Vec<SocketAddr> = bound.iter().map(|(_, a)| *a).collect();
             lines.extend(metrics_addr);
@@ -261,9 +264,7 @@ impl Server {
             self.predecessor.say_ready();
         }
         notify::ready(&format!("listening on {listening} addresses"));
-        // Now that it runs: `shuck check` compares with what serves, not with a start that failed.
-        running::record(c);
-        rt.spawn(report_status(limit.clone(), listening));
+        rt.spawn(report_status(limit.clone(), self.bindings.clone()));
         rt.block_on(shutdown);
         notify::stopping();
         tracing::info!("shutting down: no new connections");
@@ -297,18 +298,24 @@ async fn watch_expiry(metrics: Arc<Metrics>, within: Duration) {
     }
 }
 
-/// The service manager's status line: the connections open, every 5 s while it changes.
-async fn report_status(limit: Arc<limits::ConnectionLimit>, listening: usize) {
+/// The service manager's status line: the connections open and the addresses listened on (a
+/// reload may change them), every 5 s while it changes.
+async fn report_status(limit: Arc<limits::ConnectionLimit>, bindings: Arc<Mutex<Bindings>>) {
     const EVERY: Duration = Duration::from_secs(5);
     let mut shown = None;
     loop {
         tokio::time::sleep(EVERY).await;
         let open = limit.active();
-        if shown != Some(open) {
+        let listening = bindings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .addresses()
+            .len();
+        if shown != Some((open, listening)) {
             notify::status(&format!(
                 "{open} connections open; listening on {listening} addresses"
             ));
-            shown = Some(open);
+            shown = Some((open, listening));
         }
     }
 }

@@ -438,13 +438,13 @@ fn reload(args: &ServeArgs, reloader: &mut Reloader) {
             if logging::set_level(&level) {
                 tracing::info!(log_level = %level, "log level changed");
             }
-            tracing::info!("reloaded certificates and TLS settings");
+            tracing::info!("reloaded certificates and configuration");
         }
         Err(e) => {
             let error = one_line(&e);
             tracing::error!(
                 error,
-                "reload failed; still serving the previous certificates"
+                "reload failed; still serving the previous configuration"
             );
         }
     }
