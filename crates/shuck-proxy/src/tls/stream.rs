@@ -431,7 +431,7 @@ impl AsyncWrite for TlsStream {
         let n = data.len().min(MAX_PLAINTEXT_PER_WRITE);
         loop {
             match this.step_or_alert(&mut Mode::Write(&data[..n]))? {
-                Step::Again => continue,
+                Step::Again => {}
                 Step::Written => break,
                 Step::Closed => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
                 Step::Wait | Step::Readable => {
@@ -456,13 +456,8 @@ impl AsyncWrite for TlsStream {
         let this = self.get_mut();
         if !this.close_sent && !this.broken {
             this.close_sent = true;
-            loop {
-                match this.step(&mut Mode::CloseNotify) {
-                    Ok(Step::Again) => continue,
-                    // Closed already, or not past the handshake: no close_notify to send.
-                    Ok(_) | Err(_) => break,
-                }
-            }
+            // Until written; closed already, or not past the handshake: none to send.
+            while let Ok(Step::Again) = this.step(&mut Mode::CloseNotify) {}
         }
         ready!(this.poll_send(cx))?;
         Pin::new(&mut this.tcp).poll_shutdown(cx)

@@ -258,12 +258,11 @@ pub fn client_config(pki: &Pki) -> rustls::ClientConfig {
         let c: rustls::pki_types::CertificateDer<'static> = c.expect("pem");
         roots.add(c).expect("root");
     }
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+    rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .expect("versions")
     .with_root_certificates(roots)
-    .with_no_client_auth();
-    cfg
+    .with_no_client_auth()
 }
