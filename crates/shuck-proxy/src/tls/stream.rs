@@ -291,23 +291,20 @@ impl TlsStream {
     /// Reads from the socket into the receive queue. The buffer is borrowed only once the
     /// socket is readable, and given back if the read found nothing. `0`: the peer closed TCP.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        loop {
-            ready!(self.tcp.poll_read_ready(cx))?;
-            let read = self.tcp.try_read(self.incoming.read_room()?);
-            match read {
-                Ok(n) => {
-                    self.incoming.filled(n);
-                    return Poll::Ready(Ok(n));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.incoming.filled(0);
-                    // A stalled client's few bytes must not pin a record buffer.
-                    self.incoming.shrink_small();
-                }
-                Err(e) => {
-                    self.incoming.filled(0);
-                    return Poll::Ready(Err(e));
-                }
+        ready!(self.tcp.poll_read_ready(cx))?;
+        // tokio's own read: a short read clears the readiness, so the next read waits for
+        // epoll instead of costing a system call that finds nothing.
+        let mut room = ReadBuf::new(self.incoming.read_room()?);
+        let read = Pin::new(&mut self.tcp).poll_read(cx, &mut room);
+        let n = room.filled().len();
+        self.incoming.filled(n);
+        match read {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(n)),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                // A stalled client's few bytes must not pin a record buffer.
+                self.incoming.shrink_small();
+                Poll::Pending
             }
         }
     }
