@@ -320,30 +320,35 @@ impl TlsStream {
 /// Encodes with `f` into the send queue, making room when rustls asks for more.
 fn encode(
     outgoing: &mut BufQueue,
-    mut f: impl FnMut(&mut [u8]) -> Result<usize, EncodeError>,
+    f: impl FnMut(&mut [u8]) -> Result<usize, EncodeError>,
 ) -> io::Result<()> {
-    let mut need = 0;
-    loop {
-        let room = outgoing.room(need).ok_or_else(too_large)?;
-        match f(room) {
-            Ok(n) => {
-                outgoing.filled(n);
-                return Ok(());
-            }
-            Err(EncodeError::InsufficientSize(InsufficientSizeError { required_size }))
-                if need < required_size =>
-            {
-                need = required_size;
-            }
-            Err(e) => return Err(io::Error::other(e.to_string())),
+    fill(outgoing, f, |e| match e {
+        EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => {
+            Some(*required_size)
         }
-    }
+        EncodeError::AlreadyEncoded => None,
+    })
 }
 
 /// Encrypts with `f` into the send queue, making room when rustls asks for more.
 fn encrypt(
     outgoing: &mut BufQueue,
-    mut f: impl FnMut(&mut [u8]) -> Result<usize, EncryptError>,
+    f: impl FnMut(&mut [u8]) -> Result<usize, EncryptError>,
+) -> io::Result<()> {
+    fill(outgoing, f, |e| match e {
+        EncryptError::InsufficientSize(InsufficientSizeError { required_size }) => {
+            Some(*required_size)
+        }
+        EncryptError::EncryptExhausted => None,
+    })
+}
+
+/// Writes with `f` into the send queue's free room, growing it to what `needs` says rustls
+/// asked for (once per size), until it fits.
+fn fill<E: std::fmt::Display>(
+    outgoing: &mut BufQueue,
+    mut f: impl FnMut(&mut [u8]) -> Result<usize, E>,
+    needs: impl Fn(&E) -> Option<usize>,
 ) -> io::Result<()> {
     let mut need = 0;
     loop {
@@ -353,12 +358,10 @@ fn encrypt(
                 outgoing.filled(n);
                 return Ok(());
             }
-            Err(EncryptError::InsufficientSize(InsufficientSizeError { required_size }))
-                if need < required_size =>
-            {
-                need = required_size;
-            }
-            Err(e) => return Err(io::Error::other(e.to_string())),
+            Err(e) => match needs(&e) {
+                Some(required) if need < required => need = required,
+                _ => return Err(io::Error::other(e.to_string())),
+            },
         }
     }
 }
