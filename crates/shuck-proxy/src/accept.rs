@@ -14,7 +14,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::bindings::Control;
 
-use crate::config::ConnectionLogFormat;
+use crate::config::{ConnectionLogFormat, MAX_CONNECTIONS_LIMIT};
 use crate::connection;
 use crate::limits::ConnectionLimit;
 use crate::listener::is_connection_error;
@@ -73,8 +73,9 @@ async fn run(spec: WorkerSpec) {
         spec.connection_log_format,
     ));
     // This worker's own connections, counted for the drain at shutdown (never a limit: the
-    // shared count stops accepting first).
-    let max = spec.limit.max();
+    // shared count stops accepting first). Sized by the highest `max_connections` there can be,
+    // as a reload may raise it.
+    let max = MAX_CONNECTIONS_LIMIT;
     let local = Arc::new(Semaphore::new(max));
     let mut listening = Listening {
         fronts: Vec::new(),
@@ -197,7 +198,7 @@ async fn accept_loop(
     loop {
         // At the limit, stop accepting: new connections wait in the kernel's backlog instead of
         // being accepted and dropped.
-        while limit.active() >= limit.max() {
+        while limit.is_full() {
             if !at_limit_pause(&mut shutdown).await {
                 return;
             }

@@ -66,10 +66,12 @@ pub fn effective_max_connections(
 /// `max_connections` for the whole process. Workers take a slot before each `accept()` and give
 /// it back when the connection ends: one atomic add and one subtract per connection, no lock. A
 /// per-worker share would let a client wait in a full worker's listen queue (SO_REUSEPORT
-/// assigns connections by hash) while another worker had room.
+/// assigns connections by hash) while another worker had room. The maximum is an atomic too, so
+/// a reload changes it in place: a lower one stops accepting until enough connections end, none
+/// is closed.
 #[derive(Debug)]
 pub struct ConnectionLimit {
-    max: usize,
+    max: AtomicUsize,
     active: AtomicUsize,
 }
 
@@ -80,7 +82,7 @@ pub struct ConnectionSlot(Arc<ConnectionLimit>);
 impl ConnectionLimit {
     pub fn new(max: usize) -> Arc<ConnectionLimit> {
         Arc::new(ConnectionLimit {
-            max,
+            max: AtomicUsize::new(max),
             active: AtomicUsize::new(0),
         })
     }
@@ -89,14 +91,24 @@ impl ConnectionLimit {
     pub fn try_take(self: &Arc<Self>) -> Option<ConnectionSlot> {
         self.active
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
-                (n < self.max).then_some(n + 1)
+                (n < self.max()).then_some(n + 1)
             })
             .ok()
             .map(|_| ConnectionSlot(self.clone()))
     }
 
     pub fn max(&self) -> usize {
-        self.max
+        self.max.load(Ordering::Relaxed)
+    }
+
+    /// Applies a reloaded `max_connections`; returns the one it replaces.
+    pub fn set_max(&self, max: usize) -> usize {
+        self.max.swap(max, Ordering::Relaxed)
+    }
+
+    /// Whether no slot is free now.
+    pub fn is_full(&self) -> bool {
+        self.active() >= self.max()
     }
 
     pub fn active(&self) -> usize {
@@ -143,5 +155,19 @@ mod tests {
         assert_eq!(l.active(), 2);
         drop((b, c));
         assert_eq!(l.active(), 0);
+    }
+
+    #[test]
+    fn a_lower_maximum_keeps_the_slots_taken_and_refuses_new_ones() {
+        let l = ConnectionLimit::new(3);
+        let taken: Vec<_> = (0..3).map(|_| l.try_take().expect("a slot")).collect();
+        assert_eq!(l.set_max(1), 3);
+        assert!(l.is_full() && l.try_take().is_none());
+        drop(taken);
+        let one = l.try_take().expect("room again once they end");
+        assert!(l.try_take().is_none(), "a second beyond the new max 1");
+        l.set_max(2);
+        assert!(l.try_take().is_some(), "a raised max frees a slot at once");
+        drop(one);
     }
 }

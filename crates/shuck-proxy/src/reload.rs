@@ -17,6 +17,7 @@ use rustls::server::ProducesTickets;
 use crate::bindings::{Bindings, FrontendSlots};
 use crate::config::{CertSource, Config, Frontend};
 use crate::error::{Error, Result};
+use crate::limits::{self, ConnectionLimit};
 use crate::metrics::{self, Metrics};
 use crate::running::{self, runs_tasks};
 use crate::session_store::{SharedStore, StoreCounters};
@@ -161,12 +162,15 @@ enum Next {
 /// A handle to apply a new configuration while running (SIGHUP) or load one frontend's
 /// certificates again (a renewal).
 pub struct Reloader {
-    /// The configuration shuck started with: what the global keys (none reloads) compare to.
+    /// The configuration shuck started with (with `max_connections` as reloaded): what the
+    /// global keys compare to.
     started: Config,
     frontends: Vec<Live>,
     workers: usize,
     bindings: Arc<Mutex<Bindings>>,
     metrics: Arc<Metrics>,
+    /// `max_connections` as it applies now, and the open-files limit that caps it.
+    limit: (Arc<ConnectionLimit>, u64),
     expiry_warning: Duration,
     /// Rewritten when the listening addresses change (`--ready-file`), with the metrics address.
     ready_file: Option<(PathBuf, Option<SocketAddr>)>,
@@ -178,8 +182,10 @@ impl Reloader {
         frontends: Vec<Live>,
         bindings: Arc<Mutex<Bindings>>,
         metrics: Arc<Metrics>,
+        limit: (Arc<ConnectionLimit>, u64),
     ) -> Reloader {
         Reloader {
+            limit,
             workers: started.workers,
             expiry_warning: started.certificate_expiry_warning,
             started,
@@ -248,11 +254,31 @@ impl Reloader {
         if self.addresses() != before {
             self.rewrite_ready_file();
         }
+        self.apply_max_connections(new.max_connections, &mut notes);
         let mut now = self.started.clone();
         now.log_level.clone_from(&new.log_level);
         now.frontends = self.frontends.iter().map(|l| l.cfg.clone()).collect();
         running::record(&now);
         Ok(notes)
+    }
+
+    /// Sets `max_connections` to `configured` as the descriptors serve it with the addresses
+    /// listened on now (a reload may have added some, each keeping descriptors back); the old
+    /// limit stays if the new addresses leave no room at all.
+    fn apply_max_connections(&mut self, configured: usize, notes: &mut Vec<String>) {
+        let (limit, fd_limit) = &self.limit;
+        let reserved = limits::reserved_fds(self.workers, self.addresses().len());
+        match limits::effective_max_connections(configured, *fd_limit, reserved) {
+            Ok(max) => {
+                let was = limit.set_max(max);
+                if was != max {
+                    tracing::info!(was, now = max, "max_connections changed");
+                }
+                // What `shuck check` and the next reload compare with.
+                self.started.max_connections = configured;
+            }
+            Err(e) => notes.push(format!("max_connections kept at {}: {e}", limit.max())),
+        }
     }
 
     /// What becomes of running frontend `i` given its new settings `fe`.
@@ -433,7 +459,7 @@ fn acme_settings(fe: &Frontend) -> Option<&crate::config::Acme> {
     }
 }
 
-/// Global keys whose new value differs from the running one (none of them can be reloaded).
+/// Global keys whose new value differs from the running one and that a reload cannot apply.
 fn global_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     let mut v = Vec::new();
     let mut check = |changed: bool, key: &'static str| {
@@ -443,10 +469,6 @@ fn global_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     };
     check(old.workers != new.workers, "workers");
     check(old.pin_cpus != new.pin_cpus, "pin_cpus");
-    check(
-        old.max_connections != new.max_connections,
-        "max_connections",
-    );
     check(old.shutdown_grace != new.shutdown_grace, "shutdown_grace");
     check(old.log_format != new.log_format, "log_format");
     check(

@@ -248,9 +248,13 @@ pub fn changes(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -
 
 /// How a change of `key` takes effect: what `reload::Reloader` applies and what it leaves.
 fn applies(key: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Applies {
-    // Global keys: none reloads.
+    // Global keys: only max_connections reloads.
     let Some((frontend, setting)) = frontend_key(key) else {
-        return Applies::Restart;
+        return if key == "max_connections" {
+            Applies::Reload
+        } else {
+            Applies::Restart
+        };
     };
     let of = |m: &BTreeMap<String, String>, s: &str| m.get(&format!("{frontend} {s}")).cloned();
     let whole = |m: &BTreeMap<String, String>| m.get(frontend).cloned();
@@ -320,7 +324,7 @@ mod tests {
     fn changes_say_what_a_reload_applies_and_what_needs_a_restart() {
         let old = settings(&config(&format!("workers = 2\n{WEB}")));
         let new = settings(&config(&format!(
-            "workers = 3\n{}listen = [\"127.0.0.1:1443\"]\n[[frontend]]\nname = \"api\"\nself_signed = true\nocsp = \"fetch\"\n",
+            "workers = 3\nmax_connections = 10\n{}listen = [\"127.0.0.1:1443\"]\n[[frontend]]\nname = \"api\"\nself_signed = true\nocsp = \"fetch\"\n",
             WEB.replace("127.0.0.1:1", "127.0.0.1:2")
         )));
         let got: Vec<(String, Applies)> = changes(&old, &new)
@@ -332,6 +336,7 @@ mod tests {
             ("frontend \"api\"", Applies::Restart),
             ("frontend \"web\" backend", Applies::Reload),
             ("frontend \"web\" listen", Applies::Reload),
+            ("max_connections", Applies::Reload),
             ("workers", Applies::Restart),
         ];
         assert_eq!(got, want.map(|(k, a)| (k.to_string(), a)));

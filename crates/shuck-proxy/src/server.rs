@@ -34,6 +34,8 @@ pub struct Server {
     metrics: Arc<Metrics>,
     metrics_listener: Option<std::net::TcpListener>,
     fd_limit: u64,
+    /// `max_connections` as the descriptors can serve it; a reload changes it in place.
+    limit: Arc<limits::ConnectionLimit>,
     /// Where the ACME renewal tasks say a frontend's certificate changed.
     renewed: (UnboundedSender<String>, Option<UnboundedReceiver<String>>),
     /// Started by an upgrade: the old process waits to hear this one is listening.
@@ -99,6 +101,12 @@ impl Server {
                 .find(|l| l.cfg.name == name)
                 .map(|l| l.slots.clone())
         });
+        let reserved = limits::reserved_fds(config.workers, bindings.addresses().len());
+        let limit = limits::ConnectionLimit::new(limits::effective_max_connections(
+            config.max_connections,
+            fd_limit,
+            reserved,
+        )?);
         Ok(Server {
             config,
             tls,
@@ -108,6 +116,7 @@ impl Server {
             metrics: Arc::new(metrics),
             metrics_listener,
             fd_limit,
+            limit,
             renewed: {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                 (tx, Some(rx))
@@ -123,6 +132,7 @@ impl Server {
             self.frontends.clone(),
             self.bindings.clone(),
             self.metrics.clone(),
+            (self.limit.clone(), self.fd_limit),
         )
     }
 
@@ -182,17 +192,14 @@ impl Server {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .addresses();
-        let reserved = limits::reserved_fds(c.workers, bound.len());
-        let max_connections =
-            limits::effective_max_connections(c.max_connections, self.fd_limit, reserved)?;
         tracing::info!(
             pid = std::process::id(),
             workers = c.workers,
             fd_limit = self.fd_limit,
-            max_connections,
+            max_connections = self.limit.max(),
             "starting"
         );
-        let limit = limits::ConnectionLimit::new(max_connections);
+        let limit = self.limit.clone();
         let cores = if c.pin_cpus {
             core_affinity::get_core_ids().unwrap_or_default()
         } else {

@@ -1,5 +1,5 @@
 //! Limits and timeouts of the engine, started in-process: max_connections queues new clients in
-//! the kernel backlog and is one limit for all workers; the demo backend drops a client that
+//! the kernel backlog, is one limit for all workers and changes on reload; the demo backend drops a client that
 //! stalls mid-request.
 
 mod harness;
@@ -60,6 +60,31 @@ async fn limited(pki: &Pki, workers: usize, max: usize) -> Running {
     ))
 }
 
+/// Starts a TLS handshake as a new client; it must still be waiting after 700 ms.
+async fn waiting(
+    conn: &TlsConnector,
+    addr: SocketAddr,
+    what: &str,
+) -> tokio::task::JoinHandle<std::io::Result<Tls>> {
+    let tcp = TcpStream::connect(addr).await.expect("backlog accepts");
+    let conn = conn.clone();
+    let mut queued = tokio::spawn(async move { conn.connect(name(), tcp).await });
+    let waited = tokio::time::timeout(Duration::from_millis(700), &mut queued).await;
+    assert!(waited.is_err(), "{what} served beyond max_connections");
+    queued
+}
+
+/// The client `waiting` started, served within 10 s.
+async fn served_now(queued: tokio::task::JoinHandle<std::io::Result<Tls>>, what: &str) -> Tls {
+    let mut tls = tokio::time::timeout(Duration::from_secs(10), queued)
+        .await
+        .unwrap_or_else(|_| panic!("{what} not served within 10 s"))
+        .expect("join")
+        .expect("queued handshake");
+    echo(&mut tls, b"late").await;
+    tls
+}
+
 /// Sends `msg` and reads it back through the echo backend.
 async fn echo(tls: &mut Tls, msg: &[u8; 4]) {
     tls.write_all(msg).await.expect("write");
@@ -87,19 +112,13 @@ async fn queued_until_closed(
     holder: Tls,
     what: &str,
 ) -> Tls {
-    let tcp = TcpStream::connect(addr).await.expect("backlog accepts");
-    let conn2 = conn.clone();
-    let mut queued = tokio::spawn(async move { conn2.connect(name(), tcp).await });
-    let waited = tokio::time::timeout(Duration::from_millis(700), &mut queued).await;
-    assert!(waited.is_err(), "{what} served beyond max_connections");
-    let mut holder = holder;
-    holder.shutdown().await.expect("close");
-    drop(holder);
-    tokio::time::timeout(Duration::from_secs(10), queued)
-        .await
-        .expect("served once a slot is free")
-        .expect("join")
-        .expect("queued handshake")
+    let queued = waiting(conn, addr, what).await;
+    close(holder).await;
+    served_now(queued, what).await
+}
+
+async fn close(mut tls: Tls) {
+    tls.shutdown().await.expect("close");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,4 +206,55 @@ async fn idle_connections_do_not_starve_the_metrics_endpoint() {
         "the scrape waited {waited:?} behind idle connections"
     );
     drop(idle);
+}
+
+/// A reload changes max_connections in place: a raised limit serves the client waiting in the
+/// backlog at once; a lowered one closes no connection and queues new clients until enough of
+/// those open have ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_max_connections_and_closes_no_connection() {
+    let pki = Pki::new();
+    let backend = echo_backend().await;
+    let text = |max: usize| {
+        config(
+            &pki,
+            &format!("backend = \"{backend}\""),
+            &format!("workers = 1\nmax_connections = {max}"),
+        )
+    };
+    let (shuck, mut reloader) = Running::start_reloadable(&text(1));
+    let mut reload = |max: usize| {
+        let notes = tokio::task::block_in_place(|| reloader.reload(&harness::config(&text(max))))
+            .expect("reload");
+        assert!(notes.is_empty(), "nothing left for a restart: {notes:?}");
+    };
+    let conn = connector(&pki);
+    let mut first = served(&conn, shuck.addr(), "the first connection").await;
+    let queued = waiting(&conn, shuck.addr(), "a second connection at max 1").await;
+    reload(2);
+    let mut second = served_now(queued, "the waiting connection after max 2").await;
+    echo(&mut first, b"held").await;
+
+    reload(1);
+    echo(&mut first, b"kept").await;
+    echo(&mut second, b"kept").await;
+    let queued = waiting(
+        &conn,
+        shuck.addr(),
+        "a third connection at max 1 with two open",
+    )
+    .await;
+    close(first).await;
+    let queued = {
+        // One still open: the limit of one is still reached.
+        let mut queued = queued;
+        let waited = tokio::time::timeout(Duration::from_millis(700), &mut queued).await;
+        assert!(
+            waited.is_err(),
+            "a connection served beyond the lowered max 1"
+        );
+        queued
+    };
+    close(second).await;
+    served_now(queued, "the waiting connection once the two closed").await;
 }

@@ -4,7 +4,7 @@
 //! handle's `stop()` is the first SIGTERM (drain), dropping it is the second (stop at once).
 //!
 //! Only the engine's lasting public API is used: `config::{RawConfig, Origin}` and
-//! `server::Server` (`prepare`, `run`, `metrics_addr`).
+//! `server::Server` (`prepare`, `run`, `metrics_addr`, `reloader`).
 #![allow(dead_code)] // each test file uses a different part of the harness
 
 pub mod pki;
@@ -13,9 +13,21 @@ use std::net::SocketAddr;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use shuck_proxy::config::{Origin, RawConfig};
-use shuck_proxy::server::Server;
+use shuck_proxy::config::{Config, Origin, RawConfig};
+use shuck_proxy::server::{Reloader, Server};
 use tokio::sync::oneshot;
+
+/// `toml` parsed and validated as a command-line configuration would be; panics with the
+/// engine's message if it is refused.
+pub fn config(toml: &str) -> Config {
+    RawConfig::parse(toml, &Origin::CommandLine)
+        .and_then(|raw| raw.validate(Origin::CommandLine, None))
+        .unwrap_or_else(|e| panic!("configuration refused: {e}\n{toml}"))
+}
+
+fn prepare(toml: &str) -> Server {
+    Server::prepare(config(toml)).unwrap_or_else(|e| panic!("prepare failed: {e}"))
+}
 
 /// A server running on a thread of this process; stopped (at once) when dropped.
 pub struct Running {
@@ -34,10 +46,17 @@ impl Running {
     /// returns once the ready file is written (every worker listening). Panics with the engine's
     /// message if the configuration is refused or the server stops early.
     pub fn start(toml: &str) -> Running {
-        let config = RawConfig::parse(toml, &Origin::CommandLine)
-            .and_then(|raw| raw.validate(Origin::CommandLine, None))
-            .unwrap_or_else(|e| panic!("configuration refused: {e}\n{toml}"));
-        let server = Server::prepare(config).unwrap_or_else(|e| panic!("prepare failed: {e}"));
+        Running::serve(prepare(toml))
+    }
+
+    /// Like `start`, with the handle a SIGHUP would use to apply a new configuration.
+    pub fn start_reloadable(toml: &str) -> (Running, Reloader) {
+        let server = prepare(toml);
+        let reloader = server.reloader();
+        (Running::serve(server), reloader)
+    }
+
+    fn serve(server: Server) -> Running {
         let metrics = server.metrics_addr();
         let dir = tempfile::tempdir().expect("tempdir");
         let ready = dir.path().join("ready");
