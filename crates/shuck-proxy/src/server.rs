@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::bindings::{write_ready_file, Bindings, Control, METRICS};
 use crate::config::{CertSource, Config, Frontend, OcspMode};
@@ -40,6 +40,21 @@ pub struct Server {
     renewed: (UnboundedSender<String>, Option<UnboundedReceiver<String>>),
     /// Started by an upgrade: the old process waits to hear this one is listening.
     predecessor: Inherited,
+    /// Stops this process's metrics endpoint once a new process serves it (an upgrade).
+    metrics_handover: Arc<Notify>,
+}
+
+/// Stops the metrics endpoint of a process that handed over to a new one: both hold the same
+/// listening socket, and a scrape answered by either at random would see counters jump back and
+/// forth while the old process drains.
+#[derive(Debug, Clone)]
+pub struct MetricsHandover(Arc<Notify>);
+
+impl MetricsHandover {
+    /// The new process answers scrapes from now on (a scrape under way finishes).
+    pub fn hand_over(&self) {
+        self.0.notify_one();
+    }
 }
 
 /// Names of frontends whose certificate was just renewed (ACME), for the caller to load with
@@ -122,6 +137,7 @@ impl Server {
                 (tx, Some(rx))
             },
             predecessor: std::mem::take(inherited),
+            metrics_handover: Arc::new(Notify::new()),
         })
     }
 
@@ -140,6 +156,11 @@ impl Server {
     /// starts (a reload may have changed them).
     pub fn bindings(&self) -> Arc<Mutex<Bindings>> {
         self.bindings.clone()
+    }
+
+    /// What stops the metrics endpoint after an upgrade's handover.
+    pub fn metrics_handover(&self) -> MetricsHandover {
+        MetricsHandover(self.metrics_handover.clone())
     }
 
     /// Where renewed certificates are announced (once; `None` after the first call).
@@ -232,7 +253,16 @@ impl Server {
                     source,
                 })?;
                 tracing::info!(%addr, "metrics on http://{addr}/metrics");
-                Some(rt.spawn(metrics::serve(l, self.metrics.clone())))
+                let (serve, handover) = (
+                    metrics::serve(l, self.metrics.clone()),
+                    self.metrics_handover.clone(),
+                );
+                Some(rt.spawn(async move {
+                    tokio::select! {
+                        () = serve => {}
+                        () = handover.notified() => tracing::info!("metrics endpoint handed over to the new process"),
+                    }
+                }))
             }
             _ => None,
         };

@@ -181,6 +181,7 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     let updates = server.certificate_updates();
     let successor = Successor {
         pid_file: args.pid_file.clone(),
+        metrics: server.metrics_handover(),
         bindings: server.bindings(),
         exe: std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?,
         args: std::env::args_os().skip(1).collect(),
@@ -248,6 +249,8 @@ struct Signals {
 struct Successor {
     /// Rewritten with the new process's ID once it listens.
     pid_file: Option<std::path::PathBuf>,
+    /// The metrics endpoint, answered by the new process once it listens.
+    metrics: shuck_proxy::server::MetricsHandover,
     /// The listening sockets as they are when the upgrade starts (a reload may change them).
     bindings: std::sync::Arc<std::sync::Mutex<Bindings>>,
     exe: std::path::PathBuf,
@@ -281,6 +284,7 @@ impl Successor {
                     "upgrade: the new process is listening; this one stops accepting and drains"
                 );
                 notify::handed_over();
+                self.metrics.hand_over();
                 if let Some(path) = &self.pid_file {
                     if let Err(e) = PidFile::write(path, pid) {
                         tracing::warn!(error = %e, "upgrade: the pid file still names this process");

@@ -499,6 +499,57 @@ fn an_upgrade_under_load_fails_no_connection_and_the_old_process_drains() {
     );
 }
 
+/// After an upgrade's handover only the new process answers scrapes: both hold the same metrics
+/// socket, and the old one, still draining a connection, stops its endpoint so counters do not
+/// jump between two processes' values. The connection it drains is still answered.
+#[test]
+fn after_an_upgrade_only_the_new_process_answers_scrapes() {
+    use common::clients::{scrape, sum, wait_metric};
+    let pki = Pki::new();
+    let cert = pki.leaf("u.pem", "u", &["r.test"], Key::EcdsaP256);
+    let backend = BenchBackend::start(1024);
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("shuck.pid");
+    let config = format!(
+        "workers = 1\nshutdown_grace = \"30s\"\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = \"{}\"\n",
+        backend.addr,
+        cert.display()
+    );
+    let mut shuck = Shuck::start_args(&config, &["--pid-file", pid_file.to_str().unwrap()]);
+    let (old, metrics) = (shuck.pid(), shuck.addrs[1]);
+    let open = OpenConnection::open(shuck.addr(), &pki.ca_path(), dir.path());
+    let active = "shuck_connections_active";
+    let text = wait_metric(metrics, active, &[], 1);
+    assert_eq!(
+        sum(&text, active, &[]),
+        1,
+        "the old process holds one: {text}"
+    );
+    shuck.signal("USR2");
+    let log = shuck.wait_log("metrics endpoint handed over");
+    let new: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _successor = Successor(new);
+    assert_ne!(new, old, "{log}");
+    for i in 0..20 {
+        let text = scrape(metrics);
+        assert_eq!(
+            sum(&text, active, &[]),
+            0,
+            "scrape {i} answered by the draining process: {text}"
+        );
+    }
+    let answer = open.request();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let status = shuck
+        .wait_exit(std::time::Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("the old process did not exit: {}", shuck.log_text()));
+    assert!(status.success(), "{}", shuck.log_text());
+}
+
 /// Whether connecting to `addr` is refused within 2 s (workers close their sockets on their
 /// own loops, just after the reload's log line).
 fn refused_soon(addr: std::net::SocketAddr) -> bool {
