@@ -14,13 +14,13 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::bindings::Control;
 
-use crate::config::{ConnectionLogFormat, MAX_CONNECTIONS_LIMIT};
+use crate::config::MAX_CONNECTIONS_LIMIT;
 use crate::connection;
 use crate::limits::ConnectionLimit;
 use crate::listener::is_connection_error;
 use crate::metrics::Metrics;
 use crate::tls::TlsSlot;
-use crate::worker::{FrontendSlot, SettingsSlot, Worker};
+use crate::worker::{FrontendSlot, SettingsSlot, Shared, Worker};
 
 /// Everything a worker thread is handed at start.
 pub(crate) struct WorkerSpec {
@@ -30,9 +30,8 @@ pub(crate) struct WorkerSpec {
     pub control: UnboundedReceiver<Control>,
     /// `max_connections`, shared by all workers.
     pub limit: Arc<ConnectionLimit>,
-    pub log_connections: bool,
-    pub connection_log_format: ConnectionLogFormat,
-    pub shutdown_grace: Duration,
+    /// The access log's settings and `shutdown_grace`, as a reload leaves them.
+    pub shared: Arc<Shared>,
     pub shutdown: watch::Receiver<bool>,
     pub metrics: Arc<Metrics>,
 }
@@ -67,11 +66,7 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 }
 
 async fn run(spec: WorkerSpec) {
-    let worker = Rc::new(Worker::new(
-        spec.id,
-        spec.log_connections,
-        spec.connection_log_format,
-    ));
+    let worker = Rc::new(Worker::new(spec.id, spec.shared.clone()));
     // This worker's own connections, counted for the drain at shutdown (never a limit: the
     // shared count stops accepting first). Sized by the highest `max_connections` there can be,
     // as a reload may raise it.
@@ -135,8 +130,9 @@ async fn run(spec: WorkerSpec) {
     let all = u32::try_from(max).unwrap_or(u32::MAX);
     let active = max - local.available_permits();
     if active > 0 {
-        tracing::info!(worker = spec.id, active, grace = ?spec.shutdown_grace, "draining connections");
-        if tokio::time::timeout(spec.shutdown_grace, local.acquire_many(all))
+        let grace = spec.shared.shutdown_grace();
+        tracing::info!(worker = spec.id, active, grace = ?grace, "draining connections");
+        if tokio::time::timeout(grace, local.acquire_many(all))
             .await
             .is_err()
         {

@@ -166,7 +166,7 @@ async fn handshake_stage(
 fn keeps_sni(worker: &Worker, fe: &FrontendRt) -> bool {
     let cfg = &fe.cfg;
     fe.backends.is_none()
-        || worker.log_connections
+        || worker.log_connections()
         || (cfg.proxy_protocol.is_some() && cfg.proxy_tlvs.authority)
 }
 
@@ -179,7 +179,7 @@ async fn after_handshake<'a>(
     trace: &mut Trace<'a>,
 ) -> Result<(), ConnError> {
     let served = serve_negotiated(worker, fe, &mut hs, &mut arrival, trace).await;
-    if worker.log_connections {
+    if worker.log_connections() {
         // Built at the end, so an idle connection holds no strings for its log line.
         trace.summary = Some(Summary::of(&hs));
     }
@@ -331,13 +331,13 @@ fn record_end(
             line.short(Level::DEBUG);
         }
         Loudness::Quiet => {}
-        _ if worker.log_connections => line.full(
+        _ if worker.log_connections() => line.full(
             if loudness == Loudness::Warn {
                 Level::WARN
             } else {
                 Level::INFO
             },
-            worker.log_format,
+            worker.log_format(),
         ),
         Loudness::Warn if log_limit::allow() => line.short(Level::WARN),
         Loudness::Warn | Loudness::Info => {}

@@ -25,6 +25,7 @@ use crate::tls::sessions::SessionCache;
 use crate::tls::tickets::Ticketer;
 use crate::tls::{Carried, TlsContext};
 use crate::upgrade::Inherited;
+use crate::worker::Shared;
 
 /// One frontend in service and what a reload carries over for it.
 #[derive(Clone)]
@@ -171,6 +172,8 @@ pub struct Reloader {
     metrics: Arc<Metrics>,
     /// `max_connections` as it applies now, and the open-files limit that caps it.
     limit: (Arc<ConnectionLimit>, u64),
+    /// The access log's settings and `shutdown_grace`, read by the workers.
+    shared: Arc<Shared>,
     expiry_warning: Duration,
     /// Rewritten when the listening addresses change (`--ready-file`), with the metrics address.
     ready_file: Option<(PathBuf, Option<SocketAddr>)>,
@@ -183,9 +186,11 @@ impl Reloader {
         bindings: Arc<Mutex<Bindings>>,
         metrics: Arc<Metrics>,
         limit: (Arc<ConnectionLimit>, u64),
+        shared: Arc<Shared>,
     ) -> Reloader {
         Reloader {
             limit,
+            shared,
             workers: started.workers,
             expiry_warning: started.certificate_expiry_warning,
             started,
@@ -255,6 +260,10 @@ impl Reloader {
             self.rewrite_ready_file();
         }
         self.apply_max_connections(new.max_connections, &mut notes);
+        self.shared.apply(new);
+        self.started.log_connections = new.log_connections;
+        self.started.connection_log_format = new.connection_log_format;
+        self.started.shutdown_grace = new.shutdown_grace;
         let mut now = self.started.clone();
         now.log_level.clone_from(&new.log_level);
         now.frontends = self.frontends.iter().map(|l| l.cfg.clone()).collect();
@@ -469,16 +478,7 @@ fn global_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     };
     check(old.workers != new.workers, "workers");
     check(old.pin_cpus != new.pin_cpus, "pin_cpus");
-    check(old.shutdown_grace != new.shutdown_grace, "shutdown_grace");
     check(old.log_format != new.log_format, "log_format");
-    check(
-        old.log_connections != new.log_connections,
-        "log_connections",
-    );
-    check(
-        old.connection_log_format != new.connection_log_format,
-        "connection_log_format",
-    );
     check(old.metrics_listen != new.metrics_listen, "metrics_listen");
     check(old.state_dir != new.state_dir, "state_dir");
     // Privileges are dropped once, at start: a reload runs as the user already.

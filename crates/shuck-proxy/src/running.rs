@@ -248,9 +248,10 @@ pub fn changes(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -
 
 /// How a change of `key` takes effect: what `reload::Reloader` applies and what it leaves.
 fn applies(key: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Applies {
-    // Global keys: only max_connections reloads.
+    // Global keys: these reload; the others wait for a restart.
+    const RELOADED: [&str; 3] = ["max_connections", "shutdown_grace", "connection_log_format"];
     let Some((frontend, setting)) = frontend_key(key) else {
-        return if key == "max_connections" {
+        return if RELOADED.contains(&key) {
             Applies::Reload
         } else {
             Applies::Restart
@@ -324,7 +325,7 @@ mod tests {
     fn changes_say_what_a_reload_applies_and_what_needs_a_restart() {
         let old = settings(&config(&format!("workers = 2\n{WEB}")));
         let new = settings(&config(&format!(
-            "workers = 3\nmax_connections = 10\n{}listen = [\"127.0.0.1:1443\"]\n[[frontend]]\nname = \"api\"\nself_signed = true\nocsp = \"fetch\"\n",
+            "workers = 3\nmax_connections = 10\nshutdown_grace = \"7s\"\n{}listen = [\"127.0.0.1:1443\"]\n[[frontend]]\nname = \"api\"\nself_signed = true\nocsp = \"fetch\"\n",
             WEB.replace("127.0.0.1:1", "127.0.0.1:2")
         )));
         let got: Vec<(String, Applies)> = changes(&old, &new)
@@ -337,6 +338,7 @@ mod tests {
             ("frontend \"web\" backend", Applies::Reload),
             ("frontend \"web\" listen", Applies::Reload),
             ("max_connections", Applies::Reload),
+            ("shutdown_grace", Applies::Reload),
             ("workers", Applies::Restart),
         ];
         assert_eq!(got, want.map(|(k, a)| (k.to_string(), a)));

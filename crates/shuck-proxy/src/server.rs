@@ -18,7 +18,7 @@ pub use crate::reload::Reloader;
 use crate::reload::{self, Live};
 use crate::tls::TlsContext;
 use crate::upgrade::Inherited;
-use crate::{accept, acme, limits, notify, running, staple_refresh, state_files};
+use crate::{accept, acme, limits, notify, running, staple_refresh, state_files, worker};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 /// A configured, bound server, not yet accepting.
@@ -36,6 +36,8 @@ pub struct Server {
     fd_limit: u64,
     /// `max_connections` as the descriptors can serve it; a reload changes it in place.
     limit: Arc<limits::ConnectionLimit>,
+    /// The access log's settings and `shutdown_grace`; a reload changes them in place.
+    shared: Arc<worker::Shared>,
     /// Where the ACME renewal tasks say a frontend's certificate changed.
     renewed: (UnboundedSender<String>, Option<UnboundedReceiver<String>>),
     /// Started by an upgrade: the old process waits to hear this one is listening.
@@ -122,6 +124,7 @@ impl Server {
             fd_limit,
             reserved,
         )?);
+        let shared = worker::Shared::new(&config);
         Ok(Server {
             config,
             tls,
@@ -132,6 +135,7 @@ impl Server {
             metrics_listener,
             fd_limit,
             limit,
+            shared,
             renewed: {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                 (tx, Some(rx))
@@ -149,6 +153,7 @@ impl Server {
             self.bindings.clone(),
             self.metrics.clone(),
             (self.limit.clone(), self.fd_limit),
+            self.shared.clone(),
         )
     }
 
@@ -235,9 +240,7 @@ impl Server {
                 core: (!cores.is_empty()).then(|| cores[id % cores.len()]),
                 control,
                 limit: limit.clone(),
-                log_connections: c.log_connections,
-                connection_log_format: c.connection_log_format,
-                shutdown_grace: c.shutdown_grace,
+                shared: self.shared.clone(),
                 shutdown: rx.clone(),
                 metrics: self.metrics.clone(),
             };

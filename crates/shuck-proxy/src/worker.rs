@@ -4,33 +4,84 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
 use crate::acme::challenge;
 use crate::backend::BackendPool;
-use crate::config::{Backend, CertSource, ConnectionLogFormat, Frontend};
+use crate::config::{Backend, CertSource, Config, ConnectionLogFormat, Frontend};
 use crate::metrics::{FrontendMetrics, Metrics};
 use crate::tls::{self, TlsSlot};
+
+/// The process-wide settings a reload changes in place, shared by all workers: written only by
+/// a reload, read with a relaxed load (a connection under way when the access log is switched
+/// may log without the fields it did not keep).
+#[derive(Debug)]
+pub(crate) struct Shared {
+    log_connections: AtomicBool,
+    haproxy_format: AtomicBool,
+    shutdown_grace_ms: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn new(c: &Config) -> Arc<Shared> {
+        let s = Shared {
+            log_connections: AtomicBool::new(false),
+            haproxy_format: AtomicBool::new(false),
+            shutdown_grace_ms: AtomicU64::new(0),
+        };
+        s.apply(c);
+        Arc::new(s)
+    }
+
+    /// Takes `log_connections`, `connection_log_format` and `shutdown_grace` from `c`.
+    pub(crate) fn apply(&self, c: &Config) {
+        let grace = u64::try_from(c.shutdown_grace.as_millis()).unwrap_or(u64::MAX);
+        self.log_connections
+            .store(c.log_connections, Ordering::Relaxed);
+        self.haproxy_format.store(
+            c.connection_log_format == ConnectionLogFormat::Haproxy,
+            Ordering::Relaxed,
+        );
+        self.shutdown_grace_ms.store(grace, Ordering::Relaxed);
+    }
+
+    pub(crate) fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_ms.load(Ordering::Relaxed))
+    }
+}
 
 /// One worker, as its connections see it.
 #[derive(Debug)]
 pub(crate) struct Worker {
     pub(crate) id: usize,
-    pub(crate) log_connections: bool,
-    pub(crate) log_format: ConnectionLogFormat,
+    shared: Arc<Shared>,
     /// Numbers the connections for the PROXY unique-ID TLV, without shared state.
     connections: Cell<u64>,
 }
 
 impl Worker {
-    pub(crate) fn new(id: usize, log_connections: bool, log_format: ConnectionLogFormat) -> Worker {
+    pub(crate) fn new(id: usize, shared: Arc<Shared>) -> Worker {
         Worker {
             id,
-            log_connections,
-            log_format,
+            shared,
             connections: Cell::new(0),
+        }
+    }
+
+    /// Whether every connection gets its access-log line (`log_connections`).
+    pub(crate) fn log_connections(&self) -> bool {
+        self.shared.log_connections.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn log_format(&self) -> ConnectionLogFormat {
+        if self.shared.haproxy_format.load(Ordering::Relaxed) {
+            ConnectionLogFormat::Haproxy
+        } else {
+            ConnectionLogFormat::Fields
         }
     }
 

@@ -310,3 +310,53 @@ fn log_connections_writes_an_access_log_in_fields_or_haproxy_style() {
         }
     }
 }
+
+/// The access log is switched on and its format changed by a reload, without a restart: no line
+/// before, HAProxy-style lines after; `shutdown_grace` is applied too (nothing asks for a restart).
+#[test]
+fn a_reload_switches_the_access_log_on() {
+    let pki = Pki::new();
+    let cert = pki.leaf("a.pem", "a", &["access.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let config = |global: &str| {
+        format!(
+            "{global}\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\nalpn = [\"http/1.1\"]\n",
+            backend.addr,
+            toml_path(&cert)
+        )
+    };
+    let shuck = Shuck::start(&config("log_connections = false"));
+    let request = |path: &str| {
+        let out = curl_at(&pki, shuck.addr(), "access.test", path, &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    request("/before");
+    std::fs::write(
+        shuck.config_path(),
+        config(
+            "log_connections = true\nconnection_log_format = \"haproxy\"\nshutdown_grace = \"3s\"",
+        ),
+    )
+    .unwrap();
+    shuck.signal("HUP");
+    shuck.wait_log("reloaded certificates");
+    // Two, so the worker that took the first is not the only one seen to have switched.
+    request("/after");
+    request("/after");
+    let log = shuck.wait_log_count(" access.test http/1.1 0 -", 2);
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(&backend.addr.to_string()))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "one line per connection after the reload only: {log}"
+    );
+    assert!(lines.iter().all(|l| l.contains("] frontend0 ")), "{log}");
+    assert!(!log.contains("restart to apply"), "{log}");
+}
