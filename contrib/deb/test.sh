@@ -1,7 +1,7 @@
 #!/bin/bash
 # Builds the package from BINARY, installs it with dpkg -i, checks what it installed (the example
-# configuration passes `shuck check`, `shuck serve` answers on it, `man shuck` renders, the
-# completions and the unit are in place, the system user exists), then removes it with dpkg -r
+# configuration passes `shuck check`, `shuck serve` answers on it and on --self-signed alone,
+# `man shuck` renders, the completions and the unit are in place, the system user exists), then removes it with dpkg -r
 # and checks it is gone. Needs root; leaves nothing installed. .ci/run runs it.
 #   contrib/deb/test.sh [BINARY]
 set -euo pipefail
@@ -51,6 +51,16 @@ for _ in $(seq 100); do [ -s "$ready" ] && break; sleep 0.1; done
 addr=$(head -1 "$ready")
 answer=$(curl -sk --max-time 5 "https://$addr/" || true)
 grep -qi "shuck" <<<"$answer" || fail "no answer from https://$addr/"
+kill "$pid"; wait "$pid" || true; pid=
+
+# And the README's first command, with the flags alone: a self-signed certificate, the demo page.
+rm -f "$ready"
+/usr/bin/shuck serve --self-signed --listen 127.0.0.1:0 --allow-root --ready-file "$ready" 2>"$work/flags.log" &
+pid=$!
+for _ in $(seq 100); do [ -s "$ready" ] && break; sleep 0.1; done
+[ -s "$ready" ] || fail "shuck serve --self-signed did not start: $(cat "$work/flags.log")"
+answer=$(curl -sk --max-time 5 "https://$(head -1 "$ready")/" || true)
+grep -qi "shuck" <<<"$answer" || fail "no answer from shuck serve --self-signed"
 kill "$pid"; wait "$pid" || true; pid=
 
 dpkg -r shuck >/dev/null || fail "dpkg -r failed"

@@ -217,6 +217,21 @@ impl Bindings {
         self.metrics = None;
     }
 
+    /// Sets each address's `defer_accept` from its frontend in `frontends` (a reload: the option
+    /// applies to a listening socket at any time, so kept addresses take a new value too).
+    pub(crate) fn apply_defer_accept(&self, frontends: &[&Frontend]) {
+        for b in &self.live {
+            let Some(fe) = frontends.iter().find(|f| f.name == b.frontend) else {
+                continue;
+            };
+            for socket in &b.sockets {
+                if let Err(e) = listener::set_defer_accept(socket, fe.defer_accept) {
+                    tracing::warn!(frontend = %b.frontend, addr = %b.addr, error = %e, "cannot set defer_accept");
+                }
+            }
+        }
+    }
+
     fn position(&self, frontend: &str, want: SocketAddr) -> Option<usize> {
         self.live
             .iter()
@@ -280,6 +295,14 @@ impl Bindings {
         })?;
         while sockets.len() < self.workers.len() {
             sockets.push(bind(addr)?);
+        }
+        // Also on sockets handed over by an old process: the new configuration's value.
+        for socket in &sockets {
+            listener::set_defer_accept(socket, fe.defer_accept).map_err(|source| Error::Bind {
+                addr,
+                frontend: fe.name.clone(),
+                source,
+            })?;
         }
         self.next_key += 1;
         Ok(Bound {

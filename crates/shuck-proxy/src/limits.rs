@@ -11,9 +11,10 @@ use crate::error::Error;
 const RESERVED_FDS: u64 = 64;
 /// Per worker: its runtime's epoll and eventfd.
 const PER_WORKER_FDS: u64 = 2;
-/// Per worker and listen address: the listening socket, and one accepted socket its accept loop
-/// may hold while waiting for a `max_connections` slot.
-const PER_ADDRESS_FDS: u64 = 2;
+/// Per worker and listen address: the listening socket twice (the worker's, and the copy kept
+/// to hand over on an upgrade), and one accepted socket its accept loop may hold while waiting
+/// for a `max_connections` slot.
+const PER_ADDRESS_FDS: u64 = 3;
 
 /// Descriptors that are not connections', for `workers` workers listening on `addresses`
 /// addresses each.
@@ -128,13 +129,13 @@ mod tests {
 
     #[test]
     fn the_limit_never_exceeds_what_descriptors_can_serve() {
-        // One worker on one address keeps 64 + 1 + 3.
-        assert_eq!(reserved_fds(1, 1), 68);
-        assert_eq!(effective_max_connections(8192, 20_000, 68).unwrap(), 8192);
-        assert_eq!(effective_max_connections(8192, 1024, 68).unwrap(), 478);
-        // 32 workers on two addresses each keep 64 + 32 * (2 + 2 * 2): fewer connections fit.
-        assert_eq!(reserved_fds(32, 2), 256);
-        assert_eq!(effective_max_connections(8192, 1024, 256).unwrap(), 384);
+        // One worker on one address keeps 64 + 2 + 3.
+        assert_eq!(reserved_fds(1, 1), 69);
+        assert_eq!(effective_max_connections(8192, 20_000, 69).unwrap(), 8192);
+        assert_eq!(effective_max_connections(8192, 1024, 69).unwrap(), 477);
+        // 32 workers on two addresses each keep 64 + 32 * (2 + 2 * 3): fewer connections fit.
+        assert_eq!(reserved_fds(32, 2), 320);
+        assert_eq!(effective_max_connections(8192, 1024, 320).unwrap(), 352);
         let e = effective_max_connections(10, 64, 68)
             .unwrap_err()
             .to_string();

@@ -3,8 +3,32 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::time::Duration;
 
+use nix::sys::socket::setsockopt;
+use nix::{getsockopt_impl, setsockopt_impl, sockopt_impl};
 use socket2::{Domain, Protocol, Socket, Type};
+
+// TCP_DEFER_ACCEPT through nix's own wrapper for socket options (see Cargo.toml).
+sockopt_impl!(
+    /// Seconds the kernel waits for a connection's first data before `accept()` returns it.
+    TcpDeferAccept,
+    Both,
+    libc::IPPROTO_TCP,
+    libc::TCP_DEFER_ACCEPT,
+    u32
+);
+
+/// Makes `accept()` return a connection only once its client has sent something (its
+/// ClientHello, or a load balancer's PROXY header), or after `wait` with nothing: a client that
+/// connects and stays silent (a port scan, a TCP health check) costs no descriptor, task or
+/// wake-up until then, and `accept()` hands the rest over with their first bytes already
+/// readable. Zero turns it off. The kernel rounds up to whole SYN-ACK retransmissions.
+pub fn set_defer_accept(socket: &std::net::TcpListener, wait: Duration) -> io::Result<()> {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let secs = u32::try_from(secs).unwrap_or(u32::MAX);
+    setsockopt(socket, TcpDeferAccept, &secs).map_err(io::Error::from)
+}
 
 pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
@@ -60,5 +84,19 @@ mod tests {
         let _client = std::net::TcpStream::connect(addr).unwrap();
         let (accepted, _) = listener.accept().unwrap();
         assert!(socket2::SockRef::from(&accepted).nodelay().unwrap());
+    }
+
+    /// The option reaches the kernel in whole seconds (rounded up, then to the kernel's
+    /// retransmission steps), and zero turns it off.
+    #[test]
+    fn defer_accept_is_set_in_seconds_and_zero_clears_it() {
+        use nix::sys::socket::getsockopt;
+        use std::time::Duration;
+        let listener = super::bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        assert_eq!(getsockopt(&listener, super::TcpDeferAccept).unwrap(), 0);
+        super::set_defer_accept(&listener, Duration::from_millis(300)).unwrap();
+        assert!(getsockopt(&listener, super::TcpDeferAccept).unwrap() >= 1);
+        super::set_defer_accept(&listener, Duration::ZERO).unwrap();
+        assert_eq!(getsockopt(&listener, super::TcpDeferAccept).unwrap(), 0);
     }
 }

@@ -238,12 +238,14 @@ impl Reloader {
                 next.push(Next::Keep(i));
             }
         }
+        let max_connections = self.max_connections_for(new.max_connections, &next)?;
         let before = self.addresses();
         let prepared = {
             let listed: Vec<&Frontend> = next.iter().map(|n| self.frontend_of(n)).collect();
             self.bindings()
                 .prepare(&listed, &mut Inherited::default())?
         };
+        self.expiry_warning = new.certificate_expiry_warning;
         self.apply(next);
         let listed: Vec<&Frontend> = self.frontends.iter().map(|l| &l.cfg).collect();
         let frontends = &self.frontends;
@@ -256,14 +258,24 @@ impl Reloader {
                     .find(|l| l.cfg.name == name)
                     .map(|l| l.slots.clone())
             });
+        {
+            let listed: Vec<&Frontend> = self.frontends.iter().map(|l| &l.cfg).collect();
+            self.bindings().apply_defer_accept(&listed);
+        }
         if self.addresses() != before {
             self.rewrite_ready_file();
         }
-        self.apply_max_connections(new.max_connections, &mut notes);
+        let was = self.limit.0.set_max(max_connections);
+        if was != max_connections {
+            tracing::info!(was, now = max_connections, "max_connections changed");
+        }
+        // What `shuck check` and the next reload compare with.
+        self.started.max_connections = new.max_connections;
         self.shared.apply(new);
         self.started.log_connections = new.log_connections;
         self.started.connection_log_format = new.connection_log_format;
         self.started.shutdown_grace = new.shutdown_grace;
+        self.started.certificate_expiry_warning = new.certificate_expiry_warning;
         let mut now = self.started.clone();
         now.log_level.clone_from(&new.log_level);
         now.frontends = self.frontends.iter().map(|l| l.cfg.clone()).collect();
@@ -271,23 +283,12 @@ impl Reloader {
         Ok(notes)
     }
 
-    /// Sets `max_connections` to `configured` as the descriptors serve it with the addresses
-    /// listened on now (a reload may have added some, each keeping descriptors back); the old
-    /// limit stays if the new addresses leave no room at all.
-    fn apply_max_connections(&mut self, configured: usize, notes: &mut Vec<String>) {
-        let (limit, fd_limit) = &self.limit;
-        let reserved = limits::reserved_fds(self.workers, self.addresses().len());
-        match limits::effective_max_connections(configured, *fd_limit, reserved) {
-            Ok(max) => {
-                let was = limit.set_max(max);
-                if was != max {
-                    tracing::info!(was, now = max, "max_connections changed");
-                }
-                // What `shuck check` and the next reload compare with.
-                self.started.max_connections = configured;
-            }
-            Err(e) => notes.push(format!("max_connections kept at {}: {e}", limit.max())),
-        }
+    /// `configured` as the descriptors serve it with the addresses listened on after the reload
+    /// (each keeps descriptors back); an error, before anything is bound, if they leave no room.
+    fn max_connections_for(&self, configured: usize, next: &[Next]) -> Result<usize> {
+        let addresses = next.iter().map(|n| self.frontend_of(n).listen.len()).sum();
+        let reserved = limits::reserved_fds(self.workers, addresses);
+        limits::effective_max_connections(configured, self.limit.1, reserved)
     }
 
     /// What becomes of running frontend `i` given its new settings `fe`.
@@ -485,9 +486,5 @@ fn global_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     check(old.user != new.user, "user");
     check(old.group != new.group, "group");
     check(old.allow_root != new.allow_root, "allow_root");
-    check(
-        old.certificate_expiry_warning != new.certificate_expiry_warning,
-        "certificate_expiry_warning",
-    );
     v
 }

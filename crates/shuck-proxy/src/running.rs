@@ -192,6 +192,7 @@ fn tls_settings(fe: &Frontend) -> Vec<(&'static str, String)> {
         ),
     );
     put("backlog", fe.backlog.to_string());
+    put("defer_accept", duration(fe.defer_accept));
     put(
         "proxy_protocol",
         format!("{:?} {:?}", fe.proxy_protocol, fe.proxy_tlvs),
@@ -249,7 +250,12 @@ pub fn changes(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -
 /// How a change of `key` takes effect: what `reload::Reloader` applies and what it leaves.
 fn applies(key: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Applies {
     // Global keys: these reload; the others wait for a restart.
-    const RELOADED: [&str; 3] = ["max_connections", "shutdown_grace", "connection_log_format"];
+    const RELOADED: [&str; 4] = [
+        "max_connections",
+        "shutdown_grace",
+        "connection_log_format",
+        "certificate_expiry_warning",
+    ];
     let Some((frontend, setting)) = frontend_key(key) else {
         return if RELOADED.contains(&key) {
             Applies::Reload

@@ -269,10 +269,7 @@ impl Server {
             }
             _ => None,
         };
-        rt.spawn(watch_expiry(
-            self.metrics.clone(),
-            c.certificate_expiry_warning,
-        ));
+        rt.spawn(watch_expiry(self.metrics.clone(), self.shared.clone()));
         rt.spawn(drop_lapsed_staples(
             self.metrics.clone(),
             self.renewed.0.clone(),
@@ -328,10 +325,11 @@ impl Server {
 
 /// Warns, twice a day, about certificates shuck does not renew that expire soon: a process that
 /// runs for months sees no reload to warn at.
-async fn watch_expiry(metrics: Arc<Metrics>, within: Duration) {
+async fn watch_expiry(metrics: Arc<Metrics>, shared: Arc<worker::Shared>) {
     const EVERY: Duration = Duration::from_secs(12 * 3600);
     loop {
         tokio::time::sleep(EVERY).await;
+        let within = shared.expiry_warning();
         for w in metrics.expiry_warnings(crate::clock::unix_now(), within) {
             tracing::warn!("{w}");
         }

@@ -24,6 +24,7 @@ pub(crate) struct Shared {
     log_connections: AtomicBool,
     haproxy_format: AtomicBool,
     shutdown_grace_ms: AtomicU64,
+    expiry_warning_s: AtomicU64,
 }
 
 impl Shared {
@@ -32,12 +33,14 @@ impl Shared {
             log_connections: AtomicBool::new(false),
             haproxy_format: AtomicBool::new(false),
             shutdown_grace_ms: AtomicU64::new(0),
+            expiry_warning_s: AtomicU64::new(0),
         };
         s.apply(c);
         Arc::new(s)
     }
 
-    /// Takes `log_connections`, `connection_log_format` and `shutdown_grace` from `c`.
+    /// Takes `log_connections`, `connection_log_format`, `shutdown_grace` and
+    /// `certificate_expiry_warning` from `c`.
     pub(crate) fn apply(&self, c: &Config) {
         let grace = u64::try_from(c.shutdown_grace.as_millis()).unwrap_or(u64::MAX);
         self.log_connections
@@ -47,6 +50,13 @@ impl Shared {
             Ordering::Relaxed,
         );
         self.shutdown_grace_ms.store(grace, Ordering::Relaxed);
+        self.expiry_warning_s
+            .store(c.certificate_expiry_warning.as_secs(), Ordering::Relaxed);
+    }
+
+    /// How long before a certificate's end the twice-daily check warns of it.
+    pub(crate) fn expiry_warning(&self) -> Duration {
+        Duration::from_secs(self.expiry_warning_s.load(Ordering::Relaxed))
     }
 
     pub(crate) fn shutdown_grace(&self) -> Duration {

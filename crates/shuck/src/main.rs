@@ -284,12 +284,13 @@ impl Successor {
                     "upgrade: the new process is listening; this one stops accepting and drains"
                 );
                 notify::handed_over();
-                self.metrics.hand_over();
                 if let Some(path) = &self.pid_file {
                     if let Err(e) = PidFile::write(path, pid) {
                         tracing::warn!(error = %e, "upgrade: the pid file still names this process");
                     }
                 }
+                // After the pid file: whoever sees the old endpoint go finds the new process named.
+                self.metrics.hand_over();
                 true
             }
             Err(e) => {
@@ -416,7 +417,7 @@ async fn reload_off_runtime(args: &ServeArgs, reloader: Option<Reloader>) -> Opt
         }));
         notify::reloaded();
         if outcome.is_err() {
-            tracing::error!("reload failed unexpectedly; still serving the previous certificates");
+            tracing::error!("reload failed unexpectedly; still serving the previous configuration");
         }
         r
     });

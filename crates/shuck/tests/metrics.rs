@@ -312,7 +312,8 @@ fn log_connections_writes_an_access_log_in_fields_or_haproxy_style() {
 }
 
 /// The access log is switched on and its format changed by a reload, without a restart: no line
-/// before, HAProxy-style lines after; `shutdown_grace` is applied too (nothing asks for a restart).
+/// before, HAProxy-style lines after; `shutdown_grace` and `certificate_expiry_warning` are
+/// applied too (nothing asks for a restart).
 #[test]
 fn a_reload_switches_the_access_log_on() {
     let pki = Pki::new();
@@ -325,7 +326,8 @@ fn a_reload_switches_the_access_log_on() {
             toml_path(&cert)
         )
     };
-    let shuck = Shuck::start(&config("log_connections = false"));
+    let metrics = "metrics_listen = \"127.0.0.1:0\"";
+    let shuck = Shuck::start(&config(&format!("log_connections = false\n{metrics}")));
     let request = |path: &str| {
         let out = curl_at(&pki, shuck.addr(), "access.test", path, &[]);
         assert!(
@@ -335,11 +337,14 @@ fn a_reload_switches_the_access_log_on() {
         );
     };
     request("/before");
+    // Ended in shuck too (its line is decided then), before the reload.
+    let text = wait_metric(shuck.addrs[1], "shuck_connections_active", &[], 0);
+    assert_eq!(sum(&text, "shuck_connections_active", &[]), 0, "{text}");
     std::fs::write(
         shuck.config_path(),
-        config(
-            "log_connections = true\nconnection_log_format = \"haproxy\"\nshutdown_grace = \"3s\"",
-        ),
+        config(&format!(
+            "log_connections = true\nconnection_log_format = \"haproxy\"\nshutdown_grace = \"3s\"\ncertificate_expiry_warning = \"20days\"\n{metrics}"
+        )),
     )
     .unwrap();
     shuck.signal("HUP");

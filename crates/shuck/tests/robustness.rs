@@ -371,17 +371,19 @@ fn idle_connections_are_closed() {
 fn a_low_open_files_limit_caps_connections_instead_of_failing_them() {
     let pki = Pki::new();
     let b = HttpBackend::start();
+    // Silent clients fill the slots below: the kernel hands them over at once only without
+    // defer_accept.
     let cfg = config(
         &pki,
-        &[("", format!("\"{}\"", b.addr))],
+        &[("defer_accept = \"0s\"", format!("\"{}\"", b.addr))],
         "workers = 1\nmetrics_listen = \"127.0.0.1:0\"",
     );
     let mut shuck = Shuck::start_limited(&cfg, &[], Some(100));
     let log = shuck.wait_log("starting");
     assert!(log.contains("fd_limit=100"), "{log}");
-    // (100 - 68 reserved for one worker on one address) / 2 descriptors a connection.
+    // (100 - 69 reserved for one worker on one address) / 2 descriptors a connection.
     assert!(
-        log.contains("using 16") && log.contains("max_connections=16"),
+        log.contains("using 15") && log.contains("max_connections=15"),
         "{log}"
     );
     // More silent clients than that: each accepted one holds its descriptor while its handshake
@@ -392,12 +394,12 @@ fn a_low_open_files_limit_caps_connections_instead_of_failing_them() {
     }
     let metrics = shuck.addrs[1];
     let active = |text: &str| sum(text, "shuck_connections_active", &[]);
-    let text = wait_metric(metrics, "shuck_connections_active", &[], 16);
-    assert_eq!(active(&text), 16, "{text}");
+    let text = wait_metric(metrics, "shuck_connections_active", &[], 15);
+    assert_eq!(active(&text), 15, "{text}");
     // And no more, a moment later: the rest stay in the backlog.
     std::thread::sleep(Duration::from_millis(300));
     let text = common::clients::scrape(metrics);
-    assert_eq!(active(&text), 16, "{text}");
+    assert_eq!(active(&text), 15, "{text}");
     drop(held);
     // Once they are gone, service resumes; nothing was blamed on the backend.
     assert_good_request(&pki, shuck.addrs[0]);
@@ -455,4 +457,45 @@ async fn backend_reset_during_upload_is_blamed_on_the_backend() {
         !log.contains("client side:"),
         "a backend reset is not a client error: {log}"
     );
+}
+
+/// `defer_accept`: a client that connects and says nothing is not handed to shuck (no accept, no
+/// descriptor, no task) until it speaks, while one that speaks is served at once; with `"0s"`
+/// the silent one is accepted at once, as before the option.
+#[test]
+fn a_silent_connection_is_accepted_only_once_it_speaks() {
+    let pki = Pki::new();
+    let backend = HttpBackend::start();
+    let accepted = "shuck_connections_accepted_total";
+    for (defer, accepted_while_silent) in [("30s", 1), ("0s", 2)] {
+        let shuck = Shuck::start(&config(
+            &pki,
+            &[(
+                &format!("defer_accept = \"{defer}\""),
+                format!("\"{}\"", backend.addr),
+            )],
+            "workers = 1\nmetrics_listen = \"127.0.0.1:0\"",
+        ));
+        let (addr, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+        let mut silent = TcpStream::connect(addr).expect("connect");
+        assert_good_request(&pki, addr);
+        let text = wait_metric(metrics, accepted, &[], accepted_while_silent);
+        assert_eq!(
+            sum(&text, accepted, &[]),
+            accepted_while_silent,
+            "{defer}: {text}"
+        );
+        // A while later, still the same (the kernel holds the silent one).
+        std::thread::sleep(Duration::from_millis(500));
+        let text = common::clients::scrape(metrics);
+        assert_eq!(
+            sum(&text, accepted, &[]),
+            accepted_while_silent,
+            "{defer}: {text}"
+        );
+        // The first bytes of a TLS record: now it reaches shuck.
+        silent.write_all(&[0x16, 0x03, 0x01]).expect("write");
+        let text = wait_metric(metrics, accepted, &[], 2);
+        assert_eq!(sum(&text, accepted, &[]), 2, "{defer}: {text}");
+    }
 }

@@ -1,12 +1,19 @@
-//! Where a frontend accepts connections: `listen` and the kernel queue behind it (`backlog`).
+//! Where a frontend accepts connections: `listen`, the kernel queue behind it (`backlog`) and
+//! how long the kernel keeps a silent connection from it (`defer_accept`).
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
-use super::{defaults, key_err, Frontend, KeyError, OneOrMany, RawFrontend};
+use super::{defaults, duration_or, key_err, Frontend, KeyError, OneOrMany, RawFrontend};
+
+/// The longest `defer_accept`: the kernel counts it in SYN-ACK retransmissions, and a client
+/// that connects and says nothing for longer is better served by `handshake_timeout`.
+const MAX_DEFER_ACCEPT: Duration = Duration::from_secs(60);
 
 pub(super) struct Listen {
     pub addrs: Vec<SocketAddr>,
     pub backlog: u32,
+    pub defer_accept: Duration,
 }
 
 impl RawFrontend {
@@ -35,7 +42,25 @@ impl RawFrontend {
         if backlog == 0 || backlog > 65535 {
             return Err(key_err("backlog", format!("{backlog} is not in 1..=65535")));
         }
-        Ok(Listen { addrs, backlog })
+        let defer_accept = duration_or(
+            "defer_accept",
+            self.defer_accept.as_deref(),
+            defaults::DEFER_ACCEPT,
+        )?;
+        if defer_accept > MAX_DEFER_ACCEPT {
+            return Err(key_err(
+                "defer_accept",
+                format!(
+                    "at most {}s (\"0s\" turns it off)",
+                    MAX_DEFER_ACCEPT.as_secs()
+                ),
+            ));
+        }
+        Ok(Listen {
+            addrs,
+            backlog,
+            defer_accept,
+        })
     }
 }
 

@@ -118,6 +118,7 @@ pub struct RawFrontend {
     pub connect_timeout: Option<String>,
     pub backend_cooldown: Option<String>,
     pub backlog: Option<u32>,
+    pub defer_accept: Option<String>,
     pub proxy_protocol: Option<ProxyProtocol>,
     pub proxy_protocol_tlvs: Option<Vec<String>>,
     pub proxy_client_cert_tlv: Option<u8>,
@@ -148,6 +149,7 @@ pub mod defaults {
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
     pub const BACKEND_COOLDOWN: Duration = Duration::from_secs(2);
     pub const BACKLOG: u32 = 1024;
+    pub const DEFER_ACCEPT: Duration = Duration::from_secs(1);
     pub const SESSION_CACHE_SIZE: usize = 4096;
     pub const CERTIFICATE_EXPIRY_WARNING: Duration = Duration::from_secs(30 * 86_400);
     pub const SESSION_TICKET_LIFETIME: Duration = Duration::from_secs(6 * 3600);
@@ -208,6 +210,9 @@ pub struct Frontend {
     pub connect_timeout: Duration,
     pub backend_cooldown: Duration,
     pub backlog: u32,
+    /// TCP_DEFER_ACCEPT: how long the kernel holds a connection whose client has sent nothing
+    /// before handing it to `accept()` anyway (zero: off).
+    pub defer_accept: Duration,
     /// The PROXY header sent to the backend, if any.
     pub proxy_protocol: Option<Version>,
     /// TLVs of v2 headers to the backend (none for v1).
@@ -345,6 +350,7 @@ impl RawFrontend {
             connect_timeout: timeouts.connect,
             backend_cooldown: backend.cooldown,
             backlog: listen.backlog,
+            defer_accept: listen.defer_accept,
             proxy_protocol: send.version,
             proxy_tlvs: send.tlvs,
             accept_proxy,
