@@ -35,8 +35,9 @@ struct Trace<'a> {
     /// The socket's peer until a PROXY header names the real client.
     client: SocketAddr,
     balancer: Option<SocketAddr>,
-    /// Kept only when connection logs are on (it owns strings).
-    summary: Option<Summary>,
+    /// Kept only when connection logs are on (it owns strings); boxed, so a connection without
+    /// one does not carry its 104 bytes in its task.
+    summary: Option<Box<Summary>>,
     backend: Option<&'a str>,
     unique_id: UniqueId,
     moved: Moved,
@@ -181,7 +182,7 @@ async fn after_handshake<'a>(
     let served = serve_negotiated(worker, fe, &mut hs, &mut arrival, trace).await;
     if worker.log_connections() {
         // Built at the end, so an idle connection holds no strings for its log line.
-        trace.summary = Some(Summary::of(&hs));
+        trace.summary = Some(Box::new(Summary::of(&hs)));
     }
     served
 }
