@@ -1,6 +1,7 @@
 //! shuck-bench: the benchmark method of the seed articles (K connections per TLS session, an
 //! offered-rate ramp, the latency-bounded maximum) as a library behind `shuck bench` and
 //! `shuck speed`.
+#![forbid(unsafe_code)]
 
 pub mod error;
 pub mod report;

@@ -217,8 +217,9 @@ impl Bindings {
         self.metrics = None;
     }
 
-    /// Sets each address's `defer_accept` from its frontend in `frontends` (a reload: the option
-    /// applies to a listening socket at any time, so kept addresses take a new value too).
+    /// Sets each address's `defer_accept` from its frontend in `frontends`, after a commit (the
+    /// option applies to a listening socket at any time: kept, moved and handed-over addresses
+    /// take the new value too).
     pub(crate) fn apply_defer_accept(&self, frontends: &[&Frontend]) {
         for b in &self.live {
             let Some(fe) = frontends.iter().find(|f| f.name == b.frontend) else {
@@ -272,12 +273,22 @@ impl Bindings {
         want: SocketAddr,
         mut sockets: Vec<TcpListener>,
     ) -> Result<Bound> {
+        // defer_accept on fresh sockets only: those handed over (an upgrade) or moving from
+        // another frontend are shared with what still runs, and this may yet fail; they take
+        // the new value in `apply_defer_accept`, after the commit.
         let bind = |addr| {
-            listener::bind(addr, fe.backlog).map_err(|source| Error::Bind {
-                addr,
-                frontend: fe.name.clone(),
-                source,
-            })
+            listener::bind(addr, fe.backlog)
+                .and_then(|s| {
+                    if !fe.defer_accept.is_zero() {
+                        listener::set_defer_accept(&s, fe.defer_accept)?;
+                    }
+                    Ok(s)
+                })
+                .map_err(|source| Error::Bind {
+                    addr,
+                    frontend: fe.name.clone(),
+                    source,
+                })
         };
         if sockets.is_empty() {
             if want.port() != 0
@@ -295,14 +306,6 @@ impl Bindings {
         })?;
         while sockets.len() < self.workers.len() {
             sockets.push(bind(addr)?);
-        }
-        // Also on sockets handed over by an old process: the new configuration's value.
-        for socket in &sockets {
-            listener::set_defer_accept(socket, fe.defer_accept).map_err(|source| Error::Bind {
-                addr,
-                frontend: fe.name.clone(),
-                source,
-            })?;
         }
         self.next_key += 1;
         Ok(Bound {

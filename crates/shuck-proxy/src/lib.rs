@@ -34,6 +34,7 @@ pub mod running;
 mod sealing;
 pub mod server;
 mod session_store;
+mod sockopt;
 mod staple_refresh;
 mod state_files;
 mod tls;

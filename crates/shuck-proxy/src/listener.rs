@@ -5,19 +5,9 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use nix::sys::socket::setsockopt;
-use nix::{getsockopt_impl, setsockopt_impl, sockopt_impl};
 use socket2::{Domain, Protocol, Socket, Type};
 
-// TCP_DEFER_ACCEPT through nix's own wrapper for socket options (see Cargo.toml).
-sockopt_impl!(
-    /// Seconds the kernel waits for a connection's first data before `accept()` returns it.
-    TcpDeferAccept,
-    Both,
-    libc::IPPROTO_TCP,
-    libc::TCP_DEFER_ACCEPT,
-    u32
-);
+use crate::sockopt;
 
 /// Makes `accept()` return a connection only once its client has sent something (its
 /// ClientHello, or a load balancer's PROXY header), or after `wait` with nothing: a client that
@@ -26,8 +16,9 @@ sockopt_impl!(
 /// readable. Zero turns it off. The kernel rounds up to whole SYN-ACK retransmissions.
 pub fn set_defer_accept(socket: &std::net::TcpListener, wait: Duration) -> io::Result<()> {
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-    let secs = u32::try_from(secs).unwrap_or(u32::MAX);
-    setsockopt(socket, TcpDeferAccept, &secs).map_err(io::Error::from)
+    // The kernel reads an int: a larger value would wrap to "off" (config caps it at 60 s).
+    let secs = libc::c_int::try_from(secs).unwrap_or(libc::c_int::MAX);
+    sockopt::set_tcp_defer_accept(socket, secs)
 }
 
 pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
@@ -90,13 +81,13 @@ mod tests {
     /// retransmission steps), and zero turns it off.
     #[test]
     fn defer_accept_is_set_in_seconds_and_zero_clears_it() {
-        use nix::sys::socket::getsockopt;
+        use crate::sockopt::tcp_defer_accept;
         use std::time::Duration;
         let listener = super::bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
-        assert_eq!(getsockopt(&listener, super::TcpDeferAccept).unwrap(), 0);
+        assert_eq!(tcp_defer_accept(&listener).unwrap(), 0);
         super::set_defer_accept(&listener, Duration::from_millis(300)).unwrap();
-        assert!(getsockopt(&listener, super::TcpDeferAccept).unwrap() >= 1);
+        assert!(tcp_defer_accept(&listener).unwrap() >= 1);
         super::set_defer_accept(&listener, Duration::ZERO).unwrap();
-        assert_eq!(getsockopt(&listener, super::TcpDeferAccept).unwrap(), 0);
+        assert_eq!(tcp_defer_accept(&listener).unwrap(), 0);
     }
 }

@@ -98,6 +98,14 @@ impl Server {
         for w in metrics.expiry_warnings(now, config.certificate_expiry_warning) {
             tracing::warn!("{w}");
         }
+        // Before any socket is touched: an upgrade's sockets are shared with the old process.
+        let addresses = config.frontends.iter().map(|fe| fe.listen.len()).sum();
+        let reserved = limits::reserved_fds(config.workers, addresses);
+        let limit = limits::ConnectionLimit::new(limits::effective_max_connections(
+            config.max_connections,
+            fd_limit,
+            reserved,
+        )?);
         let (mut bindings, control) = Bindings::new(config.workers);
         let listed: Vec<&Frontend> = config.frontends.iter().collect();
         let prepared = bindings.prepare(&listed, inherited)?;
@@ -118,12 +126,7 @@ impl Server {
                 .find(|l| l.cfg.name == name)
                 .map(|l| l.slots.clone())
         });
-        let reserved = limits::reserved_fds(config.workers, bindings.addresses().len());
-        let limit = limits::ConnectionLimit::new(limits::effective_max_connections(
-            config.max_connections,
-            fd_limit,
-            reserved,
-        )?);
+        bindings.apply_defer_accept(&listed);
         let shared = worker::Shared::new(&config);
         Ok(Server {
             config,

@@ -1,4 +1,5 @@
 //! The `shuck` binary: parses the command line and hands over to the engine.
+#![forbid(unsafe_code)]
 
 mod cli;
 mod logging;
