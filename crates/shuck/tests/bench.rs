@@ -438,23 +438,52 @@ impl Drop for Successor {
     }
 }
 
+/// A shuck serving r.test (1 KiB answers) with a pid file, for `kill -USR2`.
+struct Upgradable {
+    pki: Pki,
+    _backend: BenchBackend,
+    dir: tempfile::TempDir,
+    pid_file: std::path::PathBuf,
+    shuck: Shuck,
+}
+
+impl Upgradable {
+    /// Started with the global keys `global` before its one frontend.
+    fn start(global: &str) -> Upgradable {
+        let pki = Pki::new();
+        let cert = pki.leaf("u.pem", "u", &["r.test"], Key::EcdsaP256);
+        let backend = BenchBackend::start(1024);
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("shuck.pid");
+        let config = format!(
+            "{global}\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = \"{}\"\n",
+            backend.addr,
+            cert.display()
+        );
+        let shuck = Shuck::start_args(&config, &["--pid-file", pid_file.to_str().unwrap()]);
+        Upgradable {
+            pki,
+            _backend: backend,
+            dir,
+            pid_file,
+            shuck,
+        }
+    }
+}
+
 /// `kill -USR2` under a steady closed-loop load: the same binary is started with the listening
 /// sockets, says it is ready, and only then does the old process stop accepting and drain. Not
 /// one connection fails or is refused; the old process exits once drained; the new one has
 /// rewritten the pid file and serves on.
 #[test]
 fn an_upgrade_under_load_fails_no_connection_and_the_old_process_drains() {
-    let pki = Pki::new();
-    let cert = pki.leaf("u.pem", "u", &["r.test"], Key::EcdsaP256);
-    let backend = BenchBackend::start(1024);
-    let dir = tempfile::tempdir().unwrap();
-    let pid_file = dir.path().join("shuck.pid");
-    let config = format!(
-        "workers = 2\nshutdown_grace = \"5s\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = \"{}\"\n",
-        backend.addr,
-        cert.display()
-    );
-    let mut shuck = Shuck::start_args(&config, &["--pid-file", pid_file.to_str().unwrap()]);
+    let Upgradable {
+        pki,
+        _backend,
+        dir: _dir,
+        pid_file,
+        mut shuck,
+    } = Upgradable::start("workers = 2\nshutdown_grace = \"5s\"");
     let old = shuck.pid();
     let target = shuck.addr().to_string();
     let load = load_in_background(&target, &pki.ca_path(), 6);
@@ -505,17 +534,15 @@ fn an_upgrade_under_load_fails_no_connection_and_the_old_process_drains() {
 #[test]
 fn after_an_upgrade_only_the_new_process_answers_scrapes() {
     use common::clients::{scrape, sum, wait_metric};
-    let pki = Pki::new();
-    let cert = pki.leaf("u.pem", "u", &["r.test"], Key::EcdsaP256);
-    let backend = BenchBackend::start(1024);
-    let dir = tempfile::tempdir().unwrap();
-    let pid_file = dir.path().join("shuck.pid");
-    let config = format!(
-        "workers = 1\nshutdown_grace = \"30s\"\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = \"{}\"\n",
-        backend.addr,
-        cert.display()
+    let Upgradable {
+        pki,
+        _backend,
+        dir,
+        pid_file,
+        mut shuck,
+    } = Upgradable::start(
+        "workers = 1\nshutdown_grace = \"30s\"\nmetrics_listen = \"127.0.0.1:0\"",
     );
-    let mut shuck = Shuck::start_args(&config, &["--pid-file", pid_file.to_str().unwrap()]);
     let (old, metrics) = (shuck.pid(), shuck.addrs[1]);
     let open = OpenConnection::open(shuck.addr(), &pki.ca_path(), dir.path());
     let active = "shuck_connections_active";
