@@ -163,8 +163,8 @@ enum Next {
 /// A handle to apply a new configuration while running (SIGHUP) or load one frontend's
 /// certificates again (a renewal).
 pub struct Reloader {
-    /// The configuration shuck started with (with `max_connections` as reloaded): what the
-    /// global keys compare to.
+    /// The configuration shuck started with, with the global keys a reload applies as last
+    /// applied: what the global keys compare to.
     started: Config,
     frontends: Vec<Live>,
     workers: usize,
@@ -172,9 +172,8 @@ pub struct Reloader {
     metrics: Arc<Metrics>,
     /// `max_connections` as it applies now, and the open-files limit that caps it.
     limit: (Arc<ConnectionLimit>, u64),
-    /// The access log's settings and `shutdown_grace`, read by the workers.
+    /// The access log's settings, `shutdown_grace` and the expiry lead time.
     shared: Arc<Shared>,
-    expiry_warning: Duration,
     /// Rewritten when the listening addresses change (`--ready-file`), with the metrics address.
     ready_file: Option<(PathBuf, Option<SocketAddr>)>,
 }
@@ -192,7 +191,6 @@ impl Reloader {
             limit,
             shared,
             workers: started.workers,
-            expiry_warning: started.certificate_expiry_warning,
             started,
             frontends,
             bindings,
@@ -245,42 +243,45 @@ impl Reloader {
             self.bindings()
                 .prepare(&listed, &mut Inherited::default())?
         };
-        self.expiry_warning = new.certificate_expiry_warning;
+        // Before `apply`: reloaded certificates are warned about with the new lead time.
+        self.started.certificate_expiry_warning = new.certificate_expiry_warning;
         self.apply(next);
         let listed: Vec<&Frontend> = self.frontends.iter().map(|l| &l.cfg).collect();
         let frontends = &self.frontends;
-        self.bindings
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .commit(prepared, &listed, |name| {
-                frontends
-                    .iter()
-                    .find(|l| l.cfg.name == name)
-                    .map(|l| l.slots.clone())
-            });
-        {
-            let listed: Vec<&Frontend> = self.frontends.iter().map(|l| &l.cfg).collect();
-            self.bindings().apply_defer_accept(&listed);
-        }
+        let mut bindings = self.bindings.lock().unwrap_or_else(PoisonError::into_inner);
+        bindings.commit(prepared, &listed, |name| {
+            frontends
+                .iter()
+                .find(|l| l.cfg.name == name)
+                .map(|l| l.slots.clone())
+        });
+        bindings.apply_defer_accept(&listed);
+        drop(bindings);
         if self.addresses() != before {
             self.rewrite_ready_file();
         }
-        let was = self.limit.0.set_max(max_connections);
-        if was != max_connections {
-            tracing::info!(was, now = max_connections, "max_connections changed");
-        }
-        // What `shuck check` and the next reload compare with.
-        self.started.max_connections = new.max_connections;
-        self.shared.apply(new);
-        self.started.log_connections = new.log_connections;
-        self.started.connection_log_format = new.connection_log_format;
-        self.started.shutdown_grace = new.shutdown_grace;
-        self.started.certificate_expiry_warning = new.certificate_expiry_warning;
+        self.apply_globals(new, max_connections);
         let mut now = self.started.clone();
         now.log_level.clone_from(&new.log_level);
         now.frontends = self.frontends.iter().map(|l| l.cfg.clone()).collect();
         running::record(&now);
         Ok(notes)
+    }
+
+    /// The global keys a reload applies: `max_connections` (`limit`, as the descriptors serve
+    /// it) and those the workers read from `Shared`; `started` then says what runs, for `shuck
+    /// check` and the next reload.
+    fn apply_globals(&mut self, new: &Config, max_connections: usize) {
+        let was = self.limit.0.set_max(max_connections);
+        if was != max_connections {
+            tracing::info!(was, now = max_connections, "max_connections changed");
+        }
+        self.shared.apply(new);
+        let s = &mut self.started;
+        s.max_connections = new.max_connections;
+        s.log_connections = new.log_connections;
+        s.connection_log_format = new.connection_log_format;
+        s.shutdown_grace = new.shutdown_grace;
     }
 
     /// `configured` as the descriptors serve it with the addresses listened on after the reload
@@ -364,7 +365,12 @@ impl Reloader {
             let live = match n {
                 Next::Keep(i) => old[i].take(),
                 Next::Reload(i, fe, ctx) => old[i].take().map(|mut l| {
-                    l.install(&fe, &ctx, &self.metrics, self.expiry_warning);
+                    l.install(
+                        &fe,
+                        &ctx,
+                        &self.metrics,
+                        self.started.certificate_expiry_warning,
+                    );
                     l
                 }),
                 Next::Add(fe, ctx) => {
@@ -417,7 +423,12 @@ impl Reloader {
         if trust_changed {
             tracing::warn!(frontend = %fe.name, "client certificate trust changed on disk; sessions and tickets issued before were invalidated");
         }
-        live.install(&fe, &ctx, &self.metrics, self.expiry_warning);
+        live.install(
+            &fe,
+            &ctx,
+            &self.metrics,
+            self.started.certificate_expiry_warning,
+        );
         Ok(())
     }
 }

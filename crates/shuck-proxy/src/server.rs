@@ -36,7 +36,8 @@ pub struct Server {
     fd_limit: u64,
     /// `max_connections` as the descriptors can serve it; a reload changes it in place.
     limit: Arc<limits::ConnectionLimit>,
-    /// The access log's settings and `shutdown_grace`; a reload changes them in place.
+    /// The access log's settings, `shutdown_grace` and the expiry lead time; a reload changes
+    /// them in place.
     shared: Arc<worker::Shared>,
     /// Where the ACME renewal tasks say a frontend's certificate changed.
     renewed: (UnboundedSender<String>, Option<UnboundedReceiver<String>>),
