@@ -12,17 +12,23 @@ pub const BUF_SIZE: usize = 16 * 1024;
 /// send buffers are of this size, so any single record fits and 16 KiB of plaintext encrypts
 /// into one.
 pub const RECORD_BUF_SIZE: usize = 16 * 1024 + 2 * 1024 + 64;
+/// Four record buffers' worth: what a bulk transfer's records gather in before one send (and
+/// the size a record buffer doubles to twice when a long handshake message grows it).
+pub const BATCH_BUF_SIZE: usize = 4 * RECORD_BUF_SIZE;
 /// Buffers kept for reuse per worker, in each of the two pools; more are freed so a burst does
 /// not pin memory forever (the allocator's own caches serve the rest). 64 covers the connections
 /// a worker moves bytes for at once at saturation in the shootout (32 clients, two buffers each
 /// at most) and keeps at most 2.1 MiB per worker idle (64 of 16 KiB and 64 of 18.1 KiB); 512
 /// kept up to 17 MiB.
 const POOL_MAX_IDLE: usize = 64;
+/// Batch buffers kept per worker: only bulk transfers in progress hold them (1.2 MiB at most idle).
+const BATCH_POOL_MAX_IDLE: usize = 16;
 
 thread_local! {
     // Workers are single-threaded runtimes, so a thread-local pool is a per-worker pool: no locks.
     static POOL: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
     static RECORD_POOL: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+    static BATCH_POOL: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A buffer borrowed from the worker's pool; returned on drop.
@@ -47,15 +53,20 @@ impl PooledBuf {
     }
 
     /// A buffer for TLS records of at least `n` bytes: from the record pool when `n` fits in
-    /// [`RECORD_BUF_SIZE`], else allocated for this use only (a handshake message spanning
-    /// several records, up to rustls' 64 KiB limit).
+    /// [`RECORD_BUF_SIZE`], from the batch pool when it fits in [`BATCH_BUF_SIZE`], else
+    /// allocated for this use only (a handshake message spanning several records, up to rustls'
+    /// 64 KiB limit, with its records around it).
     pub fn record(n: usize) -> PooledBuf {
-        if n > RECORD_BUF_SIZE {
+        let (pool, size) = if n <= RECORD_BUF_SIZE {
+            (&RECORD_POOL, RECORD_BUF_SIZE)
+        } else if n <= BATCH_BUF_SIZE {
+            (&BATCH_POOL, BATCH_BUF_SIZE)
+        } else {
             return PooledBuf(Some(vec![0u8; n].into_boxed_slice()));
-        }
-        let b = RECORD_POOL
+        };
+        let b = pool
             .with(|p| p.borrow_mut().pop())
-            .unwrap_or_else(|| vec![0u8; RECORD_BUF_SIZE].into_boxed_slice());
+            .unwrap_or_else(|| vec![0u8; size].into_boxed_slice());
         PooledBuf(Some(b))
     }
 
@@ -80,14 +91,15 @@ impl PooledBuf {
 impl Drop for PooledBuf {
     fn drop(&mut self) {
         let Some(b) = self.0.take() else { return };
-        let pool = match b.len() {
-            BUF_SIZE => &POOL,
-            RECORD_BUF_SIZE => &RECORD_POOL,
+        let (pool, max_idle) = match b.len() {
+            BUF_SIZE => (&POOL, POOL_MAX_IDLE),
+            RECORD_BUF_SIZE => (&RECORD_POOL, POOL_MAX_IDLE),
+            BATCH_BUF_SIZE => (&BATCH_POOL, BATCH_POOL_MAX_IDLE),
             _ => return,
         };
         pool.with(|p| {
             let mut p = p.borrow_mut();
-            if p.len() < POOL_MAX_IDLE {
+            if p.len() < max_idle {
                 p.push(b);
             }
         });

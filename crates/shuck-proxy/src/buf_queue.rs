@@ -57,6 +57,15 @@ impl BufQueue {
         self.end = 0;
     }
 
+    /// An empty queue takes a buffer of at least `n` bytes now (from the pools when it fits in
+    /// one), so what is pushed next does not grow it by copies.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        if self.buf.is_none() && n <= QUEUE_MAX {
+            self.buf = Some(PooledBuf::record(n));
+            (self.start, self.end) = (0, 0);
+        }
+    }
+
     /// Free space behind the bytes, at least `n` of it: the bytes move to the front of the
     /// buffer, or to a larger one, when they must. `None` past [`QUEUE_MAX`].
     pub(crate) fn room(&mut self, n: usize) -> Option<&mut [u8]> {

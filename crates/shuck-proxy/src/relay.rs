@@ -40,6 +40,9 @@ enum PumpError {
 }
 
 /// One direction of the relay.
+// Reason: four independent facts about one direction, each set and read in one place; a state
+// enum of their combinations would be harder to follow.
+#[allow(clippy::struct_excessive_bools)]
 struct Pump {
     state: State,
     buf: Option<PooledBuf>,
@@ -55,6 +58,10 @@ struct Pump {
     /// ended too, its FIN comes with the close, and a shutdown first is a system call for
     /// nothing. (Not for the TLS client, which must get close_notify.)
     close_is_shutdown: bool,
+    /// Written without a flush: the read filled the buffer, so more is likely waiting and the
+    /// writer may send it together (the TLS stream gathers full records). Flushed before this
+    /// direction waits for its reader, and before it shuts down.
+    unflushed: bool,
 }
 
 impl Pump {
@@ -68,6 +75,7 @@ impl Pump {
             lenient_eof,
             eof_after_write: false,
             close_is_shutdown: false,
+            unflushed: false,
         }
     }
 
@@ -165,19 +173,24 @@ impl Pump {
                     let mut buf = PooledBuf::take();
                     let mut rb = ReadBuf::new(buf.bytes_mut());
                     match Pin::new(&mut *reader).poll_read(cx, &mut rb) {
+                        // Nothing more for now: what was written goes out before the wait.
+                        Poll::Pending if self.unflushed => self.state = State::Flushing,
                         // `buf` goes back to the pool here: nothing held while idle.
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(Err(e))
                             if self.lenient_eof && e.kind() == io::ErrorKind::UnexpectedEof =>
                         {
-                            self.state = State::ShuttingDown;
+                            self.eof_after_write = true;
+                            self.state = State::Flushing;
                         }
                         Poll::Ready(Err(e)) => return Poll::Ready(Err(PumpError::Read(e))),
                         Poll::Ready(Ok(())) => {
                             let n = rb.filled().len();
                             if n == 0 {
-                                self.state = State::ShuttingDown;
+                                self.eof_after_write = true;
+                                self.state = State::Flushing;
                             } else {
+                                self.unflushed = n == rb.capacity();
                                 self.buf = Some(buf);
                                 self.start = 0;
                                 self.end = n;
@@ -206,13 +219,18 @@ impl Pump {
                         *moved = true;
                     }
                     self.buf = None;
-                    self.state = State::Flushing;
+                    self.state = if self.unflushed {
+                        State::Reading
+                    } else {
+                        State::Flushing
+                    };
                 }
                 State::Flushing => {
                     match Pin::new(&mut *writer).poll_flush(cx) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(r) => r.map_err(PumpError::Write)?,
                     }
+                    self.unflushed = false;
                     self.state = if self.eof_after_write {
                         State::ShuttingDown
                     } else {

@@ -6,9 +6,11 @@
 //!
 //! Reads wait for the socket to be readable before borrowing a buffer; a partial record left
 //! waiting moves to a small allocation of its own. What is queued for the client is sent before
-//! a read waits. Writes encrypt into the
-//! send queue and go out at once as far as the socket takes them; a write that finds bytes still
-//! queued waits for them first (back-pressure).
+//! a read waits. Writes encrypt into the send queue and go out at once as far as the socket takes
+//! them; a write that finds bytes still queued waits for them first (back-pressure). Full records
+//! (bulk) are the exception: up to four gather in one pooled buffer and leave in one send, when
+//! the fourth is in or when the writer flushes (the relay does once its backend has no more for
+//! now).
 
 use std::future::poll_fn;
 use std::io;
@@ -22,10 +24,13 @@ use rustls::{CommonState, ProtocolVersion, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use crate::buf_pool::{BATCH_BUF_SIZE, RECORD_BUF_SIZE};
 use crate::buf_queue::BufQueue;
 
 /// The most plaintext one write encrypts: one full record.
 const MAX_PLAINTEXT_PER_WRITE: usize = 16 * 1024;
+/// Gathered full records are sent once this much is queued: another record might not fit.
+const GATHER_SEND_AT: usize = BATCH_BUF_SIZE - RECORD_BUF_SIZE;
 
 /// How the peer's side ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +78,8 @@ pub(crate) struct TlsStream {
     close_sent: bool,
     /// rustls failed; the stream is unusable.
     broken: bool,
+    /// Full records are queued to leave together: the writer flushes them, a read does not.
+    gathering: bool,
 }
 
 impl TlsStream {
@@ -94,6 +101,7 @@ impl TlsStream {
             read_end: None,
             close_sent: false,
             broken: false,
+            gathering: false,
         })
     }
 
@@ -285,6 +293,7 @@ impl TlsStream {
             }
             self.outgoing.consume(n);
         }
+        self.gathering = false;
         Poll::Ready(Ok(()))
     }
 
@@ -405,7 +414,9 @@ impl AsyncRead for TlsStream {
             // reading) goes out before the wait. A full socket does not hold the reading up, and
             // a send error is the writing side's to report (the client may have closed cleanly
             // with close_notify still to be read).
-            let _ = this.poll_send(cx);
+            if !this.gathering {
+                let _ = this.poll_send(cx);
+            }
             if ready!(this.poll_fill(cx))? == 0 {
                 this.read_end.get_or_insert(ReadEnd::Truncated);
             }
@@ -420,8 +431,11 @@ impl AsyncWrite for TlsStream {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        // What an earlier write left queued goes first: back-pressure.
-        ready!(this.poll_send(cx))?;
+        // What an earlier write left queued goes first (back-pressure), unless full records are
+        // gathering and another fits.
+        if !this.gathering || this.outgoing.len() >= GATHER_SEND_AT {
+            ready!(this.poll_send(cx))?;
+        }
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
@@ -429,6 +443,11 @@ impl AsyncWrite for TlsStream {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         }
         let n = data.len().min(MAX_PLAINTEXT_PER_WRITE);
+        let full = n == MAX_PLAINTEXT_PER_WRITE;
+        if full {
+            // Room for the records to come, from the pool: no growing by copies.
+            this.outgoing.reserve(BATCH_BUF_SIZE);
+        }
         loop {
             match this.step_or_alert(&mut Mode::Write(&data[..n]))? {
                 Step::Again => {}
@@ -438,6 +457,11 @@ impl AsyncWrite for TlsStream {
                     return Poll::Ready(Err(io::Error::other("TLS handshake not complete")));
                 }
             }
+        }
+        if full {
+            // Bulk: more is likely on its way; this waits for it or for the writer's flush.
+            this.gathering = true;
+            return Poll::Ready(Ok(n));
         }
         // Out now as far as the socket takes it; the rest waits in the queue for the next write
         // or flush (the bytes are the stream's from here on).
