@@ -531,3 +531,48 @@ async fn a_gibibyte_each_way_arrives_intact_with_half_close() {
     assert_eq!(down_hash, want_down, "downstream bytes differ");
     shuck.assert_alive();
 }
+
+/// Full records gathered for one send still leave as soon as the backend has nothing more for
+/// now: a backend that sends exactly four full records (64 KiB) and then waits for the client's
+/// word before it goes on gets that word only if the client received all of it meanwhile.
+/// Repeated, so the gathering restarts after each flush; then the rest and the close. (Either
+/// flush suffices, the pump's before it waits for its reader or the relay's after each poll;
+/// without both this fails after 10 s.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gathered_records_leave_when_the_backend_pauses() {
+    const ROUND: usize = 64 * 1024;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let backend = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        for round in 0..3u64 {
+            s.write_all(&payload(round + 1, ROUND))
+                .await
+                .expect("send a round");
+            let mut word = [0u8; 2];
+            s.read_exact(&mut word).await.expect("the client's word");
+            assert_eq!(&word, b"ok", "round {round}");
+        }
+        s.write_all(b"end").await.expect("send the end");
+    });
+    let pki = Pki::new();
+    let shuck = start(&pki, backend);
+    let mut tls = client(&pki, shuck.addr()).await;
+    let mut got = vec![0u8; ROUND];
+    for round in 0..3u64 {
+        tokio::time::timeout(std::time::Duration::from_secs(10), tls.read_exact(&mut got))
+            .await
+            .unwrap_or_else(|_| {
+                panic!("round {round}: the 64 KiB did not arrive while the backend waited")
+            })
+            .expect("read a round");
+        assert!(
+            got == payload(round + 1, ROUND),
+            "round {round}: bytes differ"
+        );
+        tls.write_all(b"ok").await.expect("say ok");
+    }
+    let mut end = Vec::new();
+    tls.read_to_end(&mut end).await.expect("read the end");
+    assert_eq!(end, b"end");
+}
