@@ -12,17 +12,17 @@ pub const BUF_SIZE: usize = 16 * 1024;
 /// send buffers are of this size, so any single record fits and 16 KiB of plaintext encrypts
 /// into one.
 pub const RECORD_BUF_SIZE: usize = 16 * 1024 + 2 * 1024 + 64;
-/// Four record buffers' worth: what a bulk transfer's records gather in before one send (and
-/// the size a record buffer doubles to twice when a long handshake message grows it).
+/// Four record buffers' worth: what a bulk transfer's records gather in before one send.
 pub const BATCH_BUF_SIZE: usize = 4 * RECORD_BUF_SIZE;
-/// Buffers kept for reuse per worker, in each of the two pools; more are freed so a burst does
-/// not pin memory forever (the allocator's own caches serve the rest). 64 covers the connections
-/// a worker moves bytes for at once at saturation in the shootout (32 clients, two buffers each
-/// at most) and keeps at most 2.1 MiB per worker idle (64 of 16 KiB and 64 of 18.1 KiB); 512
-/// kept up to 17 MiB.
+/// Copy and record buffers kept for reuse per worker, in each of those two pools; more are freed
+/// so a burst does not pin memory forever (the allocator's own caches serve the rest). 64 covers
+/// the connections a worker moves bytes for at once at saturation in the shootout (32 clients,
+/// two buffers each at most) and keeps at most 2.1 MiB per worker idle (64 of 16 KiB and 64 of
+/// 18.1 KiB); 512 kept up to 17 MiB.
 const POOL_MAX_IDLE: usize = 64;
-/// Batch buffers kept per worker: only bulk transfers in progress hold them (1.2 MiB at most idle).
-const BATCH_POOL_MAX_IDLE: usize = 16;
+/// Batch buffers kept per worker: one per bulk transfer in progress, 32 of them as for the other
+/// pools (2.3 MiB at most idle).
+const BATCH_POOL_MAX_IDLE: usize = 32;
 
 thread_local! {
     // Workers are single-threaded runtimes, so a thread-local pool is a per-worker pool: no locks.
@@ -53,20 +53,25 @@ impl PooledBuf {
     }
 
     /// A buffer for TLS records of at least `n` bytes: from the record pool when `n` fits in
-    /// [`RECORD_BUF_SIZE`], from the batch pool when it fits in [`BATCH_BUF_SIZE`], else
-    /// allocated for this use only (a handshake message spanning several records, up to rustls'
-    /// 64 KiB limit, with its records around it).
+    /// [`RECORD_BUF_SIZE`], else allocated for this use only (a handshake message spanning
+    /// several records, up to rustls' 64 KiB limit), so a peer's partial message pins no more
+    /// than its size asks.
     pub fn record(n: usize) -> PooledBuf {
-        let (pool, size) = if n <= RECORD_BUF_SIZE {
-            (&RECORD_POOL, RECORD_BUF_SIZE)
-        } else if n <= BATCH_BUF_SIZE {
-            (&BATCH_POOL, BATCH_BUF_SIZE)
-        } else {
+        if n > RECORD_BUF_SIZE {
             return PooledBuf(Some(vec![0u8; n].into_boxed_slice()));
-        };
-        let b = pool
+        }
+        let b = RECORD_POOL
             .with(|p| p.borrow_mut().pop())
-            .unwrap_or_else(|| vec![0u8; size].into_boxed_slice());
+            .unwrap_or_else(|| vec![0u8; RECORD_BUF_SIZE].into_boxed_slice());
+        PooledBuf(Some(b))
+    }
+
+    /// A buffer of [`BATCH_BUF_SIZE`] from the batch pool: room for four records to leave in
+    /// one send (the TLS stream's bulk writes).
+    pub fn batch() -> PooledBuf {
+        let b = BATCH_POOL
+            .with(|p| p.borrow_mut().pop())
+            .unwrap_or_else(|| vec![0u8; BATCH_BUF_SIZE].into_boxed_slice());
         PooledBuf(Some(b))
     }
 

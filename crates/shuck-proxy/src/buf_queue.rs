@@ -57,11 +57,11 @@ impl BufQueue {
         self.end = 0;
     }
 
-    /// An empty queue takes a buffer of at least `n` bytes now (from the pools when it fits in
-    /// one), so what is pushed next does not grow it by copies.
-    pub(crate) fn reserve(&mut self, n: usize) {
-        if self.buf.is_none() && n <= QUEUE_MAX {
-            self.buf = Some(PooledBuf::record(n));
+    /// An empty queue takes a batch buffer (four records) now, so the records pushed next do
+    /// not grow it by copies.
+    pub(crate) fn reserve_batch(&mut self) {
+        if self.buf.is_none() {
+            self.buf = Some(PooledBuf::batch());
             (self.start, self.end) = (0, 0);
         }
     }

@@ -52,7 +52,7 @@ struct Pump {
     /// Treat `UnexpectedEof` from the reader as a clean end: TLS clients that close TCP without
     /// close_notify (common for HTTP/1.0 clients) have still sent everything they meant to.
     lenient_eof: bool,
-    /// The reader ended while the prefix was being written: shut down after it.
+    /// The reader ended: shut down once what it gave is written and flushed.
     eof_after_write: bool,
     /// The writer is plain TCP, closed as soon as the relay ends: once the other direction has
     /// ended too, its FIN comes with the close, and a shutdown first is a system call for
@@ -429,6 +429,77 @@ mod tests {
         fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
             Poll::Ready(Ok(()))
         }
+    }
+
+    /// A reader with `sizes` ready, one per read, then nothing for now (Pending).
+    struct Chunks(Vec<usize>);
+
+    impl AsyncRead for Chunks {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            if self.0.is_empty() {
+                return Poll::Pending;
+            }
+            let n = self.0.remove(0).min(buf.remaining());
+            buf.put_slice(&vec![b'x'; n]);
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// What a writer was asked, in order.
+    #[derive(Debug, PartialEq)]
+    enum Did {
+        Write(usize),
+        Flush,
+    }
+
+    #[derive(Default)]
+    struct Log(Vec<Did>);
+
+    impl AsyncWrite for Log {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.0.push(Did::Write(buf.len()));
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            self.0.push(Did::Flush);
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Reads that fill the buffer are written without a flush in between (so the TLS stream can
+    /// gather them), and flushed once the reader has nothing more for now; a short read is
+    /// flushed at once.
+    #[test]
+    fn full_reads_are_flushed_together_when_the_reader_waits() {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let full = crate::buf_pool::BUF_SIZE;
+        let mut reader = Chunks(vec![full, full, full, 1000, full]);
+        let mut writer = Log::default();
+        let mut pump = Pump::new(false);
+        let mut moved = false;
+        let polled = pump.poll(&mut cx, &mut reader, &mut writer, &mut moved, false);
+        assert!(polled.is_pending());
+        let want = [
+            Did::Write(full),
+            Did::Write(full),
+            Did::Write(full),
+            Did::Write(1000),
+            Did::Flush,
+            Did::Write(full),
+            Did::Flush,
+        ];
+        assert_eq!(writer.0, want);
     }
 
     fn prefix(bytes: &[u8]) -> (PooledBuf, usize) {

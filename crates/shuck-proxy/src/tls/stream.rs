@@ -8,9 +8,10 @@
 //! waiting moves to a small allocation of its own. What is queued for the client is sent before
 //! a read waits. Writes encrypt into the send queue and go out at once as far as the socket takes
 //! them; a write that finds bytes still queued waits for them first (back-pressure). Full records
-//! (bulk) are the exception: up to four gather in one pooled buffer and leave in one send, when
-//! the fourth is in or when the writer flushes (the relay does once its backend has no more for
-//! now).
+//! (bulk) are the exception: up to four gather in one pooled 74 KiB buffer (a shorter write after
+//! them joins it) and leave in one send, when the fourth is in or when the writer flushes (the
+//! relay does after every poll, and its pump before it waits for the backend). A client that
+//! stops reading mid-download can thus hold that buffer, not one record's, until idle_timeout.
 
 use std::future::poll_fn;
 use std::io;
@@ -414,6 +415,8 @@ impl AsyncRead for TlsStream {
             // reading) goes out before the wait. A full socket does not hold the reading up, and
             // a send error is the writing side's to report (the client may have closed cleanly
             // with close_notify still to be read).
+            // Gathered records are the writer's to flush (the relay does after every poll, which
+            // also registers for the socket's writability).
             if !this.gathering {
                 let _ = this.poll_send(cx);
             }
@@ -446,7 +449,7 @@ impl AsyncWrite for TlsStream {
         let full = n == MAX_PLAINTEXT_PER_WRITE;
         if full {
             // Room for the records to come, from the pool: no growing by copies.
-            this.outgoing.reserve(BATCH_BUF_SIZE);
+            this.outgoing.reserve_batch();
         }
         loop {
             match this.step_or_alert(&mut Mode::Write(&data[..n]))? {
