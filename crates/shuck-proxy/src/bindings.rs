@@ -121,8 +121,9 @@ impl Bindings {
         Ok(Prepared { added })
     }
 
-    /// Starts accepting on what `prepared` bound (for the frontend of each, from `slots`), and
-    /// closes every address not listed in `frontends`.
+    /// Starts accepting on what `prepared` bound (for the frontend of each, from `slots`),
+    /// closes every address not listed in `frontends`, and gives every address its frontend's
+    /// `defer_accept` (kept, moved and handed-over ones too: nothing can fail from here).
     pub(crate) fn commit(
         &mut self,
         prepared: Prepared,
@@ -178,6 +179,7 @@ impl Bindings {
                 .map(|i| (i, b.index))
         };
         self.live.sort_by_key(order);
+        self.apply_defer_accept(frontends);
     }
 
     /// Each address listened on, with its frontend, in configuration order.
@@ -217,10 +219,9 @@ impl Bindings {
         self.metrics = None;
     }
 
-    /// Sets each address's `defer_accept` from its frontend in `frontends`, after a commit (the
-    /// option applies to a listening socket at any time: kept, moved and handed-over addresses
-    /// take the new value too).
-    pub(crate) fn apply_defer_accept(&self, frontends: &[&Frontend]) {
+    /// Sets each address's `defer_accept` from its frontend in `frontends` (the option applies
+    /// to a listening socket at any time).
+    fn apply_defer_accept(&self, frontends: &[&Frontend]) {
         for b in &self.live {
             let Some(fe) = frontends.iter().find(|f| f.name == b.frontend) else {
                 continue;

@@ -7,7 +7,7 @@
 use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -128,6 +128,46 @@ impl Pump {
         self.state = State::Done;
     }
 
+    /// One read into a pooled buffer, and the state it leads to: Writing with the bytes,
+    /// Flushing at the end (or, after full reads written unflushed, before waiting), or the wait
+    /// itself, holding no buffer.
+    fn poll_next_read<R: AsyncRead + Unpin>(
+        &mut self,
+        cx: &mut Context<'_>,
+        reader: &mut R,
+        moved: &mut bool,
+    ) -> Poll<Result<(), PumpError>> {
+        let mut buf = PooledBuf::take();
+        let mut rb = ReadBuf::new(buf.bytes_mut());
+        match Pin::new(&mut *reader).poll_read(cx, &mut rb) {
+            // Nothing more for now: what was written goes out before the wait.
+            Poll::Pending if self.unflushed => self.state = State::Flushing,
+            // `buf` goes back to the pool here: nothing held while idle.
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(e)) if self.lenient_eof && e.kind() == io::ErrorKind::UnexpectedEof => {
+                self.eof_after_write = true;
+                self.state = State::Flushing;
+            }
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(PumpError::Read(e))),
+            Poll::Ready(Ok(())) => {
+                let n = rb.filled().len();
+                if n == 0 {
+                    self.eof_after_write = true;
+                    self.state = State::Flushing;
+                } else {
+                    self.unflushed = n == rb.capacity();
+                    self.buf = Some(buf);
+                    self.start = 0;
+                    self.end = n;
+                    self.bytes += n as u64;
+                    self.state = State::Writing;
+                    *moved = true;
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
     fn poll<R, W>(
         &mut self,
         cx: &mut Context<'_>,
@@ -169,38 +209,7 @@ impl Pump {
                     self.state = State::Writing;
                     *moved = true;
                 }
-                State::Reading => {
-                    let mut buf = PooledBuf::take();
-                    let mut rb = ReadBuf::new(buf.bytes_mut());
-                    match Pin::new(&mut *reader).poll_read(cx, &mut rb) {
-                        // Nothing more for now: what was written goes out before the wait.
-                        Poll::Pending if self.unflushed => self.state = State::Flushing,
-                        // `buf` goes back to the pool here: nothing held while idle.
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(Err(e))
-                            if self.lenient_eof && e.kind() == io::ErrorKind::UnexpectedEof =>
-                        {
-                            self.eof_after_write = true;
-                            self.state = State::Flushing;
-                        }
-                        Poll::Ready(Err(e)) => return Poll::Ready(Err(PumpError::Read(e))),
-                        Poll::Ready(Ok(())) => {
-                            let n = rb.filled().len();
-                            if n == 0 {
-                                self.eof_after_write = true;
-                                self.state = State::Flushing;
-                            } else {
-                                self.unflushed = n == rb.capacity();
-                                self.buf = Some(buf);
-                                self.start = 0;
-                                self.end = n;
-                                self.bytes += n as u64;
-                                self.state = State::Writing;
-                                *moved = true;
-                            }
-                        }
-                    }
-                }
+                State::Reading => ready!(self.poll_next_read(cx, reader, moved))?,
                 State::Writing => {
                     let buf = self.buf.as_ref().map_or(&[][..], PooledBuf::bytes);
                     while self.start < self.end {

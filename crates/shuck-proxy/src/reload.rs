@@ -49,6 +49,14 @@ pub(crate) struct Live {
     pub(crate) slots: FrontendSlots,
 }
 
+/// The slots of the frontend called `name`, for `Bindings::commit`.
+pub(crate) fn slots_named(frontends: &[Live], name: &str) -> Option<FrontendSlots> {
+    frontends
+        .iter()
+        .find(|l| l.cfg.name == name)
+        .map(|l| l.slots.clone())
+}
+
 impl Live {
     /// A frontend put in service with `ctx`, one TLS slot per worker.
     pub(crate) fn start(
@@ -247,16 +255,10 @@ impl Reloader {
         self.started.certificate_expiry_warning = new.certificate_expiry_warning;
         self.apply(next);
         let listed: Vec<&Frontend> = self.frontends.iter().map(|l| &l.cfg).collect();
-        let frontends = &self.frontends;
-        let mut bindings = self.bindings.lock().unwrap_or_else(PoisonError::into_inner);
-        bindings.commit(prepared, &listed, |name| {
-            frontends
-                .iter()
-                .find(|l| l.cfg.name == name)
-                .map(|l| l.slots.clone())
-        });
-        bindings.apply_defer_accept(&listed);
-        drop(bindings);
+        self.bindings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .commit(prepared, &listed, |name| slots_named(&self.frontends, name));
         if self.addresses() != before {
             self.rewrite_ready_file();
         }

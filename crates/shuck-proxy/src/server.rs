@@ -122,12 +122,8 @@ impl Server {
         }
         // Queued for the workers, which take them when they start.
         bindings.commit(prepared, &listed, |name| {
-            frontends
-                .iter()
-                .find(|l| l.cfg.name == name)
-                .map(|l| l.slots.clone())
+            reload::slots_named(&frontends, name)
         });
-        bindings.apply_defer_accept(&listed);
         let shared = worker::Shared::new(&config);
         Ok(Server {
             config,
