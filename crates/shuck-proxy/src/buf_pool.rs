@@ -4,6 +4,7 @@
 //! and the PROXY header writer all draw from it.
 
 use std::cell::RefCell;
+use std::thread::LocalKey;
 
 /// One TLS record's worth of plaintext: reads never return more from rustls anyway.
 pub const BUF_SIZE: usize = 16 * 1024;
@@ -46,9 +47,14 @@ impl PooledBuf {
     }
 
     pub fn take() -> PooledBuf {
-        let b = POOL
+        PooledBuf::from_pool(&POOL, BUF_SIZE)
+    }
+
+    /// A buffer from `pool`, or a new one of `size` when it is empty.
+    fn from_pool(pool: &'static LocalKey<RefCell<Vec<Box<[u8]>>>>, size: usize) -> PooledBuf {
+        let b = pool
             .with(|p| p.borrow_mut().pop())
-            .unwrap_or_else(|| vec![0u8; BUF_SIZE].into_boxed_slice());
+            .unwrap_or_else(|| vec![0u8; size].into_boxed_slice());
         PooledBuf(Some(b))
     }
 
@@ -60,19 +66,13 @@ impl PooledBuf {
         if n > RECORD_BUF_SIZE {
             return PooledBuf(Some(vec![0u8; n].into_boxed_slice()));
         }
-        let b = RECORD_POOL
-            .with(|p| p.borrow_mut().pop())
-            .unwrap_or_else(|| vec![0u8; RECORD_BUF_SIZE].into_boxed_slice());
-        PooledBuf(Some(b))
+        PooledBuf::from_pool(&RECORD_POOL, RECORD_BUF_SIZE)
     }
 
     /// A buffer of [`BATCH_BUF_SIZE`] from the batch pool: room for four records to leave in
     /// one send (the TLS stream's bulk writes).
     pub fn batch() -> PooledBuf {
-        let b = BATCH_POOL
-            .with(|p| p.borrow_mut().pop())
-            .unwrap_or_else(|| vec![0u8; BATCH_BUF_SIZE].into_boxed_slice());
-        PooledBuf(Some(b))
+        PooledBuf::from_pool(&BATCH_POOL, BATCH_BUF_SIZE)
     }
 
     /// A buffer of exactly `n` bytes, never pooled: a few bytes kept for long.
