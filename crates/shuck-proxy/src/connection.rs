@@ -97,13 +97,20 @@ async fn pipeline<'a>(
     peer: SocketAddr,
     trace: &mut Trace<'a>,
 ) -> Result<(), ConnError> {
-    let (read, arrival) = Box::pin(arrive_with_hello(fe, tcp, peer, trace)).await?;
-    let Some(hs) = Box::pin(handshake_stage(worker, fe, read)).await? else {
+    let (read, mut arrival) = Box::pin(arrive_with_hello(fe, tcp, peer, trace)).await?;
+    let Some(mut hs) = Box::pin(handshake_stage(worker, fe, read)).await? else {
         trace.backend = Some("acme-tls/1");
         return Ok(());
     };
     trace.handshake_ms = Some(trace.since_accept());
-    Box::pin(after_handshake(worker, fe, hs, arrival, trace)).await
+    if worker.log_connections() {
+        // Now, while rustls still has the connection (the relay takes the records over).
+        trace.summary = Some(Box::new(Summary::of(&hs)));
+    }
+    // What the handshake settled stays here, borrowed: an async fn keeps room for the values
+    // it is given for as long as it runs, and again for its own copies of them (this one
+    // outlives every idle connection).
+    Box::pin(serve_negotiated(worker, fe, &mut hs, &mut arrival, trace)).await
 }
 
 /// A ClientHello read, and the deadline the handshake must meet.
@@ -171,22 +178,6 @@ fn keeps_sni(worker: &Worker, fe: &FrontendRt) -> bool {
         || (cfg.proxy_protocol.is_some() && cfg.proxy_tlvs.authority)
 }
 
-/// Everything after the handshake, owning what it settled.
-async fn after_handshake<'a>(
-    worker: &Worker,
-    fe: &'a FrontendRt,
-    mut hs: Negotiated,
-    mut arrival: Arrival,
-    trace: &mut Trace<'a>,
-) -> Result<(), ConnError> {
-    let served = serve_negotiated(worker, fe, &mut hs, &mut arrival, trace).await;
-    if worker.log_connections() {
-        // Built at the end, so an idle connection holds no strings for its log line.
-        trace.summary = Some(Box::new(Summary::of(&hs)));
-    }
-    served
-}
-
 /// The stages after the handshake: the backend (or the demo page), the PROXY header, the relay.
 async fn serve_negotiated<'a>(
     worker: &Worker,
@@ -212,6 +203,10 @@ async fn serve_negotiated<'a>(
     }
     let prefix = proxy_out::header(cfg, hs, arrival, trace.unique_id.as_bytes())?;
     arrival.passthrough = None;
+    // Nothing asks rustls about the handshake from here on.
+    hs.stream
+        .take_over_records()
+        .map_err(|e| ConnError::Relay(RelayError::ClientAborted(e)))?;
     let (moved, res) = relay_to(fe, &mut hs.stream, upstream, prefix).await;
     trace.moved = moved;
     drop(lease);
@@ -277,6 +272,9 @@ async fn serve_demo(
     };
     let body = demo::page(&Summary::of(hs), who);
     let idle = fe.cfg.idle_timeout;
+    hs.stream
+        .take_over_records()
+        .map_err(|e| ConnError::Relay(RelayError::ClientAborted(e)))?;
     // Boxed: the demo's state would otherwise enlarge every connection's future, relay ones too.
     Box::pin(demo::serve(&mut *hs.stream, &body, idle))
         .await
@@ -300,8 +298,9 @@ fn count_arrival(m: &FrontendMetrics, arrival: &Arrival) {
 
 fn count_handshake(m: &FrontendMetrics, hs: &Negotiated) {
     let conn = hs.conn();
-    let tls13 = conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3);
-    m.handshake(hs.resumed_by, handshake::resumed(conn), tls13);
+    let tls13 = conn.and_then(rustls::CommonState::protocol_version)
+        == Some(rustls::ProtocolVersion::TLSv1_3);
+    m.handshake(hs.resumed_by, conn.is_some_and(handshake::resumed), tls13);
 }
 
 /// Counts how the connection ended and writes its one line. With `log_connections` every

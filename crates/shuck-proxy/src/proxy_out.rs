@@ -1,6 +1,8 @@
 //! The PROXY header shuck sends to a backend: addresses, and the TLVs the frontend asks for,
 //! filled from the finished TLS handshake.
 
+use rustls::CommonState;
+
 use crate::buf_pool::PooledBuf;
 use crate::config::Frontend;
 use crate::proxy_in::Arrival;
@@ -33,13 +35,15 @@ pub(crate) fn header(
     };
     let want = &cfg.proxy_tlvs;
     let conn = hs.conn();
-    let peer_cert = conn.peer_certificates().and_then(|c| c.first());
+    let peer_cert = conn
+        .and_then(CommonState::peer_certificates)
+        .and_then(|c| c.first());
     let cn = if want.ssl {
         peer_cert.and_then(|c| client_auth::subject_cn(c))
     } else {
         None
     };
-    let resumed = handshake::resumed(conn);
+    let resumed = conn.is_some_and(handshake::resumed);
     let served = hs.served.as_deref();
     let ssl = want.ssl.then(|| SslInfo {
         // The spec: CERT_SESS = a certificate was presented at least once in this TLS session;
@@ -51,16 +55,18 @@ pub(crate) fn header(
                 (false, _) => 0,
             },
         verify: hs.client_cert.verify_code(),
-        version: params::protocol_name(conn.protocol_version()),
+        version: params::protocol_name(conn.and_then(CommonState::protocol_version)),
         cn: cn.as_deref().map(str::as_bytes),
         cipher: conn
-            .negotiated_cipher_suite()
+            .and_then(CommonState::negotiated_cipher_suite)
             .map_or("unknown", params::openssl_suite_name),
         sig_alg: served.map(|c| c.sig_alg.as_str()),
         key_alg: served.map(|c| c.key_alg.as_str()),
     });
     let tlvs = Tlvs {
-        alpn: conn.alpn_protocol().filter(|_| want.alpn),
+        alpn: conn
+            .and_then(CommonState::alpn_protocol)
+            .filter(|_| want.alpn),
         authority: hs
             .sni
             .as_deref()

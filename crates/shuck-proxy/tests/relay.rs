@@ -239,6 +239,69 @@ async fn key_updates_from_the_client_are_answered_and_traffic_carries_on() {
     shuck.assert_alive();
 }
 
+/// A client whose Finished, a KeyUpdate asking for shuck's and its first bytes leave in one
+/// segment: the KeyUpdate arrives while shuck is still finishing the handshake, before its own
+/// record layer takes the keys over from rustls. Its answer must reach the client ahead of the
+/// echo (sealed under shuck's new keys), or the client cannot open the echo. (It failed with
+/// bad_record_mac while rustls still read such records and its queued answer was lost in the
+/// hand-over.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_update_sent_with_the_finished_is_answered() {
+    let pki = Pki::new();
+    let (backend, _echo) = one_connection(|s| async move {
+        let (mut r, mut w) = s.into_split();
+        let _ = tokio::io::copy(&mut r, &mut w).await;
+    })
+    .await;
+    let shuck = start(&pki, backend);
+    let cfg = std::sync::Arc::new(client_config(&pki));
+    let addr = shuck.addr();
+    let echo = tokio::task::spawn_blocking(move || finished_with_key_update(addr, cfg))
+        .await
+        .expect("client thread");
+    assert_eq!(echo, b"sent with the Finished");
+    shuck.assert_alive();
+}
+
+/// The blocking client of `a_key_update_sent_with_the_finished_is_answered`: the echo it got.
+fn finished_with_key_update(
+    addr: SocketAddr,
+    cfg: std::sync::Arc<rustls::ClientConfig>,
+) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut sock = std::net::TcpStream::connect(addr).expect("connect");
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    let name = ServerName::try_from("relay.test").expect("name");
+    let mut tls = rustls::ClientConnection::new(cfg, name).expect("client");
+    // Until the server's Finished is in: the client's own Finished then waits in its buffer.
+    while tls.is_handshaking() {
+        while tls.wants_write() {
+            tls.write_tls(&mut sock).expect("write");
+        }
+        tls.read_tls(&mut sock).expect("read");
+        tls.process_new_packets().expect("handshake");
+    }
+    tls.refresh_traffic_keys().expect("key update");
+    tls.writer()
+        .write_all(b"sent with the Finished")
+        .expect("write");
+    let mut wire = Vec::new();
+    while tls.wants_write() {
+        tls.write_tls(&mut wire).expect("encode");
+    }
+    sock.write_all(&wire).expect("send");
+    let mut echo = Vec::new();
+    while echo.len() < b"sent with the Finished".len() {
+        if tls.read_tls(&mut sock).expect("read") == 0 {
+            break;
+        }
+        tls.process_new_packets().expect("shuck's records open");
+        let _ = tls.reader().read_to_end(&mut echo);
+    }
+    echo
+}
+
 /// A backend that returns everything it receives (PROXY header, then the client's payload).
 async fn header_backend() -> (SocketAddr, JoinHandle<Vec<u8>>) {
     one_connection(|mut s| async move {

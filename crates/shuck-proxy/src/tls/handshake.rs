@@ -127,7 +127,9 @@ pub(crate) struct Negotiated {
 }
 
 impl Negotiated {
-    pub(crate) fn conn(&self) -> &CommonState {
+    /// What rustls negotiated: `None` once shuck has taken the records over for the relay
+    /// ([`TlsStream::take_over_records`]); everything that asks comes before.
+    pub(crate) fn conn(&self) -> Option<&CommonState> {
         self.stream.conn()
     }
 }
@@ -197,8 +199,10 @@ pub(crate) async fn finish(
         Err(_) => return Err(HandshakeError::Timeout(deadline.within)),
     }
     let conn = stream.conn();
-    let client_cert = ClientCert::of(conn, tls.client_check.as_deref());
-    let resumed_by = found.filter(|_| resumed(conn));
+    let client_cert = conn.map_or(ClientCert::Absent, |c| {
+        ClientCert::of(c, tls.client_check.as_deref())
+    });
+    let resumed_by = found.filter(|_| conn.is_some_and(resumed));
     Ok(Negotiated {
         stream,
         sni,
@@ -298,15 +302,17 @@ impl Summary {
     pub(crate) fn of(hs: &Negotiated) -> Summary {
         let conn = hs.conn();
         Summary {
-            protocol: params::protocol_name(conn.protocol_version()),
+            protocol: params::protocol_name(conn.and_then(CommonState::protocol_version)),
             cipher: conn
-                .negotiated_cipher_suite()
+                .and_then(CommonState::negotiated_cipher_suite)
                 .map_or("unknown", params::suite_name),
-            group: conn.negotiated_key_exchange_group().map(params::group_name),
-            resumed: resumed(conn),
+            group: conn
+                .and_then(CommonState::negotiated_key_exchange_group)
+                .map(params::group_name),
+            resumed: conn.is_some_and(resumed),
             sni: hs.sni.as_deref().map(str::to_string),
             alpn: conn
-                .alpn_protocol()
+                .and_then(CommonState::alpn_protocol)
                 .map(|p| String::from_utf8_lossy(p).into_owned()),
         }
     }

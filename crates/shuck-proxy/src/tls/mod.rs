@@ -6,6 +6,7 @@ pub(crate) mod client_auth;
 pub(crate) mod handshake;
 pub(crate) mod hello;
 pub(crate) mod hello_fields;
+pub(crate) mod records;
 pub(crate) mod remote;
 pub(crate) mod resumption;
 pub(crate) mod sessions;
@@ -302,6 +303,9 @@ impl TlsContext {
         let mut c = self.template.clone();
         let resolver = Arc::new(WorkerResolver::new(self.resolver.clone()));
         c.cert_resolver = resolver.clone();
+        // shuck protects a TLS 1.3 connection's records itself after the handshake
+        // (`records`); rustls hands the traffic keys over only when this allows it.
+        c.enable_secret_extraction = true;
         let remote = self.store.as_ref().map(|store| {
             Arc::new(RemoteSessions::new(
                 self.sessions.clone(),

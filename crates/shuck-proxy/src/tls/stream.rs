@@ -21,12 +21,14 @@ use std::task::{ready, Context, Poll};
 
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
-use rustls::{CommonState, ProtocolVersion, ServerConfig};
+use rustls::{AlertDescription, CommonState, ProtocolVersion, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::buf_pool::{BATCH_BUF_SIZE, RECORD_BUF_SIZE};
 use crate::buf_queue::BufQueue;
+
+use super::records::{self, Content, Opened, Records};
 
 /// The most plaintext one write encrypts: one full record.
 const MAX_PLAINTEXT_PER_WRITE: usize = 16 * 1024;
@@ -45,6 +47,8 @@ enum ReadEnd {
 /// What one call to rustls is asked to do.
 enum Mode<'a, 'b> {
     Handshake,
+    /// Plaintext rustls has ready goes to the plaintext queue (before [`Records`] take over).
+    Drain,
     Read(&'a mut ReadBuf<'b>),
     Write(&'a [u8]),
     CloseNotify,
@@ -65,10 +69,21 @@ enum Step {
     Closed,
 }
 
+/// Who protects the records.
+enum Layer {
+    /// rustls: the handshake, and a TLS 1.2 connection throughout. Boxed, like [`Records`], so
+    /// that the stream holds only the one in use.
+    Rustls(Box<UnbufferedServerConnection>),
+    /// shuck, once a TLS 1.3 handshake is done (see [`TlsStream::take_over_records`]).
+    Own(Box<Records>),
+    /// The keys were lost handing them over (a bug); the stream is broken.
+    Lost,
+}
+
 /// A TLS server connection over a TCP socket.
 pub(crate) struct TlsStream {
     tcp: TcpStream,
-    conn: UnbufferedServerConnection,
+    layer: Layer,
     /// Records received and not yet processed.
     incoming: BufQueue,
     /// Records encoded and not yet sent.
@@ -95,7 +110,9 @@ impl TlsStream {
         incoming.push(received)?;
         Ok(TlsStream {
             tcp,
-            conn: UnbufferedServerConnection::new(config).map_err(tls_error)?,
+            layer: Layer::Rustls(Box::new(
+                UnbufferedServerConnection::new(config).map_err(tls_error)?,
+            )),
             incoming,
             outgoing: BufQueue::default(),
             plain: BufQueue::default(),
@@ -110,9 +127,44 @@ impl TlsStream {
         &self.tcp
     }
 
-    /// What was negotiated (version, suite, ALPN, peer certificates, ...).
-    pub(crate) fn conn(&self) -> &CommonState {
-        &self.conn
+    /// What was negotiated (version, suite, ALPN, peer certificates, ...), while rustls has the
+    /// connection: `None` once [`TlsStream::take_over_records`] took it.
+    pub(crate) fn conn(&self) -> Option<&CommonState> {
+        match &self.layer {
+            Layer::Rustls(conn) => Some(conn),
+            Layer::Own(_) | Layer::Lost => None,
+        }
+    }
+
+    /// After a TLS 1.3 handshake, shuck protects the records itself from here on ([`records`]:
+    /// an idle connection then holds a few hundred bytes of keys instead of rustls' state).
+    /// rustls has seen no record since the client's Finished (`step_rustls` holds them back);
+    /// what it still has to send (session tickets) goes to the send queue first. A TLS 1.2
+    /// connection stays with rustls. [`TlsStream::conn`] answers `None` afterwards.
+    pub(crate) fn take_over_records(&mut self) -> io::Result<()> {
+        let Layer::Rustls(conn) = &self.layer else {
+            return Ok(());
+        };
+        if self.broken || !Records::can_take_over(conn) {
+            return Ok(());
+        }
+        while self.step_or_alert(&mut Mode::Drain)? == Step::Again {}
+        if self.read_end.is_some() {
+            return Ok(());
+        }
+        let Layer::Rustls(conn) = std::mem::replace(&mut self.layer, Layer::Lost) else {
+            return Ok(());
+        };
+        match Records::take_over(*conn) {
+            Ok(records) => {
+                self.layer = Layer::Own(Box::new(records));
+                Ok(())
+            }
+            Err(e) => {
+                self.broken = true;
+                Err(tls_error(e))
+            }
+        }
     }
 
     /// Processes the bytes already received, without waiting: with the ClientHello this is
@@ -145,8 +197,11 @@ impl TlsStream {
             if step == Step::Again {
                 continue;
             }
-            if !self.conn.is_handshaking() {
-                if self.conn.protocol_version() != Some(ProtocolVersion::TLSv1_3) {
+            let Some(conn) = self.conn() else {
+                return Poll::Ready(Ok(()));
+            };
+            if !conn.is_handshaking() {
+                if conn.protocol_version() != Some(ProtocolVersion::TLSv1_3) {
                     // TLS 1.2: the client waits for our Finished before it says anything.
                     ready!(self.poll_send(cx))?;
                 }
@@ -163,8 +218,8 @@ impl TlsStream {
         }
     }
 
-    /// One call to rustls over the records received, acting on the state it returns. An error
-    /// leaves the stream broken with rustls' alert queued.
+    /// One step over the records received, by whichever layer has the connection. An error
+    /// leaves the stream broken with the alert for the client queued.
     fn step(&mut self, mode: &mut Mode<'_, '_>) -> io::Result<Step> {
         if self.broken {
             return Err(io::Error::new(
@@ -172,15 +227,45 @@ impl TlsStream {
                 "the TLS connection failed earlier",
             ));
         }
+        let outcome = match &self.layer {
+            Layer::Rustls(_) => self.step_rustls(mode),
+            Layer::Own(_) => self.step_own(mode),
+            Layer::Lost => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the TLS keys were lost",
+            )),
+        };
+        if outcome.is_err() {
+            self.broken = true;
+        }
+        outcome
+    }
+
+    /// One call to rustls over the records received, acting on the state it returns; on error
+    /// rustls' alert is queued.
+    fn step_rustls(&mut self, mode: &mut Mode<'_, '_>) -> io::Result<Step> {
         let Self {
-            conn,
+            layer: Layer::Rustls(conn),
             incoming,
             outgoing,
             plain,
             read_end,
             ..
-        } = self;
-        let status = conn.process_tls_records(incoming.data_mut());
+        } = self
+        else {
+            return Ok(Step::Wait);
+        };
+        // Once a TLS 1.3 handshake is done, the records behind it are for `Records`
+        // (`take_over_records`): rustls sees none of them, so it never answers a KeyUpdate whose
+        // answer (queued inside rustls, not handed out) the hand-over would lose. (The record
+        // with the client's Finished ends with it: rustls holds no fragment back.)
+        let held_back = !conn.is_handshaking() && Records::can_take_over(conn);
+        let input: &mut [u8] = if held_back {
+            &mut []
+        } else {
+            incoming.data_mut()
+        };
+        let status = conn.process_tls_records(input);
         let mut discard = status.discard;
         let outcome = match status.state {
             Ok(ConnectionState::ReadTraffic(mut traffic)) => match mode {
@@ -203,8 +288,9 @@ impl TlsStream {
                     }
                     taken
                 }
-                // Plaintext a write found before it: kept for the reader.
-                Mode::Write(_) | Mode::CloseNotify => {
+                // Plaintext a write found before it, or left before shuck takes the records
+                // over: kept for the reader.
+                Mode::Drain | Mode::Write(_) | Mode::CloseNotify => {
                     let mut taken = Ok(Step::Again);
                     while let Some(record) = traffic.next_record() {
                         match record {
@@ -230,7 +316,7 @@ impl TlsStream {
             }
             Ok(ConnectionState::BlockedHandshake) => Ok(Step::Wait),
             Ok(ConnectionState::WriteTraffic(mut traffic)) => match mode {
-                Mode::Handshake | Mode::Read(_) => Ok(Step::Wait),
+                Mode::Handshake | Mode::Drain | Mode::Read(_) => Ok(Step::Wait),
                 Mode::Write(data) => {
                     encrypt(outgoing, |out| traffic.encrypt(data, out)).map(|()| Step::Written)
                 }
@@ -255,13 +341,63 @@ impl TlsStream {
         };
         incoming.consume(discard);
         if outcome.is_err() {
-            self.broken = true;
             self.queue_alert();
         }
         outcome
     }
 
-    /// Like [`TlsStream::step`], and on error rustls' alert goes out at once (as far as the
+    /// One step of shuck's own record layer: a write or close_notify sealed into the send
+    /// queue, or for a read the records received opened until one brings plaintext (a
+    /// KeyUpdate asking for ours is answered into the send queue on the way). On error the
+    /// alert is queued.
+    fn step_own(&mut self, mode: &mut Mode<'_, '_>) -> io::Result<Step> {
+        let Self {
+            layer: Layer::Own(records),
+            incoming,
+            outgoing,
+            plain,
+            read_end,
+            close_sent,
+            ..
+        } = self
+        else {
+            return Ok(Step::Wait);
+        };
+        match mode {
+            Mode::Handshake | Mode::Drain => Ok(Step::Wait),
+            Mode::Write(data) => {
+                let room = outgoing
+                    .room(data.len() + records::MAX_SEAL_OVERHEAD)
+                    .ok_or_else(too_large)?;
+                let n = records.seal_data(data, room).map_err(tls_error)?;
+                outgoing.filled(n);
+                Ok(Step::Written)
+            }
+            Mode::CloseNotify => {
+                seal_alert(records, outgoing, AlertDescription::CloseNotify)?;
+                Ok(Step::Written)
+            }
+            Mode::Read(out) => {
+                let read = open_records(records, incoming, outgoing, plain, out, *close_sent);
+                match read {
+                    Ok(Got::CloseNotify) => {
+                        *read_end = Some(ReadEnd::CloseNotify);
+                        Ok(Step::Again)
+                    }
+                    Ok(Got::Nothing) => Ok(Step::Wait),
+                    Ok(Got::Data) => Ok(Step::Readable),
+                    Err(e) => {
+                        if !*close_sent {
+                            let _ = seal_alert(records, outgoing, e.alert);
+                        }
+                        Err(tls_error(e.error))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Like [`TlsStream::step`], and on error the alert goes out at once (as far as the
     /// socket takes it without waiting).
     fn step_or_alert(&mut self, mode: &mut Mode<'_, '_>) -> io::Result<Step> {
         let step = self.step(mode);
@@ -277,7 +413,10 @@ impl TlsStream {
     /// is given the receive queue as always: its handshake deframer may point into it (an
     /// empty slice made it panic while a client certificate's messages were half-processed).
     fn queue_alert(&mut self) {
-        let status = self.conn.process_tls_records(self.incoming.data_mut());
+        let Layer::Rustls(conn) = &mut self.layer else {
+            return;
+        };
+        let status = conn.process_tls_records(self.incoming.data_mut());
         let discard = status.discard;
         if let Ok(ConnectionState::EncodeTlsData(mut data)) = status.state {
             let _ = encode(&mut self.outgoing, |out| data.encode(out));
@@ -312,8 +451,12 @@ impl TlsStream {
             Poll::Ready(Ok(())) => Poll::Ready(Ok(n)),
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
-                // A stalled client's few bytes must not pin a record buffer.
+                // A stalled client's few bytes must not pin a record buffer, nor the wait
+                // the AEAD contexts.
                 self.incoming.shrink_small();
+                if let Layer::Own(records) = &mut self.layer {
+                    records.rest();
+                }
                 Poll::Pending
             }
         }
@@ -374,6 +517,77 @@ fn fill<E: std::fmt::Display>(
             },
         }
     }
+}
+
+/// What [`open_records`] came to.
+enum Got {
+    /// No whole record is left.
+    Nothing,
+    Data,
+    CloseNotify,
+}
+
+/// Opens the records received until one brings plaintext (into `out`, the rest of it into
+/// `plain`) or close_notify, or no whole record is left. The client's KeyUpdates asking for ours
+/// are answered into `outgoing` (not once we have sent close_notify: nothing may follow it).
+fn open_records(
+    records: &mut Records,
+    incoming: &mut BufQueue,
+    outgoing: &mut BufQueue,
+    plain: &mut BufQueue,
+    out: &mut ReadBuf<'_>,
+    close_sent: bool,
+) -> Result<Got, records::RecordError> {
+    let internal = |e: io::Error| records::RecordError {
+        error: rustls::Error::General(e.to_string()),
+        alert: AlertDescription::InternalError,
+    };
+    loop {
+        let Opened::Record { len, content } = records.open(incoming.data_mut())? else {
+            return Ok(Got::Nothing);
+        };
+        match content {
+            Content::Data { start, end } => {
+                let data = &incoming.data()[start..end];
+                let n = out.remaining().min(data.len());
+                out.put_slice(&data[..n]);
+                plain.push(&data[n..]).map_err(internal)?;
+                incoming.consume(len);
+                return Ok(Got::Data);
+            }
+            Content::Nothing | Content::KeyUpdateRequested if close_sent => {}
+            Content::Nothing => {}
+            Content::KeyUpdateRequested => {
+                let room = outgoing
+                    .room(records::OVERHEAD + 5)
+                    .ok_or_else(|| internal(too_large()))?;
+                let n = records
+                    .answer_key_update(room)
+                    .map_err(|error| records::RecordError {
+                        error,
+                        alert: AlertDescription::InternalError,
+                    })?;
+                outgoing.filled(n);
+            }
+            Content::CloseNotify => {
+                incoming.consume(len);
+                return Ok(Got::CloseNotify);
+            }
+        }
+        incoming.consume(len);
+    }
+}
+
+/// An alert sealed into the send queue.
+fn seal_alert(
+    records: &mut Records,
+    outgoing: &mut BufQueue,
+    alert: AlertDescription,
+) -> io::Result<()> {
+    let room = outgoing.room(records::OVERHEAD + 2).ok_or_else(too_large)?;
+    let n = records.seal_alert(alert, room).map_err(tls_error)?;
+    outgoing.filled(n);
+    Ok(())
 }
 
 fn too_large() -> io::Error {

@@ -1,0 +1,727 @@
+//! TLS 1.3 records after the handshake, protected by shuck instead of rustls: what kTLS does in
+//! the kernel, done in user space so that an idle connection holds almost nothing.
+//!
+//! rustls keeps, for the life of a connection, its connection state (about 2 KiB, half of it
+//! inline in our stream) and two aws-lc AES-GCM contexts (580 bytes each). Once the handshake
+//! is done, rustls' kernel API (`dangerous_into_kernel_connection`, made for kTLS) hands over
+//! the traffic keys and keeps only what a KeyUpdate needs (the traffic secrets). [`Records`]
+//! then seals and opens records itself with aws-lc-rs, the AEAD rustls' own provider uses, and
+//! builds the AEAD contexts only while bytes move: [`Records::rest`] drops them when the
+//! stream waits for the client, so an idle connection keeps the key bytes (zeroized on drop)
+//! and the secrets, a few hundred bytes.
+//!
+//! What rustls did for such records is done here the same way (RFC 8446 §5): one nonce per
+//! record (the IV XOR the sequence number), the record header as additional data, the inner
+//! content type behind the plaintext and its zero padding stripped, at most 2^14 bytes of
+//! plaintext; a client's KeyUpdate switches its keys and, when it asks, ours too (answered at
+//! once); close_notify ends the reading; any other alert, a record that fails to open or a
+//! message out of place ends the connection with the alert rustls would send. rustls' limits on
+//! what a client may send without application data are kept (32 KeyUpdates, BoringSSL's
+//! figure, and as many empty records), and our own keys are updated before the cipher's
+//! confidentiality limit, as rustls does. Only TLS 1.3 with the three standard AEADs comes
+//! here; a TLS 1.2 connection stays with rustls throughout.
+
+use aws_lc_rs::aead::{
+    Aad, Algorithm, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_256_GCM, CHACHA20_POLY1305,
+    NONCE_LEN,
+};
+use rustls::kernel::KernelConnection;
+use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
+use rustls::{
+    AlertDescription, CipherSuite, CommonState, ConnectionTrafficSecrets, ContentType, Error,
+    HandshakeType, InvalidMessage, PeerMisbehaved, ProtocolVersion, SupportedCipherSuite,
+};
+use zeroize::Zeroizing;
+
+const HEADER_LEN: usize = 5;
+const TAG_LEN: usize = 16;
+/// The most plaintext a record carries (RFC 8446 §5.1).
+pub(crate) const MAX_PLAINTEXT: usize = 1 << 14;
+/// The most a protected record's body may be: plaintext, content type, padding, tag (§5.2).
+const MAX_CIPHERTEXT: usize = MAX_PLAINTEXT + 256;
+/// A record sealed around `n` bytes of plaintext is this much longer.
+pub(crate) const OVERHEAD: usize = HEADER_LEN + 1 + TAG_LEN;
+/// A KeyUpdate's record: the four-byte handshake header and its one byte.
+const KEY_UPDATE_RECORD: usize = OVERHEAD + 5;
+/// The most a sealed write adds to its plaintext: its record, and a KeyUpdate before it when
+/// our keys are due for one.
+pub(crate) const MAX_SEAL_OVERHEAD: usize = OVERHEAD + KEY_UPDATE_RECORD;
+/// Records in a row that bring no application data (KeyUpdates, empty records, user_canceled)
+/// before the client is taken for a nuisance: rustls' and BoringSSL's 32.
+const MAX_RECORDS_WITHOUT_DATA: u8 = 32;
+/// Every protected TLS 1.3 record says it is application data, version TLS 1.2, outside.
+const OUTER_TYPE: u8 = 23;
+const OUTER_VERSION: [u8; 2] = [3, 3];
+
+/// A failure while opening a record: what went wrong, and the alert that tells the client.
+#[derive(Debug)]
+pub(crate) struct RecordError {
+    pub(crate) error: Error,
+    pub(crate) alert: AlertDescription,
+}
+
+impl RecordError {
+    fn new(alert: AlertDescription, error: impl Into<Error>) -> RecordError {
+        RecordError {
+            error: error.into(),
+            alert,
+        }
+    }
+
+    fn unexpected(error: impl Into<Error>) -> RecordError {
+        RecordError::new(AlertDescription::UnexpectedMessage, error)
+    }
+}
+
+/// What one record at the front of the received bytes held, once opened.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Opened {
+    /// No whole record yet.
+    Incomplete,
+    /// A record of `len` bytes, opened in place, holding `content`.
+    Record { len: usize, content: Content },
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Content {
+    /// Application data at `start..end` of the bytes given.
+    Data { start: usize, end: usize },
+    /// Nothing for the reader (an empty record, user_canceled, a KeyUpdate not asking for ours).
+    Nothing,
+    /// A KeyUpdate asking for ours: the caller seals one with [`Records::answer_key_update`].
+    KeyUpdateRequested,
+    /// close_notify: the client sends no more.
+    CloseNotify,
+}
+
+/// One direction's keys: the key and IV bytes, the next sequence number, and the AEAD context
+/// while bytes move.
+struct Keys {
+    algorithm: &'static Algorithm,
+    key: Zeroizing<[u8; 32]>,
+    key_len: usize,
+    iv: Zeroizing<[u8; NONCE_LEN]>,
+    seq: u64,
+    ready: Option<LessSafeKey>,
+}
+
+impl Keys {
+    fn new(algorithm: &'static Algorithm, (seq, secrets): (u64, ConnectionTrafficSecrets)) -> Keys {
+        let (key, iv) = match &secrets {
+            ConnectionTrafficSecrets::Aes128Gcm { key, iv }
+            | ConnectionTrafficSecrets::Aes256Gcm { key, iv }
+            | ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => (key.as_ref(), iv.as_ref()),
+            // `algorithm_of` admitted only the three above.
+            _ => (&[][..], &[][..]),
+        };
+        let mut k = Keys {
+            algorithm,
+            key: Zeroizing::new([0; 32]),
+            key_len: key.len().min(32),
+            iv: Zeroizing::new([0; NONCE_LEN]),
+            seq,
+            ready: None,
+        };
+        k.key[..k.key_len].copy_from_slice(&key[..k.key_len]);
+        if iv.len() == NONCE_LEN {
+            k.iv.copy_from_slice(iv);
+        }
+        k
+    }
+
+    /// The AEAD context, built when first needed since the last [`Keys::rest`].
+    fn aead(&mut self) -> Result<&LessSafeKey, Error> {
+        if self.ready.is_none() {
+            let unbound = UnboundKey::new(self.algorithm, &self.key[..self.key_len])
+                .map_err(|_| Error::General("the traffic key does not fit its cipher".into()))?;
+            self.ready = Some(LessSafeKey::new(unbound));
+        }
+        self.ready
+            .as_ref()
+            .ok_or_else(|| Error::General("no AEAD context".into()))
+    }
+
+    /// This record's nonce, and the sequence number moved on (a connection that reached 2^64
+    /// records would have to stop: rustls refuses at the same point).
+    fn next_nonce(&mut self) -> Result<Nonce, Error> {
+        let mut nonce = *self.iv;
+        for (n, s) in nonce[NONCE_LEN - 8..]
+            .iter_mut()
+            .zip(self.seq.to_be_bytes())
+        {
+            *n ^= s;
+        }
+        self.seq = self.seq.checked_add(1).ok_or(Error::EncryptError)?;
+        Ok(Nonce::assume_unique_for_key(nonce))
+    }
+}
+
+/// A TLS 1.3 connection's record protection after the handshake.
+pub(crate) struct Records {
+    /// rustls' remains: the traffic secrets, for KeyUpdates.
+    kernel: KernelConnection<ServerConnectionData>,
+    tx: Keys,
+    rx: Keys,
+    /// Our keys are updated before this many records are sealed with them.
+    tx_limit: u64,
+    key_updates_allowed: u8,
+    empty_in_a_row: u8,
+}
+
+impl Records {
+    /// Whether [`Records::take_over`] can take this connection: TLS 1.3, handshake done, one of
+    /// the AEADs sealed here.
+    pub(crate) fn can_take_over(conn: &CommonState) -> bool {
+        conn.protocol_version() == Some(ProtocolVersion::TLSv1_3)
+            && !conn.is_handshaking()
+            && conn
+                .negotiated_cipher_suite()
+                .and_then(|s| algorithm_of(s.suite()))
+                .is_some()
+    }
+
+    /// Takes the keys over from rustls (the config must allow secret extraction; nothing may be
+    /// left for rustls to send). Check [`Records::can_take_over`] first: on error the
+    /// connection is lost.
+    pub(crate) fn take_over(conn: UnbufferedServerConnection) -> Result<Records, Error> {
+        let (secrets, kernel) = conn.dangerous_into_kernel_connection()?;
+        let suite = kernel.negotiated_cipher_suite();
+        let algorithm = algorithm_of(suite.suite())
+            .ok_or_else(|| Error::General("no record protection for this cipher suite".into()))?;
+        let tx_limit = match suite {
+            SupportedCipherSuite::Tls13(s) => s.common.confidentiality_limit,
+            SupportedCipherSuite::Tls12(_) => 0,
+        };
+        Ok(Records {
+            kernel,
+            tx: Keys::new(algorithm, secrets.tx),
+            rx: Keys::new(algorithm, secrets.rx),
+            tx_limit,
+            key_updates_allowed: MAX_RECORDS_WITHOUT_DATA,
+            empty_in_a_row: 0,
+        })
+    }
+
+    /// Drops the AEAD contexts until bytes move again (the stream is about to wait).
+    pub(crate) fn rest(&mut self) {
+        self.tx.ready = None;
+        self.rx.ready = None;
+    }
+
+    /// Opens the record at the front of `received` in place.
+    pub(crate) fn open(&mut self, received: &mut [u8]) -> Result<Opened, RecordError> {
+        let Some(header) = received.get(..HEADER_LEN) else {
+            return Ok(Opened::Incomplete);
+        };
+        let body_len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+        if header[0] != OUTER_TYPE {
+            return Err(RecordError::unexpected(Error::InappropriateMessage {
+                expect_types: vec![ContentType::ApplicationData],
+                got_type: ContentType::from(header[0]),
+            }));
+        }
+        if header[1] != 3 {
+            return Err(RecordError::new(
+                AlertDescription::DecodeError,
+                InvalidMessage::UnknownProtocolVersion,
+            ));
+        }
+        if body_len > MAX_CIPHERTEXT {
+            return Err(RecordError::new(
+                AlertDescription::RecordOverflow,
+                InvalidMessage::MessageTooLarge,
+            ));
+        }
+        let len = HEADER_LEN + body_len;
+        if received.len() < len {
+            return Ok(Opened::Incomplete);
+        }
+        let (header, body) = received[..len].split_at_mut(HEADER_LEN);
+        let plain_len = self.open_body(header, body)?;
+        let content = self.content(&mut body[..plain_len])?;
+        let content = match content {
+            Content::Data { start, end } => Content::Data {
+                start: start + HEADER_LEN,
+                end: end + HEADER_LEN,
+            },
+            other => other,
+        };
+        Ok(Opened::Record { len, content })
+    }
+
+    /// Decrypts `body` in place; the plaintext's length, content type and padding included.
+    fn open_body(&mut self, header: &[u8], body: &mut [u8]) -> Result<usize, RecordError> {
+        let bad_mac = |_| RecordError::new(AlertDescription::BadRecordMac, Error::DecryptError);
+        let nonce = self.rx.next_nonce().map_err(bad_mac)?;
+        let aead = self.rx.aead().map_err(bad_mac)?;
+        let plain = aead
+            .open_in_place(nonce, Aad::from(header), body)
+            .map_err(|_| bad_mac(Error::DecryptError))?;
+        Ok(plain.len())
+    }
+
+    /// What an opened record's plaintext (content type and padding still behind it) holds.
+    fn content(&mut self, plain: &mut [u8]) -> Result<Content, RecordError> {
+        // The content type is the last byte that is not zero padding.
+        let Some(type_at) = plain.iter().rposition(|&b| b != 0) else {
+            return Err(RecordError::unexpected(InvalidMessage::InvalidContentType));
+        };
+        if type_at > MAX_PLAINTEXT {
+            return Err(RecordError::new(
+                AlertDescription::RecordOverflow,
+                Error::PeerSentOversizedRecord,
+            ));
+        }
+        let payload = &plain[..type_at];
+        match ContentType::from(plain[type_at]) {
+            ContentType::ApplicationData if !payload.is_empty() => {
+                self.empty_in_a_row = 0;
+                self.key_updates_allowed = MAX_RECORDS_WITHOUT_DATA;
+                Ok(Content::Data {
+                    start: 0,
+                    end: type_at,
+                })
+            }
+            ContentType::ApplicationData => self.nothing(PeerMisbehaved::TooManyEmptyFragments),
+            ContentType::Alert => self.alert(payload),
+            ContentType::Handshake => self.handshake(payload),
+            other => Err(RecordError::unexpected(Error::InappropriateMessage {
+                expect_types: vec![ContentType::ApplicationData, ContentType::Handshake],
+                got_type: other,
+            })),
+        }
+    }
+
+    /// A record with nothing for the reader, within the limit of such records in a row.
+    fn nothing(&mut self, too_many: PeerMisbehaved) -> Result<Content, RecordError> {
+        self.empty_in_a_row = self.empty_in_a_row.saturating_add(1);
+        if self.empty_in_a_row > MAX_RECORDS_WITHOUT_DATA {
+            return Err(RecordError::unexpected(too_many));
+        }
+        Ok(Content::Nothing)
+    }
+
+    fn alert(&mut self, payload: &[u8]) -> Result<Content, RecordError> {
+        let &[level, description] = payload else {
+            return Err(RecordError::new(
+                AlertDescription::DecodeError,
+                InvalidMessage::MessageTooShort,
+            ));
+        };
+        let description = AlertDescription::from(description);
+        match (level, description) {
+            (_, AlertDescription::CloseNotify) => Ok(Content::CloseNotify),
+            // TLS 1.3 outlaws warnings except this one, which some clients send for nothing.
+            (1, AlertDescription::UserCanceled) => {
+                self.nothing(PeerMisbehaved::TooManyWarningAlertsReceived)
+            }
+            (1, d) => Err(RecordError::new(
+                AlertDescription::DecodeError,
+                Error::AlertReceived(d),
+            )),
+            (2, d) => Err(RecordError::new(d, Error::AlertReceived(d))),
+            (_, d) => Err(RecordError::new(
+                AlertDescription::IllegalParameter,
+                Error::AlertReceived(d),
+            )),
+        }
+    }
+
+    /// Handshake messages after the handshake: a client may send only KeyUpdate, and it must
+    /// end its record (the keys change behind it). A message split over records is refused
+    /// (no client splits a five-byte message).
+    fn handshake(&mut self, payload: &[u8]) -> Result<Content, RecordError> {
+        let &[typ, 0, 0, 1, request] = payload else {
+            let typ = payload.first().copied().map(HandshakeType::from);
+            return Err(match typ {
+                Some(HandshakeType::KeyUpdate) => {
+                    RecordError::unexpected(PeerMisbehaved::KeyEpochWithPendingFragment)
+                }
+                Some(got_type) => RecordError::unexpected(Error::InappropriateHandshakeMessage {
+                    expect_types: vec![HandshakeType::KeyUpdate],
+                    got_type,
+                }),
+                None => RecordError::unexpected(InvalidMessage::InvalidEmptyPayload),
+            });
+        };
+        if HandshakeType::from(typ) != HandshakeType::KeyUpdate {
+            return Err(RecordError::unexpected(
+                Error::InappropriateHandshakeMessage {
+                    expect_types: vec![HandshakeType::KeyUpdate],
+                    got_type: HandshakeType::from(typ),
+                },
+            ));
+        }
+        if request > 1 {
+            return Err(RecordError::new(
+                AlertDescription::IllegalParameter,
+                InvalidMessage::InvalidKeyUpdate,
+            ));
+        }
+        self.key_updates_allowed = self
+            .key_updates_allowed
+            .checked_sub(1)
+            .ok_or_else(|| RecordError::unexpected(PeerMisbehaved::TooManyKeyUpdateRequests))?;
+        let secrets = self
+            .kernel
+            .update_rx_secret()
+            .map_err(|e| RecordError::new(AlertDescription::InternalError, e))?;
+        self.rx = Keys::new(self.rx.algorithm, secrets);
+        Ok(if request == 1 {
+            Content::KeyUpdateRequested
+        } else {
+            Content::Nothing
+        })
+    }
+
+    /// Seals `plaintext` (at most [`MAX_PLAINTEXT`] bytes) as application data into `out`,
+    /// which has room for it and [`MAX_SEAL_OVERHEAD`]; a KeyUpdate goes first when our keys
+    /// are due for one. The bytes written.
+    pub(crate) fn seal_data(&mut self, plaintext: &[u8], out: &mut [u8]) -> Result<usize, Error> {
+        let mut n = 0;
+        if self.tx.seq >= self.tx_limit {
+            n = self.update_keys(0, out)?;
+        }
+        Ok(n + self.seal(ContentType::ApplicationData, plaintext, &mut out[n..])?)
+    }
+
+    /// Our KeyUpdate, answering the client's request, into `out` (room: [`OVERHEAD`] + 5).
+    pub(crate) fn answer_key_update(&mut self, out: &mut [u8]) -> Result<usize, Error> {
+        self.update_keys(0, out)
+    }
+
+    /// An alert into `out` (room: [`OVERHEAD`] + 2): close_notify, or a fatal one.
+    pub(crate) fn seal_alert(
+        &mut self,
+        description: AlertDescription,
+        out: &mut [u8],
+    ) -> Result<usize, Error> {
+        let level = if description == AlertDescription::CloseNotify {
+            1
+        } else {
+            2
+        };
+        self.seal(ContentType::Alert, &[level, u8::from(description)], out)
+    }
+
+    /// A KeyUpdate (`request`: 1 asks the client for its own) sealed with the current keys,
+    /// then our keys move on.
+    fn update_keys(&mut self, request: u8, out: &mut [u8]) -> Result<usize, Error> {
+        let message = [u8::from(HandshakeType::KeyUpdate), 0, 0, 1, request];
+        let n = self.seal(ContentType::Handshake, &message, out)?;
+        let secrets = self.kernel.update_tx_secret()?;
+        self.tx = Keys::new(self.tx.algorithm, secrets);
+        Ok(n)
+    }
+
+    fn seal(&mut self, typ: ContentType, plaintext: &[u8], out: &mut [u8]) -> Result<usize, Error> {
+        let body_len = plaintext.len() + 1 + TAG_LEN;
+        let len = HEADER_LEN + body_len;
+        if plaintext.len() > MAX_PLAINTEXT || out.len() < len {
+            return Err(Error::General("no room to seal the record".into()));
+        }
+        let (header, rest) = out[..len].split_at_mut(HEADER_LEN);
+        header[0] = OUTER_TYPE;
+        header[1..3].copy_from_slice(&OUTER_VERSION);
+        header[3..5].copy_from_slice(&(body_len as u16).to_be_bytes());
+        let (inner, tag_out) = rest.split_at_mut(plaintext.len() + 1);
+        inner[..plaintext.len()].copy_from_slice(plaintext);
+        inner[plaintext.len()] = u8::from(typ);
+        let nonce = self.tx.next_nonce()?;
+        let tag = self
+            .tx
+            .aead()?
+            .seal_in_place_separate_tag(nonce, Aad::from(&*header), inner)
+            .map_err(|_| Error::EncryptError)?;
+        tag_out.copy_from_slice(tag.as_ref());
+        Ok(len)
+    }
+}
+
+/// The AEAD for a TLS 1.3 suite sealed here.
+fn algorithm_of(suite: CipherSuite) -> Option<&'static Algorithm> {
+    match suite {
+        CipherSuite::TLS13_AES_128_GCM_SHA256 => Some(&AES_128_GCM),
+        CipherSuite::TLS13_AES_256_GCM_SHA384 => Some(&AES_256_GCM),
+        CipherSuite::TLS13_CHACHA20_POLY1305_SHA256 => Some(&CHACHA20_POLY1305),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::client::ClientConnection;
+    use rustls::pki_types::ServerName;
+    use rustls::server::{ClientHello, ResolvesServerCert};
+    use rustls::sign::CertifiedKey;
+    use rustls::unbuffered::ConnectionState;
+    use rustls::{ClientConfig, RootCertStore, ServerConfig};
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+
+    #[derive(Debug)]
+    struct One(Arc<CertifiedKey>);
+    impl ResolvesServerCert for One {
+        fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+            Some(self.0.clone())
+        }
+    }
+
+    /// A rustls client and a server connection that finished a TLS 1.3 handshake in memory
+    /// with `suite`, the server's keys taken over.
+    fn pair(suite: CipherSuite) -> (ClientConnection, Records) {
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let loaded = crate::tls::certs::self_signed(&provider).expect("certificate");
+        let certified = loaded.certified.clone();
+        let mut server = ServerConfig::builder_with_provider(Arc::new(provider.clone()))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("versions")
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(One(certified.clone())));
+        server.enable_secret_extraction = true;
+        let mut roots = RootCertStore::empty();
+        roots.add(certified.cert[0].clone()).expect("root");
+        let mut client_provider = provider;
+        client_provider.cipher_suites.retain(|s| s.suite() == suite);
+        let client = ClientConfig::builder_with_provider(Arc::new(client_provider))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = ServerName::try_from("localhost").expect("name");
+        let mut client = ClientConnection::new(Arc::new(client), name).expect("client");
+        let mut server =
+            UnbufferedServerConnection::new(Arc::new(server)).expect("server connection");
+        let mut to_server = Vec::new();
+        for _ in 0..10 {
+            client.write_tls(&mut to_server).expect("client flight");
+            let mut to_client = Vec::new();
+            let done = serve_handshake(&mut server, &mut to_server, &mut to_client);
+            client.read_tls(&mut &to_client[..]).expect("read");
+            client.process_new_packets().expect("client handshake");
+            if done && !client.is_handshaking() {
+                assert!(to_server.is_empty());
+                return (client, Records::take_over(server).expect("take over"));
+            }
+        }
+        panic!("no handshake");
+    }
+
+    /// Runs the server over what it received; whether it is done with the handshake.
+    fn serve_handshake(
+        server: &mut UnbufferedServerConnection,
+        received: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        loop {
+            let status = server.process_tls_records(received);
+            let discard = status.discard;
+            let next = match status.state.expect("server handshake") {
+                ConnectionState::EncodeTlsData(mut d) => {
+                    let mut buf = vec![0; 16 * 1024];
+                    let n = d.encode(&mut buf).expect("encode");
+                    out.extend_from_slice(&buf[..n]);
+                    None
+                }
+                ConnectionState::TransmitTlsData(t) => {
+                    t.done();
+                    None
+                }
+                ConnectionState::WriteTraffic(_) => Some(true),
+                ConnectionState::BlockedHandshake => Some(false),
+                _ => panic!("unexpected state"),
+            };
+            received.drain(..discard);
+            if let Some(done) = next {
+                return done;
+            }
+        }
+    }
+
+    /// Everything in `bytes` opened: the application data, and what else came.
+    fn open_all(
+        records: &mut Records,
+        bytes: &mut Vec<u8>,
+    ) -> Result<(Vec<u8>, Vec<Content>), Error> {
+        let (mut data, mut other) = (Vec::new(), Vec::new());
+        loop {
+            match records.open(bytes).map_err(|e| e.error)? {
+                Opened::Incomplete => return Ok((data, other)),
+                Opened::Record { len, content } => {
+                    match content {
+                        Content::Data { start, end } => data.extend_from_slice(&bytes[start..end]),
+                        c => other.push(c),
+                    }
+                    bytes.drain(..len);
+                }
+            }
+        }
+    }
+
+    fn client_sends(client: &mut ClientConnection, data: &[u8]) -> Vec<u8> {
+        client.writer().write_all(data).expect("client write");
+        let mut wire = Vec::new();
+        client.write_tls(&mut wire).expect("client records");
+        wire
+    }
+
+    fn client_gets(client: &mut ClientConnection, wire: &[u8]) -> Result<Vec<u8>, Error> {
+        let mut wire = wire;
+        let mut got = Vec::new();
+        while !wire.is_empty() {
+            client.read_tls(&mut wire).expect("read");
+            client.process_new_packets()?;
+            match client.reader().read_to_end(&mut got) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("client read: {e}"),
+            }
+        }
+        Ok(got)
+    }
+
+    fn seal_all(records: &mut Records, data: &[u8]) -> Vec<u8> {
+        let mut wire = Vec::new();
+        for chunk in data.chunks(MAX_PLAINTEXT) {
+            let mut out = vec![0; chunk.len() + MAX_SEAL_OVERHEAD];
+            let n = records.seal_data(chunk, &mut out).expect("seal");
+            wire.extend_from_slice(&out[..n]);
+        }
+        wire
+    }
+
+    #[test]
+    fn data_goes_both_ways_with_each_suite_and_across_rests() {
+        for suite in [
+            CipherSuite::TLS13_AES_128_GCM_SHA256,
+            CipherSuite::TLS13_AES_256_GCM_SHA384,
+            CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
+        ] {
+            let (mut client, mut records) = pair(suite);
+            let up: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+            let mut wire = client_sends(&mut client, &up);
+            let (got, other) = open_all(&mut records, &mut wire).expect("open");
+            assert_eq!(got, up, "{suite:?}: upload");
+            assert!(other.is_empty());
+            records.rest();
+            let down: Vec<u8> = (0..70_000u32).map(|i| (i % 241) as u8).collect();
+            let wire = seal_all(&mut records, &down);
+            records.rest();
+            let more = seal_all(&mut records, b"after a rest");
+            let mut got = client_gets(&mut client, &wire).expect("client opens");
+            got.extend(client_gets(&mut client, &more).expect("client opens"));
+            assert_eq!(got[..down.len()], down[..], "{suite:?}: download");
+            assert_eq!(&got[down.len()..], b"after a rest");
+        }
+    }
+
+    #[test]
+    fn a_key_update_asking_for_ours_is_answered_and_both_sides_move_on() {
+        let (mut client, mut records) = pair(CipherSuite::TLS13_AES_128_GCM_SHA256);
+        client.refresh_traffic_keys().expect("key update");
+        let mut wire = client_sends(&mut client, b"under new keys");
+        let (got, other) = open_all(&mut records, &mut wire).expect("open");
+        assert_eq!(got, b"under new keys");
+        assert_eq!(other, [Content::KeyUpdateRequested]);
+        let mut answer = vec![0; OVERHEAD + 5];
+        let n = records.answer_key_update(&mut answer).expect("answer");
+        let mut down = answer[..n].to_vec();
+        down.extend(seal_all(&mut records, b"ours moved too"));
+        // The client opens this only if it took our KeyUpdate: the data is under our new keys.
+        assert_eq!(
+            client_gets(&mut client, &down).expect("client"),
+            b"ours moved too"
+        );
+        assert_eq!(records.tx.seq, 1);
+    }
+
+    #[test]
+    fn our_keys_are_updated_before_the_confidentiality_limit() {
+        let (mut client, mut records) = pair(CipherSuite::TLS13_AES_128_GCM_SHA256);
+        records.tx_limit = records.tx.seq + 3;
+        let mut wire = Vec::new();
+        for i in 0..10u8 {
+            wire.extend(seal_all(&mut records, &[i; 100]));
+        }
+        assert!(
+            records.tx.seq < 4,
+            "the sequence started again after an update"
+        );
+        let got = client_gets(&mut client, &wire).expect("the client follows our updates");
+        let want: Vec<u8> = (0..10u8).flat_map(|i| [i; 100]).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_tampered_record_fails_with_bad_record_mac() {
+        let (mut client, mut records) = pair(CipherSuite::TLS13_AES_128_GCM_SHA256);
+        let mut wire = client_sends(&mut client, b"hello");
+        let last = wire.len() - 1;
+        wire[last] ^= 1;
+        let e = records.open(&mut wire).expect_err("tampered");
+        assert_eq!(e.alert, AlertDescription::BadRecordMac);
+        assert!(matches!(e.error, Error::DecryptError));
+    }
+
+    #[test]
+    fn close_notify_ends_and_other_alerts_fail() {
+        let (mut client, mut records) = pair(CipherSuite::TLS13_AES_128_GCM_SHA256);
+        client.send_close_notify();
+        let mut wire = Vec::new();
+        client.write_tls(&mut wire).expect("records");
+        let (_, other) = open_all(&mut records, &mut wire).expect("open");
+        assert_eq!(other, [Content::CloseNotify]);
+
+        let mut alert = vec![0; OVERHEAD + 2];
+        let (mut client, mut records) = pair(CipherSuite::TLS13_AES_128_GCM_SHA256);
+        let n = records
+            .seal_alert(AlertDescription::InternalError, &mut alert)
+            .expect("seal");
+        let e = client_gets(&mut client, &alert[..n]).expect_err("fatal alert");
+        assert_eq!(e, Error::AlertReceived(AlertDescription::InternalError));
+    }
+
+    #[test]
+    fn a_record_over_the_limit_and_a_wrong_outer_type_are_refused() {
+        let (_client, mut records) = pair(CipherSuite::TLS13_AES_128_GCM_SHA256);
+        let mut big = vec![23, 3, 3, 0x41, 0x01];
+        big.resize(5 + 0x4101, 0);
+        let e = records.open(&mut big).expect_err("too large");
+        assert_eq!(e.alert, AlertDescription::RecordOverflow);
+        let mut handshake = vec![22, 3, 3, 0, 4, 1, 0, 0, 0];
+        let e = records
+            .open(&mut handshake)
+            .expect_err("plaintext handshake");
+        assert_eq!(e.alert, AlertDescription::UnexpectedMessage);
+        let mut partial = vec![23, 3, 3, 0, 40, 1, 2, 3];
+        assert_eq!(
+            records.open(&mut partial).expect("partial"),
+            Opened::Incomplete
+        );
+    }
+
+    #[test]
+    fn key_updates_without_data_between_them_are_bounded() {
+        let (mut client, mut records) = pair(CipherSuite::TLS13_AES_128_GCM_SHA256);
+        let mut wire = Vec::new();
+        for _ in 0..MAX_RECORDS_WITHOUT_DATA {
+            client.refresh_traffic_keys().expect("key update");
+            client.write_tls(&mut wire).expect("records");
+        }
+        let (_, other) = open_all(&mut records, &mut wire).expect("32 are allowed");
+        assert_eq!(other.len(), usize::from(MAX_RECORDS_WITHOUT_DATA));
+        // Data resets the allowance; one more beyond it without data is refused.
+        let mut wire = client_sends(&mut client, b"data");
+        open_all(&mut records, &mut wire).expect("data");
+        for _ in 0..=MAX_RECORDS_WITHOUT_DATA {
+            client.refresh_traffic_keys().expect("key update");
+            client.write_tls(&mut wire).expect("records");
+        }
+        let e = open_all(&mut records, &mut wire).expect_err("33 in a row");
+        assert_eq!(
+            e,
+            Error::PeerMisbehaved(PeerMisbehaved::TooManyKeyUpdateRequests)
+        );
+    }
+}
