@@ -53,18 +53,19 @@ const MAX_RECORDS_WITHOUT_DATA: u8 = 32;
 const OUTER_TYPE: u8 = 23;
 const OUTER_VERSION: [u8; 2] = [3, 3];
 
-/// A failure while opening a record: what went wrong, and the alert that tells the client.
+/// A failure while opening a record: what went wrong, and the alert that tells the client
+/// (none when the client's own fatal alert ended it).
 #[derive(Debug)]
 pub(crate) struct RecordError {
     pub(crate) error: Error,
-    pub(crate) alert: AlertDescription,
+    pub(crate) alert: Option<AlertDescription>,
 }
 
 impl RecordError {
     fn new(alert: AlertDescription, error: impl Into<Error>) -> RecordError {
         RecordError {
             error: error.into(),
-            alert,
+            alert: Some(alert),
         }
     }
 
@@ -106,7 +107,10 @@ struct Keys {
 }
 
 impl Keys {
-    fn new(algorithm: &'static Algorithm, (seq, secrets): (u64, ConnectionTrafficSecrets)) -> Keys {
+    fn new(
+        algorithm: &'static Algorithm,
+        (seq, secrets): (u64, ConnectionTrafficSecrets),
+    ) -> Result<Keys, Error> {
         let (key, iv) = match &secrets {
             ConnectionTrafficSecrets::Aes128Gcm { key, iv }
             | ConnectionTrafficSecrets::Aes256Gcm { key, iv }
@@ -114,6 +118,9 @@ impl Keys {
             // `algorithm_of` admitted only the three above.
             _ => (&[][..], &[][..]),
         };
+        if key.len() != algorithm.key_len() || iv.len() != NONCE_LEN {
+            return Err(Error::General("traffic keys of an unexpected size".into()));
+        }
         let mut k = Keys {
             algorithm,
             key: Zeroizing::new([0; 32]),
@@ -123,10 +130,8 @@ impl Keys {
             ready: None,
         };
         k.key[..k.key_len].copy_from_slice(&key[..k.key_len]);
-        if iv.len() == NONCE_LEN {
-            k.iv.copy_from_slice(iv);
-        }
-        k
+        k.iv.copy_from_slice(iv);
+        Ok(k)
     }
 
     /// The AEAD context, built when first needed since the last [`Keys::rest`].
@@ -194,18 +199,21 @@ impl Records {
         };
         Ok(Records {
             kernel,
-            tx: Keys::new(algorithm, secrets.tx),
-            rx: Keys::new(algorithm, secrets.rx),
+            tx: Keys::new(algorithm, secrets.tx)?,
+            rx: Keys::new(algorithm, secrets.rx)?,
             tx_limit,
             key_updates_allowed: MAX_RECORDS_WITHOUT_DATA,
             empty_in_a_row: 0,
         })
     }
 
-    /// Drops the AEAD contexts until bytes move again (the stream is about to wait).
-    pub(crate) fn rest(&mut self) {
-        self.tx.ready = None;
+    /// Drops the opening AEAD context, and the sealing one with `sealing`, until bytes move
+    /// again (the stream is about to wait).
+    pub(crate) fn rest(&mut self, sealing: bool) {
         self.rx.ready = None;
+        if sealing {
+            self.tx.ready = None;
+        }
     }
 
     /// Opens the record at the front of `received` in place.
@@ -262,6 +270,13 @@ impl Records {
 
     /// What an opened record's plaintext (content type and padding still behind it) holds.
     fn content(&mut self, plain: &mut [u8]) -> Result<Content, RecordError> {
+        // Content, its type and padding: at most 2^14 + 1 bytes (RFC 8446 §5.4).
+        if plain.len() > MAX_PLAINTEXT + 1 {
+            return Err(RecordError::new(
+                AlertDescription::RecordOverflow,
+                Error::PeerSentOversizedRecord,
+            ));
+        }
         // The content type is the last byte that is not zero padding.
         let Some(type_at) = plain.iter().rposition(|&b| b != 0) else {
             return Err(RecordError::unexpected(InvalidMessage::InvalidContentType));
@@ -310,7 +325,7 @@ impl Records {
         };
         let description = AlertDescription::from(description);
         match (level, description) {
-            (_, AlertDescription::CloseNotify) => Ok(Content::CloseNotify),
+            (1 | 2, AlertDescription::CloseNotify) => Ok(Content::CloseNotify),
             // TLS 1.3 outlaws warnings except this one, which some clients send for nothing.
             (1, AlertDescription::UserCanceled) => {
                 self.nothing(PeerMisbehaved::TooManyWarningAlertsReceived)
@@ -319,7 +334,10 @@ impl Records {
                 AlertDescription::DecodeError,
                 Error::AlertReceived(d),
             )),
-            (2, d) => Err(RecordError::new(d, Error::AlertReceived(d))),
+            (2, d) => Err(RecordError {
+                error: Error::AlertReceived(d),
+                alert: None,
+            }),
             (_, d) => Err(RecordError::new(
                 AlertDescription::IllegalParameter,
                 Error::AlertReceived(d),
@@ -366,7 +384,8 @@ impl Records {
             .kernel
             .update_rx_secret()
             .map_err(|e| RecordError::new(AlertDescription::InternalError, e))?;
-        self.rx = Keys::new(self.rx.algorithm, secrets);
+        self.rx = Keys::new(self.rx.algorithm, secrets)
+            .map_err(|e| RecordError::new(AlertDescription::InternalError, e))?;
         Ok(if request == 1 {
             Content::KeyUpdateRequested
         } else {
@@ -410,7 +429,7 @@ impl Records {
         let message = [u8::from(HandshakeType::KeyUpdate), 0, 0, 1, request];
         let n = self.seal(ContentType::Handshake, &message, out)?;
         let secrets = self.kernel.update_tx_secret()?;
-        self.tx = Keys::new(self.tx.algorithm, secrets);
+        self.tx = Keys::new(self.tx.algorithm, secrets)?;
         Ok(n)
     }
 
@@ -604,10 +623,10 @@ mod tests {
             let (got, other) = open_all(&mut records, &mut wire).expect("open");
             assert_eq!(got, up, "{suite:?}: upload");
             assert!(other.is_empty());
-            records.rest();
+            records.rest(true);
             let down: Vec<u8> = (0..70_000u32).map(|i| (i % 241) as u8).collect();
             let wire = seal_all(&mut records, &down);
-            records.rest();
+            records.rest(true);
             let more = seal_all(&mut records, b"after a rest");
             let mut got = client_gets(&mut client, &wire).expect("client opens");
             got.extend(client_gets(&mut client, &more).expect("client opens"));
@@ -660,7 +679,7 @@ mod tests {
         let last = wire.len() - 1;
         wire[last] ^= 1;
         let e = records.open(&mut wire).expect_err("tampered");
-        assert_eq!(e.alert, AlertDescription::BadRecordMac);
+        assert_eq!(e.alert, Some(AlertDescription::BadRecordMac));
         assert!(matches!(e.error, Error::DecryptError));
     }
 
@@ -688,12 +707,12 @@ mod tests {
         let mut big = vec![23, 3, 3, 0x41, 0x01];
         big.resize(5 + 0x4101, 0);
         let e = records.open(&mut big).expect_err("too large");
-        assert_eq!(e.alert, AlertDescription::RecordOverflow);
+        assert_eq!(e.alert, Some(AlertDescription::RecordOverflow));
         let mut handshake = vec![22, 3, 3, 0, 4, 1, 0, 0, 0];
         let e = records
             .open(&mut handshake)
             .expect_err("plaintext handshake");
-        assert_eq!(e.alert, AlertDescription::UnexpectedMessage);
+        assert_eq!(e.alert, Some(AlertDescription::UnexpectedMessage));
         let mut partial = vec![23, 3, 3, 0, 40, 1, 2, 3];
         assert_eq!(
             records.open(&mut partial).expect("partial"),

@@ -96,6 +96,16 @@ pub(crate) struct TlsStream {
     broken: bool,
     /// Full records are queued to leave together: the writer flushes them, a read does not.
     gathering: bool,
+    fed: Fed,
+}
+
+/// During the handshake rustls is given whole records one at a time (see `rustls_input`).
+#[derive(Clone, Copy)]
+struct Fed {
+    /// The bytes it was given and has not discarded.
+    holds: usize,
+    /// Whether it asked for more.
+    wants_more: bool,
 }
 
 impl TlsStream {
@@ -120,6 +130,10 @@ impl TlsStream {
             close_sent: false,
             broken: false,
             gathering: false,
+            fed: Fed {
+                holds: 0,
+                wants_more: true,
+            },
         })
     }
 
@@ -250,23 +264,20 @@ impl TlsStream {
             outgoing,
             plain,
             read_end,
+            fed,
             ..
         } = self
         else {
             return Ok(Step::Wait);
         };
-        // Once a TLS 1.3 handshake is done, the records behind it are for `Records`
-        // (`take_over_records`): rustls sees none of them, so it never answers a KeyUpdate whose
-        // answer (queued inside rustls, not handed out) the hand-over would lose. (The record
-        // with the client's Finished ends with it: rustls holds no fragment back.)
-        let held_back = !conn.is_handshaking() && Records::can_take_over(conn);
-        let input: &mut [u8] = if held_back {
-            &mut []
-        } else {
-            incoming.data_mut()
-        };
-        let status = conn.process_tls_records(input);
+        let given = rustls_input(conn, incoming.data(), *fed);
+        let more_records = next_record_end(incoming.data(), given).is_some();
+        let status = conn.process_tls_records(&mut incoming.data_mut()[..given]);
         let mut discard = status.discard;
+        *fed = Fed {
+            holds: given.saturating_sub(discard),
+            wants_more: matches!(status.state, Ok(ConnectionState::BlockedHandshake)),
+        };
         let outcome = match status.state {
             Ok(ConnectionState::ReadTraffic(mut traffic)) => match mode {
                 // Left in rustls for the reader: the handshake is done.
@@ -314,6 +325,8 @@ impl TlsStream {
                 data.done();
                 Ok(Step::Again)
             }
+            // Whole records it was not given yet are there: the next call gives it one.
+            Ok(ConnectionState::BlockedHandshake) if more_records => Ok(Step::Again),
             Ok(ConnectionState::BlockedHandshake) => Ok(Step::Wait),
             Ok(ConnectionState::WriteTraffic(mut traffic)) => match mode {
                 Mode::Handshake | Mode::Drain | Mode::Read(_) => Ok(Step::Wait),
@@ -377,6 +390,11 @@ impl TlsStream {
                 seal_alert(records, outgoing, AlertDescription::CloseNotify)?;
                 Ok(Step::Written)
             }
+            // Whatever follows close_notify is ignored (RFC 8446 §6.1).
+            Mode::Read(_) if read_end.is_some() => {
+                incoming.clear();
+                Ok(Step::Wait)
+            }
             Mode::Read(out) => {
                 let read = open_records(records, incoming, outgoing, plain, out, *close_sent);
                 match read {
@@ -387,8 +405,9 @@ impl TlsStream {
                     Ok(Got::Nothing) => Ok(Step::Wait),
                     Ok(Got::Data) => Ok(Step::Readable),
                     Err(e) => {
-                        if !*close_sent {
-                            let _ = seal_alert(records, outgoing, e.alert);
+                        // No alert after our close_notify, nor in answer to the client's fatal one.
+                        if let (false, Some(alert)) = (*close_sent, e.alert) {
+                            let _ = seal_alert(records, outgoing, alert);
                         }
                         Err(tls_error(e.error))
                     }
@@ -440,7 +459,10 @@ impl TlsStream {
     /// Reads from the socket into the receive queue. The buffer is borrowed only once the
     /// socket is readable, and given back if the read found nothing. `0`: the peer closed TCP.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        ready!(self.tcp.poll_read_ready(cx))?;
+        if self.tcp.poll_read_ready(cx)?.is_pending() {
+            self.wait_lightly();
+            return Poll::Pending;
+        }
         // tokio's own read: a short read clears the readiness, so the next read waits for
         // epoll instead of costing a system call that finds nothing.
         let mut room = ReadBuf::new(self.incoming.read_room()?);
@@ -451,14 +473,18 @@ impl TlsStream {
             Poll::Ready(Ok(())) => Poll::Ready(Ok(n)),
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
-                // A stalled client's few bytes must not pin a record buffer, nor the wait
-                // the AEAD contexts.
-                self.incoming.shrink_small();
-                if let Layer::Own(records) = &mut self.layer {
-                    records.rest();
-                }
+                self.wait_lightly();
                 Poll::Pending
             }
+        }
+    }
+
+    /// Before the reader waits: a stalled client's few bytes must not pin a record buffer, nor
+    /// the wait the AEAD contexts (the sealing one only when nothing is queued to go out).
+    fn wait_lightly(&mut self) {
+        self.incoming.shrink_small();
+        if let Layer::Own(records) = &mut self.layer {
+            records.rest(self.outgoing.is_empty() && !self.gathering);
         }
     }
 
@@ -519,6 +545,35 @@ fn fill<E: std::fmt::Display>(
     }
 }
 
+/// How much of the received bytes rustls is given. During the handshake: what it holds (a
+/// message it is joining from several records), and one more whole record when it asked for
+/// more, so that the record with the client's Finished is the last it sees. After a TLS 1.3
+/// handshake: nothing, the records behind it are for `Records` (`take_over_records`); had
+/// rustls read them, it could have answered a KeyUpdate into a queue of its own that the
+/// hand-over loses, or held half a message the hand-over cuts. TLS 1.2: everything.
+fn rustls_input(conn: &UnbufferedServerConnection, received: &[u8], fed: Fed) -> usize {
+    if !conn.is_handshaking() {
+        return if Records::can_take_over(conn) {
+            0
+        } else {
+            received.len()
+        };
+    }
+    let holds = fed.holds.min(received.len());
+    if fed.wants_more {
+        next_record_end(received, holds).unwrap_or(holds)
+    } else {
+        holds
+    }
+}
+
+/// Where the whole record starting at `at` ends, if it is all there.
+fn next_record_end(received: &[u8], at: usize) -> Option<usize> {
+    let header = received.get(at..at + 5)?;
+    let end = at + 5 + usize::from(u16::from_be_bytes([header[3], header[4]]));
+    (end <= received.len()).then_some(end)
+}
+
 /// What [`open_records`] came to.
 enum Got {
     /// No whole record is left.
@@ -540,7 +595,7 @@ fn open_records(
 ) -> Result<Got, records::RecordError> {
     let internal = |e: io::Error| records::RecordError {
         error: rustls::Error::General(e.to_string()),
-        alert: AlertDescription::InternalError,
+        alert: Some(AlertDescription::InternalError),
     };
     loop {
         let Opened::Record { len, content } = records.open(incoming.data_mut())? else {
@@ -565,7 +620,7 @@ fn open_records(
                     .answer_key_update(room)
                     .map_err(|error| records::RecordError {
                         error,
-                        alert: AlertDescription::InternalError,
+                        alert: Some(AlertDescription::InternalError),
                     })?;
                 outgoing.filled(n);
             }
