@@ -69,6 +69,11 @@ impl RecordError {
         }
     }
 
+    /// Our own failure (no room, no keys): internal_error.
+    pub(crate) fn internal(error: impl Into<Error>) -> RecordError {
+        RecordError::new(AlertDescription::InternalError, error)
+    }
+
     fn unexpected(error: impl Into<Error>) -> RecordError {
         RecordError::new(AlertDescription::UnexpectedMessage, error)
     }
@@ -383,9 +388,8 @@ impl Records {
         let secrets = self
             .kernel
             .update_rx_secret()
-            .map_err(|e| RecordError::new(AlertDescription::InternalError, e))?;
-        self.rx = Keys::new(self.rx.algorithm, secrets)
-            .map_err(|e| RecordError::new(AlertDescription::InternalError, e))?;
+            .map_err(RecordError::internal)?;
+        self.rx = Keys::new(self.rx.algorithm, secrets).map_err(RecordError::internal)?;
         Ok(if request == 1 {
             Content::KeyUpdateRequested
         } else {

@@ -593,10 +593,8 @@ fn open_records(
     out: &mut ReadBuf<'_>,
     close_sent: bool,
 ) -> Result<Got, records::RecordError> {
-    let internal = |e: io::Error| records::RecordError {
-        error: rustls::Error::General(e.to_string()),
-        alert: Some(AlertDescription::InternalError),
-    };
+    let internal =
+        |e: io::Error| records::RecordError::internal(rustls::Error::General(e.to_string()));
     loop {
         let Opened::Record { len, content } = records.open(incoming.data_mut())? else {
             return Ok(Got::Nothing);
@@ -618,10 +616,7 @@ fn open_records(
                     .ok_or_else(|| internal(too_large()))?;
                 let n = records
                     .answer_key_update(room)
-                    .map_err(|error| records::RecordError {
-                        error,
-                        alert: Some(AlertDescription::InternalError),
-                    })?;
+                    .map_err(records::RecordError::internal)?;
                 outgoing.filled(n);
             }
             Content::CloseNotify => {
