@@ -52,15 +52,19 @@ struct Pump {
     /// Treat `UnexpectedEof` from the reader as a clean end: TLS clients that close TCP without
     /// close_notify (common for HTTP/1.0 clients) have still sent everything they meant to.
     lenient_eof: bool,
-    /// The reader ended: shut down once what it gave is written and flushed.
+    /// The reader ended while the prefix was read in behind the PROXY header: shut down once
+    /// it is written.
     eof_after_write: bool,
     /// The writer is plain TCP, closed as soon as the relay ends: once the other direction has
     /// ended too, its FIN comes with the close, and a shutdown first is a system call for
     /// nothing. (Not for the TLS client, which must get close_notify.)
     close_is_shutdown: bool,
-    /// Written without a flush: the read filled the buffer, so more is likely waiting and the
-    /// writer may send it together (the TLS stream gathers full records). Flushed before this
-    /// direction waits for its reader, and before it shuts down.
+    /// Written without a flush yet. Each write is followed by one more read before the flush,
+    /// so what has already arrived leaves together: full reads gather into full records, and an
+    /// answer whose end is already there goes out with the shutdown (the TLS stream sends the
+    /// last record and close_notify in one system call). The read costs no system call when the
+    /// socket has nothing (tokio clears its readiness after a short read). Flushed before this
+    /// direction waits for its reader; at the reader's end the shutdown flushes.
     unflushed: bool,
 }
 
@@ -129,7 +133,7 @@ impl Pump {
     }
 
     /// One read into a pooled buffer, and the state it leads to: Writing with the bytes,
-    /// Flushing at the end (or, after full reads written unflushed, before waiting), or the wait
+    /// Flushing before the wait after writes, ShuttingDown at the end, or the wait
     /// itself, holding no buffer.
     fn poll_next_read<R: AsyncRead + Unpin>(
         &mut self,
@@ -145,17 +149,15 @@ impl Pump {
             // `buf` goes back to the pool here: nothing held while idle.
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Err(e)) if self.lenient_eof && e.kind() == io::ErrorKind::UnexpectedEof => {
-                self.eof_after_write = true;
-                self.state = State::Flushing;
+                self.state = State::ShuttingDown;
             }
             Poll::Ready(Err(e)) => return Poll::Ready(Err(PumpError::Read(e))),
             Poll::Ready(Ok(())) => {
                 let n = rb.filled().len();
                 if n == 0 {
-                    self.eof_after_write = true;
-                    self.state = State::Flushing;
+                    self.state = State::ShuttingDown;
                 } else {
-                    self.unflushed = n == rb.capacity();
+                    self.unflushed = true;
                     self.buf = Some(buf);
                     self.start = 0;
                     self.end = n;
@@ -228,10 +230,11 @@ impl Pump {
                         *moved = true;
                     }
                     self.buf = None;
-                    self.state = if self.unflushed {
-                        State::Reading
+                    self.unflushed = true;
+                    self.state = if self.eof_after_write {
+                        State::ShuttingDown
                     } else {
-                        State::Flushing
+                        State::Reading
                     };
                 }
                 State::Flushing => {
@@ -240,29 +243,42 @@ impl Pump {
                         Poll::Ready(r) => r.map_err(PumpError::Write)?,
                     }
                     self.unflushed = false;
-                    self.state = if self.eof_after_write {
-                        State::ShuttingDown
-                    } else {
-                        State::Reading
-                    };
+                    self.state = State::Reading;
                 }
                 State::ShuttingDown if self.close_is_shutdown && other_done => {
+                    if self.unflushed {
+                        ready!(Pin::new(&mut *writer).poll_flush(cx)).map_err(PumpError::Write)?;
+                        self.unflushed = false;
+                    }
                     self.state = State::Done;
                 }
                 State::ShuttingDown => {
                     // Half-close: the peer's EOF reaches the other side as FIN (or close_notify
                     // then FIN towards the TLS client), while the other direction keeps flowing.
+                    // A shutdown flushes first (AsyncWrite's contract).
                     match Pin::new(&mut *writer).poll_shutdown(cx) {
                         Poll::Pending => return Poll::Pending,
-                        // The other side may already be gone; the direction is finished anyway.
+                        Poll::Ready(Err(e)) if self.unflushed && !shutdown_only(&e) => {
+                            return Poll::Ready(Err(PumpError::Write(e)));
+                        }
+                        // The other side may already be gone, with all it was sent; the
+                        // direction is finished anyway.
                         Poll::Ready(_) => {}
                     }
+                    self.unflushed = false;
                     self.state = State::Done;
                 }
                 State::Done => return Poll::Ready(Ok(())),
             }
         }
     }
+}
+
+/// The error of the shutdown itself, after everything before it was sent: ENOTCONN, the peer
+/// reset the connection once it had what it wanted (a send to a reset socket fails with EPIPE or
+/// ECONNRESET instead).
+fn shutdown_only(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotConnected
 }
 
 /// Why a relay ended early.
@@ -440,7 +456,8 @@ mod tests {
         }
     }
 
-    /// A reader with `sizes` ready, one per read, then nothing for now (Pending).
+    /// A reader with `sizes` ready, one per read (a 0 is one Pending: nothing for now), then
+    /// nothing for now (Pending).
     struct Chunks(Vec<usize>);
 
     impl AsyncRead for Chunks {
@@ -449,12 +466,17 @@ mod tests {
             _: &mut Context<'_>,
             buf: &mut ReadBuf<'_>,
         ) -> Poll<io::Result<()>> {
-            if self.0.is_empty() {
-                return Poll::Pending;
+            match self.0.first().copied() {
+                None => Poll::Pending,
+                Some(n) => {
+                    self.0.remove(0);
+                    if n == 0 {
+                        return Poll::Pending;
+                    }
+                    buf.put_slice(&vec![b'x'; n.min(buf.remaining())]);
+                    Poll::Ready(Ok(()))
+                }
             }
-            let n = self.0.remove(0).min(buf.remaining());
-            buf.put_slice(&vec![b'x'; n]);
-            Poll::Ready(Ok(()))
         }
     }
 
@@ -463,6 +485,7 @@ mod tests {
     enum Did {
         Write(usize),
         Flush,
+        Shutdown,
     }
 
     #[derive(Default)]
@@ -481,22 +504,99 @@ mod tests {
             self.0.push(Did::Flush);
             Poll::Ready(Ok(()))
         }
-        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        fn poll_shutdown(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            self.0.push(Did::Shutdown);
             Poll::Ready(Ok(()))
         }
     }
 
-    /// Reads that fill the buffer are written without a flush in between (so the TLS stream can
-    /// gather them), and flushed once the reader has nothing more for now; a short read is
-    /// flushed at once.
+    /// A reader with `chunks` ready one per read, then at its end.
+    struct ThenEof(Vec<usize>);
+
+    impl AsyncRead for ThenEof {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            if let Some(n) = self.0.first().copied() {
+                self.0.remove(0);
+                buf.put_slice(&vec![b'x'; n.min(buf.remaining())]);
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// An answer whose end has already arrived behind it (an HTTP/1.0 backend's answer and FIN)
+    /// goes out with the shutdown, no flush between: the TLS stream sends the last record and
+    /// close_notify in one system call instead of two.
     #[test]
-    fn full_reads_are_flushed_together_when_the_reader_waits() {
+    fn an_answer_followed_by_its_end_leaves_with_the_shutdown() {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut reader = ThenEof(vec![1024]);
+        let mut writer = Log::default();
+        let mut pump = Pump::new(false);
+        let polled = pump.poll(&mut cx, &mut reader, &mut writer, &mut false, false);
+        assert!(polled.is_ready());
+        assert_eq!(writer.0, [Did::Write(1024), Did::Shutdown]);
+    }
+
+    /// A writer whose shutdown fails with `kind` (its flush, part of it, included).
+    struct FailingShutdown(io::ErrorKind);
+
+    impl AsyncWrite for FailingShutdown {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Err(self.0.into()))
+        }
+    }
+
+    /// When the shutdown carries the last bytes, its failure to send them is the writer's
+    /// error; ENOTCONN is the FIN's alone (everything was sent, the peer has gone since).
+    #[test]
+    fn a_failed_send_in_the_shutdown_is_a_write_error_but_a_gone_peer_is_not() {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        for (kind, is_error) in [
+            (io::ErrorKind::BrokenPipe, true),
+            (io::ErrorKind::ConnectionReset, true),
+            (io::ErrorKind::NotConnected, false),
+        ] {
+            let mut pump = Pump::new(false);
+            let mut writer = FailingShutdown(kind);
+            let polled = pump.poll(
+                &mut cx,
+                &mut ThenEof(vec![100]),
+                &mut writer,
+                &mut false,
+                false,
+            );
+            let failed = matches!(polled, Poll::Ready(Err(PumpError::Write(_))));
+            assert_eq!(failed, is_error, "{kind:?}");
+            assert!(pump.done() || failed);
+        }
+    }
+
+    /// What the reader has ready is written without a flush in between (so the TLS stream can
+    /// gather full records), and flushed once the reader has nothing more for now.
+    #[test]
+    fn reads_are_flushed_together_when_the_reader_waits() {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let full = crate::buf_pool::BUF_SIZE;
-        let mut reader = Chunks(vec![full, full, full, 1000, full]);
+        let mut reader = Chunks(vec![full, full, full, 1000, 0, full]);
         let mut writer = Log::default();
         let mut pump = Pump::new(false);
         let mut moved = false;
+        let polled = pump.poll(&mut cx, &mut reader, &mut writer, &mut moved, false);
+        assert!(polled.is_pending());
         let polled = pump.poll(&mut cx, &mut reader, &mut writer, &mut moved, false);
         assert!(polled.is_pending());
         let want = [

@@ -3,6 +3,7 @@
 //! worker (no sharing, no locks); each worker learns about a dead backend on its own, which costs
 //! at most one failed connect per worker per cooldown.
 
+mod connect;
 pub(crate) mod policy;
 
 use std::cell::Cell;
@@ -125,20 +126,17 @@ impl BackendPool {
             // (a burst of handshakes finishing together) see it and go elsewhere.
             let lease = Lease::take(self, i);
             self.chooser.chose(i, n);
-            let res = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(b.addr))
-                .await
-            {
-                Ok(r) => r,
-                Err(_) => Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("connect timed out after {:?}", self.connect_timeout),
-                )),
-            };
+            let res =
+                match tokio::time::timeout(self.connect_timeout, connect::connect(b.addr)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("connect timed out after {:?}", self.connect_timeout),
+                    )),
+                };
             match res {
                 Ok(s) => {
                     self.down_until[i].set(None);
-                    // Nagle would hold small answers back ~40 ms (seed round 2's stud latency).
-                    let _ = s.set_nodelay(true);
                     return Ok((s, lease));
                 }
                 Err(e) if out_of_descriptors(&e) => return Err(ConnectError::NoDescriptors(e)),

@@ -94,7 +94,7 @@ pub(crate) struct TlsStream {
     close_sent: bool,
     /// rustls failed; the stream is unusable.
     broken: bool,
-    /// Full records are queued to leave together: the writer flushes them, a read does not.
+    /// Written records are queued to leave together: the writer flushes them, a read does not.
     gathering: bool,
     fed: Fed,
 }
@@ -698,9 +698,8 @@ impl AsyncWrite for TlsStream {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        // What an earlier write left queued goes first (back-pressure), unless full records are
-        // gathering and another fits.
-        if !this.gathering || this.outgoing.len() >= GATHER_SEND_AT {
+        // Back-pressure: a full queue goes out before it takes more.
+        if this.outgoing.len() >= GATHER_SEND_AT {
             ready!(this.poll_send(cx))?;
         }
         if data.is_empty() {
@@ -725,16 +724,10 @@ impl AsyncWrite for TlsStream {
                 }
             }
         }
-        if full {
-            // Bulk: more is likely on its way; this waits for it or for the writer's flush.
-            this.gathering = true;
-            return Poll::Ready(Ok(n));
-        }
-        // Out now as far as the socket takes it; the rest waits in the queue for the next write
-        // or flush (the bytes are the stream's from here on).
-        if let Poll::Ready(Err(e)) = this.poll_send(cx) {
-            return Poll::Ready(Err(e));
-        }
+        // Queued until the writer flushes or shuts down (the relay does before it waits), so
+        // what the writer has at hand leaves in one send: full records gathered, an answer
+        // with the close_notify behind it.
+        this.gathering = true;
         Poll::Ready(Ok(n))
     }
 
