@@ -127,6 +127,42 @@ fn sessions_by_id_resume_on_every_worker() {
     }
 }
 
+/// TLS 1.3 tickets issued, as OpenSSL's servers (nginx, HAProxy, hitch) issue them: two after a
+/// full handshake (two resumptions may follow at once), one after a resumption (it replaces the
+/// ticket the client just used). Both stateless tickets and the stateful cache.
+#[test]
+fn a_resumption_gets_one_new_ticket_a_full_handshake_two() {
+    let pki = Pki::new();
+    let cert = pki.leaf("t.pem", "t", &["t.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let tickets = |out: &str| {
+        out.matches("Post-Handshake New Session Ticket arrived")
+            .count()
+    };
+    for extra in ["", "session_tickets = false"] {
+        let shuck = Shuck::start(&config(backend.addr, &cert, extra));
+        let client = Client {
+            pki: &pki,
+            sni: "t.test",
+        };
+        let sess = pki.path("t.sess");
+        let sess = sess.to_str().expect("utf-8 path");
+        let (ok, out) = s_client(
+            &pki,
+            shuck.addr(),
+            Some("t.test"),
+            &["-tls1_3", "-sess_out", sess],
+        );
+        assert!(ok, "{out}");
+        assert_eq!(tickets(&out), 2, "{extra:?}: after a full handshake: {out}");
+        for i in 0..3 {
+            let (resumed, out) = client.again(shuck.addr(), "-tls1_3", sess, true);
+            assert!(resumed, "{extra:?}: reconnect {i} not resumed: {out}");
+            assert_eq!(tickets(&out), 1, "{extra:?}: after resumption {i}: {out}");
+        }
+    }
+}
+
 /// The key name (hex) of the ticket in an `openssl s_client -sess_out` file.
 fn ticket_key_name(sess: &str) -> String {
     let out = Command::new("openssl")

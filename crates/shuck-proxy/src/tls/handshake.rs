@@ -3,6 +3,7 @@
 //! what was negotiated as a value: the stream, the certificate served, the client certificate's
 //! verdict.
 
+use std::future::poll_fn;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -186,7 +187,14 @@ pub(crate) async fn finish(
     };
     let handshake = async {
         processed?;
-        stream.handshake().await
+        // Each poll is one synchronous call, so the ticket limit of a resumption applies to
+        // this connection's tickets alone.
+        poll_fn(|cx| {
+            let resumed = stream.conn().is_some_and(resumed);
+            tls.resumption
+                .tickets_during(resumed, || stream.poll_handshake(cx))
+        })
+        .await
     };
     match tokio::time::timeout_at(deadline.at, handshake).await {
         Ok(Ok(())) => {}

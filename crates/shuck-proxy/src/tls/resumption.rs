@@ -4,7 +4,7 @@
 //! a session while the ClientHello was processed (that happens inside one synchronous call, and
 //! a worker runs one connection's code at a time, so the note belongs to that handshake).
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use rustls::server::{ProducesTickets, StoresServerSessions};
@@ -41,6 +41,10 @@ pub(crate) struct WorkerResumption {
     tickets: Arc<dyn ProducesTickets>,
     sessions: Arc<dyn StoresServerSessions>,
     noted: AtomicU8,
+    /// Set while rustls finishes a resumed handshake (`tickets_during`): one new ticket only.
+    one_ticket: AtomicBool,
+    /// Tickets issued while `one_ticket` is set.
+    issued: AtomicU8,
 }
 
 impl std::fmt::Debug for WorkerResumption {
@@ -58,7 +62,37 @@ impl WorkerResumption {
             tickets,
             sessions,
             noted: AtomicU8::new(0),
+            one_ticket: AtomicBool::new(false),
+            issued: AtomicU8::new(0),
         }
+    }
+
+    /// Runs `f` (rustls going on with a handshake, which issues the TLS 1.3 tickets once the
+    /// client's Finished is in), issuing one ticket at most when the handshake `resumed`. That
+    /// is what OpenSSL's servers do (nginx, HAProxy, hitch): after a full handshake rustls'
+    /// two, so two resumptions may follow at once; after a resumption one, in place of the
+    /// ticket the client used, instead of a ticket encrypted and sent for nothing on every
+    /// resumed connection. Like `noted_during`, this relies on `f` being one synchronous call
+    /// on the worker's thread.
+    pub(crate) fn tickets_during<R>(&self, resumed: bool, f: impl FnOnce() -> R) -> R {
+        struct Reset<'a>(&'a AtomicBool);
+        impl Drop for Reset<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Relaxed);
+            }
+        }
+        if !resumed {
+            return f();
+        }
+        self.issued.store(0, Ordering::Relaxed);
+        self.one_ticket.store(true, Ordering::Relaxed);
+        let _reset = Reset(&self.one_ticket);
+        f()
+    }
+
+    /// Whether another ticket may be issued now (see `tickets_during`).
+    fn may_issue(&self) -> bool {
+        !self.one_ticket.load(Ordering::Relaxed) || self.issued.fetch_add(1, Ordering::Relaxed) == 0
     }
 
     /// Runs `f` (rustls processing a ClientHello) and says which mechanism, if any, gave it a
@@ -85,6 +119,10 @@ impl ProducesTickets for WorkerResumption {
     }
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        // rustls sends no ticket for a None.
+        if !self.may_issue() {
+            return None;
+        }
         self.tickets.encrypt(plain)
     }
 
@@ -99,6 +137,10 @@ impl ProducesTickets for WorkerResumption {
 
 impl StoresServerSessions for WorkerResumption {
     fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        // A TLS 1.3 stateful ticket: rustls sends none when this says false.
+        if !self.may_issue() {
+            return false;
+        }
         self.sessions.put(key, value)
     }
 

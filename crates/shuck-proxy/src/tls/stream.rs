@@ -199,13 +199,10 @@ impl TlsStream {
         poll_fn(|cx| self.poll_send(cx)).await
     }
 
-    /// Completes the handshake. The server's last TLS 1.3 messages (session tickets, which no
-    /// client waits for) stay queued and leave with the first answer, one write fewer.
-    pub(crate) async fn handshake(&mut self) -> io::Result<()> {
-        poll_fn(|cx| self.poll_handshake(cx)).await
-    }
-
-    fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    /// One poll towards the end of the handshake. The server's last TLS 1.3 messages (session
+    /// tickets, which no client waits for) stay queued: they leave with the first answer, or
+    /// before the stream waits for the client.
+    pub(crate) fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
             let step = self.step_or_alert(&mut Mode::Handshake)?;
             if step == Step::Again {
