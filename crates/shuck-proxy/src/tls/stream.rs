@@ -5,13 +5,15 @@
 //! An idle connection holds rustls' state and its socket, nothing else.
 //!
 //! Reads wait for the socket to be readable before borrowing a buffer; a partial record left
-//! waiting moves to a small allocation of its own. What is queued for the client is sent before
-//! a read waits. Writes encrypt into the send queue and go out at once as far as the socket takes
-//! them; a write that finds bytes still queued waits for them first (back-pressure). Full records
-//! (bulk) are the exception: up to four gather in one pooled 74 KiB buffer (a shorter write after
-//! them joins it) and leave in one send, when the fourth is in or when the writer flushes (the
-//! relay does after every poll, and its pump before it waits for the backend). A client that
-//! stops reading mid-download can thus hold that buffer, not one record's, until idle_timeout.
+//! waiting moves to a small allocation of its own. What rustls queued for the client (tickets,
+//! a KeyUpdate answer, an alert) is sent before a read waits, unless written records are queued:
+//! then they go together at the writer's flush. Writes encrypt into the send queue and stay there
+//! until the writer flushes or shuts down (the relay flushes after every poll, and its pump
+//! before it waits for its reader), so what is at hand leaves in one send: an answer with the
+//! close_notify behind it, full records (bulk) up to four in one pooled 74 KiB buffer. A write
+//! that finds that much queued waits for it first (back-pressure). Whoever writes must flush
+//! before waiting on a read. A client that stops reading mid-download can hold that buffer, not
+//! one record's, until idle_timeout.
 
 use std::future::poll_fn;
 use std::io;
