@@ -453,8 +453,21 @@ mod tests {
     }
 
     /// A reader with `sizes` ready, one per read (a 0 is one Pending: nothing for now), then
-    /// nothing for now (Pending).
-    struct Chunks(Vec<usize>);
+    /// at its end when `eof`, else with nothing for now (Pending) from then on.
+    struct Chunks {
+        sizes: Vec<usize>,
+        eof: bool,
+    }
+
+    impl Chunks {
+        fn then_wait(sizes: Vec<usize>) -> Chunks {
+            Chunks { sizes, eof: false }
+        }
+
+        fn then_eof(sizes: Vec<usize>) -> Chunks {
+            Chunks { sizes, eof: true }
+        }
+    }
 
     impl AsyncRead for Chunks {
         fn poll_read(
@@ -462,17 +475,19 @@ mod tests {
             _: &mut Context<'_>,
             buf: &mut ReadBuf<'_>,
         ) -> Poll<io::Result<()>> {
-            match self.0.first().copied() {
-                None => Poll::Pending,
-                Some(n) => {
-                    self.0.remove(0);
-                    if n == 0 {
-                        return Poll::Pending;
-                    }
-                    buf.put_slice(&vec![b'x'; n.min(buf.remaining())]);
+            if self.sizes.is_empty() {
+                return if self.eof {
                     Poll::Ready(Ok(()))
-                }
+                } else {
+                    Poll::Pending
+                };
             }
+            let n = self.sizes.remove(0);
+            if n == 0 {
+                return Poll::Pending;
+            }
+            buf.put_slice(&vec![b'x'; n.min(buf.remaining())]);
+            Poll::Ready(Ok(()))
         }
     }
 
@@ -506,30 +521,13 @@ mod tests {
         }
     }
 
-    /// A reader with `chunks` ready one per read, then at its end.
-    struct ThenEof(Vec<usize>);
-
-    impl AsyncRead for ThenEof {
-        fn poll_read(
-            mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-            buf: &mut ReadBuf<'_>,
-        ) -> Poll<io::Result<()>> {
-            if let Some(n) = self.0.first().copied() {
-                self.0.remove(0);
-                buf.put_slice(&vec![b'x'; n.min(buf.remaining())]);
-            }
-            Poll::Ready(Ok(()))
-        }
-    }
-
     /// An answer whose end has already arrived behind it (an HTTP/1.0 backend's answer and FIN)
     /// goes out with the shutdown, no flush between: the TLS stream sends the last record and
     /// close_notify in one system call instead of two.
     #[test]
     fn an_answer_followed_by_its_end_leaves_with_the_shutdown() {
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut reader = ThenEof(vec![1024]);
+        let mut reader = Chunks::then_eof(vec![1024]);
         let mut writer = Log::default();
         let mut pump = Pump::new(false);
         let polled = pump.poll(&mut cx, &mut reader, &mut writer, &mut false, false);
@@ -566,7 +564,7 @@ mod tests {
             let mut writer = FailingShutdown(io::ErrorKind::BrokenPipe);
             let polled = pump.poll(
                 &mut cx,
-                &mut ThenEof(answer.clone()),
+                &mut Chunks::then_eof(answer.clone()),
                 &mut writer,
                 &mut false,
                 false,
@@ -583,7 +581,7 @@ mod tests {
     fn reads_are_flushed_together_when_the_reader_waits() {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let full = crate::buf_pool::BUF_SIZE;
-        let mut reader = Chunks(vec![full, full, full, 1000, 0, full]);
+        let mut reader = Chunks::then_wait(vec![full, full, full, 1000, 0, full]);
         let mut writer = Log::default();
         let mut pump = Pump::new(false);
         let mut moved = false;
