@@ -24,8 +24,8 @@ struct Client<'a> {
 }
 
 impl Client<'_> {
-    /// A full handshake that saves its session to `sess`.
-    fn first(&self, addr: SocketAddr, version: &str, sess: &str) {
+    /// A full handshake that saves its session to `sess`; returns the client's output.
+    fn first(&self, addr: SocketAddr, version: &str, sess: &str) -> String {
         let (ok, out) = s_client(
             self.pki,
             addr,
@@ -37,6 +37,7 @@ impl Client<'_> {
             out.contains("\nNew, TLSv1."),
             "{version}: first handshake is full: {out}"
         );
+        out
     }
 
     /// Reconnects with the session in `sess` (saving the new one when `chain`: a TLS 1.3
@@ -147,13 +148,7 @@ fn a_resumption_gets_one_new_ticket_a_full_handshake_two() {
         };
         let sess = pki.path("t.sess");
         let sess = sess.to_str().expect("utf-8 path");
-        let (ok, out) = s_client(
-            &pki,
-            shuck.addr(),
-            Some("t.test"),
-            &["-tls1_3", "-sess_out", sess],
-        );
-        assert!(ok, "{out}");
+        let out = client.first(shuck.addr(), "-tls1_3", sess);
         assert_eq!(tickets(&out), 2, "{extra:?}: after a full handshake: {out}");
         for i in 0..3 {
             let (resumed, out) = client.again(shuck.addr(), "-tls1_3", sess, true);
