@@ -26,7 +26,7 @@ use crate::proxy_out::{self, UniqueId};
 use crate::relay::{self, Moved, RelayError};
 use crate::tls::handshake::{self, ClientCert, Deadline, Negotiated, Summary};
 use crate::tls::hello::{self, Hello};
-use crate::tls::stream::TlsStream;
+use crate::tls::stream::{Ktls, TlsStream};
 use crate::worker::{FrontendRt, Worker};
 use crate::{acme, demo, log_limit};
 
@@ -205,9 +205,10 @@ async fn serve_negotiated<'a>(
     arrival.passthrough = None;
     // Nothing asks rustls about the handshake from here on.
     hs.stream
-        .take_over_records()
+        .take_over_records(cfg.ktls)
         .map_err(|e| ConnError::Relay(RelayError::ClientAborted(e)))?;
     let (moved, res) = relay_to(fe, &mut hs.stream, upstream, prefix).await;
+    count_ktls(&fe.metrics, &hs.stream);
     trace.moved = moved;
     drop(lease);
     Ok(res?)
@@ -273,15 +274,26 @@ async fn serve_demo(
     let body = demo::page(&Summary::of(hs), who);
     let idle = fe.cfg.idle_timeout;
     hs.stream
-        .take_over_records()
+        .take_over_records(fe.cfg.ktls)
         .map_err(|e| ConnError::Relay(RelayError::ClientAborted(e)))?;
     // Boxed: the demo's state would otherwise enlarge every connection's future, relay ones too.
-    Box::pin(demo::serve(&mut *hs.stream, &body, idle))
-        .await
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::TimedOut => ConnError::Relay(RelayError::Idle(idle)),
-            _ => ConnError::Relay(RelayError::ClientAborted(e)),
-        })
+    let served = Box::pin(demo::serve(&mut *hs.stream, &body, idle)).await;
+    count_ktls(&fe.metrics, &hs.stream);
+    served.map_err(|e| match e.kind() {
+        std::io::ErrorKind::TimedOut => ConnError::Relay(RelayError::Idle(idle)),
+        _ => ConnError::Relay(RelayError::ClientAborted(e)),
+    })
+}
+
+/// Where a connection that asked for kTLS had its records protected (one that ended before
+/// its first record boundary is not counted).
+fn count_ktls(m: &FrontendMetrics, stream: &TlsStream) {
+    let counter = match stream.ktls() {
+        Ktls::Kernel => &m.ktls_kernel,
+        Ktls::UserSpace => &m.ktls_user_space,
+        Ktls::NotAsked | Ktls::Asked => return,
+    };
+    counter.inc();
 }
 
 fn count_arrival(m: &FrontendMetrics, arrival: &Arrival) {

@@ -38,6 +38,7 @@ pub struct Metrics {
     proxy_headers: Family<Labels, Counter>,
     proxy_header_errors: Family<Labels, Counter>,
     client_certs_unverified: Family<Labels, Counter>,
+    ktls: Family<Labels, Counter>,
     resource_errors: Family<Labels, Counter>,
     session_cache: Family<Labels, Counter>,
     session_cache_evictions: Family<Labels, Counter>,
@@ -66,6 +67,9 @@ pub struct FrontendMetrics {
     pub proxy_headers_proxy: Counter,
     pub proxy_headers_local: Counter,
     pub client_certs_unverified: Counter,
+    /// Connections that asked for kTLS (`ktls = true`), by where their records were protected.
+    pub ktls_kernel: Counter,
+    pub ktls_user_space: Counter,
 }
 
 impl FrontendMetrics {
@@ -108,6 +112,7 @@ impl Metrics {
             proxy_headers: Family::default(),
             proxy_header_errors: Family::default(),
             client_certs_unverified: Family::default(),
+            ktls: Family::default(),
             resource_errors: Family::default(),
             session_cache: Family::default(),
             session_cache_evictions: Family::default(),
@@ -182,6 +187,11 @@ impl Metrics {
             "client_certificates_unverified",
             "Client certificates that did not verify and were passed on (client_auth = optional_no_ca)",
             m.client_certs_unverified.clone(),
+        );
+        registry.register(
+            "ktls_connections",
+            "Connections of frontends with ktls = true, by who protected their records after the handshake (kernel, or user_space where the kernel could not: no kTLS, TLS 1.2)",
+            m.ktls.clone(),
         );
         registry.register(
             "resource_errors",
@@ -276,6 +286,8 @@ impl Metrics {
             proxy_headers_proxy: get(&self.proxy_headers, &with("command", "proxy")),
             proxy_headers_local: get(&self.proxy_headers, &with("command", "local")),
             client_certs_unverified: get(&self.client_certs_unverified, &base()),
+            ktls_kernel: get(&self.ktls, &with("records", "kernel")),
+            ktls_user_space: get(&self.ktls, &with("records", "user_space")),
         }
     }
 

@@ -119,6 +119,7 @@ pub struct RawFrontend {
     pub backend_cooldown: Option<String>,
     pub backlog: Option<u32>,
     pub defer_accept: Option<String>,
+    pub ktls: Option<bool>,
     pub proxy_protocol: Option<ProxyProtocol>,
     pub proxy_protocol_tlvs: Option<Vec<String>>,
     pub proxy_client_cert_tlv: Option<u8>,
@@ -213,6 +214,9 @@ pub struct Frontend {
     /// TCP_DEFER_ACCEPT: how long the kernel holds a connection whose client has sent nothing
     /// before handing it to `accept()` anyway (zero: off).
     pub defer_accept: Duration,
+    /// Kernel TLS: the kernel protects a TLS 1.3 connection's records once the handshake is
+    /// done, where it can (`tls::ktls`).
+    pub ktls: bool,
     /// The PROXY header sent to the backend, if any.
     pub proxy_protocol: Option<Version>,
     /// TLVs of v2 headers to the backend (none for v1).
@@ -351,6 +355,7 @@ impl RawFrontend {
             backend_cooldown: backend.cooldown,
             backlog: listen.backlog,
             defer_accept: listen.defer_accept,
+            ktls: self.ktls.unwrap_or(false),
             proxy_protocol: send.version,
             proxy_tlvs: send.tlvs,
             accept_proxy,

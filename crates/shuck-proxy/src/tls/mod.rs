@@ -6,6 +6,7 @@ pub(crate) mod client_auth;
 pub(crate) mod handshake;
 pub(crate) mod hello;
 pub(crate) mod hello_fields;
+pub(crate) mod ktls;
 pub(crate) mod records;
 pub(crate) mod remote;
 pub(crate) mod resumption;

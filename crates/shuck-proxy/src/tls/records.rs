@@ -74,6 +74,11 @@ impl RecordError {
         RecordError::new(AlertDescription::InternalError, error)
     }
 
+    /// A record that did not open (bad_record_mac).
+    pub(crate) fn bad_mac() -> RecordError {
+        RecordError::new(AlertDescription::BadRecordMac, Error::DecryptError)
+    }
+
     fn unexpected(error: impl Into<Error>) -> RecordError {
         RecordError::new(AlertDescription::UnexpectedMessage, error)
     }
@@ -295,14 +300,36 @@ impl Records {
         let payload = &plain[..type_at];
         match ContentType::from(plain[type_at]) {
             ContentType::ApplicationData if !payload.is_empty() => {
-                self.empty_in_a_row = 0;
-                self.key_updates_allowed = MAX_RECORDS_WITHOUT_DATA;
+                self.data_arrived();
                 Ok(Content::Data {
                     start: 0,
                     end: type_at,
                 })
             }
-            ContentType::ApplicationData => self.nothing(PeerMisbehaved::TooManyEmptyFragments),
+            typ => self.control(typ, payload),
+        }
+    }
+
+    /// Application data arrived: the limits on records without any start again.
+    pub(crate) fn data_arrived(&mut self) {
+        self.empty_in_a_row = 0;
+        self.key_updates_allowed = MAX_RECORDS_WITHOUT_DATA;
+    }
+
+    /// A record that brings the reader no data, by its content type: an empty one, an alert, a
+    /// KeyUpdate. Also what kTLS hands over (`tls::ktls`), where the kernel has opened it.
+    pub(crate) fn control(
+        &mut self,
+        typ: ContentType,
+        payload: &[u8],
+    ) -> Result<Content, RecordError> {
+        match typ {
+            ContentType::ApplicationData if payload.is_empty() => {
+                self.nothing(PeerMisbehaved::TooManyEmptyFragments)
+            }
+            ContentType::ApplicationData => Err(RecordError::internal(Error::General(
+                "application data where a control record was expected".into(),
+            ))),
             ContentType::Alert => self.alert(payload),
             ContentType::Handshake => self.handshake(payload),
             other => Err(RecordError::unexpected(Error::InappropriateMessage {
@@ -427,6 +454,40 @@ impl Records {
         self.seal(ContentType::Alert, &[level, u8::from(description)], out)
     }
 
+    /// Our keys move on (after our KeyUpdate went out in a record sealed elsewhere: kTLS).
+    pub(crate) fn next_tx_keys(&mut self) -> Result<(), Error> {
+        let secrets = self.kernel.update_tx_secret()?;
+        self.tx = Keys::new(self.tx.algorithm, secrets)?;
+        Ok(())
+    }
+
+    /// Records sealed with our keys before they must be updated (the cipher's confidentiality
+    /// limit, as rustls keeps it).
+    pub(crate) fn tx_limit(&self) -> u64 {
+        self.tx_limit
+    }
+
+    /// One direction's keys as the kernel takes them (`tls::ktls`).
+    pub(crate) fn key_view(&self, direction: Direction) -> KeyView<'_> {
+        let keys = match direction {
+            Direction::Tx => &self.tx,
+            Direction::Rx => &self.rx,
+        };
+        let cipher = if keys.algorithm == &AES_128_GCM {
+            Cipher::Aes128Gcm
+        } else if keys.algorithm == &AES_256_GCM {
+            Cipher::Aes256Gcm
+        } else {
+            Cipher::Chacha20Poly1305
+        };
+        KeyView {
+            cipher,
+            key: &keys.key[..keys.key_len],
+            iv: &keys.iv,
+            seq: keys.seq,
+        }
+    }
+
     /// A KeyUpdate (`request`: 1 asks the client for its own) sealed with the current keys,
     /// then our keys move on.
     fn update_keys(&mut self, request: u8, out: &mut [u8]) -> Result<usize, Error> {
@@ -459,6 +520,31 @@ impl Records {
         tag_out.copy_from_slice(tag.as_ref());
         Ok(len)
     }
+}
+
+/// A direction of the connection's records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// Ours, to the client.
+    Tx,
+    /// The client's.
+    Rx,
+}
+
+/// The three AEADs of TLS 1.3 sealed here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cipher {
+    Aes128Gcm,
+    Aes256Gcm,
+    Chacha20Poly1305,
+}
+
+/// One direction's keys, borrowed: the cipher, key, IV and next record's sequence number.
+pub(crate) struct KeyView<'a> {
+    pub(crate) cipher: Cipher,
+    pub(crate) key: &'a [u8],
+    pub(crate) iv: &'a [u8; NONCE_LEN],
+    pub(crate) seq: u64,
 }
 
 /// The AEAD for a TLS 1.3 suite sealed here.

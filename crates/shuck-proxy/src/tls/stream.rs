@@ -30,6 +30,7 @@ use tokio::net::TcpStream;
 use crate::buf_pool::{BATCH_BUF_SIZE, RECORD_BUF_SIZE};
 use crate::buf_queue::BufQueue;
 
+use super::ktls::{self, HandOver, Kernel};
 use super::records::{self, Content, Opened, Records};
 
 /// The most plaintext one write encrypts: one full record.
@@ -78,6 +79,8 @@ enum Layer {
     Rustls(Box<UnbufferedServerConnection>),
     /// shuck, once a TLS 1.3 handshake is done (see [`TlsStream::take_over_records`]).
     Own(Box<Records>),
+    /// The kernel (kTLS), when asked for and the kernel has it (see [`ktls`]).
+    Kernel(Kernel),
     /// The keys were lost handing them over (a bug); the stream is broken.
     Lost,
 }
@@ -99,6 +102,21 @@ pub(crate) struct TlsStream {
     /// Written records are queued to leave together: the writer flushes them, a read does not.
     gathering: bool,
     fed: Fed,
+    ktls: Ktls,
+}
+
+/// Whether the kernel protects the records (`ktls = true`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ktls {
+    /// Not asked for.
+    NotAsked,
+    /// Asked for, and not handed over yet (the stream has not come to a record boundary).
+    Asked,
+    /// The kernel has the keys.
+    Kernel,
+    /// Asked for, and the records stayed in user space (no kTLS in the kernel, TLS 1.2, a key
+    /// the kernel refused).
+    UserSpace,
 }
 
 /// During the handshake rustls is given whole records one at a time (see `rustls_input`).
@@ -136,6 +154,7 @@ impl TlsStream {
                 holds: 0,
                 wants_more: true,
             },
+            ktls: Ktls::NotAsked,
         })
     }
 
@@ -148,8 +167,13 @@ impl TlsStream {
     pub(crate) fn conn(&self) -> Option<&CommonState> {
         match &self.layer {
             Layer::Rustls(conn) => Some(conn),
-            Layer::Own(_) | Layer::Lost => None,
+            Layer::Own(_) | Layer::Kernel(_) | Layer::Lost => None,
         }
+    }
+
+    /// Whether the kernel protects the records, when that was asked for.
+    pub(crate) fn ktls(&self) -> Ktls {
+        self.ktls
     }
 
     /// After a TLS 1.3 handshake, shuck protects the records itself from here on ([`records`]:
@@ -157,7 +181,14 @@ impl TlsStream {
     /// rustls has seen no record since the client's Finished (`step_rustls` holds them back);
     /// what it still has to send (session tickets) goes to the send queue first. A TLS 1.2
     /// connection stays with rustls. [`TlsStream::conn`] answers `None` afterwards.
-    pub(crate) fn take_over_records(&mut self) -> io::Result<()> {
+    ///
+    /// With `ktls`, the kernel takes the records over in turn at the first record boundary
+    /// (see [`TlsStream::poll_read`]), if it can.
+    pub(crate) fn take_over_records(&mut self, ktls: bool) -> io::Result<()> {
+        if ktls {
+            // Until the hand-over: a connection that stays with rustls never gets there.
+            self.ktls = Ktls::UserSpace;
+        }
         let Layer::Rustls(conn) = &self.layer else {
             return Ok(());
         };
@@ -174,6 +205,9 @@ impl TlsStream {
         match Records::take_over(*conn) {
             Ok(records) => {
                 self.layer = Layer::Own(Box::new(records));
+                if ktls {
+                    self.ktls = Ktls::Asked;
+                }
                 Ok(())
             }
             Err(e) => {
@@ -243,6 +277,8 @@ impl TlsStream {
         let outcome = match &self.layer {
             Layer::Rustls(_) => self.step_rustls(mode),
             Layer::Own(_) => self.step_own(mode),
+            // The kernel's reads and writes do not come here (see the `poll_*_kernel`).
+            Layer::Kernel(_) => Ok(Step::Wait),
             Layer::Lost => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "the TLS keys were lost",
@@ -487,6 +523,68 @@ impl TlsStream {
         }
     }
 
+    /// Where nothing is half done (no record received and unopened, nothing sealed and unsent),
+    /// the kernel takes the records over if it can; if not they stay with shuck.
+    fn hand_over_at_boundary(&mut self) -> io::Result<()> {
+        if self.ktls != Ktls::Asked || !self.incoming.is_empty() || !self.outgoing.is_empty() {
+            return Ok(());
+        }
+        self.ktls = Ktls::UserSpace;
+        let Layer::Own(records) = std::mem::replace(&mut self.layer, Layer::Lost) else {
+            return Ok(());
+        };
+        match Kernel::hand_over(&self.tcp, records) {
+            HandOver::Kernel(kernel) => {
+                self.layer = Layer::Kernel(kernel);
+                self.ktls = Ktls::Kernel;
+                Ok(())
+            }
+            HandOver::Kept(records) => {
+                self.layer = Layer::Own(records);
+                Ok(())
+            }
+            HandOver::Failed(e) => {
+                self.broken = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// A read once the kernel has the records: plaintext straight from the socket.
+    fn poll_read_kernel(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if let Some(end) = self.end_of_reading() {
+            return Poll::Ready(end);
+        }
+        let Self {
+            layer: Layer::Kernel(kernel),
+            tcp,
+            ..
+        } = self
+        else {
+            return Poll::Ready(Err(io::ErrorKind::InvalidData.into()));
+        };
+        let read = ready!(kernel.poll_read(tcp, cx, buf));
+        Poll::Ready(match read {
+            Ok(ktls::Read::Data) => Ok(()),
+            Ok(ktls::Read::CloseNotify) => {
+                self.read_end = Some(ReadEnd::CloseNotify);
+                Ok(())
+            }
+            Ok(ktls::Read::Eof) => {
+                self.read_end = Some(ReadEnd::Truncated);
+                Err(io::ErrorKind::UnexpectedEof.into())
+            }
+            Err(e) => {
+                self.broken = true;
+                Err(e)
+            }
+        })
+    }
+
     fn end_of_reading(&self) -> Option<io::Result<()>> {
         self.read_end.map(|end| match end {
             ReadEnd::CloseNotify => Ok(()),
@@ -666,6 +764,9 @@ impl AsyncRead for TlsStream {
                 this.plain.consume(n);
                 return Poll::Ready(Ok(()));
             }
+            if let Layer::Kernel(_) = this.layer {
+                return this.poll_read_kernel(cx, buf);
+            }
             match this.step_or_alert(&mut Mode::Read(buf))? {
                 Step::Again => continue,
                 Step::Readable => return Poll::Ready(Ok(())),
@@ -682,6 +783,10 @@ impl AsyncRead for TlsStream {
             // also registers for the socket's writability).
             if !this.gathering {
                 let _ = this.poll_send(cx);
+                this.hand_over_at_boundary()?;
+                if let Layer::Kernel(_) = this.layer {
+                    continue;
+                }
             }
             if ready!(this.poll_fill(cx))? == 0 {
                 this.read_end.get_or_insert(ReadEnd::Truncated);
@@ -697,6 +802,12 @@ impl AsyncWrite for TlsStream {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if let Layer::Kernel(kernel) = &mut this.layer {
+            if this.close_sent {
+                return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+            }
+            return kernel.poll_write(&mut this.tcp, cx, data);
+        }
         // Back-pressure: a full queue goes out before it takes more.
         if this.outgoing.len() >= GATHER_SEND_AT {
             ready!(this.poll_send(cx))?;
@@ -731,12 +842,23 @@ impl AsyncWrite for TlsStream {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.get_mut().poll_send(cx)
+        let this = self.get_mut();
+        if let Layer::Kernel(kernel) = &mut this.layer {
+            return kernel.poll_flush(&this.tcp, cx);
+        }
+        this.poll_send(cx)
     }
 
     /// close_notify, then the TCP write side's FIN.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if let Layer::Kernel(kernel) = &mut this.layer {
+            if !this.close_sent && !this.broken {
+                ready!(kernel.poll_close_notify(&this.tcp, cx))?;
+                this.close_sent = true;
+            }
+            return Pin::new(&mut this.tcp).poll_shutdown(cx);
+        }
         if !this.close_sent && !this.broken {
             this.close_sent = true;
             // Until written; closed already, or not past the handshake: none to send.

@@ -1,0 +1,384 @@
+//! Kernel TLS (kTLS): a TLS 1.3 connection's records sealed and opened by the kernel, with
+//! `ktls = true`. Once shuck holds the traffic keys ([`Records`]), they can go one step further:
+//! the TLS upper-layer protocol on the socket takes them (TLS_TX, TLS_RX), and from then on a
+//! write is plaintext that leaves as records and a read returns the client's plaintext. The
+//! AEAD work and the copy into a record buffer leave user space, and bulk moves without shuck
+//! touching a record.
+//!
+//! The hand-over happens where the stream has nothing half done: no record received but not
+//! opened, nothing sealed but not sent (`TlsStream::poll_read`, before it waits for the client).
+//! The socket's receive queue then starts at a record boundary, and the sequence numbers are the
+//! ones [`Records`] reached.
+//!
+//! What the kernel cannot do alone stays here, through the record type of a non-data record (a
+//! read fails with EIO; `recvmsg` tells the type): close_notify ends the reading, other alerts
+//! and KeyUpdates go through [`Records::control`], the same rules as in user space. A KeyUpdate
+//! gives the kernel new keys with TLS_RX/TLS_TX again, which kernels without kTLS rekeying
+//! (added upstream after 6.12; Debian 12's 6.1 lacks it) refuse: the connection then ends with an
+//! error. Our own KeyUpdate is due before
+//! the cipher's confidentiality limit (AES-GCM: 2^24.5 records, about 370 GiB on one
+//! connection); the kernel does not count, so the records it may have sealed are counted here.
+//!
+//! A kernel without kTLS (no `tls` module: setting the ULP fails with ENOENT) is noted once for
+//! the process, logged once, and connections keep shuck's own records; as they do when the
+//! kernel refuses a connection's transmit keys (the socket then stays plain TCP). A refused
+//! receive key after the transmit key was taken cannot be undone: that connection fails.
+
+use std::io::{self, IoSliceMut};
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{ready, Context, Poll};
+
+use nix::errno::Errno;
+use nix::sys::socket::sockopt::{TcpTlsRx, TcpTlsTx, TcpUlp, TlsCryptoInfo};
+use nix::sys::socket::{recvmsg, setsockopt, ControlMessageOwned, MsgFlags, TlsGetRecordType};
+use rustls::{AlertDescription, ContentType};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::TcpStream;
+use zeroize::Zeroize;
+
+use super::records::{Cipher, Content, Direction, KeyView, RecordError, Records, MAX_PLAINTEXT};
+use crate::sockopt;
+
+/// Set once a socket found the kernel without the TLS upper-layer protocol: no connection of
+/// this process asks again.
+static KERNEL_LACKS_TLS: AtomicBool = AtomicBool::new(false);
+
+/// A KeyUpdate not asking for the client's (ours never asks: the client's keys are its own).
+const KEY_UPDATE: [u8; 5] = [24, 0, 0, 1, 0];
+/// The most of a non-data record read here: a KeyUpdate is 5 bytes and an alert 2, so anything
+/// longer is refused whole by [`Records::control`] whatever it holds beyond this.
+const CONTROL_ROOM: usize = 32;
+
+/// Whether kTLS took the connection.
+pub(crate) enum HandOver {
+    /// The kernel protects the records from now on.
+    Kernel(Kernel),
+    /// Nothing changed on the socket: the records stay with shuck.
+    Kept(Box<Records>),
+    /// The kernel took our keys but refused the client's: the connection cannot go on.
+    Failed(io::Error),
+}
+
+/// What a read from the kernel came to.
+pub(crate) enum Read {
+    /// Plaintext is in the reader's buffer.
+    Data,
+    /// The client's close_notify.
+    CloseNotify,
+    /// TCP closed without close_notify.
+    Eof,
+}
+
+/// A connection whose records the kernel protects: rustls' remains and the keys' bookkeeping,
+/// for KeyUpdates.
+pub(crate) struct Kernel {
+    records: Box<Records>,
+    /// Records the kernel may have sealed with our current keys (at most one per started 16 KiB
+    /// of a write, since each write closes its last record).
+    sealed: u64,
+    /// The client asked for our KeyUpdate and the socket had no room for it yet.
+    key_update_owed: bool,
+}
+
+impl Kernel {
+    /// Hands the keys of `records` to the kernel for `tcp`. Call only where nothing received is
+    /// left unopened and nothing sealed unsent.
+    pub(crate) fn hand_over(tcp: &TcpStream, records: Box<Records>) -> HandOver {
+        if KERNEL_LACKS_TLS.load(Ordering::Relaxed) {
+            return HandOver::Kept(records);
+        }
+        match setsockopt(tcp, TcpUlp::default(), b"tls") {
+            Ok(()) => {}
+            Err(Errno::ENOENT) => {
+                if !KERNEL_LACKS_TLS.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "ktls: this kernel has no TLS upper-layer protocol (module `tls`); \
+                         records stay in user space"
+                    );
+                }
+                return HandOver::Kept(records);
+            }
+            Err(_) => return HandOver::Kept(records),
+        }
+        // With the ULP on and no key given, the socket is still plain TCP: a refused transmit key
+        // leaves it as it was.
+        if install(tcp, Direction::Tx, &records.key_view(Direction::Tx)).is_err() {
+            return HandOver::Kept(records);
+        }
+        if let Err(e) = install(tcp, Direction::Rx, &records.key_view(Direction::Rx)) {
+            return HandOver::Failed(io::Error::other(format!(
+                "ktls: the kernel took the transmit key but refused the receive key: {e}"
+            )));
+        }
+        HandOver::Kernel(Kernel {
+            records,
+            sealed: 0,
+            key_update_owed: false,
+        })
+    }
+
+    /// Reads plaintext into `buf`, acting on the non-data records on the way.
+    pub(crate) fn poll_read(
+        &mut self,
+        tcp: &mut TcpStream,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<Read>> {
+        loop {
+            let before = buf.filled().len();
+            match ready!(Pin::new(&mut *tcp).poll_read(cx, buf)) {
+                Ok(()) if buf.filled().len() > before => {
+                    self.records.data_arrived();
+                    return Poll::Ready(Ok(Read::Data));
+                }
+                Ok(()) => return Poll::Ready(Ok(Read::Eof)),
+                // The next record is not application data (the kernel's way of saying so).
+                Err(e) if e.raw_os_error() == Some(libc::EIO) => {
+                    if let Some(read) = self.control_record(tcp)? {
+                        return Poll::Ready(Ok(read));
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EBADMSG) => {
+                    let e = RecordError::bad_mac();
+                    return Poll::Ready(Err(Self::failed(tcp, e)));
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    /// The non-data record at the front of the socket, acted on: `None` when the reading goes
+    /// on (it brought nothing for the reader, or was not there after all).
+    fn control_record(&mut self, tcp: &TcpStream) -> io::Result<Option<Read>> {
+        let mut room = [0u8; CONTROL_ROOM];
+        let (typ, n) = match tcp.try_io(Interest::READABLE, || recv_control(tcp, &mut room)) {
+            Ok(got) => got,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let content = match self.records.control(typ, &room[..n.min(CONTROL_ROOM)]) {
+            Ok(content) => content,
+            Err(e) => return Err(Self::failed(tcp, e)),
+        };
+        if typ == ContentType::Handshake {
+            // A KeyUpdate: the client's records are sealed with its next keys from here on.
+            install(tcp, Direction::Rx, &self.records.key_view(Direction::Rx)).map_err(|e| {
+                io::Error::other(format!(
+                    "ktls: the kernel refused the client's updated keys \
+                     (kTLS on this kernel cannot be rekeyed): {e}"
+                ))
+            })?;
+        }
+        Ok(match content {
+            Content::CloseNotify => Some(Read::CloseNotify),
+            Content::KeyUpdateRequested => {
+                // Sent now if the socket has room, else before the next write or flush (which
+                // wait for room; a read must not).
+                self.key_update_owed = true;
+                let sent = tcp.try_io(Interest::WRITABLE, || {
+                    sockopt::send_tls_record(tcp, u8::from(ContentType::Handshake), &KEY_UPDATE)
+                });
+                if sent.is_ok() {
+                    self.key_update_owed = false;
+                    self.our_keys_updated(tcp)?;
+                }
+                None
+            }
+            Content::Nothing | Content::Data { .. } => None,
+        })
+    }
+
+    /// Writes plaintext; the kernel seals it.
+    pub(crate) fn poll_write(
+        &mut self,
+        tcp: &mut TcpStream,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        ready!(self.poll_settle(tcp, cx))?;
+        let n = ready!(Pin::new(tcp).poll_write(cx, data))?;
+        self.sealed = self.sealed.saturating_add(n.div_ceil(MAX_PLAINTEXT) as u64);
+        Poll::Ready(Ok(n))
+    }
+
+    /// Our close_notify (what is written before it leaves first: the socket keeps order).
+    pub(crate) fn poll_close_notify(
+        &mut self,
+        tcp: &TcpStream,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        ready!(self.poll_settle(tcp, cx))?;
+        let alert = [1, u8::from(AlertDescription::CloseNotify)];
+        poll_send_record(tcp, cx, ContentType::Alert, &alert)
+    }
+
+    /// Our KeyUpdate when one is owed (the client asked) or due (the confidentiality limit
+    /// nears), with the kernel given our next keys behind it.
+    fn poll_settle(&mut self, tcp: &TcpStream, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let due = self.sealed >= self.records.tx_limit().saturating_sub(2);
+        if !self.key_update_owed && !due {
+            return Poll::Ready(Ok(()));
+        }
+        ready!(poll_send_record(
+            tcp,
+            cx,
+            ContentType::Handshake,
+            &KEY_UPDATE
+        ))?;
+        self.key_update_owed = false;
+        Poll::Ready(self.our_keys_updated(tcp))
+    }
+
+    /// After our KeyUpdate left: the kernel seals with our next keys.
+    fn our_keys_updated(&mut self, tcp: &TcpStream) -> io::Result<()> {
+        self.records
+            .next_tx_keys()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        install(tcp, Direction::Tx, &self.records.key_view(Direction::Tx)).map_err(|e| {
+            io::Error::other(format!(
+                "ktls: the kernel refused our updated keys \
+                 (kTLS on this kernel cannot be rekeyed): {e}"
+            ))
+        })?;
+        self.sealed = 0;
+        Ok(())
+    }
+
+    /// Flushing settles an owed KeyUpdate (the socket itself holds nothing back).
+    pub(crate) fn poll_flush(
+        &mut self,
+        tcp: &TcpStream,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.poll_settle(tcp, cx)
+    }
+
+    /// The client broke a rule: its alert goes out if the socket has room (none in answer to
+    /// its own fatal alert), and the error is the reader's.
+    fn failed(tcp: &TcpStream, e: RecordError) -> io::Error {
+        if let Some(alert) = e.alert {
+            let _ =
+                sockopt::send_tls_record(tcp, u8::from(ContentType::Alert), &[2, u8::from(alert)]);
+        }
+        io::Error::new(io::ErrorKind::InvalidData, e.error)
+    }
+}
+
+/// Sends one non-data record, waiting for room in the socket.
+fn poll_send_record(
+    tcp: &TcpStream,
+    cx: &mut Context<'_>,
+    typ: ContentType,
+    payload: &[u8],
+) -> Poll<io::Result<()>> {
+    loop {
+        ready!(tcp.poll_write_ready(cx))?;
+        let sent = tcp.try_io(Interest::WRITABLE, || {
+            sockopt::send_tls_record(tcp, u8::from(typ), payload)
+        });
+        match sent {
+            Ok(_) => return Poll::Ready(Ok(())),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Poll::Ready(Err(e)),
+        }
+    }
+}
+
+/// Reads the non-data record at the front of a kTLS socket: its type and the bytes of it that
+/// fit `room`.
+fn recv_control(tcp: &TcpStream, room: &mut [u8]) -> io::Result<(ContentType, usize)> {
+    let mut cmsg = nix::cmsg_space!(u8);
+    let mut iov = [IoSliceMut::new(room)];
+    let msg = recvmsg::<()>(
+        tcp.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_DONTWAIT,
+    )?;
+    let typ = msg
+        .cmsgs()?
+        .find_map(|c| match c {
+            ControlMessageOwned::TlsGetRecordType(t) => Some(t),
+            _ => None,
+        })
+        .ok_or_else(|| io::Error::other("ktls: a record without its type"))?;
+    let typ = match typ {
+        TlsGetRecordType::ChangeCipherSpec => ContentType::ChangeCipherSpec,
+        TlsGetRecordType::Alert => ContentType::Alert,
+        TlsGetRecordType::Handshake => ContentType::Handshake,
+        TlsGetRecordType::ApplicationData => ContentType::ApplicationData,
+        TlsGetRecordType::Unknown(t) => ContentType::from(t),
+        _ => ContentType::from(0),
+    };
+    Ok((typ, msg.bytes))
+}
+
+/// Gives the kernel one direction's keys (TLS_TX or TLS_RX). The structure holding them is
+/// wiped once the kernel has its copy.
+fn install(tcp: &TcpStream, direction: Direction, keys: &KeyView<'_>) -> io::Result<()> {
+    let mut info = crypto_info(keys)?;
+    let set = match direction {
+        Direction::Tx => setsockopt(tcp, TcpTlsTx, &info),
+        Direction::Rx => setsockopt(tcp, TcpTlsRx, &info),
+    };
+    wipe(&mut info);
+    set.map_err(io::Error::from)
+}
+
+/// The kernel's structure for TLS 1.3 keys: for AES-GCM the IV's first four bytes are the
+/// "salt" and the rest the "iv" (the kernel joins them again); ChaCha20 takes all twelve.
+fn crypto_info(keys: &KeyView<'_>) -> io::Result<TlsCryptoInfo> {
+    let info = |cipher_type| libc::tls_crypto_info {
+        version: libc::TLS_1_3_VERSION,
+        cipher_type,
+    };
+    let wrong = || io::Error::other("ktls: traffic keys of an unexpected size");
+    let (salt, iv) = keys.iv.split_at(4);
+    let rec_seq = keys.seq.to_be_bytes();
+    Ok(match keys.cipher {
+        Cipher::Aes128Gcm => TlsCryptoInfo::Aes128Gcm(libc::tls12_crypto_info_aes_gcm_128 {
+            info: info(libc::TLS_CIPHER_AES_GCM_128),
+            iv: iv.try_into().map_err(|_| wrong())?,
+            key: keys.key.try_into().map_err(|_| wrong())?,
+            salt: salt.try_into().map_err(|_| wrong())?,
+            rec_seq,
+        }),
+        Cipher::Aes256Gcm => TlsCryptoInfo::Aes256Gcm(libc::tls12_crypto_info_aes_gcm_256 {
+            info: info(libc::TLS_CIPHER_AES_GCM_256),
+            iv: iv.try_into().map_err(|_| wrong())?,
+            key: keys.key.try_into().map_err(|_| wrong())?,
+            salt: salt.try_into().map_err(|_| wrong())?,
+            rec_seq,
+        }),
+        Cipher::Chacha20Poly1305 => {
+            TlsCryptoInfo::Chacha20Poly1305(libc::tls12_crypto_info_chacha20_poly1305 {
+                info: info(libc::TLS_CIPHER_CHACHA20_POLY1305),
+                iv: *keys.iv,
+                key: keys.key.try_into().map_err(|_| wrong())?,
+                salt: [],
+                rec_seq,
+            })
+        }
+    })
+}
+
+fn wipe(info: &mut TlsCryptoInfo) {
+    match info {
+        TlsCryptoInfo::Aes128Gcm(i) => {
+            i.key.zeroize();
+            i.iv.zeroize();
+            i.salt.zeroize();
+        }
+        TlsCryptoInfo::Aes256Gcm(i) => {
+            i.key.zeroize();
+            i.iv.zeroize();
+            i.salt.zeroize();
+        }
+        TlsCryptoInfo::Chacha20Poly1305(i) => {
+            i.key.zeroize();
+            i.iv.zeroize();
+        }
+    }
+}
