@@ -44,6 +44,18 @@ use crate::sockopt;
 /// Set once a socket found the kernel without the TLS upper-layer protocol: no connection of
 /// this process asks again.
 static KERNEL_LACKS_TLS: AtomicBool = AtomicBool::new(false);
+/// Whether the warnings logged once per process were: a client can cause these, so each is
+/// logged the first time only (the `shuck_ktls_connections` counter counts every connection).
+static ULP_REFUSED: AtomicBool = AtomicBool::new(false);
+static KEYS_REFUSED: AtomicBool = AtomicBool::new(false);
+static REKEY_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Runs `log` the first time `flag` is seen unset.
+fn once(flag: &AtomicBool, log: impl FnOnce()) {
+    if !flag.swap(true, Ordering::Relaxed) {
+        log();
+    }
+}
 
 /// A KeyUpdate not asking for the client's (ours never asks: the client's keys are its own).
 const KEY_UPDATE: [u8; 5] = [24, 0, 0, 1, 0];
@@ -92,19 +104,28 @@ impl Kernel {
         match setsockopt(tcp, TcpUlp::default(), b"tls") {
             Ok(()) => {}
             Err(Errno::ENOENT) => {
-                if !KERNEL_LACKS_TLS.swap(true, Ordering::Relaxed) {
+                once(&KERNEL_LACKS_TLS, || {
                     tracing::warn!(
                         "ktls: this kernel has no TLS upper-layer protocol (module `tls`); \
                          records stay in user space"
                     );
-                }
+                });
                 return HandOver::Kept(records);
             }
-            Err(_) => return HandOver::Kept(records),
+            Err(e) => {
+                once(&ULP_REFUSED, || {
+                    tracing::warn!(error = %e, "ktls: the kernel refused the TLS upper-layer protocol on a connection (noted once); its records stay in user space");
+                });
+                return HandOver::Kept(records);
+            }
         }
         // With the ULP on and no key given, the socket is still plain TCP: a refused transmit key
         // leaves it as it was.
-        if install(tcp, Direction::Tx, &records.key_view(Direction::Tx)).is_err() {
+        if let Err(e) = install(tcp, Direction::Tx, &records.key_view(Direction::Tx)) {
+            // ENOENT here: the crypto module for the cipher (gcm, chacha20poly1305) is missing.
+            once(&KEYS_REFUSED, || {
+                tracing::warn!(error = %e, "ktls: the kernel refused a connection's keys (noted once; ENOENT: the cipher's crypto module is not loaded); its records stay in user space");
+            });
             return HandOver::Kept(records);
         }
         if let Err(e) = install(tcp, Direction::Rx, &records.key_view(Direction::Rx)) {
@@ -164,12 +185,8 @@ impl Kernel {
         };
         if typ == ContentType::Handshake {
             // A KeyUpdate: the client's records are sealed with its next keys from here on.
-            install(tcp, Direction::Rx, &self.records.key_view(Direction::Rx)).map_err(|e| {
-                io::Error::other(format!(
-                    "ktls: the kernel refused the client's updated keys \
-                     (kTLS on this kernel cannot be rekeyed): {e}"
-                ))
-            })?;
+            install(tcp, Direction::Rx, &self.records.key_view(Direction::Rx))
+                .map_err(|e| rekey_refused("the client's", e))?;
         }
         Ok(match content {
             Content::CloseNotify => Some(Read::CloseNotify),
@@ -236,12 +253,8 @@ impl Kernel {
         self.records
             .next_tx_keys()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        install(tcp, Direction::Tx, &self.records.key_view(Direction::Tx)).map_err(|e| {
-            io::Error::other(format!(
-                "ktls: the kernel refused our updated keys \
-                 (kTLS on this kernel cannot be rekeyed): {e}"
-            ))
-        })?;
+        install(tcp, Direction::Tx, &self.records.key_view(Direction::Tx))
+            .map_err(|e| rekey_refused("our", e))?;
         self.sealed = 0;
         Ok(())
     }
@@ -264,6 +277,17 @@ impl Kernel {
         }
         io::Error::new(io::ErrorKind::InvalidData, e.error)
     }
+}
+
+/// A KeyUpdate's new keys refused: the connection's error, and a warning the first time (an
+/// operator should know that clients' KeyUpdates end connections on this kernel).
+fn rekey_refused(whose: &str, e: io::Error) -> io::Error {
+    once(&REKEY_REFUSED, || {
+        tracing::warn!(error = %e, "ktls: this kernel's kTLS cannot be rekeyed: a connection whose client sends a KeyUpdate ends (noted once; set ktls = false to keep such connections)");
+    });
+    io::Error::other(format!(
+        "ktls: the kernel refused {whose} updated keys (kTLS on this kernel cannot be rekeyed): {e}"
+    ))
 }
 
 /// Sends one non-data record, waiting for room in the socket.

@@ -1,0 +1,192 @@
+//! kTLS where the kernel has it. This machine's kernel has no `tls` module, so the test boots
+//! Debian's kernel (which has it) in qemu, with an initramfs holding busybox, the kernel's tls and
+//! AEAD modules, this build's `shuck`, and curl and openssl with their libraries. The guest
+//! (`ktls_vm/init.sh`) serves through shuck with `ktls = true` in front of busybox's httpd and
+//! checks what it gets: downloads, uploads and requests that arrive after the hand-over with each
+//! cipher the kernel takes, the counter saying every connection went to the kernel, and a client's
+//! KeyUpdate (which Debian 12's 6.1 cannot rekey: the connection must end, named in the log, and
+//! shuck must go on serving). `.ci/run` puts the kernel and modules in `target/ktls-vm`
+//! (`SHUCK_KTLS_VM` overrides); qemu runs without KVM (this VM's /dev/kvm does not run guests).
+//!
+//! Where the kernel lacks kTLS, the same configuration must fall back to shuck's own records:
+//! `ktls_falls_back_where_the_kernel_has_no_tls` runs on this machine's own kernel.
+
+mod common;
+
+use std::fs::Permissions;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::clients::{curl, sum, wait_metric};
+use common::pki::{toml_path, Key, Pki};
+use common::process::{run_bounded, HttpBackend, Shuck, SHUCK};
+
+/// Where `.ci/run` left the guest's kernel (`vmlinuz`) and modules (`modules/NN-name.ko`).
+fn vm_dir() -> PathBuf {
+    std::env::var_os("SHUCK_KTLS_VM").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ktls-vm"),
+        PathBuf::from,
+    )
+}
+
+#[test]
+fn ktls_carries_connections_in_a_kernel_that_has_it() {
+    let vm = vm_dir();
+    assert!(
+        vm.join("vmlinuz").is_file() && vm.join("modules").is_dir(),
+        "no guest kernel in {}: .ci/run downloads Debian's kernel package there",
+        vm.display()
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("root");
+    build_root(&root, &vm);
+    let initrd = dir.path().join("initrd.cpio");
+    pack(&root, &initrd);
+    let out = run_bounded(
+        Command::new("qemu-system-x86_64")
+            .args(["-accel", "tcg", "-m", "2048", "-smp", "2"])
+            .args(["-nographic", "-no-reboot", "-kernel"])
+            .arg(vm.join("vmlinuz"))
+            .arg("-initrd")
+            .arg(&initrd)
+            .args(["-append", "console=ttyS0 quiet panic=-1"]),
+        b"",
+        600,
+    );
+    let console = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    let report: Vec<&str> = console
+        .lines()
+        .filter(|l| l.contains("KTLS-VM") || l.starts_with("shuck: "))
+        .collect();
+    let report = report.join("\n");
+    for check in [
+        "KTLS-VM ok: 2 MiB download, AES-256-GCM",
+        "KTLS-VM ok: 2 MiB upload, AES-128-GCM",
+        "KTLS-VM ok: late request, AES-128-GCM",
+        "KTLS-VM ok: late request, ChaCha20",
+        "KTLS-VM ok: 5 connections in the kernel, none in user space",
+        "KTLS-VM ok: still serving",
+        "KTLS-VM PASS",
+    ] {
+        assert!(
+            report.lines().any(|l| l.ends_with(check)),
+            "guest did not report {check:?}:\n{report}\n--- console ---\n{console}"
+        );
+    }
+    assert!(!report.contains("KTLS-VM FAIL"), "{report}");
+}
+
+/// The guest's files: busybox as init's shell, the modules, shuck (without its debug sections,
+/// a sixth of the size), curl and openssl, and every library `ldd` names for them.
+fn build_root(root: &Path, vm: &Path) {
+    for d in ["bin", "usr/bin", "modules", "proc", "sys", "dev", "tmp"] {
+        std::fs::create_dir_all(root.join(d)).expect("mkdir");
+    }
+    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ktls_vm");
+    copy(&here.join("init.sh"), &root.join("init"));
+    std::fs::set_permissions(root.join("init"), Permissions::from_mode(0o755)).expect("chmod");
+    copy(&here.join("ktls.toml"), &root.join("ktls.toml"));
+    copy(Path::new("/bin/busybox"), &root.join("bin/busybox"));
+    for m in std::fs::read_dir(vm.join("modules")).expect("modules") {
+        let m = m.expect("module").path();
+        copy(&m, &root.join("modules").join(m.file_name().expect("name")));
+    }
+    let stripped = run_bounded(
+        Command::new("strip")
+            .arg("--strip-debug")
+            .arg("-o")
+            .arg(root.join("shuck"))
+            .arg(SHUCK),
+        b"",
+        120,
+    );
+    assert!(stripped.status.success(), "strip: {stripped:?}");
+    let tools = [Path::new("/usr/bin/curl"), Path::new("/usr/bin/openssl")];
+    for t in tools {
+        copy(t, &root.join(t.strip_prefix("/").expect("absolute")));
+    }
+    for bin in [Path::new(SHUCK)].into_iter().chain(tools) {
+        for lib in libraries(bin) {
+            let to = root.join(lib.strip_prefix("/").expect("absolute"));
+            std::fs::create_dir_all(to.parent().expect("parent")).expect("mkdir");
+            copy(&lib, &to);
+        }
+    }
+}
+
+/// The shared libraries `ldd` says `bin` loads, the dynamic loader included.
+fn libraries(bin: &Path) -> Vec<PathBuf> {
+    let out = run_bounded(Command::new("ldd").arg(bin), b"", 30);
+    assert!(out.status.success(), "ldd {}: {out:?}", bin.display());
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+        .map(PathBuf::from)
+        .collect()
+}
+
+fn copy(from: &Path, to: &Path) {
+    std::fs::copy(from, to)
+        .unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), to.display()));
+}
+
+/// An uncompressed newc cpio archive of `root`, as the kernel unpacks an initramfs.
+fn pack(root: &Path, to: &Path) {
+    let out = run_bounded(
+        Command::new("sh")
+            .arg("-c")
+            .arg("find . | cpio -o -H newc --quiet > \"$1\"")
+            .arg("sh")
+            .arg(to)
+            .current_dir(root),
+        b"",
+        120,
+    );
+    assert!(out.status.success(), "cpio: {out:?}");
+}
+
+#[test]
+fn ktls_falls_back_where_the_kernel_has_no_tls() {
+    let ulps = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp").unwrap_or_default();
+    let kernel_has_tls = ulps.split_whitespace().any(|u| u == "tls");
+    let pki = Pki::new();
+    let cert = pki.leaf("k.pem", "k", &["k.test"], Key::EcdsaP256);
+    let b = HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"k\"\nlisten = \"127.0.0.1:0\"\n\
+         backend = \"{}\"\ncertificates = {}\nktls = true\n",
+        b.addr,
+        toml_path(&cert)
+    ));
+    for i in 0..3 {
+        let out = curl(&pki, &shuck, "k.test", &format!("/{i}"), &[]);
+        assert!(out.status.success(), "{out:?}");
+        let body = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(body, format!("backend got: GET /{i} HTTP/1.1"));
+    }
+    // TLS 1.2 stays with rustls: counted in user space wherever it runs.
+    let out = curl(&pki, &shuck, "k.test", "/tls12", &["--tls-max", "1.2"]);
+    assert!(out.status.success(), "{out:?}");
+    // Counted as each connection's task ends, a little after curl has its answer.
+    let text = wait_metric(shuck.addrs[1], "shuck_ktls_connections_total", &[], 4);
+    let count = |records: &str| {
+        sum(
+            &text,
+            "shuck_ktls_connections_total",
+            &[&format!("records=\"{records}\"")],
+        )
+    };
+    if kernel_has_tls {
+        assert_eq!((count("kernel"), count("user_space")), (3, 1), "{text}");
+    } else {
+        assert_eq!((count("kernel"), count("user_space")), (0, 4), "{text}");
+        let log = shuck.log_text();
+        assert_eq!(
+            log.matches("this kernel has no TLS upper-layer protocol")
+                .count(),
+            1,
+            "one warning for the process, not one per connection: {log}"
+        );
+    }
+}
