@@ -186,7 +186,7 @@ impl Kernel {
         if typ == ContentType::Handshake {
             // A KeyUpdate: the client's records are sealed with its next keys from here on.
             install(tcp, Direction::Rx, &self.records.key_view(Direction::Rx))
-                .map_err(|e| rekey_refused("the client's", e))?;
+                .map_err(|e| rekey_refused("the client's", &e))?;
         }
         Ok(match content {
             Content::CloseNotify => Some(Read::CloseNotify),
@@ -254,7 +254,7 @@ impl Kernel {
             .next_tx_keys()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         install(tcp, Direction::Tx, &self.records.key_view(Direction::Tx))
-            .map_err(|e| rekey_refused("our", e))?;
+            .map_err(|e| rekey_refused("our", &e))?;
         self.sealed = 0;
         Ok(())
     }
@@ -281,7 +281,7 @@ impl Kernel {
 
 /// A KeyUpdate's new keys refused: the connection's error, and a warning the first time (an
 /// operator should know that clients' KeyUpdates end connections on this kernel).
-fn rekey_refused(whose: &str, e: io::Error) -> io::Error {
+fn rekey_refused(whose: &str, e: &io::Error) -> io::Error {
     once(&REKEY_REFUSED, || {
         tracing::warn!(error = %e, "ktls: this kernel's kTLS cannot be rekeyed: a connection whose client sends a KeyUpdate ends (noted once; set ktls = false to keep such connections)");
     });
