@@ -24,6 +24,7 @@
 //! kernel refuses a connection's transmit keys (the socket then stays plain TCP). A refused
 //! receive key after the transmit key was taken cannot be undone: that connection fails.
 
+use std::cell::RefCell;
 use std::io::{self, IoSliceMut};
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
@@ -34,7 +35,7 @@ use nix::errno::Errno;
 use nix::sys::socket::sockopt::{TcpTlsRx, TcpTlsTx, TcpUlp, TlsCryptoInfo};
 use nix::sys::socket::{recvmsg, setsockopt, ControlMessageOwned, MsgFlags, TlsGetRecordType};
 use rustls::{AlertDescription, ContentType};
-use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::io::{AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use zeroize::Zeroize;
 
@@ -59,9 +60,12 @@ fn once(flag: &AtomicBool, log: impl FnOnce()) {
 
 /// A KeyUpdate not asking for the client's (ours never asks: the client's keys are its own).
 const KEY_UPDATE: [u8; 5] = [24, 0, 0, 1, 0];
-/// The most of a non-data record read here: a KeyUpdate is 5 bytes and an alert 2, so anything
-/// longer is refused whole by [`Records::control`] whatever it holds beyond this.
-const CONTROL_ROOM: usize = 32;
+
+thread_local! {
+    /// Room for the record type's control message, one per worker thread (nix takes a `Vec`):
+    /// no allocation per read.
+    static CMSG: RefCell<Vec<u8>> = RefCell::new(nix::cmsg_space!(u8));
+}
 
 /// Whether kTLS took the connection.
 pub(crate) enum HandOver {
@@ -88,16 +92,21 @@ pub(crate) enum Read {
 pub(crate) struct Kernel {
     records: Box<Records>,
     /// Records the kernel may have sealed with our current keys (at most one per started 16 KiB
-    /// of a write, since each write closes its last record).
+    /// of a write, since each write closes its last record), counted from the records sealed in
+    /// user space before the hand-over.
     sealed: u64,
     /// The client asked for our KeyUpdate and the socket had no room for it yet.
     key_update_owed: bool,
+    /// Our close_notify has left: nothing more may follow it (no KeyUpdate, no alert).
+    close_sent: bool,
+    /// The kernel refused our next keys after our KeyUpdate left: nothing more can be sealed.
+    tx_failed: bool,
 }
 
 impl Kernel {
     /// Hands the keys of `records` to the kernel for `tcp`. Call only where nothing received is
-    /// left unopened and nothing sealed unsent.
-    pub(crate) fn hand_over(tcp: &TcpStream, records: Box<Records>) -> HandOver {
+    /// left unopened and nothing sealed unsent, and before our close_notify.
+    pub(crate) fn hand_over(tcp: &TcpStream, mut records: Box<Records>) -> HandOver {
         if KERNEL_LACKS_TLS.load(Ordering::Relaxed) {
             return HandOver::Kept(records);
         }
@@ -133,63 +142,77 @@ impl Kernel {
                 "ktls: the kernel took the transmit key but refused the receive key: {e}"
             )));
         }
+        let sealed = records.key_view(Direction::Tx).seq;
+        // The kernel has its copies; ours are not needed again (a KeyUpdate derives new ones).
+        records.wipe_keys();
         HandOver::Kernel(Kernel {
             records,
-            sealed: 0,
+            sealed,
             key_update_owed: false,
+            close_sent: false,
+            tx_failed: false,
         })
     }
 
-    /// Reads plaintext into `buf`, acting on the non-data records on the way.
+    /// Reads plaintext into `buf`, acting on the non-data records on the way. One `recvmsg`
+    /// per read, which returns application data or one other record with its type; readiness
+    /// is given up only when the socket has nothing (a short read may have stopped before a
+    /// record of another type, which brings no new wake-up).
     pub(crate) fn poll_read(
         &mut self,
-        tcp: &mut TcpStream,
+        tcp: &TcpStream,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<Read>> {
         loop {
-            let before = buf.filled().len();
-            match ready!(Pin::new(&mut *tcp).poll_read(cx, buf)) {
-                Ok(()) if buf.filled().len() > before => {
+            ready!(tcp.poll_read_ready(cx))?;
+            let room = buf.initialize_unfilled();
+            let (typ, n) = match tcp.try_io(Interest::READABLE, || recv_record(tcp, room)) {
+                Ok(got) => got,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EBADMSG) => {
+                    return Poll::Ready(Err(self.failed(tcp, RecordError::bad_mac())));
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            };
+            match typ {
+                None if n == 0 => return Poll::Ready(Ok(Read::Eof)),
+                None | Some(ContentType::ApplicationData) if n > 0 => {
+                    buf.advance(n);
                     self.records.data_arrived();
                     return Poll::Ready(Ok(Read::Data));
                 }
-                Ok(()) => return Poll::Ready(Ok(Read::Eof)),
-                // The next record is not application data (the kernel's way of saying so).
-                Err(e) if e.raw_os_error() == Some(libc::EIO) => {
-                    if let Some(read) = self.control_record(tcp)? {
+                typ => {
+                    let typ = typ.unwrap_or(ContentType::ApplicationData);
+                    if let Some(read) = self.control_record(tcp, typ, &room[..n])? {
                         return Poll::Ready(Ok(read));
                     }
                 }
-                Err(e) if e.raw_os_error() == Some(libc::EBADMSG) => {
-                    let e = RecordError::bad_mac();
-                    return Poll::Ready(Err(Self::failed(tcp, e)));
-                }
-                Err(e) => return Poll::Ready(Err(e)),
             }
         }
     }
 
-    /// The non-data record at the front of the socket, acted on: `None` when the reading goes
-    /// on (it brought nothing for the reader, or was not there after all).
-    fn control_record(&mut self, tcp: &TcpStream) -> io::Result<Option<Read>> {
-        let mut room = [0u8; CONTROL_ROOM];
-        let (typ, n) = match tcp.try_io(Interest::READABLE, || recv_control(tcp, &mut room)) {
-            Ok(got) => got,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let content = match self.records.control(typ, &room[..n.min(CONTROL_ROOM)]) {
+    /// A record that is not application data, acted on: `None` when the reading goes on.
+    fn control_record(
+        &mut self,
+        tcp: &TcpStream,
+        typ: ContentType,
+        payload: &[u8],
+    ) -> io::Result<Option<Read>> {
+        let content = match self.records.control(typ, payload) {
             Ok(content) => content,
-            Err(e) => return Err(Self::failed(tcp, e)),
+            Err(e) => return Err(self.failed(tcp, e)),
         };
         if typ == ContentType::Handshake {
             // A KeyUpdate: the client's records are sealed with its next keys from here on.
             install(tcp, Direction::Rx, &self.records.key_view(Direction::Rx))
                 .map_err(|e| rekey_refused("the client's", &e))?;
+            self.records.wipe_keys();
         }
         Ok(match content {
             Content::CloseNotify => Some(Read::CloseNotify),
+            // After our close_notify nothing may follow it (RFC 8446 §6.1).
+            Content::KeyUpdateRequested if self.close_sent => None,
             Content::KeyUpdateRequested => {
                 // Sent now if the socket has room, else before the next write or flush (which
                 // wait for room; a read must not).
@@ -228,12 +251,19 @@ impl Kernel {
     ) -> Poll<io::Result<()>> {
         ready!(self.poll_settle(tcp, cx))?;
         let alert = [1, u8::from(AlertDescription::CloseNotify)];
-        poll_send_record(tcp, cx, ContentType::Alert, &alert)
+        ready!(poll_send_record(tcp, cx, ContentType::Alert, &alert))?;
+        self.close_sent = true;
+        Poll::Ready(Ok(()))
     }
 
     /// Our KeyUpdate when one is owed (the client asked) or due (the confidentiality limit
     /// nears), with the kernel given our next keys behind it.
     fn poll_settle(&mut self, tcp: &TcpStream, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.tx_failed {
+            return Poll::Ready(Err(io::Error::other(
+                "ktls: the kernel refused our updated keys earlier",
+            )));
+        }
         let due = self.sealed >= self.records.tx_limit().saturating_sub(2);
         if !self.key_update_owed && !due {
             return Poll::Ready(Ok(()));
@@ -248,13 +278,17 @@ impl Kernel {
         Poll::Ready(self.our_keys_updated(tcp))
     }
 
-    /// After our KeyUpdate left: the kernel seals with our next keys.
+    /// After our KeyUpdate left: the kernel seals with our next keys. If it refuses them,
+    /// nothing more can be sent (the client expects the new keys).
     fn our_keys_updated(&mut self, tcp: &TcpStream) -> io::Result<()> {
+        self.tx_failed = true;
         self.records
             .next_tx_keys()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         install(tcp, Direction::Tx, &self.records.key_view(Direction::Tx))
             .map_err(|e| rekey_refused("our", &e))?;
+        self.records.wipe_keys();
+        self.tx_failed = false;
         self.sealed = 0;
         Ok(())
     }
@@ -268,12 +302,12 @@ impl Kernel {
         self.poll_settle(tcp, cx)
     }
 
-    /// The client broke a rule: its alert goes out if the socket has room (none in answer to
-    /// its own fatal alert), and the error is the reader's.
-    fn failed(tcp: &TcpStream, e: RecordError) -> io::Error {
-        if let Some(alert) = e.alert {
-            let _ =
-                sockopt::send_tls_record(tcp, u8::from(ContentType::Alert), &[2, u8::from(alert)]);
+    /// The client broke a rule: its alert goes out if the socket has room (none after our
+    /// close_notify, nor in answer to its own fatal alert), and the error is the reader's.
+    fn failed(&self, tcp: &TcpStream, e: RecordError) -> io::Error {
+        if let (Some(alert), false) = (e.alert, self.close_sent) {
+            let alert = [2, u8::from(alert)];
+            let _ = sockopt::send_tls_record(tcp, u8::from(ContentType::Alert), &alert);
         }
         io::Error::new(io::ErrorKind::InvalidData, e.error)
     }
@@ -310,33 +344,35 @@ fn poll_send_record(
     }
 }
 
-/// Reads the non-data record at the front of a kTLS socket: its type and the bytes of it that
-/// fit `room`.
-fn recv_control(tcp: &TcpStream, room: &mut [u8]) -> io::Result<(ContentType, usize)> {
-    let mut cmsg = nix::cmsg_space!(u8);
-    let mut iov = [IoSliceMut::new(room)];
-    let msg = recvmsg::<()>(
-        tcp.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_DONTWAIT,
-    )?;
-    let typ = msg
-        .cmsgs()?
-        .find_map(|c| match c {
-            ControlMessageOwned::TlsGetRecordType(t) => Some(t),
+/// One `recvmsg` on a kTLS socket into `room`: application data (as many records as fit, up to
+/// one of another type), or one record of another type. Its content type (`None` with no
+/// control message: TCP's end, when nothing was read) and the bytes read.
+fn recv_record(tcp: &TcpStream, room: &mut [u8]) -> io::Result<(Option<ContentType>, usize)> {
+    CMSG.with_borrow_mut(|cmsg| {
+        let mut iov = [IoSliceMut::new(room)];
+        let msg = recvmsg::<()>(
+            tcp.as_raw_fd(),
+            &mut iov,
+            Some(cmsg),
+            MsgFlags::MSG_DONTWAIT,
+        )?;
+        let typ = msg.cmsgs()?.find_map(|c| match c {
+            ControlMessageOwned::TlsGetRecordType(t) => Some(content_type(t)),
             _ => None,
-        })
-        .ok_or_else(|| io::Error::other("ktls: a record without its type"))?;
-    let typ = match typ {
+        });
+        Ok((typ, msg.bytes))
+    })
+}
+
+fn content_type(t: TlsGetRecordType) -> ContentType {
+    match t {
         TlsGetRecordType::ChangeCipherSpec => ContentType::ChangeCipherSpec,
         TlsGetRecordType::Alert => ContentType::Alert,
         TlsGetRecordType::Handshake => ContentType::Handshake,
         TlsGetRecordType::ApplicationData => ContentType::ApplicationData,
         TlsGetRecordType::Unknown(t) => ContentType::from(t),
         _ => ContentType::from(0),
-    };
-    Ok((typ, msg.bytes))
+    }
 }
 
 /// Gives the kernel one direction's keys (TLS_TX or TLS_RX). The structure holding them is

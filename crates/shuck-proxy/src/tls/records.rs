@@ -31,7 +31,7 @@ use rustls::{
     AlertDescription, CipherSuite, CommonState, ConnectionTrafficSecrets, ContentType, Error,
     HandshakeType, InvalidMessage, PeerMisbehaved, ProtocolVersion, SupportedCipherSuite,
 };
-use zeroize::Zeroizing;
+use zeroize::{Zeroize, Zeroizing};
 
 const HEADER_LEN: usize = 5;
 const TAG_LEN: usize = 16;
@@ -459,6 +459,16 @@ impl Records {
         let secrets = self.kernel.update_tx_secret()?;
         self.tx = Keys::new(self.tx.algorithm, secrets)?;
         Ok(())
+    }
+
+    /// Zeroes the key bytes of both directions once the kernel has its copies (kTLS); the
+    /// secrets a KeyUpdate derives new ones from stay.
+    pub(crate) fn wipe_keys(&mut self) {
+        for keys in [&mut self.tx, &mut self.rx] {
+            keys.key.zeroize();
+            keys.iv.zeroize();
+            keys.ready = None;
+        }
     }
 
     /// Records sealed with our keys before they must be updated (the cipher's confidentiality

@@ -525,12 +525,19 @@ impl TlsStream {
 
     /// Where nothing is half done (no record received and unopened, nothing sealed and unsent),
     /// the kernel takes the records over if it can; if not they stay with shuck.
+    /// After our close_notify the records stay here: nothing may follow it, and the kernel
+    /// would send a KeyUpdate's answer or an alert.
     fn hand_over_at_boundary(&mut self) -> io::Result<()> {
         if self.ktls != Ktls::Asked || !self.incoming.is_empty() || !self.outgoing.is_empty() {
             return Ok(());
         }
-        self.ktls = Ktls::UserSpace;
-        let Layer::Own(records) = std::mem::replace(&mut self.layer, Layer::Lost) else {
+        if self.close_sent {
+            self.ktls = Ktls::UserSpace;
+            return Ok(());
+        }
+        let layer = std::mem::replace(&mut self.layer, Layer::Lost);
+        let Layer::Own(records) = layer else {
+            self.layer = layer;
             return Ok(());
         };
         match Kernel::hand_over(&self.tcp, records) {
@@ -541,8 +548,10 @@ impl TlsStream {
             }
             HandOver::Kept(records) => {
                 self.layer = Layer::Own(records);
+                self.ktls = Ktls::UserSpace;
                 Ok(())
             }
+            // Neither here nor there: not counted.
             HandOver::Failed(e) => {
                 self.broken = true;
                 Err(e)
@@ -853,11 +862,15 @@ impl AsyncWrite for TlsStream {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if let Layer::Kernel(kernel) = &mut this.layer {
+            // No TCP shutdown behind it: a write the kernel took may still be partly in its own
+            // queue, not TCP's (it finishes sending when the socket has room), and a FIN queued
+            // now would go ahead of it and cut it off. The FIN goes with the close, once the
+            // client has ended too (it has read our close_notify, so everything before it).
             if !this.close_sent && !this.broken {
                 ready!(kernel.poll_close_notify(&this.tcp, cx))?;
                 this.close_sent = true;
             }
-            return Pin::new(&mut this.tcp).poll_shutdown(cx);
+            return Poll::Ready(Ok(()));
         }
         if !this.close_sent && !this.broken {
             this.close_sent = true;
