@@ -51,6 +51,7 @@ pub fn report(config: &Config) -> Result<Report> {
         write_tls(&mut s, fe);
         write_resumption(&mut s, fe, &tls);
         write_timeouts(&mut s, fe);
+        write_ktls(&mut s, fe);
     }
     write_reload_changes(&mut s, config);
     Ok(Report {
@@ -270,6 +271,25 @@ fn write_timeouts(s: &mut String, fe: &Frontend) {
         humantime::format_duration(fe.idle_timeout),
         humantime::format_duration(fe.connect_timeout),
         fe.backlog
+    );
+}
+
+/// With `ktls`, whether this kernel lists the `tls` upper-layer protocol now (Linux loads the
+/// module on first use where it can, so "not listed" is a warning, not an error).
+fn write_ktls(s: &mut String, fe: &Frontend) {
+    if !fe.ktls {
+        return;
+    }
+    let listed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
+        .is_ok_and(|l| l.split_whitespace().any(|u| u == "tls"));
+    let _ = writeln!(
+        s,
+        "  ktls: TLS 1.3 records go to the kernel after the handshake; {}",
+        if listed {
+            "this kernel lists the tls module"
+        } else {
+            "this kernel does not list the tls module (records stay in user space unless it loads on first use)"
+        }
     );
 }
 

@@ -160,6 +160,25 @@ fn ktls_falls_back_where_the_kernel_has_no_tls() {
         b.addr,
         toml_path(&cert)
     ));
+    let check = run_bounded(
+        Command::new(SHUCK)
+            .arg("check")
+            .arg("--config")
+            .arg(shuck.config_path()),
+        b"",
+        30,
+    );
+    let said = String::from_utf8_lossy(&check.stdout);
+    let expected = if kernel_has_tls {
+        "this kernel lists the tls module"
+    } else {
+        "this kernel does not list the tls module"
+    };
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("  ktls: ") && l.contains(expected)),
+        "shuck check: {said}"
+    );
     for i in 0..3 {
         let out = curl(&pki, &shuck, "k.test", &format!("/{i}"), &[]);
         assert!(out.status.success(), "{out:?}");
