@@ -22,8 +22,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use rustls::server::UnbufferedServerConnection;
-use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
-use rustls::{AlertDescription, CommonState, ProtocolVersion, ServerConfig};
+use rustls::{CommonState, ProtocolVersion, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -31,7 +30,11 @@ use crate::buf_pool::{BATCH_BUF_SIZE, RECORD_BUF_SIZE};
 use crate::buf_queue::BufQueue;
 
 use super::ktls::{self, HandOver, Kernel};
-use super::records::{self, Content, Opened, Records};
+use super::records::Records;
+
+// By layer: while rustls has the records, and once shuck protects them itself.
+mod own_layer;
+mod rustls_layer;
 
 /// The most plaintext one write encrypts: one full record.
 const MAX_PLAINTEXT_PER_WRITE: usize = 16 * 1024;
@@ -290,167 +293,6 @@ impl TlsStream {
         outcome
     }
 
-    /// One call to rustls over the records received, acting on the state it returns; on error
-    /// rustls' alert is queued.
-    fn step_rustls(&mut self, mode: &mut Mode<'_, '_>) -> io::Result<Step> {
-        let Self {
-            layer: Layer::Rustls(conn),
-            incoming,
-            outgoing,
-            plain,
-            read_end,
-            fed,
-            ..
-        } = self
-        else {
-            return Ok(Step::Wait);
-        };
-        let given = rustls_input(conn, incoming.data(), *fed);
-        let more_records = next_record_end(incoming.data(), given).is_some();
-        let status = conn.process_tls_records(&mut incoming.data_mut()[..given]);
-        let mut discard = status.discard;
-        *fed = Fed {
-            holds: given.saturating_sub(discard),
-            wants_more: matches!(status.state, Ok(ConnectionState::BlockedHandshake)),
-        };
-        let outcome = match status.state {
-            Ok(ConnectionState::ReadTraffic(mut traffic)) => match mode {
-                // Left in rustls for the reader: the handshake is done.
-                Mode::Handshake => Ok(Step::Readable),
-                Mode::Read(out) => {
-                    let mut taken = Ok(Step::Readable);
-                    while let Some(record) = traffic.next_record() {
-                        match record {
-                            Ok(record) => {
-                                discard += record.discard;
-                                let n = out.remaining().min(record.payload.len());
-                                out.put_slice(&record.payload[..n]);
-                                if let Err(e) = plain.push(&record.payload[n..]) {
-                                    taken = Err(e);
-                                }
-                            }
-                            Err(e) => taken = Err(tls_error(e)),
-                        }
-                    }
-                    taken
-                }
-                // Plaintext a write found before it, or left before shuck takes the records
-                // over: kept for the reader.
-                Mode::Drain | Mode::Write(_) | Mode::CloseNotify => {
-                    let mut taken = Ok(Step::Again);
-                    while let Some(record) = traffic.next_record() {
-                        match record {
-                            Ok(record) => {
-                                discard += record.discard;
-                                if let Err(e) = plain.push(record.payload) {
-                                    taken = Err(e);
-                                }
-                            }
-                            Err(e) => taken = Err(tls_error(e)),
-                        }
-                    }
-                    taken
-                }
-            },
-            Ok(ConnectionState::EncodeTlsData(mut data)) => {
-                encode(outgoing, |out| data.encode(out)).map(|()| Step::Again)
-            }
-            // Encoded bytes are sent in order from the send queue; rustls need not wait.
-            Ok(ConnectionState::TransmitTlsData(data)) => {
-                data.done();
-                Ok(Step::Again)
-            }
-            // Whole records it was not given yet are there: the next call gives it one.
-            Ok(ConnectionState::BlockedHandshake) if more_records => Ok(Step::Again),
-            Ok(ConnectionState::BlockedHandshake) => Ok(Step::Wait),
-            Ok(ConnectionState::WriteTraffic(mut traffic)) => match mode {
-                Mode::Handshake | Mode::Drain | Mode::Read(_) => Ok(Step::Wait),
-                Mode::Write(data) => {
-                    encrypt(outgoing, |out| traffic.encrypt(data, out)).map(|()| Step::Written)
-                }
-                Mode::CloseNotify => {
-                    encrypt(outgoing, |out| traffic.queue_close_notify(out)).map(|()| Step::Written)
-                }
-            },
-            Ok(ConnectionState::PeerClosed) => {
-                *read_end = Some(ReadEnd::CloseNotify);
-                Ok(Step::Again)
-            }
-            Ok(ConnectionState::Closed) => {
-                read_end.get_or_insert(ReadEnd::CloseNotify);
-                Ok(Step::Closed)
-            }
-            // Early data is never enabled, and nothing else is known.
-            Ok(_) => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "unexpected TLS connection state",
-            )),
-            Err(e) => Err(tls_error(e)),
-        };
-        incoming.consume(discard);
-        if outcome.is_err() {
-            self.queue_alert();
-        }
-        outcome
-    }
-
-    /// One step of shuck's own record layer: a write or close_notify sealed into the send
-    /// queue, or for a read the records received opened until one brings plaintext (a
-    /// KeyUpdate asking for ours is answered into the send queue on the way). On error the
-    /// alert is queued.
-    fn step_own(&mut self, mode: &mut Mode<'_, '_>) -> io::Result<Step> {
-        let Self {
-            layer: Layer::Own(records),
-            incoming,
-            outgoing,
-            plain,
-            read_end,
-            close_sent,
-            ..
-        } = self
-        else {
-            return Ok(Step::Wait);
-        };
-        match mode {
-            Mode::Handshake | Mode::Drain => Ok(Step::Wait),
-            Mode::Write(data) => {
-                let room = outgoing
-                    .room(data.len() + records::MAX_SEAL_OVERHEAD)
-                    .ok_or_else(too_large)?;
-                let n = records.seal_data(data, room).map_err(tls_error)?;
-                outgoing.filled(n);
-                Ok(Step::Written)
-            }
-            Mode::CloseNotify => {
-                seal_alert(records, outgoing, AlertDescription::CloseNotify)?;
-                Ok(Step::Written)
-            }
-            // Whatever follows close_notify is ignored (RFC 8446 §6.1).
-            Mode::Read(_) if read_end.is_some() => {
-                incoming.clear();
-                Ok(Step::Wait)
-            }
-            Mode::Read(out) => {
-                let read = open_records(records, incoming, outgoing, plain, out, *close_sent);
-                match read {
-                    Ok(Got::CloseNotify) => {
-                        *read_end = Some(ReadEnd::CloseNotify);
-                        Ok(Step::Again)
-                    }
-                    Ok(Got::Nothing) => Ok(Step::Wait),
-                    Ok(Got::Data) => Ok(Step::Readable),
-                    Err(e) => {
-                        // No alert after our close_notify, nor in answer to the client's fatal one.
-                        if let (false, Some(alert)) = (*close_sent, e.alert) {
-                            let _ = seal_alert(records, outgoing, alert);
-                        }
-                        Err(tls_error(e.error))
-                    }
-                }
-            }
-        }
-    }
-
     /// Like [`TlsStream::step`], and on error the alert goes out at once (as far as the
     /// socket takes it without waiting).
     fn step_or_alert(&mut self, mode: &mut Mode<'_, '_>) -> io::Result<Step> {
@@ -460,22 +302,6 @@ impl TlsStream {
             self.outgoing.clear();
         }
         step
-    }
-
-    /// After an error rustls has its alert ready: one more call hands it over (rustls returns
-    /// what it queued before it looks at records again), encoded into the send queue. rustls
-    /// is given the receive queue as always: its handshake deframer may point into it (an
-    /// empty slice made it panic while a client certificate's messages were half-processed).
-    fn queue_alert(&mut self) {
-        let Layer::Rustls(conn) = &mut self.layer else {
-            return;
-        };
-        let status = conn.process_tls_records(self.incoming.data_mut());
-        let discard = status.discard;
-        if let Ok(ConnectionState::EncodeTlsData(mut data)) = status.state {
-            let _ = encode(&mut self.outgoing, |out| data.encode(out));
-        }
-        self.incoming.consume(discard);
     }
 
     /// Sends the send queue, giving its buffer back once empty.
@@ -600,150 +426,6 @@ impl TlsStream {
             ReadEnd::Truncated => Err(io::ErrorKind::UnexpectedEof.into()),
         })
     }
-}
-
-/// Encodes with `f` into the send queue, making room when rustls asks for more.
-fn encode(
-    outgoing: &mut BufQueue,
-    f: impl FnMut(&mut [u8]) -> Result<usize, EncodeError>,
-) -> io::Result<()> {
-    fill(outgoing, f, |e| match e {
-        EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => {
-            Some(*required_size)
-        }
-        EncodeError::AlreadyEncoded => None,
-    })
-}
-
-/// Encrypts with `f` into the send queue, making room when rustls asks for more.
-fn encrypt(
-    outgoing: &mut BufQueue,
-    f: impl FnMut(&mut [u8]) -> Result<usize, EncryptError>,
-) -> io::Result<()> {
-    fill(outgoing, f, |e| match e {
-        EncryptError::InsufficientSize(InsufficientSizeError { required_size }) => {
-            Some(*required_size)
-        }
-        EncryptError::EncryptExhausted => None,
-    })
-}
-
-/// Writes with `f` into the send queue's free room, growing it to what `needs` says rustls
-/// asked for (once per size), until it fits.
-fn fill<E: std::fmt::Display>(
-    outgoing: &mut BufQueue,
-    mut f: impl FnMut(&mut [u8]) -> Result<usize, E>,
-    needs: impl Fn(&E) -> Option<usize>,
-) -> io::Result<()> {
-    let mut need = 0;
-    loop {
-        let room = outgoing.room(need).ok_or_else(too_large)?;
-        match f(room) {
-            Ok(n) => {
-                outgoing.filled(n);
-                return Ok(());
-            }
-            Err(e) => match needs(&e) {
-                Some(required) if need < required => need = required,
-                _ => return Err(io::Error::other(e.to_string())),
-            },
-        }
-    }
-}
-
-/// How much of the received bytes rustls is given. During the handshake: what it holds (a
-/// message it is joining from several records), and one more whole record when it asked for
-/// more, so that the record with the client's Finished is the last it sees. After a TLS 1.3
-/// handshake: nothing, the records behind it are for `Records` (`take_over_records`); had
-/// rustls read them, it could have answered a KeyUpdate into a queue of its own that the
-/// hand-over loses, or held half a message the hand-over cuts. TLS 1.2: everything.
-fn rustls_input(conn: &UnbufferedServerConnection, received: &[u8], fed: Fed) -> usize {
-    if !conn.is_handshaking() {
-        return if Records::can_take_over(conn) {
-            0
-        } else {
-            received.len()
-        };
-    }
-    let holds = fed.holds.min(received.len());
-    if fed.wants_more {
-        next_record_end(received, holds).unwrap_or(holds)
-    } else {
-        holds
-    }
-}
-
-/// Where the whole record starting at `at` ends, if it is all there.
-fn next_record_end(received: &[u8], at: usize) -> Option<usize> {
-    let header = received.get(at..at + 5)?;
-    let end = at + 5 + usize::from(u16::from_be_bytes([header[3], header[4]]));
-    (end <= received.len()).then_some(end)
-}
-
-/// What [`open_records`] came to.
-enum Got {
-    /// No whole record is left.
-    Nothing,
-    Data,
-    CloseNotify,
-}
-
-/// Opens the records received until one brings plaintext (into `out`, the rest of it into
-/// `plain`) or close_notify, or no whole record is left. The client's KeyUpdates asking for ours
-/// are answered into `outgoing` (not once we have sent close_notify: nothing may follow it).
-fn open_records(
-    records: &mut Records,
-    incoming: &mut BufQueue,
-    outgoing: &mut BufQueue,
-    plain: &mut BufQueue,
-    out: &mut ReadBuf<'_>,
-    close_sent: bool,
-) -> Result<Got, records::RecordError> {
-    let internal =
-        |e: io::Error| records::RecordError::internal(rustls::Error::General(e.to_string()));
-    loop {
-        let Opened::Record { len, content } = records.open(incoming.data_mut())? else {
-            return Ok(Got::Nothing);
-        };
-        match content {
-            Content::Data { start, end } => {
-                let data = &incoming.data()[start..end];
-                let n = out.remaining().min(data.len());
-                out.put_slice(&data[..n]);
-                plain.push(&data[n..]).map_err(internal)?;
-                incoming.consume(len);
-                return Ok(Got::Data);
-            }
-            Content::Nothing | Content::KeyUpdateRequested if close_sent => {}
-            Content::Nothing => {}
-            Content::KeyUpdateRequested => {
-                let room = outgoing
-                    .room(records::OVERHEAD + 5)
-                    .ok_or_else(|| internal(too_large()))?;
-                let n = records
-                    .answer_key_update(room)
-                    .map_err(records::RecordError::internal)?;
-                outgoing.filled(n);
-            }
-            Content::CloseNotify => {
-                incoming.consume(len);
-                return Ok(Got::CloseNotify);
-            }
-        }
-        incoming.consume(len);
-    }
-}
-
-/// An alert sealed into the send queue.
-fn seal_alert(
-    records: &mut Records,
-    outgoing: &mut BufQueue,
-    alert: AlertDescription,
-) -> io::Result<()> {
-    let room = outgoing.room(records::OVERHEAD + 2).ok_or_else(too_large)?;
-    let n = records.seal_alert(alert, room).map_err(tls_error)?;
-    outgoing.filled(n);
-    Ok(())
 }
 
 fn too_large() -> io::Error {
