@@ -285,13 +285,13 @@ async fn serve_demo(
     })
 }
 
-/// Where a connection that asked for kTLS had its records protected (one that ended before
-/// its first record boundary is not counted).
+/// Where a connection that asked for kTLS had its records protected: one that never came to a
+/// point where the kernel could take them stayed in user space.
 fn count_ktls(m: &FrontendMetrics, stream: &TlsStream) {
     let counter = match stream.ktls() {
         Ktls::Kernel => &m.ktls_kernel,
-        Ktls::UserSpace => &m.ktls_user_space,
-        Ktls::NotAsked | Ktls::Asked => return,
+        Ktls::UserSpace | Ktls::Asked => &m.ktls_user_space,
+        Ktls::NotAsked => return,
     };
     counter.inc();
 }

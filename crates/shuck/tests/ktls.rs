@@ -41,6 +41,13 @@ fn ktls_carries_connections_in_a_kernel_that_has_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("root");
     build_root(&root, &vm);
+    // shuck's certificate and the CA the guest's own client checks it with.
+    let pki = Pki::new();
+    copy(
+        &pki.leaf("vm.pem", "vm", &["vm.test"], Key::EcdsaP256),
+        &root.join("cert.pem"),
+    );
+    copy(&pki.ca_path(), &root.join("ca.pem"));
     let initrd = dir.path().join("initrd.cpio");
     pack(&root, &initrd);
     let out = run_bounded(
@@ -64,9 +71,10 @@ fn ktls_carries_connections_in_a_kernel_that_has_it() {
         "KTLS-VM ok: 2 MiB download, AES-256-GCM",
         "KTLS-VM ok: 2 MiB upload, AES-128-GCM",
         "KTLS-VM ok: 2 MiB download, slow reader",
+        "KTLS-VM ok: 2 MiB download, slow reader that half-closed first",
         "KTLS-VM ok: late request, AES-128-GCM",
         "KTLS-VM ok: late request, ChaCha20, close_notify",
-        "KTLS-VM ok: 6 connections in the kernel, none in user space",
+        "KTLS-VM ok: 7 connections in the kernel, none in user space",
         "KTLS-VM ok: still serving",
         "KTLS-VM PASS",
     ] {
@@ -93,27 +101,36 @@ fn build_root(root: &Path, vm: &Path) {
         let m = m.expect("module").path();
         copy(&m, &root.join("modules").join(m.file_name().expect("name")));
     }
-    let stripped = run_bounded(
-        Command::new("strip")
-            .arg("--strip-debug")
-            .arg("-o")
-            .arg(root.join("shuck"))
-            .arg(SHUCK),
-        b"",
-        120,
-    );
-    assert!(stripped.status.success(), "strip: {stripped:?}");
+    strip_into(Path::new(SHUCK), &root.join("shuck"));
     let tools = [Path::new("/usr/bin/curl"), Path::new("/usr/bin/openssl")];
     for t in tools {
         copy(t, &root.join(t.strip_prefix("/").expect("absolute")));
     }
-    for bin in [Path::new(SHUCK)].into_iter().chain(tools) {
+    // This test binary, whose ignored test `guest_client_half_closes_and_reads_slowly` is a
+    // client no command-line tool can be.
+    let me = std::env::current_exe().expect("test binary");
+    strip_into(&me, &root.join("ktls-client"));
+    for bin in [Path::new(SHUCK), &me].into_iter().chain(tools) {
         for lib in libraries(bin) {
             let to = root.join(lib.strip_prefix("/").expect("absolute"));
             std::fs::create_dir_all(to.parent().expect("parent")).expect("mkdir");
             copy(&lib, &to);
         }
     }
+}
+
+/// `bin` without its debug sections, at `to`.
+fn strip_into(bin: &Path, to: &Path) {
+    let out = run_bounded(
+        Command::new("strip")
+            .arg("--strip-debug")
+            .arg("-o")
+            .arg(to)
+            .arg(bin),
+        b"",
+        120,
+    );
+    assert!(out.status.success(), "strip {}: {out:?}", bin.display());
 }
 
 /// The shared libraries `ldd` says `bin` loads, the dynamic loader included.
@@ -209,4 +226,83 @@ fn ktls_falls_back_where_the_kernel_has_no_tls() {
             "one warning for the process, not one per connection: {log}"
         );
     }
+}
+
+/// Run in the guest only (`ktls_vm/init.sh`): a client that sends its request, then its
+/// close_notify and TCP's FIN (it will send nothing more), and reads a 2 MiB answer slowly
+/// through a small receive buffer, so that shuck's socket stays full while the backend ends.
+/// Everything must arrive, up to shuck's close_notify.
+#[test]
+#[ignore = "the kTLS guest's client: tests/ktls_vm/init.sh runs it in qemu"]
+fn guest_client_half_closes_and_reads_slowly() {
+    use sha2::{Digest, Sha256};
+    use std::io::{Read, Write};
+    let ca = std::env::var("SHUCK_GUEST_CA").expect("SHUCK_GUEST_CA");
+    let want = std::env::var("SHUCK_GUEST_SHA256").expect("SHUCK_GUEST_SHA256");
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(ca).expect("ca");
+    for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
+        roots.add(c.expect("pem")).expect("root");
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("vm.test").expect("name");
+    let mut conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("conn");
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let addr: std::net::SocketAddr = "127.0.0.1:8443".parse().expect("addr");
+    socket.connect(&addr.into()).expect("connect");
+    let mut tcp = std::net::TcpStream::from(socket);
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .expect("timeout");
+    let mut tls = rustls::Stream::new(&mut conn, &mut tcp);
+    tls.write_all(b"GET /big HTTP/1.0\r\n\r\n")
+        .expect("request");
+    tls.flush().expect("flush");
+    // The close_notify and FIN go once a quarter of the answer is in: by then shuck has handed
+    // the records to the kernel (at a flush that emptied its queue), so they are the kernel's
+    // to read, and most of the answer is still to come.
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let mut half_closed = false;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "answer not over in 120 s"
+        );
+        if !half_closed && answer.len() > 512 * 1024 {
+            conn.send_close_notify();
+            while conn.wants_write() {
+                conn.write_tls(&mut tcp).expect("close_notify");
+            }
+            tcp.shutdown(std::net::Shutdown::Write).expect("FIN");
+            half_closed = true;
+        }
+        match rustls::Stream::new(&mut conn, &mut tcp).read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            Err(e) => panic!("after {} bytes: {e}", answer.len()),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(half_closed, "the answer ended after {} bytes", answer.len());
+    let body_at = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a header")
+        + 4;
+    let got = Sha256::digest(&answer[body_at..]);
+    let got = got.iter().fold(String::new(), |mut s, b| {
+        use std::fmt::Write as _;
+        let _ = write!(s, "{b:02x}");
+        s
+    });
+    assert_eq!(got, want, "{} body bytes", answer.len() - body_at);
 }

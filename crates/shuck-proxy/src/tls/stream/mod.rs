@@ -537,7 +537,10 @@ impl AsyncWrite for TlsStream {
         if let Layer::Kernel(kernel) = &mut this.layer {
             return kernel.poll_flush(&this.tcp, cx);
         }
-        this.poll_send(cx)
+        ready!(this.poll_send(cx))?;
+        // A flush that emptied the send queue is a boundary too: under a steady download the
+        // reader may not wait with nothing queued until the answer is over.
+        Poll::Ready(this.hand_over_at_boundary())
     }
 
     /// close_notify, then the TCP write side's FIN.
