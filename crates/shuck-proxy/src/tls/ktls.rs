@@ -121,6 +121,9 @@ impl Kernel {
                 });
                 return HandOver::Kept(records);
             }
+            // The client has sent its FIN (the ULP needs an established connection): nothing
+            // wrong with the kernel.
+            Err(Errno::ENOTCONN) => return HandOver::Kept(records),
             Err(e) => {
                 once(&ULP_REFUSED, || {
                     tracing::warn!(error = %e, "ktls: the kernel refused the TLS upper-layer protocol on a connection (noted once); its records stay in user space");
