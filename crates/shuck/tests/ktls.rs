@@ -266,8 +266,8 @@ fn guest_client_half_closes_and_reads_slowly() {
         .expect("request");
     tls.flush().expect("flush");
     // The close_notify and FIN go once a quarter of the answer is in: by then shuck has handed
-    // the records to the kernel (at a flush that emptied its queue), so they are the kernel's
-    // to read, and most of the answer is still to come.
+    // the records to the kernel (the counter checks it), so they are the kernel's to read, and
+    // most of the answer is still to come.
     let mut answer = Vec::new();
     let mut chunk = [0u8; 4096];
     let mut half_closed = false;

@@ -59,7 +59,7 @@ ok "2 MiB upload, AES-128-GCM"
 [ "$(get --limit-rate 400k https://127.0.0.1:8443/big | sha256sum | cut -d' ' -f1)" = "$big_sum" ] ||
     fail "2 MiB download, slow reader"
 ok "2 MiB download, slow reader"
-# ...and one that half-closed first (its close_notify and FIN right behind its request).
+# ...and one that half-closes (close_notify and FIN) a quarter into the answer, then reads on.
 SHUCK_GUEST_CA=/ca.pem SHUCK_GUEST_SHA256=$big_sum timeout 150 /ktls-client --ignored --exact \
     guest_client_half_closes_and_reads_slowly --test-threads 1 >/tmp/client.log 2>&1 ||
     fail "half-closed slow reader: $(cat /tmp/client.log)"

@@ -350,14 +350,16 @@ impl TlsStream {
     }
 
     /// Where nothing is half done (no record received and unopened, nothing sealed and unsent),
-    /// the kernel takes the records over if it can; if not they stay with shuck.
-    /// After our close_notify the records stay here: nothing may follow it, and the kernel
-    /// would send a KeyUpdate's answer or an alert.
+    /// the kernel takes the records over if it can; if not they stay with shuck. They stay here
+    /// for good once either side has sent close_notify (after ours nothing may follow it, and
+    /// the kernel would answer a KeyUpdate or send an alert; after the client's, what follows
+    /// it was dropped unread, so the socket need not be at a record boundary), and once the
+    /// stream has failed.
     fn hand_over_at_boundary(&mut self) -> io::Result<()> {
         if self.ktls != Ktls::Asked || !self.incoming.is_empty() || !self.outgoing.is_empty() {
             return Ok(());
         }
-        if self.close_sent {
+        if self.close_sent || self.read_end.is_some() || self.broken {
             self.ktls = Ktls::UserSpace;
             return Ok(());
         }
@@ -377,7 +379,7 @@ impl TlsStream {
                 self.ktls = Ktls::UserSpace;
                 Ok(())
             }
-            // Neither here nor there: not counted.
+            // The connection ends (counted in user space: that is where its records were).
             HandOver::Failed(e) => {
                 self.broken = true;
                 Err(e)
@@ -538,9 +540,15 @@ impl AsyncWrite for TlsStream {
             return kernel.poll_flush(&this.tcp, cx);
         }
         ready!(this.poll_send(cx))?;
-        // A flush that emptied the send queue is a boundary too: under a steady download the
-        // reader may not wait with nothing queued until the answer is over.
-        Poll::Ready(this.hand_over_at_boundary())
+        // A flush that emptied the send queue is a boundary too: a reader that pauses keeps the
+        // queue full, and by the time the stream next waits on a read with nothing queued the
+        // client may have sent its FIN (the kernel then refuses the ULP).
+        let handed = this.hand_over_at_boundary();
+        if handed.is_err() {
+            // The relay may not look at a flush's error: its reader must see the broken stream.
+            cx.waker().wake_by_ref();
+        }
+        Poll::Ready(handed)
     }
 
     /// close_notify, then the TCP write side's FIN.
