@@ -3,7 +3,9 @@
 //! socket, a record of a type other than application data (an alert, a KeyUpdate), which takes
 //! `sendmsg` with a TLS_SET_RECORD_TYPE control message (nix reads that message's twin, the
 //! record type of what arrives, but cannot send one). Everything else in the workspace forbids
-//! `unsafe`; nothing else goes here.
+//! `unsafe`; nothing else goes here. Also SIOCOUTQ, the bytes a TCP socket has sent or queued and
+//! the peer has not acknowledged (an `ioctl`, which nix offers only as macros that generate
+//! `unsafe` functions).
 #![allow(unsafe_code)]
 
 use std::io;
@@ -90,4 +92,18 @@ pub fn send_tls_record(socket: &impl AsFd, content_type: u8, payload: &[u8]) -> 
         libc::sendmsg(fd, &raw const msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
     };
     usize::try_from(rc).map_err(|_| io::Error::last_os_error())
+}
+
+/// Bytes in a TCP socket's send queue that the peer has not acknowledged yet: sent and unacked,
+/// or not sent (SIOCOUTQ).
+pub fn unacknowledged(socket: &impl AsFd) -> io::Result<usize> {
+    let fd = socket.as_fd().as_raw_fd();
+    let mut queued: libc::c_int = 0;
+    // SAFETY: `fd` is open for the call (borrowed from `socket`); SIOCOUTQ writes one `c_int`
+    // through the pointer, to `queued`, which outlives the call.
+    let rc = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, std::ptr::from_mut(&mut queued)) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    usize::try_from(queued).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
 }

@@ -73,8 +73,9 @@ fn ktls_carries_connections_in_a_kernel_that_has_it() {
         "KTLS-VM ok: 2 MiB download, slow reader",
         "KTLS-VM ok: 2 MiB download, slow reader that half-closed first",
         "KTLS-VM ok: late request, AES-128-GCM",
+        "KTLS-VM ok: FIN after close_notify",
         "KTLS-VM ok: late request, ChaCha20, close_notify",
-        "KTLS-VM ok: 7 connections in the kernel, none in user space",
+        "KTLS-VM ok: 8 connections in the kernel, none in user space",
         "KTLS-VM ok: still serving",
         "KTLS-VM PASS",
     ] {
@@ -225,6 +226,65 @@ fn ktls_falls_back_where_the_kernel_has_no_tls() {
             1,
             "one warning for the process, not one per connection: {log}"
         );
+    }
+}
+
+/// A rustls client in the guest, connected to shuck, trusting the CA at `SHUCK_GUEST_CA`, with
+/// `rcvbuf` bytes of receive buffer.
+fn guest_connect(rcvbuf: usize) -> (rustls::ClientConnection, std::net::TcpStream) {
+    let ca = std::env::var("SHUCK_GUEST_CA").expect("SHUCK_GUEST_CA");
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(ca).expect("ca");
+    for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
+        roots.add(c.expect("pem")).expect("root");
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("vm.test").expect("name");
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("conn");
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    socket.set_recv_buffer_size(rcvbuf).expect("SO_RCVBUF");
+    let addr: std::net::SocketAddr = "127.0.0.1:8443".parse().expect("addr");
+    socket.connect(&addr.into()).expect("connect");
+    let tcp = std::net::TcpStream::from(socket);
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .expect("timeout");
+    (conn, tcp)
+}
+
+/// Run in the guest only (`ktls_vm/init.sh`): a client that asks for the small page, reads the
+/// answer up to shuck's close_notify and then, its own side still open, waits for TCP's FIN,
+/// as a client that takes the end of TCP for the end of the answer would.
+#[test]
+#[ignore = "the kTLS guest's client: tests/ktls_vm/init.sh runs it in qemu"]
+fn guest_client_gets_the_fin_after_close_notify() {
+    use std::io::{Read, Write};
+    let (mut conn, mut tcp) = guest_connect(64 * 1024);
+    let mut tls = rustls::Stream::new(&mut conn, &mut tcp);
+    // After the handshake and a pause, so that the request reaches the kernel's records.
+    tls.flush().expect("handshake");
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    tls.write_all(b"GET /small HTTP/1.0\r\n\r\n")
+        .expect("request");
+    let mut answer = Vec::new();
+    tls.read_to_end(&mut answer)
+        .expect("the answer, to close_notify");
+    assert!(
+        String::from_utf8_lossy(&answer).ends_with("small answer\n"),
+        "{answer:?}"
+    );
+    let mut byte = [0u8; 1];
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    match tcp.read(&mut byte) {
+        Ok(0) => {}
+        other => panic!("no FIN within 10 s of close_notify: {other:?}"),
     }
 }
 

@@ -25,11 +25,13 @@
 //! receive key after the transmit key was taken cannot be undone: that connection fails.
 
 use std::cell::RefCell;
+use std::future::Future;
 use std::io::{self, IoSliceMut};
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::socket::sockopt::{TcpTlsRx, TcpTlsTx, TcpUlp, TlsCryptoInfo};
@@ -37,6 +39,7 @@ use nix::sys::socket::{recvmsg, setsockopt, ControlMessageOwned, MsgFlags, TlsGe
 use rustls::{AlertDescription, ContentType};
 use tokio::io::{AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
 use zeroize::Zeroize;
 
 use super::records::{Cipher, Content, Direction, KeyView, RecordError, Records, MAX_PLAINTEXT};
@@ -101,6 +104,24 @@ pub(crate) struct Kernel {
     close_sent: bool,
     /// The kernel refused our next keys after our KeyUpdate left: nothing more can be sealed.
     tx_failed: bool,
+    /// After our close_notify, until the kernel has pushed everything (see
+    /// [`Kernel::poll_pushed`]).
+    drain: Drain,
+}
+
+/// The looks at TCP's queue before the FIN: the wait between them, how many so far, and whether
+/// the last one found the queue empty.
+#[derive(Default)]
+struct Drain {
+    wait: Option<Pin<Box<Sleep>>>,
+    looks: u8,
+    seen_empty: bool,
+}
+
+/// The wait between looks at TCP's queue before the FIN: short first (on loopback or a LAN the
+/// client's acknowledgements are back within a millisecond or two), then up to 50 ms.
+fn drain_wait(looks: u8) -> Duration {
+    Duration::from_millis(1 << looks.min(6)).min(Duration::from_millis(50))
 }
 
 impl Kernel {
@@ -154,6 +175,7 @@ impl Kernel {
             key_update_owed: false,
             close_sent: false,
             tx_failed: false,
+            drain: Drain::default(),
         })
     }
 
@@ -257,6 +279,37 @@ impl Kernel {
         ready!(poll_send_record(tcp, cx, ContentType::Alert, &alert))?;
         self.close_sent = true;
         Poll::Ready(Ok(()))
+    }
+
+    /// Once our close_notify has left: whether everything written has reached the client, so
+    /// that a FIN can follow. Records the kernel could not push yet (TCP had no room) wait in
+    /// its own queue, not TCP's, and a FIN queued before them would cut them off (and a close
+    /// would drop them). They are pushed whenever the client's acknowledgements make room, so
+    /// once TCP's queue is found empty twice, a wait apart, nothing is left behind. Bounded by
+    /// the relay's idle timeout like any wait for the client.
+    pub(crate) fn poll_pushed(
+        &mut self,
+        tcp: &TcpStream,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        let drain = &mut self.drain;
+        loop {
+            if let Some(wait) = &mut drain.wait {
+                ready!(wait.as_mut().poll(cx));
+            }
+            let empty = sockopt::unacknowledged(tcp)? == 0;
+            if empty && drain.seen_empty {
+                drain.wait = None;
+                return Poll::Ready(Ok(()));
+            }
+            drain.seen_empty = empty;
+            let until = Instant::now() + drain_wait(drain.looks);
+            drain.looks = drain.looks.saturating_add(1);
+            match &mut drain.wait {
+                Some(wait) => wait.as_mut().reset(until),
+                None => drain.wait = Some(Box::pin(tokio::time::sleep_until(until))),
+            }
+        }
     }
 
     /// Our KeyUpdate when one is owed (the client asked) or due (the confidentiality limit

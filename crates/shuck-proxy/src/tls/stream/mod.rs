@@ -555,15 +555,13 @@ impl AsyncWrite for TlsStream {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if let Layer::Kernel(kernel) = &mut this.layer {
-            // No TCP shutdown behind it: a write the kernel took may still be partly in its own
-            // queue, not TCP's (it finishes sending when the socket has room), and a FIN queued
-            // now would go ahead of it and cut it off. The FIN goes with the close, once the
-            // client has ended too (it has read our close_notify, so everything before it).
             if !this.close_sent && !this.broken {
                 ready!(kernel.poll_close_notify(&this.tcp, cx))?;
                 this.close_sent = true;
             }
-            return Poll::Ready(Ok(()));
+            // The FIN waits until the kernel has pushed every record (see `poll_pushed`).
+            ready!(kernel.poll_pushed(&this.tcp, cx))?;
+            return Pin::new(&mut this.tcp).poll_shutdown(cx);
         }
         if !this.close_sent && !this.broken {
             this.close_sent = true;
