@@ -118,10 +118,10 @@ struct Drain {
     seen_empty: bool,
 }
 
-/// The wait between looks at TCP's queue before the FIN: short first (on loopback or a LAN the
-/// client's acknowledgements are back within a millisecond or two), then up to 50 ms.
+/// The wait between looks at TCP's queue before the FIN: 4 ms first (long enough for the
+/// kernel's worker to push what an acknowledgement made room for), doubling up to 50 ms.
 fn drain_wait(looks: u8) -> Duration {
-    Duration::from_millis(1 << looks.min(6)).min(Duration::from_millis(50))
+    Duration::from_millis(4 << looks.min(4)).min(Duration::from_millis(50))
 }
 
 impl Kernel {
@@ -284,9 +284,10 @@ impl Kernel {
     /// Once our close_notify has left: whether everything written has reached the client, so
     /// that a FIN can follow. Records the kernel could not push yet (TCP had no room) wait in
     /// its own queue, not TCP's, and a FIN queued before them would cut them off (and a close
-    /// would drop them). They are pushed whenever the client's acknowledgements make room, so
-    /// once TCP's queue is found empty twice, a wait apart, nothing is left behind. Bounded by
-    /// the relay's idle timeout like any wait for the client.
+    /// would drop them). They are pushed (by a kernel worker) whenever the client's
+    /// acknowledgements make room, so once TCP's queue is found empty twice, a wait apart, nothing
+    /// is left behind: a heuristic, since that worker's delay is not bounded. Bounded by the
+    /// relay's idle timeout like any wait for the client; a reset ends it at once.
     pub(crate) fn poll_pushed(
         &mut self,
         tcp: &TcpStream,
@@ -297,6 +298,11 @@ impl Kernel {
             if let Some(wait) = &mut drain.wait {
                 ready!(wait.as_mut().poll(cx));
             }
+            // A reset connection keeps its count of unacknowledged bytes: its error ends the wait.
+            if let Some(e) = tcp.take_error()? {
+                return Poll::Ready(Err(e));
+            }
+            tcp.peer_addr()?;
             let empty = sockopt::unacknowledged(tcp)? == 0;
             if empty && drain.seen_empty {
                 drain.wait = None;

@@ -559,8 +559,11 @@ impl AsyncWrite for TlsStream {
                 ready!(kernel.poll_close_notify(&this.tcp, cx))?;
                 this.close_sent = true;
             }
-            // The FIN waits until the kernel has pushed every record (see `poll_pushed`).
-            ready!(kernel.poll_pushed(&this.tcp, cx))?;
+            // The FIN waits until the kernel has pushed every record (see `poll_pushed`); a
+            // broken stream has nothing worth the wait.
+            if !this.broken {
+                ready!(kernel.poll_pushed(&this.tcp, cx))?;
+            }
             return Pin::new(&mut this.tcp).poll_shutdown(cx);
         }
         if !this.close_sent && !this.broken {
