@@ -6,13 +6,14 @@
 //! touching a record.
 //!
 //! The hand-over happens where the stream has nothing half done: no record received but not
-//! opened, nothing sealed but not sent (`TlsStream::poll_read`, before it waits for the client).
-//! The socket's receive queue then starts at a record boundary, and the sequence numbers are the
-//! ones [`Records`] reached.
+//! opened, nothing sealed but not sent (before a read waits for the client, or after a flush
+//! that emptied the send queue). The socket's receive queue then starts at a record boundary,
+//! and the sequence numbers are the ones [`Records`] reached.
 //!
-//! What the kernel cannot do alone stays here, through the record type of a non-data record (a
-//! read fails with EIO; `recvmsg` tells the type): close_notify ends the reading, other alerts
-//! and KeyUpdates go through [`Records::control`], the same rules as in user space. A KeyUpdate
+//! What the kernel cannot do alone stays here. Each read is one `recvmsg`, which says the type
+//! of what it returns: close_notify ends the reading, other alerts and KeyUpdates go through
+//! [`Records::control`], the same rules as in user space. After our close_notify the FIN waits
+//! until the kernel has pushed every record ([`Kernel::poll_pushed`]). A KeyUpdate
 //! gives the kernel new keys with TLS_RX/TLS_TX again, which kernels without kTLS rekeying
 //! (added upstream after 6.12; Debian 12's 6.1 lacks it) refuse: the connection then ends with an
 //! error. Our own KeyUpdate is due before
