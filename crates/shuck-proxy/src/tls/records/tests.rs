@@ -1,4 +1,5 @@
 //! `Records` against a rustls client in memory: the record layer's rules, each direction.
+
 use super::*;
 use rustls::client::ClientConnection;
 use rustls::pki_types::ServerName;
