@@ -288,39 +288,17 @@ fn guest_client_gets_the_fin_after_close_notify() {
     }
 }
 
-/// Run in the guest only (`ktls_vm/init.sh`): a client that sends its request, then its
-/// close_notify and TCP's FIN (it will send nothing more), and reads a 2 MiB answer slowly
-/// through a small receive buffer, so that shuck's socket stays full while the backend ends.
+/// Run in the guest only (`ktls_vm/init.sh`): a client that reads a 2 MiB answer slowly through
+/// a small receive buffer, so that shuck's socket stays full while the backend ends, and a
+/// quarter of the way in sends its close_notify and TCP's FIN (it will send nothing more).
 /// Everything must arrive, up to shuck's close_notify.
 #[test]
 #[ignore = "the kTLS guest's client: tests/ktls_vm/init.sh runs it in qemu"]
 fn guest_client_half_closes_and_reads_slowly() {
     use sha2::{Digest, Sha256};
     use std::io::{Read, Write};
-    let ca = std::env::var("SHUCK_GUEST_CA").expect("SHUCK_GUEST_CA");
     let want = std::env::var("SHUCK_GUEST_SHA256").expect("SHUCK_GUEST_SHA256");
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(ca).expect("ca");
-    for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
-        roots.add(c.expect("pem")).expect("root");
-    }
-    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS13])
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let name = rustls::pki_types::ServerName::try_from("vm.test").expect("name");
-    let mut conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("conn");
-    let socket =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
-    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
-    let addr: std::net::SocketAddr = "127.0.0.1:8443".parse().expect("addr");
-    socket.connect(&addr.into()).expect("connect");
-    let mut tcp = std::net::TcpStream::from(socket);
-    tcp.set_read_timeout(Some(std::time::Duration::from_secs(30)))
-        .expect("timeout");
+    let (mut conn, mut tcp) = guest_connect(4096);
     let mut tls = rustls::Stream::new(&mut conn, &mut tcp);
     tls.write_all(b"GET /big HTTP/1.0\r\n\r\n")
         .expect("request");

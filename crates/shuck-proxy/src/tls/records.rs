@@ -454,7 +454,7 @@ impl Records {
         self.seal(ContentType::Alert, &[level, u8::from(description)], out)
     }
 
-    /// Our keys move on (after our KeyUpdate went out in a record sealed elsewhere: kTLS).
+    /// Our keys move on, after our KeyUpdate went out (sealed here, or by the kernel: kTLS).
     pub(crate) fn next_tx_keys(&mut self) -> Result<(), Error> {
         let secrets = self.kernel.update_tx_secret()?;
         self.tx = Keys::new(self.tx.algorithm, secrets)?;
@@ -503,8 +503,7 @@ impl Records {
     fn update_keys(&mut self, request: u8, out: &mut [u8]) -> Result<usize, Error> {
         let message = [u8::from(HandshakeType::KeyUpdate), 0, 0, 1, request];
         let n = self.seal(ContentType::Handshake, &message, out)?;
-        let secrets = self.kernel.update_tx_secret()?;
-        self.tx = Keys::new(self.tx.algorithm, secrets)?;
+        self.next_tx_keys()?;
         Ok(n)
     }
 
