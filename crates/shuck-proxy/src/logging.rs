@@ -6,8 +6,10 @@
 //! budget of their own, so they never use up the one shuck's own warnings are written under.
 //! The metrics count what matters of them (handshake failures by reason).
 
+use std::sync::LazyLock;
 use std::time::Instant;
 
+use prometheus_client::metrics::counter::Counter;
 use tracing::Metadata;
 
 use crate::log_limit::LogBudget;
@@ -19,6 +21,11 @@ const OURS: &str = "shuck";
 pub fn is_ours(meta: &Metadata<'_>) -> bool {
     meta.target().starts_with(OURS)
 }
+
+/// Log lines dropped because the log writer's queue was full (whoever reads standard error lagged
+/// behind): `shuck_log_lines_dropped_total`. The binary's log writer counts into it; one per
+/// process, whatever `Metrics` a test builds.
+pub static LINES_DROPPED: LazyLock<Counter> = LazyLock::new(Counter::default);
 
 thread_local! {
     static LIBRARY_BUDGET: LogBudget = const { LogBudget::new() };
@@ -38,8 +45,8 @@ thread_local! {
 /// line per panic, within a per-thread budget. A panic is a bug, but if a client can trigger one
 /// (a connection task's panic ends only that connection) it must not also be able to flood the
 /// log. With `RUST_BACKTRACE` set the line carries the backtrace, on the same line. Safe inside
-/// the hook because the log writer (standard error) is re-entrant: a writer behind a mutex
-/// would deadlock on a panic raised while it is held.
+/// the hook because the log writer never waits: it hands the line to a queue (see the binary's
+/// `logging`), where a writer behind a mutex would deadlock on a panic raised while it is held.
 pub fn panics_as_lines() {
     std::panic::set_hook(Box::new(|info| {
         let (allowed, left_out) = PANIC_BUDGET.with(|b| b.take(Instant::now()));

@@ -198,6 +198,11 @@ impl Metrics {
             "Connections closed because this process ran out of a resource, by kind (descriptors)",
             m.resource_errors.clone(),
         );
+        registry.register(
+            "log_lines_dropped",
+            "Log lines dropped because the log writer's queue was full (the reader of standard error lagged); a summary line follows once it catches up",
+            crate::logging::LINES_DROPPED.clone(),
+        );
         register_session_families(&mut registry, &m);
         m.certificates.register(&mut registry);
         Metrics { registry, ..m }

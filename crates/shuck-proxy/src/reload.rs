@@ -158,6 +158,24 @@ pub(crate) fn load_new(fe: &Frontend, metrics: &Metrics) -> Result<TlsContext> {
     )
 }
 
+/// The limits on the signal loop's own work, which a reload changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessTimeouts {
+    /// `reload_timeout`: a reload still loading after this long is abandoned.
+    pub reload: Duration,
+    /// `upgrade_confirm`: how long after an upgrade's handover the old process can take back.
+    pub upgrade_confirm: Duration,
+}
+
+impl ProcessTimeouts {
+    pub fn of(c: &Config) -> ProcessTimeouts {
+        ProcessTimeouts {
+            reload: c.reload_timeout,
+            upgrade_confirm: c.upgrade_confirm,
+        }
+    }
+}
+
 /// What a reload does with one frontend of the new configuration.
 enum Next {
     /// Left as it runs (what changed needs a restart).
@@ -284,6 +302,17 @@ impl Reloader {
         s.log_connections = new.log_connections;
         s.connection_log_format = new.connection_log_format;
         s.shutdown_grace = new.shutdown_grace;
+        s.reload_timeout = new.reload_timeout;
+        s.upgrade_confirm = new.upgrade_confirm;
+    }
+
+    /// `reload_timeout` and `upgrade_confirm` as last applied: the signal loop reads them
+    /// between reloads.
+    pub fn process_timeouts(&self) -> ProcessTimeouts {
+        ProcessTimeouts {
+            reload: self.started.reload_timeout,
+            upgrade_confirm: self.started.upgrade_confirm,
+        }
     }
 
     /// `configured` as the descriptors serve it with the addresses listened on after the reload
@@ -493,6 +522,10 @@ fn global_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     check(old.workers != new.workers, "workers");
     check(old.pin_cpus != new.pin_cpus, "pin_cpus");
     check(old.log_format != new.log_format, "log_format");
+    check(
+        old.log_queue_lines != new.log_queue_lines,
+        "log_queue_lines",
+    );
     check(old.metrics_listen != new.metrics_listen, "metrics_listen");
     check(old.state_dir != new.state_dir, "state_dir");
     // Privileges are dropped once, at start: a reload runs as the user already.

@@ -76,6 +76,9 @@ pub fn settings(c: &Config) -> BTreeMap<String, String> {
     put("pin_cpus", c.pin_cpus.to_string());
     put("max_connections", c.max_connections.to_string());
     put("shutdown_grace", duration(c.shutdown_grace));
+    put("reload_timeout", duration(c.reload_timeout));
+    put("upgrade_confirm", duration(c.upgrade_confirm));
+    put("log_queue_lines", c.log_queue_lines.to_string());
     // Not log_format, log_level or log_connections: serve's flags may set them, which `shuck
     // check` does not see; nor user, group or allow_root, which act once, at start.
     put(
@@ -251,9 +254,11 @@ pub fn changes(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -
 /// How a change of `key` takes effect: what `reload::Reloader` applies and what it leaves.
 fn applies(key: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Applies {
     // Global keys: these reload; the others wait for a restart.
-    const RELOADED: [&str; 4] = [
+    const RELOADED: [&str; 6] = [
         "max_connections",
         "shutdown_grace",
+        "reload_timeout",
+        "upgrade_confirm",
         "connection_log_format",
         "certificate_expiry_warning",
     ];

@@ -1,20 +1,36 @@
 //! The log subscriber: compact or JSON lines on standard error, the configured level (or
 //! `RUST_LOG`), and libraries' lines only at debug and within their own budget
 //! (`shuck_proxy::logging`).
+//!
+//! No thread that serves connections ever writes to standard error itself: a reader that lags
+//! (journald under pressure, a blocking container log driver, a paused `tail`) would fill the
+//! pipe and stop every worker in `write`. Lines go to a bounded queue (`log_queue_lines`) that one
+//! writer thread empties; when it is full a line is dropped and counted
+//! (`shuck_log_lines_dropped_total`), and [`LogQueue::report_drops`] says how many in one line
+//! once lines get through again.
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use shuck_proxy::config::{Config, LogFormat};
 use tracing::subscriber::Interest;
 use tracing::{Event, Metadata};
+use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::filter::{FilterExt, LevelFilter};
 use tracing_subscriber::layer::{Context, Filter};
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::{fmt, reload, EnvFilter, Registry};
 
-pub fn init(config: &Config) {
+/// The log writer's queue: keep it for the life of the process (dropping it flushes what is
+/// queued, waiting at most a second for a reader that lags).
+pub struct LogQueue {
+    _guard: WorkerGuard,
+    dropped: ErrorCounter,
+}
+
+pub fn init(config: &Config) -> LogQueue {
     let from_env = EnvFilter::try_from_default_env().ok();
     let env_set = from_env.is_some();
     let filter = from_env.unwrap_or_else(|| EnvFilter::new(&config.log_level));
@@ -26,8 +42,14 @@ pub fn init(config: &Config) {
     }
     // Colours only on a terminal: journald and log files should not get escape codes.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let (writer, guard) = NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(config.log_queue_lines)
+        .thread_name("shuck-log")
+        .finish(std::io::stderr());
+    let dropped = writer.error_counter();
     let layer = fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(ansi)
         .with_target(false);
     let layer = match config.log_format {
@@ -37,6 +59,43 @@ pub fn init(config: &Config) {
     tracing_subscriber::registry()
         .with(layer.with_filter(filter.and(LibraryLines)))
         .init();
+    LogQueue {
+        _guard: guard,
+        dropped,
+    }
+}
+
+impl LogQueue {
+    /// Every second: counts lines the queue dropped into `shuck_log_lines_dropped_total` and,
+    /// once lines get through again, says how many in one warning. The warning may itself be
+    /// dropped while the reader still lags; then the next one covers it too.
+    pub fn report_drops(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let dropped = self.dropped.clone();
+        async move {
+            let (mut counted, mut reported) = (0usize, 0usize);
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let now = dropped.dropped_lines();
+                let new = now.saturating_sub(counted);
+                shuck_proxy::logging::LINES_DROPPED.inc_by(new as u64);
+                counted = now;
+                if now == reported {
+                    continue;
+                }
+                let lost = now - reported;
+                tracing::warn!(
+                    dropped = lost,
+                    total = now,
+                    "log lines were dropped: the reader of standard error fell behind (log_queue_lines)"
+                );
+                // Unchanged: the warning itself went into the queue, so the lines it counts
+                // are told.
+                if dropped.dropped_lines() == now {
+                    reported = now;
+                }
+            }
+        }
+    }
 }
 
 /// The level filter, replaceable on reload (`log_level`).

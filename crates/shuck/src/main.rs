@@ -152,12 +152,13 @@ fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, Str
 
 fn serve(args: &ServeArgs) -> Result<(), String> {
     let config = load_config(&args.config, Some(args))?;
-    logging::init(&config);
+    let log_queue = logging::init(&config);
     shuck_proxy::logging::panics_as_lines();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the main runtime: {e}"))?;
+    rt.spawn(log_queue.report_drops());
     // Handlers first, before certificates are loaded and sockets bound: a SIGHUP (a certificate
     // deploy hook, say) arriving during start-up must not kill the process.
     let signals = {

@@ -53,6 +53,26 @@ impl RawConfig {
             self.shutdown_grace.as_deref(),
             defaults::SHUTDOWN_GRACE,
         )?;
+        let reload_timeout = duration_or(
+            "reload_timeout",
+            self.reload_timeout.as_deref(),
+            defaults::RELOAD_TIMEOUT,
+        )?;
+        if reload_timeout.is_zero() {
+            return Err(key_err("reload_timeout", "must be more than 0s"));
+        }
+        let upgrade_confirm = duration_or(
+            "upgrade_confirm",
+            self.upgrade_confirm.as_deref(),
+            defaults::UPGRADE_CONFIRM,
+        )?;
+        let log_queue_lines = self.log_queue_lines.unwrap_or(defaults::LOG_QUEUE_LINES);
+        if !(16..=1_000_000).contains(&log_queue_lines) {
+            return Err(key_err(
+                "log_queue_lines",
+                format!("{log_queue_lines} is not in 16..=1000000"),
+            ));
+        }
         let certificate_expiry_warning = duration_or(
             "certificate_expiry_warning",
             self.certificate_expiry_warning.as_deref(),
@@ -83,7 +103,10 @@ impl RawConfig {
             pin_cpus: self.pin_cpus.unwrap_or(false),
             max_connections,
             shutdown_grace,
+            reload_timeout,
+            upgrade_confirm,
             log_format: self.log_format.unwrap_or_default(),
+            log_queue_lines,
             log_level,
             log_connections: self.log_connections.unwrap_or(false),
             connection_log_format: self.connection_log_format.unwrap_or_default(),

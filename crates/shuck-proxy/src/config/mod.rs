@@ -81,7 +81,10 @@ pub struct RawConfig {
     pub pin_cpus: Option<bool>,
     pub max_connections: Option<usize>,
     pub shutdown_grace: Option<String>,
+    pub reload_timeout: Option<String>,
+    pub upgrade_confirm: Option<String>,
     pub log_format: Option<LogFormat>,
+    pub log_queue_lines: Option<usize>,
     pub log_level: Option<String>,
     pub log_connections: Option<bool>,
     pub connection_log_format: Option<ConnectionLogFormat>,
@@ -145,6 +148,10 @@ pub mod defaults {
     pub const LISTEN: &str = "127.0.0.1:8443";
     pub const MAX_CONNECTIONS: usize = 8192;
     pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+    pub const RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
+    pub const UPGRADE_CONFIRM: Duration = Duration::from_secs(5);
+    /// Lines of a few hundred bytes: about 1 MiB held at most while the log reader lags.
+    pub const LOG_QUEUE_LINES: usize = 4096;
     pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
     pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -168,7 +175,14 @@ pub struct Config {
     pub pin_cpus: bool,
     pub max_connections: usize,
     pub shutdown_grace: Duration,
+    /// A reload still loading after this long is abandoned (the old configuration serves on).
+    pub reload_timeout: Duration,
+    /// After an upgrade's handover, how long the old process stays ready to take the service
+    /// back should the new one die.
+    pub upgrade_confirm: Duration,
     pub log_format: LogFormat,
+    /// Log lines queued for the writer thread at most; beyond, lines are dropped and counted.
+    pub log_queue_lines: usize,
     pub log_level: String,
     pub log_connections: bool,
     pub connection_log_format: ConnectionLogFormat,
