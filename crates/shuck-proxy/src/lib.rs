@@ -18,6 +18,7 @@ mod conn_error;
 mod connection;
 mod demo;
 mod error;
+mod files;
 mod limits;
 mod listener;
 mod log_limit;

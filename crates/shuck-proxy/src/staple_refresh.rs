@@ -107,7 +107,7 @@ struct Stored {
 
 impl Stored {
     fn read(path: &Path, leaf: &[u8], issuer: &[u8], now: i64) -> Option<Stored> {
-        let der = std::fs::read(path).ok()?;
+        let der = crate::files::read(path).ok()?;
         let verified = ocsp::verify(&der, leaf, issuer, now).ok()?;
         let fetched = std::fs::metadata(path)
             .and_then(|m| m.modified())
@@ -148,7 +148,7 @@ async fn fetch(
 
 /// The leaf and its issuer (DER) from a certificate file, and the leaf's OCSP responder.
 fn read_certificate(path: &Path) -> Option<(Vec<u8>, Vec<u8>, String)> {
-    let pem = std::fs::read(path).ok()?;
+    let pem = crate::files::read(path).ok()?;
     let mut chain = CertificateDer::pem_slice_iter(&pem);
     let leaf = chain.next()?.ok()?.to_vec();
     let issuer = chain.next()?.ok()?.to_vec();

@@ -76,7 +76,7 @@ async fn account(acme: &Acme) -> Result<Account, AcmeError> {
         None => Account::builder(),
     };
     // Only a missing file means "no account yet": any other error must not replace the account.
-    let stored = match std::fs::read(&path) {
+    let stored = match crate::files::read(&path) {
         Ok(text) => Some(text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(source) => return Err(AcmeError::State { path, source }),

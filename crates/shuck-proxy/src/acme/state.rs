@@ -45,7 +45,7 @@ impl Stored {
     /// Reads the leaf of a bundle; `None` when there is none or it cannot be parsed (the
     /// frontend then serves its temporary certificate and a new one is ordered).
     pub fn read(bundle: &Path) -> Option<Stored> {
-        let pem = std::fs::read(bundle).ok()?;
+        let pem = crate::files::read(bundle).ok()?;
         let der = rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
             .next()?
             .ok()?;

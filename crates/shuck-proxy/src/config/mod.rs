@@ -277,7 +277,7 @@ fn key_err(key: &str, message: impl Into<String>) -> KeyError {
 impl RawConfig {
     /// Reads and parses a TOML file, without validating values yet.
     pub fn from_file(path: &Path) -> Result<RawConfig> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::ConfigRead {
+        let text = crate::files::read_to_string(path).map_err(|source| Error::ConfigRead {
             path: path.to_path_buf(),
             source,
         })?;

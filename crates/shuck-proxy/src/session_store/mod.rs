@@ -107,7 +107,7 @@ impl Target {
     /// reports why).
     pub fn digest_key_file(path: &std::path::Path) -> [u8; 32] {
         let mut out = [0u8; 32];
-        if let Ok(mut bytes) = std::fs::read(path) {
+        if let Ok(mut bytes) = crate::files::read(path) {
             out.copy_from_slice(
                 aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &bytes).as_ref(),
             );

@@ -15,7 +15,7 @@ impl Sealer {
     /// The key from `path`: at least 32 bytes of secret (raw, or a line of base64 as
     /// `shuck ticket-key` writes). Errors say what is wrong, never the contents.
     pub(super) fn from_file(path: &Path) -> Result<Sealer, String> {
-        let mut bytes = std::fs::read(path)
+        let mut bytes = crate::files::read(path)
             .map_err(|e| format!("session_store_key {}: cannot read: {e}", path.display()))?;
         if bytes.len() < 32 {
             bytes.fill(0);

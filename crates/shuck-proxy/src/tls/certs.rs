@@ -145,7 +145,7 @@ pub(crate) fn pem_problem(e: &rustls::pki_types::pem::Error) -> String {
 
 /// Loads one PEM bundle: the leaf certificate first, then its issuers, and the private key.
 pub fn load_bundle(path: &Path, provider: &CryptoProvider) -> Result<LoadedCert> {
-    let bytes = std::fs::read(path).map_err(|source| Error::CertRead {
+    let bytes = crate::files::read(path).map_err(|source| Error::CertRead {
         path: path.to_path_buf(),
         source,
     })?;
@@ -282,14 +282,27 @@ pub fn from_parts(
 
 /// An in-memory certificate for localhost, 127.0.0.1 and ::1 (ECDSA P-256), for trying shuck
 /// out and for tests. Never a production certificate: clients will not trust it.
+/// One per process, kept across reloads (a client that pinned it, or a test that trusts it,
+/// sees the same certificate after a SIGHUP), made again only once it is 60 of its 90 days old.
 pub fn self_signed(provider: &CryptoProvider) -> Result<LoadedCert> {
-    let names = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
-    generated(
-        names,
-        "shuck self-signed (localhost)",
-        "<self-signed>",
-        provider,
-    )
+    const RENEW_AFTER: std::time::Duration = std::time::Duration::from_secs(60 * 86_400);
+    type Made = (std::time::Instant, CertificateDer<'static>, PrivateKeyDer<'static>);
+    static MADE: std::sync::Mutex<Option<Made>> = std::sync::Mutex::new(None);
+    let mut made = MADE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let kept = made
+        .as_ref()
+        .filter(|(at, ..)| at.elapsed() < RENEW_AFTER)
+        .map(|(_, cert, key)| (cert.clone(), key.clone_key()));
+    let (cert, key) = match kept {
+        Some(kept) => kept,
+        None => {
+            let names = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
+            let (cert, key) = generate(names, "shuck self-signed (localhost)")?;
+            *made = Some((std::time::Instant::now(), cert.clone(), key.clone_key()));
+            (cert, key)
+        }
+    };
+    from_parts(Path::new("<self-signed>"), vec![cert], key, provider)
 }
 
 /// What an ACME frontend serves until its first certificate is issued: self-signed for its
@@ -309,12 +322,21 @@ fn generated(
     shown_as: &str,
     provider: &CryptoProvider,
 ) -> Result<LoadedCert> {
+    let (cert, key) = generate(names, common_name)?;
+    from_parts(Path::new(shown_as), vec![cert], key, provider)
+}
+
+/// A new self-signed certificate and key (ECDSA P-256, 90 days) for `names`.
+fn generate(
+    names: Vec<String>,
+    common_name: &str,
+) -> Result<(CertificateDer<'static>, PrivateKeyDer<'static>)> {
     let mut params =
         rcgen::CertificateParams::new(names).map_err(|e| Error::SelfSigned(e.to_string()))?;
     params
         .distinguished_name
         .push(rcgen::DnType::CommonName, common_name);
-    // Generated at each start, so a short validity costs nothing.
+    // Generated at start (self_signed: again after 60 days), so a short validity costs nothing.
     let now = time::OffsetDateTime::now_utc();
     params.not_before = now - time::Duration::days(1);
     params.not_after = now + time::Duration::days(90);
@@ -324,7 +346,7 @@ fn generated(
         .map_err(|e| Error::SelfSigned(e.to_string()))?;
     let key = PrivateKeyDer::try_from(key_pair.serialize_der())
         .map_err(|e| Error::SelfSigned(e.to_string()))?;
-    from_parts(Path::new(shown_as), vec![cert.der().clone()], key, provider)
+    Ok((cert.der().clone(), key))
 }
 
 #[cfg(test)]
@@ -336,6 +358,15 @@ mod tests {
 
     fn provider() -> CryptoProvider {
         rustls::crypto::aws_lc_rs::default_provider()
+    }
+
+    #[test]
+    fn the_self_signed_certificate_is_made_once_per_process() {
+        let a = self_signed(&provider()).unwrap();
+        let b = self_signed(&provider()).unwrap();
+        assert_eq!(a.certified.cert, b.certified.cert);
+        let other = acme_temporary(&["a.test".into()], &provider()).unwrap();
+        assert_ne!(a.certified.cert, other.certified.cert);
     }
 
     fn write(dir: &Path, name: &str, parts: &[String]) -> PathBuf {

@@ -138,7 +138,7 @@ fn staple(cert: &mut LoadedCert, fe: &Frontend) {
     candidates.push(file.into());
     let now = crate::clock::unix_now();
     for path in candidates.iter().filter(|p| p.exists()) {
-        let checked = match (std::fs::read(path), chain.get(1)) {
+        let checked = match (crate::files::read(path), chain.get(1)) {
             (Err(e), _) => Err(e.to_string()),
             (Ok(_), None) => Err("the certificate file holds no issuer to check it against".into()),
             (Ok(der), Some(issuer)) => crate::ocsp::verify(&der, &chain[0], issuer, now)
