@@ -293,14 +293,13 @@ pub fn self_signed(provider: &CryptoProvider) -> Result<LoadedCert> {
         .as_ref()
         .filter(|(at, ..)| at.elapsed() < RENEW_AFTER)
         .map(|(_, cert, key)| (cert.clone(), key.clone_key()));
-    let (cert, key) = match kept {
-        Some(kept) => kept,
-        None => {
-            let names = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
-            let (cert, key) = generate(names, "shuck self-signed (localhost)")?;
-            *made = Some((std::time::Instant::now(), cert.clone(), key.clone_key()));
-            (cert, key)
-        }
+    let (cert, key) = if let Some(kept) = kept {
+        kept
+    } else {
+        let names = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
+        let (cert, key) = generate(names, "shuck self-signed (localhost)")?;
+        *made = Some((std::time::Instant::now(), cert.clone(), key.clone_key()));
+        (cert, key)
     };
     from_parts(Path::new("<self-signed>"), vec![cert], key, provider)
 }
