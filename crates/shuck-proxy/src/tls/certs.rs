@@ -286,9 +286,15 @@ pub fn from_parts(
 /// sees the same certificate after a SIGHUP), made again only once it is 60 of its 90 days old.
 pub fn self_signed(provider: &CryptoProvider) -> Result<LoadedCert> {
     const RENEW_AFTER: std::time::Duration = std::time::Duration::from_secs(60 * 86_400);
-    type Made = (std::time::Instant, CertificateDer<'static>, PrivateKeyDer<'static>);
+    type Made = (
+        std::time::Instant,
+        CertificateDer<'static>,
+        PrivateKeyDer<'static>,
+    );
     static MADE: std::sync::Mutex<Option<Made>> = std::sync::Mutex::new(None);
-    let mut made = MADE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut made = MADE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let kept = made
         .as_ref()
         .filter(|(at, ..)| at.elapsed() < RENEW_AFTER)
