@@ -61,6 +61,13 @@ pub enum Error {
     #[error("reload refused: {0}")]
     Reload(String),
 
+    /// A reload abandoned while it loaded (past `reload_timeout`, or a stop came first): the
+    /// signal loop has said so already.
+    #[error(
+        "reload abandoned (past reload_timeout, or a stop came first); nothing of it was applied"
+    )]
+    ReloadAbandoned,
+
     #[error("cannot generate the self-signed certificate: {0}")]
     SelfSigned(String),
 }

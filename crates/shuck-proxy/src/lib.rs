@@ -26,6 +26,7 @@ pub mod logging;
 mod metrics;
 pub mod notify;
 mod ocsp;
+pub mod pid_file;
 mod proxy_in;
 mod proxy_out;
 pub mod proxy_protocol;

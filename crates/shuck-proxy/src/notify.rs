@@ -54,6 +54,16 @@ pub fn status(text: &str) {
     send(&[NotifyState::Status(text)]);
 }
 
+/// The new process of an upgrade died within `upgrade_confirm`: this one is the service again.
+pub fn taken_back() {
+    HANDED_OVER.store(false, Ordering::Relaxed);
+    send(&[
+        NotifyState::MainPid(std::process::id()),
+        NotifyState::Ready,
+        NotifyState::Status("serving again: the upgrade was rolled back"),
+    ]);
+}
+
 /// This process is the service's main process now (it took over in an upgrade).
 pub fn main_pid() {
     send(&[NotifyState::MainPid(std::process::id())]);

@@ -158,6 +158,36 @@ pub(crate) fn load_new(fe: &Frontend, metrics: &Metrics) -> Result<TlsContext> {
     )
 }
 
+/// Decides, once per reload, whether it applies what it loaded or is abandoned: a reload past
+/// its `reload_timeout`, or one a stop overtook, must not change what serves when its files or
+/// names finally come. Loading may take long; applying takes no I/O and is not interrupted.
+#[derive(Debug, Clone, Default)]
+pub struct ApplyGate(Arc<std::sync::atomic::AtomicU8>);
+
+const LOADING: u8 = 0;
+const APPLYING: u8 = 1;
+const ABANDONED: u8 = 2;
+
+impl ApplyGate {
+    /// Abandons the reload unless it is already applying; true when it was abandoned.
+    pub fn abandon(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        matches!(
+            self.0
+                .compare_exchange(LOADING, ABANDONED, Ordering::AcqRel, Ordering::Acquire),
+            Ok(_) | Err(ABANDONED)
+        )
+    }
+
+    /// Whether the reload may apply (then it can no longer be abandoned).
+    fn enter_apply(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.0
+            .compare_exchange(LOADING, APPLYING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
 /// The limits on the signal loop's own work, which a reload changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcessTimeouts {
@@ -165,6 +195,8 @@ pub struct ProcessTimeouts {
     pub reload: Duration,
     /// `upgrade_confirm`: how long after an upgrade's handover the old process can take back.
     pub upgrade_confirm: Duration,
+    /// `upgrade_timeout`: how long the new process of an upgrade may take to listen.
+    pub upgrade: Duration,
 }
 
 impl ProcessTimeouts {
@@ -172,6 +204,7 @@ impl ProcessTimeouts {
         ProcessTimeouts {
             reload: c.reload_timeout,
             upgrade_confirm: c.upgrade_confirm,
+            upgrade: c.upgrade_timeout,
         }
     }
 }
@@ -202,6 +235,8 @@ pub struct Reloader {
     shared: Arc<Shared>,
     /// Rewritten when the listening addresses change (`--ready-file`), with the metrics address.
     ready_file: Option<(PathBuf, Option<SocketAddr>)>,
+    /// Whether the reload under way may still apply.
+    gate: ApplyGate,
 }
 
 impl Reloader {
@@ -222,7 +257,25 @@ impl Reloader {
             bindings,
             metrics,
             ready_file: None,
+            gate: ApplyGate::default(),
         }
+    }
+
+    /// Passes the gate of the reload under way (abandoned: an error), and leaves a fresh one
+    /// for the next.
+    fn may_apply(&mut self) -> Result<()> {
+        let open = std::mem::take(&mut self.gate).enter_apply();
+        if open {
+            Ok(())
+        } else {
+            Err(Error::ReloadAbandoned)
+        }
+    }
+
+    /// A new gate for the next reload or refresh: whoever holds it can abandon that one.
+    pub fn arm(&mut self) -> ApplyGate {
+        self.gate = ApplyGate::default();
+        self.gate.clone()
     }
 
     /// Rewrites `path` (one address per line, then `metrics`) after a reload that changes the
@@ -269,6 +322,7 @@ impl Reloader {
             self.bindings()
                 .prepare(&listed, &mut Inherited::default())?
         };
+        self.may_apply()?;
         // Before `apply`: reloaded certificates are warned about with the new lead time.
         self.started.certificate_expiry_warning = new.certificate_expiry_warning;
         self.apply(next);
@@ -304,15 +358,13 @@ impl Reloader {
         s.shutdown_grace = new.shutdown_grace;
         s.reload_timeout = new.reload_timeout;
         s.upgrade_confirm = new.upgrade_confirm;
+        s.upgrade_timeout = new.upgrade_timeout;
     }
 
     /// `reload_timeout` and `upgrade_confirm` as last applied: the signal loop reads them
     /// between reloads.
     pub fn process_timeouts(&self) -> ProcessTimeouts {
-        ProcessTimeouts {
-            reload: self.started.reload_timeout,
-            upgrade_confirm: self.started.upgrade_confirm,
-        }
+        ProcessTimeouts::of(&self.started)
     }
 
     /// `configured` as the descriptors serve it with the addresses listened on after the reload
@@ -446,11 +498,13 @@ impl Reloader {
     /// Loads frontend `name`'s certificates again with the settings in force, for that frontend
     /// alone: an ACME renewal stored a new certificate. The same checks and swap as a reload.
     pub fn refresh(&mut self, name: &str) -> Result<()> {
-        let Some(live) = self.frontends.iter_mut().find(|l| l.cfg.name == name) else {
+        let Some(i) = self.frontends.iter().position(|l| l.cfg.name == name) else {
             return Ok(());
         };
-        let fe = live.cfg.clone();
-        let (ctx, trust_changed) = live.load(&fe, false)?;
+        let fe = self.frontends[i].cfg.clone();
+        let (ctx, trust_changed) = self.frontends[i].load(&fe, false)?;
+        self.may_apply()?;
+        let live = &mut self.frontends[i];
         if trust_changed {
             tracing::warn!(frontend = %fe.name, "client certificate trust changed on disk; sessions and tickets issued before were invalidated");
         }

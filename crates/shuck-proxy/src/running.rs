@@ -78,6 +78,7 @@ pub fn settings(c: &Config) -> BTreeMap<String, String> {
     put("shutdown_grace", duration(c.shutdown_grace));
     put("reload_timeout", duration(c.reload_timeout));
     put("upgrade_confirm", duration(c.upgrade_confirm));
+    put("upgrade_timeout", duration(c.upgrade_timeout));
     put("log_queue_lines", c.log_queue_lines.to_string());
     // Not log_format, log_level or log_connections: serve's flags may set them, which `shuck
     // check` does not see; nor user, group or allow_root, which act once, at start.
@@ -254,11 +255,12 @@ pub fn changes(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -
 /// How a change of `key` takes effect: what `reload::Reloader` applies and what it leaves.
 fn applies(key: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Applies {
     // Global keys: these reload; the others wait for a restart.
-    const RELOADED: [&str; 6] = [
+    const RELOADED: [&str; 7] = [
         "max_connections",
         "shutdown_grace",
         "reload_timeout",
         "upgrade_confirm",
+        "upgrade_timeout",
         "connection_log_format",
         "certificate_expiry_warning",
     ];

@@ -38,6 +38,7 @@ pub struct Socket {
 pub struct Inherited {
     sockets: Vec<Socket>,
     ready: Option<PathBuf>,
+    pid_file: Option<PathBuf>,
 }
 
 impl Inherited {
@@ -67,6 +68,7 @@ impl Inherited {
         Ok(Inherited {
             sockets,
             ready: std::env::var_os(READY_ENV).map(PathBuf::from),
+            pid_file: None,
         })
     }
 
@@ -109,13 +111,30 @@ impl Inherited {
         self.sockets.clear();
     }
 
-    /// Tells the old process this one is listening.
+    /// The pid file this process adopts: the old process names this one in it once told this
+    /// one is ready, or, if the old one is gone, this one does.
+    pub fn set_pid_file(&mut self, path: Option<PathBuf>) {
+        self.pid_file = path;
+    }
+
+    /// Tells the old process this one is listening. If it cannot be told (it was killed, or
+    /// stopped before), this one is the service: it names itself in the pid file.
     pub fn say_ready(&self) {
         let Some(path) = &self.ready else { return };
         let sent = std::os::unix::net::UnixDatagram::unbound()
             .and_then(|s| s.send_to(format!("READY={}", std::process::id()).as_bytes(), path));
-        if let Err(e) = sent {
-            tracing::error!(error = %e, "cannot tell the old process this one is ready; it keeps serving");
+        let Err(e) = sent else { return };
+        let Some(pid_file) = &self.pid_file else {
+            tracing::warn!(error = %e, "cannot tell the old process this one is ready (it is gone); this one serves on");
+            return;
+        };
+        match crate::pid_file::name_in(pid_file, std::process::id()) {
+            Ok(()) => {
+                tracing::warn!(error = %e, pid_file = %pid_file.display(), "cannot tell the old process this one is ready (it is gone); this one serves on and the pid file names it");
+            }
+            Err(w) => {
+                tracing::error!(error = %e, pid_file = %w, "cannot tell the old process this one is ready (it is gone), nor write the pid file; this one serves on");
+            }
         }
     }
 }
@@ -173,7 +192,8 @@ impl Handover {
     }
 }
 
-/// A new process started by an upgrade, until it says it is ready.
+/// A new process started by an upgrade, from its start until this process has handed over to
+/// it (or stopped it).
 #[derive(Debug)]
 pub struct Successor {
     child: Child,
@@ -181,38 +201,85 @@ pub struct Successor {
     _dir: tempfile::TempDir,
 }
 
+/// Why a new process did not become the service.
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    #[error("the new process ({pid}) exited first: {status}")]
+    Exited {
+        pid: u32,
+        status: std::process::ExitStatus,
+    },
+    #[error("the new process ({pid}) was not ready within {within:?}")]
+    TimedOut { pid: u32, within: Duration },
+}
+
 impl Successor {
-    /// Waits until the new process is listening (its pid), it exits, or `within` passes.
-    pub async fn ready(mut self, within: Duration) -> Result<u32, String> {
-        let pid = self.child.id();
+    /// Its process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits until the new process is listening, it exits, or `within` passes.
+    pub async fn ready(&mut self, within: Duration) -> Result<(), NotReady> {
+        let pid = self.pid();
         let mut buf = [0u8; 64];
         let deadline = tokio::time::Instant::now() + within;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!("the new process ({pid}) exited first: {status}"));
+                return Err(NotReady::Exited { pid, status });
             }
             let tick = tokio::time::sleep(Duration::from_millis(200));
             tokio::select! {
                 got = self.socket.recv(&mut buf) => {
                     if got.is_ok_and(|n| buf[..n].starts_with(b"READY=")) {
-                        return Ok(pid);
+                        return Ok(());
                     }
                 }
                 () = tick => {}
             }
             if tokio::time::Instant::now() >= deadline {
-                // SIGTERM, not SIGKILL: if it was serving after all (its word lost), it drains.
-                if let Ok(p) = i32::try_from(pid) {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(p),
-                        nix::sys::signal::Signal::SIGTERM,
-                    );
-                }
-                return Err(format!(
-                    "the new process ({pid}) was not ready within {within:?}; told it to stop"
-                ));
+                return Err(NotReady::TimedOut { pid, within });
             }
         }
+    }
+
+    /// Its exit status if it exits within `within` (the upgrade's confirmation window).
+    pub async fn exits_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops it: SIGTERM (if it serves after all, it drains), then SIGKILL once `grace` has
+    /// passed; reaped either way, so no `<defunct>` stays behind.
+    pub async fn stop(mut self, grace: Duration) {
+        let pid = self.pid();
+        signal(pid, nix::sys::signal::Signal::SIGTERM);
+        if self.exits_within(grace).await.is_none() {
+            tracing::warn!(pid, "the new process did not stop on SIGTERM; killed");
+            let _ = self.child.kill();
+            let _ = tokio::task::spawn_blocking(move || self.child.wait()).await;
+        }
+    }
+
+    /// Reaps it whenever it exits, while this process lives (it is this process's child).
+    pub async fn reap(mut self) {
+        while !matches!(self.child.try_wait(), Ok(Some(_)) | Err(_)) {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+fn signal(pid: u32, sig: nix::sys::signal::Signal) {
+    if let Ok(p) = i32::try_from(pid) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), sig);
     }
 }
 

@@ -4,7 +4,9 @@
 mod cli;
 mod logging;
 mod privileges;
+mod reloading;
 mod signals;
+mod upgrading;
 
 // jemalloc returns what a flood of handshakes left behind (the `jemalloc` feature's note in
 // Cargo.toml); its background thread purges freed pages while the workers are idle.
@@ -24,7 +26,9 @@ use cli::{
     Cli, Command, ConfigArgs, LogFormatArg, ProxyProtocolArg, ServeArgs, TicketKeyArgs,
     TicketKeyFormatArg,
 };
-use signals::{PidFile, Signals, Successor};
+use shuck_proxy::pid_file::PidFile;
+use signals::{Serving, Signals};
+use upgrading::Upgrade;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -169,11 +173,13 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot take over the old process's sockets: {e}"))?;
     let run_as = privileges::RunAs::of(&config);
     let inherited_upgrade = inherited.is_upgrade();
+    // Named by the old process once this one listens, or by this one if the old is gone.
+    inherited.set_pid_file(args.pid_file.clone());
     let mut server = Server::prepare_with(config, &mut inherited).map_err(|e| e.to_string())?;
     // After an upgrade the old process rewrites the pid file once this one is listening (so a
     // new process that fails never takes it); this one only removes it at exit, if still its.
     let pid_file = match &args.pid_file {
-        Some(p) if inherited_upgrade => Some(PidFile(p.clone())),
+        Some(p) if inherited_upgrade => Some(PidFile::adopt(p)),
         Some(p) => Some(PidFile::write(p, std::process::id())?),
         None => None,
     };
@@ -181,7 +187,7 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     run_as.apply()?;
     let (stops_tx, stops) = watch::channel(0u32);
     let updates = server.certificate_updates();
-    let successor = Successor {
+    let upgrade = Upgrade {
         pid_file: args.pid_file.clone(),
         metrics: server.metrics_handover(),
         bindings: server.bindings(),
@@ -192,7 +198,13 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     if let Some(path) = &args.ready_file {
         reloader = reloader.with_ready_file(path.clone(), server.metrics_addr());
     }
-    rt.spawn(signals.handle(args.clone(), reloader, updates, successor, stops_tx));
+    rt.spawn(signals.handle(Serving {
+        args: args.clone(),
+        reloader,
+        updates,
+        upgrade,
+        stops: stops_tx,
+    }));
     let (mut first, mut second) = (stops.clone(), stops);
     let result = server
         .run(

@@ -1,267 +1,290 @@
-//! Signals while serving: TERM and INT stop (the second at once), HUP reloads, USR2 upgrades
-//! the binary; with the pid file and the successor an upgrade starts.
+//! The signal loop while serving. TERM, INT and QUIT stop (the first drains, the second exits at
+//! once), HUP reloads, USR2 upgrades the binary, USR1 is answered (there is nothing to reopen);
+//! every other signal whose default would end the process is ignored with a line saying so. The
+//! loop never waits on a reload's or an upgrade's I/O: both run on their own, so a stop is acted
+//! on at once whatever else is under way.
 
-use shuck_proxy::bindings::Bindings;
-use shuck_proxy::notify;
+use std::collections::VecDeque;
+
+use shuck_proxy::reload::ProcessTimeouts;
 use shuck_proxy::server::{CertificateUpdates, Reloader};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use crate::cli::ServeArgs;
-use crate::{load_config, logging};
-
-/// `--pid-file`: written once the sockets are bound, removed at exit unless another process (a
-/// newer shuck) has written its own since.
-pub(crate) struct PidFile(pub(crate) std::path::PathBuf);
-
-impl PidFile {
-    pub(crate) fn write(path: &std::path::Path, pid: u32) -> Result<PidFile, String> {
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, format!("{pid}\n"))
-            .and_then(|()| std::fs::rename(&tmp, path))
-            .map_err(|e| format!("cannot write pid file {}: {e}", path.display()))?;
-        Ok(PidFile(path.to_path_buf()))
-    }
-}
-
-impl Drop for PidFile {
-    fn drop(&mut self) {
-        let ours = std::fs::read_to_string(&self.0)
-            .is_ok_and(|s| s.trim() == std::process::id().to_string());
-        if ours {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-}
+use crate::reloading::{Job, Work};
+use crate::upgrading::{Outcome, Upgrade};
 
 pub(crate) struct Signals {
     term: Signal,
     int: Signal,
+    quit: Signal,
     hup: Signal,
+    usr1: Signal,
     usr2: Signal,
 }
 
-/// What `kill -USR2` starts: the binary at the path this one was started from (a new version
-/// installed there), with the same arguments and every listening socket.
-pub(crate) struct Successor {
-    /// Rewritten with the new process's ID once it listens.
-    pub(crate) pid_file: Option<std::path::PathBuf>,
-    /// The metrics endpoint, answered by the new process once it listens.
-    pub(crate) metrics: shuck_proxy::server::MetricsHandover,
-    /// The listening sockets as they are when the upgrade starts (a reload may change them).
-    pub(crate) bindings: std::sync::Arc<std::sync::Mutex<Bindings>>,
-    pub(crate) exe: std::path::PathBuf,
-    pub(crate) args: Vec<std::ffi::OsString>,
-}
-
-impl Successor {
-    /// How long the new process may take to listen before it is given up.
-    const PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
-
-    /// Starts the new process and waits until it listens; true when this one should now stop
-    /// accepting and drain.
-    async fn take_over(&self) -> bool {
-        tracing::info!(binary = %self.exe.display(), "upgrade: starting the new binary with the listening sockets");
-        let handover = self
-            .bindings
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .handover();
-        let started = match handover.and_then(|h| h.spawn(&self.exe, &self.args)) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "upgrade failed: cannot start the new binary; still serving");
-                return false;
-            }
-        };
-        match started.ready(Self::PATIENCE).await {
-            Ok(pid) => {
-                tracing::info!(
-                    pid,
-                    "upgrade: the new process is listening; this one stops accepting and drains"
-                );
-                notify::handed_over();
-                if let Some(path) = &self.pid_file {
-                    if let Err(e) = PidFile::write(path, pid) {
-                        tracing::warn!(error = %e, "upgrade: the pid file still names this process");
-                    }
-                }
-                // After the pid file: whoever sees the old endpoint go finds the new process named.
-                self.metrics.hand_over();
-                true
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "upgrade failed; still serving");
-                false
-            }
-        }
-    }
+/// What the loop works with.
+pub(crate) struct Serving {
+    pub(crate) args: ServeArgs,
+    pub(crate) reloader: Reloader,
+    pub(crate) updates: Option<CertificateUpdates>,
+    pub(crate) upgrade: Upgrade,
+    /// Counts the stop signals: the server drains at 1 and exits at 2.
+    pub(crate) stops: watch::Sender<u32>,
 }
 
 impl Signals {
+    /// Installs the handlers (in the runtime entered), the ignored signals' among them.
     pub(crate) fn install() -> std::io::Result<Signals> {
-        Ok(Signals {
+        let signals = Signals {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
+            quit: signal(SignalKind::quit())?,
             hup: signal(SignalKind::hangup())?,
+            usr1: signal(SignalKind::user_defined1())?,
             usr2: signal(SignalKind::user_defined2())?,
-        })
+        };
+        ignore_the_rest()?;
+        Ok(signals)
     }
 
-    /// Counts SIGTERM/SIGINT into `stops` (the first drains, the second exits at once) and
-    /// reloads certificates and TLS settings on SIGHUP.
-    pub(crate) async fn handle(
-        mut self,
-        args: ServeArgs,
-        reloader: Reloader,
-        mut updates: Option<CertificateUpdates>,
-        successor: Successor,
-        stops: watch::Sender<u32>,
-    ) {
-        let mut reloader = Some(reloader);
-        let mut upgraded = false;
-        let mut successor = Some(successor);
-        let mut upgrading: Option<tokio::task::JoinHandle<(Successor, bool)>> = None;
-        let mut deferred_reload = false;
+    /// Runs the loop for the life of the process.
+    pub(crate) async fn handle(mut self, serving: Serving) {
+        let mut state = Loop::new(serving);
         loop {
             tokio::select! {
-                _ = self.usr2.recv() => {
-                    if upgraded {
-                        tracing::warn!("SIGUSR2 ignored: this process has already handed over");
-                    } else if upgrading.is_some() {
-                        tracing::warn!("SIGUSR2 ignored: an upgrade is under way");
-                    } else if let Some(s) = successor.take() {
-                        // Off the loop: SIGTERM and SIGHUP are still handled while it waits.
-                        upgrading = Some(tokio::spawn(async move {
-                            let ok = s.take_over().await;
-                            (s, ok)
-                        }));
+                _ = self.term.recv() => state.stop("TERM"),
+                _ = self.int.recv() => state.stop("INT"),
+                _ = self.quit.recv() => state.stop("QUIT"),
+                _ = self.hup.recv() => state.hangup(),
+                _ = self.usr1.recv() => tracing::info!("SIGUSR1: nothing to reopen (shuck writes only to standard error, which whoever started it holds)"),
+                _ = self.usr2.recv() => state.start_upgrade(),
+                () = past(state.job.as_ref().and_then(Job::deadline)) => {
+                    let timeout = humantime::format_duration(state.timeouts.reload);
+                    if let Some(job) = &mut state.job {
+                        job.abandon(&format!("still loading after reload_timeout, {timeout}"));
                     }
                 }
-                Some(done) = finished(&mut upgrading) => {
-                    match done {
-                        Ok((s, true)) => {
-                            upgraded = true;
-                            // Its copies of the listening sockets, now the new process's.
-                            s.bindings
-                                .lock()
-                                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                                .release();
-                            // Drain, unless a stop is already under way.
-                            stops.send_if_modified(|n| {
-                                let start = *n == 0;
-                                if start {
-                                    *n = 1;
-                                }
-                                start
-                            });
-                        }
-                        Ok((s, false)) => {
-                            successor = Some(s);
-                            if std::mem::take(&mut deferred_reload) {
-                                tracing::info!("applying the reload deferred during the failed upgrade");
-                                reloader = reload_off_runtime(&args, reloader).await;
-                            }
-                        }
-                        Err(e) => tracing::error!(error = %e, "upgrade task lost; SIGUSR2 is ignored from now on"),
-                    }
-                }
-                _ = self.term.recv() => { stops.send_modify(|n| *n += 1); }
-                _ = self.int.recv() => { stops.send_modify(|n| *n += 1); }
-                Some(frontend) = next_update(&mut updates) => {
-                    let Some(mut r) = reloader.take() else { continue };
-                    let task = tokio::task::spawn_blocking(move || {
-                        match r.refresh(&frontend) {
-                            Ok(()) => tracing::info!(frontend, "loaded a renewed certificate or OCSP staple"),
-                            Err(e) => tracing::error!(frontend, error = %e, "renewed certificate or staple not loaded; still serving the previous ones"),
-                        }
-                        r
-                    });
-                    match task.await {
-                        Ok(r) => reloader = Some(r),
-                        Err(e) => tracing::error!(error = %e, "certificate refresh lost; further SIGHUPs are ignored"),
-                    }
-                }
-                _ = self.hup.recv() => {
-                    if upgraded {
-                        tracing::warn!("SIGHUP ignored: this process has handed over to a new one and is draining");
-                    } else if upgrading.is_some() {
-                        // The new process reads the configuration itself; a reload here would
-                        // change sockets it has already been handed.
-                        tracing::warn!("SIGHUP deferred: an upgrade is under way (applied if it fails)");
-                        deferred_reload = true;
-                    } else {
-                        reloader = reload_off_runtime(&args, reloader).await;
-                    }
-                }
+                reloader = finished_job(&mut state.job) => state.job_done(reloader),
+                done = finished_upgrade(&mut state.upgrading) => state.upgrade_done(done),
+                Some(frontend) = next_update(&mut state.updates) => state.queue(Work::Refresh(frontend)),
             }
         }
     }
 }
 
-/// Reloads off the main runtime: reading files and resolving backend names may block, and
-/// metrics must keep answering meanwhile. `None` in, `None` out: an earlier reload was lost.
-async fn reload_off_runtime(args: &ServeArgs, reloader: Option<Reloader>) -> Option<Reloader> {
-    let Some(mut r) = reloader else {
-        tracing::warn!("SIGHUP ignored: an earlier reload was lost");
-        return None;
-    };
-    let args = args.clone();
-    notify::reloading();
-    let task = tokio::task::spawn_blocking(move || {
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            reload(&args, &mut r);
-        }));
-        notify::reloaded();
-        if outcome.is_err() {
-            tracing::error!("reload failed unexpectedly; still serving the previous configuration");
-        }
-        r
-    });
-    match task.await {
-        Ok(r) => Some(r),
-        Err(e) => {
-            tracing::error!(error = %e, "reload task lost; further SIGHUPs are ignored");
-            None
-        }
-    }
+/// Where the loop is: the reload job under way and what waits for it, the upgrade under way.
+struct Loop {
+    args: ServeArgs,
+    /// `None` while a job holds it (or after a job was lost).
+    reloader: Option<Reloader>,
+    timeouts: ProcessTimeouts,
+    job: Option<Job>,
+    /// Reloads and refreshes asked while a job ran (a SIGHUP is kept once).
+    waiting: VecDeque<Work>,
+    /// Lost for good: a reload task ended without giving the reloader back.
+    lost: bool,
+    updates: Option<CertificateUpdates>,
+    /// The upgrade, until one hands over.
+    upgrade: Option<Upgrade>,
+    upgrading: Option<JoinHandle<(Upgrade, Outcome)>>,
+    handed_over: bool,
+    /// A SIGHUP that came during an upgrade: applied if it fails.
+    deferred_reload: bool,
+    stops: watch::Sender<u32>,
 }
 
-fn reload(args: &ServeArgs, reloader: &mut Reloader) {
-    let result = load_config(&args.config, Some(args)).and_then(|c| {
-        let notes = reloader.reload(&c).map_err(|e| e.to_string())?;
-        Ok((notes, c.log_level))
-    });
-    match result {
-        Ok((notes, level)) => {
-            for n in notes {
-                tracing::warn!("{n}");
-            }
-            if logging::set_level(&level) {
-                tracing::info!(log_level = %level, "log level changed");
-            }
-            tracing::info!("reloaded certificates and configuration");
+impl Loop {
+    fn new(s: Serving) -> Loop {
+        Loop {
+            timeouts: s.reloader.process_timeouts(),
+            args: s.args,
+            reloader: Some(s.reloader),
+            job: None,
+            waiting: VecDeque::new(),
+            lost: false,
+            updates: s.updates,
+            upgrade: Some(s.upgrade),
+            upgrading: None,
+            handed_over: false,
+            deferred_reload: false,
+            stops: s.stops,
         }
-        Err(e) => {
-            let error = one_line(&e);
-            tracing::error!(
-                error,
-                "reload failed; still serving the previous configuration"
+    }
+
+    /// A stop signal: counted (the first drains, the second exits at once); a reload under way
+    /// is abandoned.
+    fn stop(&mut self, signal: &str) {
+        self.stops.send_modify(|n| *n += 1);
+        let n = *self.stops.borrow();
+        tracing::info!(signal, "stop signal {n}");
+        if let Some(job) = &mut self.job {
+            job.abandon("a stop came first");
+        }
+    }
+
+    fn hangup(&mut self) {
+        if self.handed_over {
+            tracing::warn!(
+                "SIGHUP ignored: this process has handed over to a new one and is draining"
             );
+        } else if self.upgrading.is_some() {
+            // The new process reads the configuration itself; a reload here would change
+            // sockets it has already been handed.
+            tracing::warn!("SIGHUP deferred: an upgrade is under way (applied if it fails)");
+            self.deferred_reload = true;
+        } else {
+            self.queue(Work::Reload);
         }
+    }
+
+    /// Starts `work` now, or once the job under way ends.
+    fn queue(&mut self, work: Work) {
+        if self.lost {
+            tracing::warn!("reload ignored: an earlier reload task was lost");
+            return;
+        }
+        if *self.stops.borrow() > 0 {
+            return;
+        }
+        let Some(reloader) = self.reloader.take() else {
+            let reload = matches!(work, Work::Reload);
+            if reload && self.waiting.iter().any(|w| matches!(w, Work::Reload)) {
+                return;
+            }
+            if reload {
+                let stuck = self.job.as_ref().is_some_and(Job::abandoned);
+                tracing::info!(
+                    stuck,
+                    "SIGHUP: a reload is under way; this one runs when it ends"
+                );
+            }
+            self.waiting.push_back(work);
+            return;
+        };
+        self.job = Some(Job::start(work, &self.args, reloader));
+    }
+
+    fn job_done(&mut self, reloader: Option<Reloader>) {
+        self.job = None;
+        let Some(r) = reloader else {
+            self.lost = true;
+            return;
+        };
+        self.timeouts = r.process_timeouts();
+        self.reloader = Some(r);
+        if let Some(next) = self.waiting.pop_front() {
+            self.queue(next);
+        }
+    }
+
+    fn start_upgrade(&mut self) {
+        if self.handed_over {
+            tracing::warn!("SIGUSR2 ignored: this process has already handed over");
+        } else if self.upgrading.is_some() {
+            tracing::warn!("SIGUSR2 ignored: an upgrade is under way");
+        } else if *self.stops.borrow() > 0 {
+            tracing::warn!("SIGUSR2 ignored: this process is stopping");
+        } else if let Some(u) = self.upgrade.take() {
+            let (stops, timeouts) = (self.stops.subscribe(), self.timeouts);
+            // Off the loop: other signals are still handled while it waits.
+            self.upgrading = Some(tokio::spawn(async move {
+                let outcome = u.take_over(stops, timeouts).await;
+                (u, outcome)
+            }));
+        }
+    }
+
+    fn upgrade_done(&mut self, done: Result<(Upgrade, Outcome), tokio::task::JoinError>) {
+        match done {
+            Ok((u, Outcome::HandedOver)) => {
+                self.handed_over = true;
+                // Its copies of the listening sockets, now the new process's.
+                u.bindings
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .release();
+                // Drain, unless a stop is already under way.
+                self.stops.send_if_modified(|n| {
+                    let start = *n == 0;
+                    if start {
+                        *n = 1;
+                    }
+                    start
+                });
+            }
+            Ok((u, Outcome::Failed | Outcome::RolledBack)) => {
+                self.upgrade = Some(u);
+                if std::mem::take(&mut self.deferred_reload) {
+                    tracing::info!("applying the reload deferred during the upgrade");
+                    self.queue(Work::Reload);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "upgrade task lost; SIGUSR2 is ignored from now on");
+            }
+        }
+    }
+}
+
+/// Signals whose default action ends the process and that shuck has no use for: each is
+/// answered with one line (per signal received) instead. Not the faults a process raises on
+/// itself (SEGV, BUS, ILL, FPE, ABRT, SYS, TRAP): those must still end it.
+fn ignore_the_rest() -> std::io::Result<()> {
+    let mut kinds: Vec<(i32, String)> = [
+        (libc::SIGALRM, "ALRM"),
+        (libc::SIGVTALRM, "VTALRM"),
+        (libc::SIGPROF, "PROF"),
+        (libc::SIGIO, "IO"),
+        (libc::SIGPWR, "PWR"),
+        (libc::SIGSTKFLT, "STKFLT"),
+        (libc::SIGXCPU, "XCPU"),
+        (libc::SIGXFSZ, "XFSZ"),
+    ]
+    .into_iter()
+    .map(|(n, name)| (n, name.to_string()))
+    .collect();
+    let (min, max) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+    kinds.extend((min..=max).map(|n| (n, format!("RTMIN+{}", n - min))));
+    for (n, name) in kinds {
+        let mut s = signal(SignalKind::from_raw(n))?;
+        tokio::spawn(async move {
+            while s.recv().await.is_some() {
+                tracing::warn!(signal = %name, "signal ignored: shuck acts on TERM, INT, QUIT (stop), HUP (reload), USR2 (upgrade) and USR1");
+            }
+        });
+    }
+    Ok(())
+}
+
+/// Resolves at `deadline`; never without one.
+async fn past(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The reload job under way, once it ends; pending forever when there is none.
+async fn finished_job(job: &mut Option<Job>) -> Option<Reloader> {
+    match job {
+        Some(j) => j.finish().await,
+        None => std::future::pending().await,
     }
 }
 
 /// The upgrade under way, once it is decided; pending forever when there is none.
-async fn finished(
-    upgrading: &mut Option<tokio::task::JoinHandle<(Successor, bool)>>,
-) -> Option<Result<(Successor, bool), tokio::task::JoinError>> {
+async fn finished_upgrade(
+    upgrading: &mut Option<JoinHandle<(Upgrade, Outcome)>>,
+) -> Result<(Upgrade, Outcome), tokio::task::JoinError> {
     let done = match upgrading {
         Some(task) => task.await,
         None => std::future::pending().await,
     };
     *upgrading = None;
-    Some(done)
+    done
 }
 
 /// The next renewed certificate's frontend; pending forever without ACME.
@@ -270,15 +293,4 @@ async fn next_update(updates: &mut Option<CertificateUpdates>) -> Option<String>
         Some(u) => u.next().await,
         None => std::future::pending().await,
     }
-}
-
-/// A message on one line, for logs: TOML's errors show the offending line and a caret under it,
-/// on lines of their own.
-fn one_line(message: &str) -> String {
-    message
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
 }

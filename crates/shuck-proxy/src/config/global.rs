@@ -66,6 +66,14 @@ impl RawConfig {
             self.upgrade_confirm.as_deref(),
             defaults::UPGRADE_CONFIRM,
         )?;
+        let upgrade_timeout = duration_or(
+            "upgrade_timeout",
+            self.upgrade_timeout.as_deref(),
+            defaults::UPGRADE_TIMEOUT,
+        )?;
+        if upgrade_timeout.is_zero() {
+            return Err(key_err("upgrade_timeout", "must be more than 0s"));
+        }
         let log_queue_lines = self.log_queue_lines.unwrap_or(defaults::LOG_QUEUE_LINES);
         if !(16..=1_000_000).contains(&log_queue_lines) {
             return Err(key_err(
@@ -105,6 +113,7 @@ impl RawConfig {
             shutdown_grace,
             reload_timeout,
             upgrade_confirm,
+            upgrade_timeout,
             log_format: self.log_format.unwrap_or_default(),
             log_queue_lines,
             log_level,

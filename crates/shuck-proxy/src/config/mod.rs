@@ -83,6 +83,7 @@ pub struct RawConfig {
     pub shutdown_grace: Option<String>,
     pub reload_timeout: Option<String>,
     pub upgrade_confirm: Option<String>,
+    pub upgrade_timeout: Option<String>,
     pub log_format: Option<LogFormat>,
     pub log_queue_lines: Option<usize>,
     pub log_level: Option<String>,
@@ -150,6 +151,7 @@ pub mod defaults {
     pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
     pub const RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
     pub const UPGRADE_CONFIRM: Duration = Duration::from_secs(5);
+    pub const UPGRADE_TIMEOUT: Duration = Duration::from_secs(60);
     /// Lines of a few hundred bytes: about 1 MiB held at most while the log reader lags.
     pub const LOG_QUEUE_LINES: usize = 4096;
     pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -180,6 +182,8 @@ pub struct Config {
     /// After an upgrade's handover, how long the old process stays ready to take the service
     /// back should the new one die.
     pub upgrade_confirm: Duration,
+    /// How long the new process of an upgrade may take to listen before it is stopped.
+    pub upgrade_timeout: Duration,
     pub log_format: LogFormat,
     /// Log lines queued for the writer thread at most; beyond, lines are dropped and counted.
     pub log_queue_lines: usize,

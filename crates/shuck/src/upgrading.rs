@@ -1,0 +1,140 @@
+//! `kill -USR2` from the old process's side: start the binary at our own path with every
+//! listening socket, wait until it listens, name it in the pid file, then stay ready for
+//! `upgrade_confirm` to take the service back should it die. Only then stop accepting and drain.
+//! A stop asked before the new process is ready stops it too: never two processes that no one
+//! manages.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use shuck_proxy::bindings::Bindings;
+use shuck_proxy::reload::ProcessTimeouts;
+use shuck_proxy::server::MetricsHandover;
+use shuck_proxy::upgrade::{NotReady, Successor};
+use shuck_proxy::{notify, pid_file};
+use tokio::sync::watch;
+
+/// What `kill -USR2` starts: the binary at the path this one was started from (a new version
+/// installed there), with the same arguments and every listening socket.
+pub(crate) struct Upgrade {
+    /// Names the new process once it listens; this one again if the upgrade is rolled back.
+    pub(crate) pid_file: Option<std::path::PathBuf>,
+    /// The metrics endpoint, answered by the new process once the upgrade is confirmed.
+    pub(crate) metrics: MetricsHandover,
+    /// The listening sockets as they are when the upgrade starts (a reload may change them).
+    pub(crate) bindings: Arc<Mutex<Bindings>>,
+    pub(crate) exe: std::path::PathBuf,
+    pub(crate) args: Vec<std::ffi::OsString>,
+}
+
+/// How an upgrade ended, for this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The new process serves; this one stops accepting and drains.
+    HandedOver,
+    /// The new process never became the service; this one serves on.
+    Failed,
+    /// The new process died within `upgrade_confirm`; this one took the service back.
+    RolledBack,
+}
+
+/// How long a new process told to stop has before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+impl Upgrade {
+    /// Runs the upgrade to its end; `stops` counts the stop signals (a stop before the new
+    /// process is ready cancels the upgrade; during the confirmation window it confirms it).
+    pub(crate) async fn take_over(
+        &self,
+        stops: watch::Receiver<u32>,
+        timeouts: ProcessTimeouts,
+    ) -> Outcome {
+        tracing::info!(binary = %self.exe.display(), "upgrade: starting the new binary with the listening sockets");
+        let handover = self
+            .bindings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .handover();
+        let mut new = match handover.and_then(|h| h.spawn(&self.exe, &self.args)) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "upgrade failed: cannot start the new binary; still serving");
+                return Outcome::Failed;
+            }
+        };
+        let ready = tokio::select! {
+            r = new.ready(timeouts.upgrade) => Some(r),
+            () = stop_asked(stops.clone()) => None,
+        };
+        match ready {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "upgrade failed; still serving");
+                if matches!(e, NotReady::TimedOut { .. }) {
+                    new.stop(STOP_GRACE).await;
+                }
+                return Outcome::Failed;
+            }
+            None => {
+                tracing::warn!(
+                    pid = new.pid(),
+                    "upgrade cancelled: a stop came before the new process was ready; it is stopped too"
+                );
+                new.stop(STOP_GRACE).await;
+                return Outcome::Failed;
+            }
+        }
+        self.confirm(new, stops, timeouts.upgrade_confirm).await
+    }
+
+    /// The new process listens: it becomes the service, unless it dies within `confirm`.
+    async fn confirm(
+        &self,
+        mut new: Successor,
+        stops: watch::Receiver<u32>,
+        confirm: Duration,
+    ) -> Outcome {
+        let pid = new.pid();
+        notify::handed_over();
+        self.name_in_pid_file(pid);
+        tracing::info!(
+            pid,
+            upgrade_confirm = ?confirm,
+            "upgrade: the new process is listening; this one takes the service back if it exits within upgrade_confirm"
+        );
+        let died = tokio::select! {
+            status = new.exits_within(confirm) => status,
+            // A stop now confirms the upgrade: the new process is the service.
+            () = stop_asked(stops) => None,
+        };
+        if let Some(status) = died {
+            self.name_in_pid_file(std::process::id());
+            notify::taken_back();
+            tracing::error!(pid, %status, "upgrade rolled back: the new process exited within upgrade_confirm; this process serves on");
+            return Outcome::RolledBack;
+        }
+        tracing::info!(
+            pid,
+            "upgrade confirmed: this process stops accepting and drains"
+        );
+        // After the pid file: whoever sees the old endpoint go finds the new process named.
+        self.metrics.hand_over();
+        tokio::spawn(new.reap());
+        Outcome::HandedOver
+    }
+
+    fn name_in_pid_file(&self, pid: u32) {
+        if let Some(path) = &self.pid_file {
+            if let Err(e) = pid_file::name_in(path, pid) {
+                tracing::warn!(error = %e, pid, "upgrade: the pid file could not be rewritten");
+            }
+        }
+    }
+}
+
+/// Resolves once a stop signal has come (at once if one already has).
+async fn stop_asked(mut stops: watch::Receiver<u32>) {
+    if stops.wait_for(|n| *n >= 1).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
