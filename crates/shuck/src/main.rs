@@ -193,6 +193,7 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
         bindings: server.bindings(),
         exe: std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?,
         args: std::env::args_os().skip(1).collect(),
+        starting: upgrading::Starting::default(),
     };
     let mut reloader = server.reloader();
     if let Some(path) = &args.ready_file {

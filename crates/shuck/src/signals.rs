@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::cli::ServeArgs;
 use crate::reloading::{Job, Work};
-use crate::upgrading::{Outcome, Upgrade};
+use crate::upgrading::{Outcome, Starting, Upgrade};
 
 pub(crate) struct Signals {
     term: Signal,
@@ -90,6 +90,8 @@ struct Loop {
     /// The upgrade, until one hands over.
     upgrade: Option<Upgrade>,
     upgrading: Option<JoinHandle<(Upgrade, Outcome)>>,
+    /// The upgrade's new process while it starts.
+    starting: Starting,
     handed_over: bool,
     /// A SIGHUP that came during an upgrade: applied if it fails.
     deferred_reload: bool,
@@ -106,6 +108,7 @@ impl Loop {
             waiting: VecDeque::new(),
             lost: false,
             updates: s.updates,
+            starting: s.upgrade.starting.clone(),
             upgrade: Some(s.upgrade),
             upgrading: None,
             handed_over: false,
@@ -117,6 +120,8 @@ impl Loop {
     /// A stop signal: counted (the first drains, the second exits at once); a reload under way
     /// is abandoned.
     fn stop(&mut self, signal: &str) {
+        // First: once the count moves, this process may exit before the upgrade's task runs.
+        self.starting.stop();
         self.stops.send_modify(|n| *n += 1);
         let n = *self.stops.borrow();
         tracing::info!(signal, "stop signal {n}");

@@ -25,6 +25,31 @@ pub(crate) struct Upgrade {
     pub(crate) bindings: Arc<Mutex<Bindings>>,
     pub(crate) exe: std::path::PathBuf,
     pub(crate) args: Vec<std::ffi::OsString>,
+    /// The new process while it starts (0: none), for a stop to reach at once.
+    pub(crate) starting: Starting,
+}
+
+/// The PID of an upgrade's new process until it is ready (0: none). The signal loop sends it
+/// SIGTERM itself when a stop comes, before this process may exit: the upgrade's own task
+/// might not run again before it does.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Starting(Arc<std::sync::atomic::AtomicU32>);
+
+impl Starting {
+    fn set(&self, pid: u32) {
+        self.0.store(pid, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Sends SIGTERM to the new process still starting, if any.
+    pub(crate) fn stop(&self) {
+        let pid = self.0.swap(0, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(p @ 1..) = i32::try_from(pid) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
 }
 
 /// How an upgrade ended, for this process.
@@ -62,10 +87,12 @@ impl Upgrade {
                 return Outcome::Failed;
             }
         };
+        self.starting.set(new.pid());
         let ready = tokio::select! {
             r = new.ready(timeouts.upgrade) => Some(r),
             () = stop_asked(stops.clone()) => None,
         };
+        self.starting.set(0);
         match ready {
             Some(Ok(())) => {}
             Some(Err(e)) => {

@@ -7,7 +7,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::clients::{sum, wait_metric};
 use common::pki::{toml_path, Key, Pki};
-use common::process::{as_root_allowed, wait_ready, SHUCK};
+use common::process::{as_root_allowed, wait_ready, Shuck, SHUCK};
 
 /// One request for the demo page with a rustls client; true when the answer came.
 fn demo_request(config: &Arc<rustls::ClientConfig>, addr: SocketAddr) -> bool {
@@ -78,8 +78,13 @@ struct Proc {
 
 impl Proc {
     fn start(args: &[&str], stderr: Stdio, dir: &Path) -> Proc {
+        Self::start_from(Path::new(SHUCK), args, stderr, dir)
+    }
+
+    /// Started from the binary at `exe` (what `kill -USR2` starts again).
+    fn start_from(exe: &Path, args: &[&str], stderr: Stdio, dir: &Path) -> Proc {
         let ready = dir.join(format!("ready-{}", unique()));
-        let child = Command::new(SHUCK)
+        let child = Command::new(exe)
             .arg("serve")
             .args(args)
             .args(as_root_allowed())
@@ -203,4 +208,567 @@ fn a_stalled_log_reader_never_blocks_a_connection() {
         assert!(Instant::now() < deadline, "logging did not resume");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Sends `sig` (a name such as "HUP", or a number) to `pid`.
+fn kill(sig: &str, pid: u32) {
+    let st = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
+    assert!(st.success(), "kill -{sig} {pid}");
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie has exited: only its entry is left for its parent to reap.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| !r.trim_start().starts_with('Z'))
+    })
+}
+
+/// Every signal an operator may send out of habit, in turn, to a serving process: none ends it
+/// but a stop. USR1 is answered (nothing to reopen), the ones shuck has no use for are ignored
+/// with a line each, and QUIT drains and exits like TERM.
+#[test]
+fn every_signal_is_answered_and_only_a_stop_ends_the_process() {
+    let pki = Pki::new();
+    let mut shuck = Shuck::start(&config_with(&pki, "", ""));
+    let addr = shuck.addr();
+    shuck.signal("USR1");
+    shuck.wait_log("SIGUSR1: nothing to reopen");
+    // Real-time signals by number: 34 is SIGRTMIN and 64 SIGRTMAX on Linux.
+    let ignored = [
+        "ALRM", "VTALRM", "PROF", "IO", "PWR", "STKFLT", "XCPU", "XFSZ", "34", "40", "64",
+    ];
+    for sig in ignored {
+        shuck.signal(sig);
+    }
+    shuck.wait_log_count("signal ignored", ignored.len());
+    shuck.assert_alive();
+    assert_eq!(requests(&pki, addr, 5, 1), 0, "served after the signals");
+    let t = Instant::now();
+    shuck.signal("QUIT");
+    let status = shuck
+        .wait_exit(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("QUIT did not stop shuck: {}", shuck.log_text()));
+    assert!(status.success(), "{status}: {}", shuck.log_text());
+    println!("QUIT: exited in {:?}", t.elapsed());
+    let log = shuck.log_text();
+    assert!(
+        log.contains("signal=\"QUIT\"") || log.contains("signal=QUIT"),
+        "{log}"
+    );
+}
+
+/// Runs `shuck serve` in a mount namespace of its own whose /etc/resolv.conf names a DNS server
+/// on 127.0.0.77 that never answers (a UDP socket the test holds and never reads): any backend
+/// name shuck resolves waits for the resolver's timeout. Needs root (CI runs as root).
+fn start_with_silent_dns(config: &Path, dir: &Path) -> (Child, Vec<SocketAddr>, PathBuf) {
+    let resolv = dir.join("resolv.conf");
+    std::fs::write(
+        &resolv,
+        "nameserver 127.0.0.77\noptions timeout:30 attempts:2\n",
+    )
+    .expect("resolv.conf");
+    let ready = dir.join("ready-dns");
+    let log = dir.join("shuck-dns.log");
+    let script = "mount --bind \"$1\" /etc/resolv.conf && shift && exec \"$@\"";
+    let mut child = Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(&resolv)
+        .arg(SHUCK)
+        .args(["serve", "--config"])
+        .arg(config)
+        .args(as_root_allowed())
+        .arg("--ready-file")
+        .arg(&ready)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("unshare");
+    let addrs = wait_ready(&ready, 30, || {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            panic!("shuck exited early ({st}): {}", read(&log));
+        }
+        read(&log)
+    });
+    (child, addrs, log)
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+fn wait_file(p: &Path, needle: &str, bound: Duration) -> String {
+    let deadline = Instant::now() + bound;
+    loop {
+        let t = read(p);
+        if t.contains(needle) {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "never saw {needle:?} in: {t}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A reload that waits on a DNS server that never answers: past reload_timeout it is abandoned
+/// with one line and the configuration in force serves on; a SIGHUP meanwhile waits its turn;
+/// and TERM is acted on at once while the lookup still hangs.
+#[test]
+fn a_reload_stuck_on_dns_is_abandoned_and_never_holds_a_stop() {
+    if !common::process::running_as_root() {
+        eprintln!("skipped: needs root for a mount namespace with its own resolv.conf");
+        return;
+    }
+    let _silent = std::net::UdpSocket::bind("127.0.0.77:53").expect("bind the silent DNS server");
+    let pki = Pki::new();
+    let backend = common::process::HttpBackend::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("shuck.toml");
+    let good = config_with(
+        &pki,
+        "reload_timeout = \"2s\"",
+        &format!("backend = \"{}\"", backend.addr),
+    );
+    std::fs::write(&cfg, &good).expect("config");
+    let (mut child, addrs, log) = start_with_silent_dns(&cfg, dir.path());
+    let pid = child.id();
+    std::fs::write(
+        &cfg,
+        good.replace(&backend.addr.to_string(), "backend.shuck-test:8080"),
+    )
+    .expect("stuck config");
+    let t = Instant::now();
+    kill("HUP", pid);
+    std::thread::sleep(Duration::from_millis(300));
+    kill("HUP", pid);
+    let text = wait_file(&log, "reload abandoned", Duration::from_secs(10));
+    let abandoned_after = t.elapsed();
+    assert!(
+        abandoned_after >= Duration::from_secs(2),
+        "{abandoned_after:?}"
+    );
+    assert!(
+        text.contains("a reload is under way"),
+        "the second HUP waits: {text}"
+    );
+    assert_eq!(
+        requests(&pki, addrs[0], 5, 1),
+        0,
+        "the old configuration serves on"
+    );
+    let t = Instant::now();
+    kill("TERM", pid);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().expect("try_wait").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "TERM not acted on: {}",
+            read(&log)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stopped = t.elapsed();
+    println!("stuck reload: abandoned after {abandoned_after:?}; TERM during the hung lookup: exited in {stopped:?}");
+    assert!(
+        stopped < Duration::from_secs(1),
+        "{stopped:?}: {}",
+        read(&log)
+    );
+    let text = read(&log);
+    assert_eq!(text.matches("reload abandoned").count(), 1, "{text}");
+}
+
+/// Files that are not regular files are refused at once, by `shuck check` and by a reload:
+/// `/dev/zero` (read whole, it took 6 GB in 20 s) and a FIFO nobody writes (it held a reload,
+/// and every signal with it, for as long as it stayed empty).
+#[test]
+fn devices_and_fifos_are_refused_at_once() {
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("fifo.pem");
+    let st = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(st.success());
+    for (path, what) in [
+        (Path::new("/dev/zero"), "character device"),
+        (fifo.as_path(), "FIFO"),
+    ] {
+        let cfg = dir.path().join("check.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+                toml_path(path)
+            ),
+        )
+        .expect("config");
+        let t = Instant::now();
+        let out = common::process::run_bounded(
+            Command::new(SHUCK).arg("check").arg("--config").arg(&cfg),
+            b"",
+            20,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(what) && err.contains(&path.display().to_string()),
+            "{err}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+    let shuck = Shuck::start(&config_with(&pki, "", ""));
+    let good = std::fs::read_to_string(shuck.config_path()).expect("config");
+    let cert_line = good
+        .lines()
+        .find(|l| l.starts_with("certificates"))
+        .expect("certificates");
+    std::fs::write(
+        shuck.config_path(),
+        good.replace(cert_line, &format!("certificates = {}", toml_path(&fifo))),
+    )
+    .expect("fifo config");
+    shuck.signal("HUP");
+    let log = shuck.wait_log_within("reload failed", Duration::from_secs(5));
+    assert!(log.contains("FIFO"), "{log}");
+    assert_eq!(requests(&pki, shuck.addr(), 3, 1), 0);
+}
+
+/// A closed loop of demo requests from `threads` clients until stopped: what a balancer's
+/// clients see during an upgrade.
+struct Load {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    ok: Arc<AtomicUsize>,
+    failed: Arc<AtomicUsize>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(pki: &Pki, addr: SocketAddr, threads: usize) -> Load {
+        let config = Arc::new(common::pki::client_config(pki));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (ok, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let threads = (0..threads)
+            .map(|_| {
+                let (config, stop, ok, failed) =
+                    (config.clone(), stop.clone(), ok.clone(), failed.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let n = if demo_request(&config, addr) {
+                            &ok
+                        } else {
+                            &failed
+                        };
+                        n.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        Load {
+            stop,
+            ok,
+            failed,
+            threads,
+        }
+    }
+
+    /// (served, failed) so far.
+    fn counts(&self) -> (usize, usize) {
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+
+    fn finish(mut self) -> (usize, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in std::mem::take(&mut self.threads) {
+            t.join().expect("client thread");
+        }
+        self.counts()
+    }
+}
+
+/// Kills a process left behind (a new process the test let loose) when dropped.
+struct KillOnDrop(Option<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = Command::new("kill")
+                .arg("-9")
+                .arg(pid.to_string())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+fn pid_in(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Waits (bounded) until the pid file names a process other than `old`.
+fn wait_pid_other_than(path: &Path, old: u32, bound: Duration) -> u32 {
+    let deadline = Instant::now() + bound;
+    loop {
+        if let Some(p) = pid_in(path).filter(|p| *p != old) {
+            return p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pid file never named another process"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The processes whose parent is `parent`.
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(parent)
+            })
+        })
+        .collect()
+}
+
+fn wait_child(parent: u32, bound: Duration) -> u32 {
+    let deadline = Instant::now() + bound;
+    loop {
+        if let Some(c) = children_of(parent).into_iter().next() {
+            return c;
+        }
+        assert!(Instant::now() < deadline, "no new process was started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Live processes whose command line names `needle` (this test's configuration file).
+fn processes_naming(needle: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            alive(*pid)
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+        })
+        .collect()
+}
+
+/// A shuck to upgrade: its configuration, pid file and log in `dir`, started from `exe`.
+struct ToUpgrade {
+    proc: Proc,
+    cfg: PathBuf,
+    pid_file: PathBuf,
+    log: PathBuf,
+}
+
+impl ToUpgrade {
+    fn start(pki: &Pki, dir: &Path, exe: &Path, global: &str) -> ToUpgrade {
+        let cfg = dir.join("upgrade.toml");
+        std::fs::write(&cfg, config_with(pki, global, "")).expect("config");
+        let (pid_file, log) = (dir.join("shuck.pid"), dir.join("upgrade.log"));
+        let proc = Proc::start_from(
+            exe,
+            &[
+                "--config",
+                cfg.to_str().expect("utf-8"),
+                "--pid-file",
+                pid_file.to_str().expect("utf-8"),
+            ],
+            Stdio::from(std::fs::File::create(&log).expect("log")),
+            dir,
+        );
+        ToUpgrade {
+            proc,
+            cfg,
+            pid_file,
+            log,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.proc.child.id()
+    }
+}
+
+/// `kill -USR2`, then `kill -9` of the new process once the pid file names it: within
+/// upgrade_confirm the old process takes the service back (it had kept its sockets and kept
+/// accepting), names itself in the pid file and serves on. Only the requests the new process
+/// held when it was killed fail (one per client at most); none after.
+#[test]
+fn a_new_process_that_dies_after_the_handover_is_rolled_back() {
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut old = ToUpgrade::start(
+        &pki,
+        dir.path(),
+        Path::new(SHUCK),
+        "upgrade_confirm = \"5s\"",
+    );
+    let old_pid = old.pid();
+    let load = Load::start(&pki, old.proc.addrs[0], 2);
+    std::thread::sleep(Duration::from_millis(500));
+    kill("USR2", old_pid);
+    let new = wait_pid_other_than(&old.pid_file, old_pid, Duration::from_secs(30));
+    let _guard = KillOnDrop(Some(new));
+    std::thread::sleep(Duration::from_millis(300));
+    kill("KILL", new);
+    let text = wait_file(&old.log, "upgrade rolled back", Duration::from_secs(10));
+    assert_eq!(pid_in(&old.pid_file), Some(old_pid), "{text}");
+    let (_, failed_at_rollback) = load.counts();
+    std::thread::sleep(Duration::from_secs(6));
+    let (ok, failed) = load.finish();
+    println!("rolled back: {ok} served, {failed} failed ({failed_at_rollback} by the rollback)");
+    assert!(
+        failed_at_rollback <= 2,
+        "{failed_at_rollback} failed: {text}"
+    );
+    assert_eq!(
+        failed, failed_at_rollback,
+        "requests failed after the rollback"
+    );
+    assert!(
+        old.proc.child.try_wait().expect("try_wait").is_none(),
+        "the old process left: {}",
+        read(&old.log)
+    );
+    assert!(!alive(new), "the new process was not reaped");
+    assert_eq!(requests(&pki, old.proc.addrs[0], 5, 1), 0);
+}
+
+/// `kill -USR2` then `kill -TERM` to the old process 10 ms later: never two processes nobody
+/// manages. Either the stop came before the new process was ready, and it is stopped too, or
+/// the handover completed and the pid file names the new process that serves.
+#[test]
+fn a_stop_right_after_usr2_leaves_no_unmanaged_process() {
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut old = ToUpgrade::start(&pki, dir.path(), Path::new(SHUCK), "");
+    let old_pid = old.pid();
+    kill("USR2", old_pid);
+    std::thread::sleep(Duration::from_millis(10));
+    kill("TERM", old_pid);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while old.proc.child.try_wait().expect("try_wait").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the old process did not stop: {}",
+            read(&old.log)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let needle = old.cfg.to_str().expect("utf-8").to_string();
+    // A new process told to stop drains and exits; one that completed the handover serves on.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (running, named) = (processes_naming(&needle), pid_in(&old.pid_file));
+        let cleanup: Vec<KillOnDrop> = running.iter().map(|p| KillOnDrop(Some(*p))).collect();
+        let settled = match (running.as_slice(), named) {
+            ([], None) => true,
+            ([one], Some(p)) if *one == p && p != old_pid => {
+                requests(&pki, old.proc.addrs[0], 3, 1) == 0
+            }
+            _ => false,
+        };
+        if settled {
+            println!("stop after USR2: running {running:?}, pid file {named:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "running {running:?} but the pid file names {named:?}: {}",
+            read(&old.log)
+        );
+        std::mem::forget(cleanup);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `kill -9` of the old process once the new one has started: the new one cannot tell the old
+/// it is ready, so it names itself in the pid file, and serves.
+#[test]
+fn a_new_process_whose_predecessor_died_names_itself_in_the_pid_file() {
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut old = ToUpgrade::start(&pki, dir.path(), Path::new(SHUCK), "");
+    let old_pid = old.pid();
+    kill("USR2", old_pid);
+    let new = wait_child(old_pid, Duration::from_secs(10));
+    let _guard = KillOnDrop(Some(new));
+    kill("KILL", old_pid);
+    let _ = old.proc.child.wait();
+    let named = wait_pid_other_than(&old.pid_file, old_pid, Duration::from_secs(30));
+    assert_eq!(named, new, "{}", read(&old.log));
+    assert_eq!(
+        requests(&pki, old.proc.addrs[0], 5, 1),
+        0,
+        "the new process serves"
+    );
+    assert!(alive(new));
+}
+
+/// A new binary that never says it is ready (it ignores SIGTERM, too): past upgrade_timeout it
+/// is told to stop, killed 5 s later and reaped, and the old process serves on.
+#[test]
+fn a_new_binary_that_never_becomes_ready_is_killed_and_reaped() {
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = dir.path().join("shuck-bin");
+    std::fs::copy(SHUCK, &exe).expect("copy the binary");
+    let mut old = ToUpgrade::start(&pki, dir.path(), &exe, "upgrade_timeout = \"1s\"");
+    let old_pid = old.pid();
+    // The "new version" installed at the same path: a script that never listens.
+    let script = dir.path().join("stuck.sh");
+    std::fs::write(&script, "#!/bin/sh\ntrap '' TERM\nexec sleep 60\n").expect("script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    std::fs::rename(&script, &exe).expect("install the new version");
+    kill("USR2", old_pid);
+    let new = wait_child(old_pid, Duration::from_secs(10));
+    let _guard = KillOnDrop(Some(new));
+    let t = Instant::now();
+    wait_file(&old.log, "not ready within", Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Path::new(&format!("/proc/{new}")).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the new process was not killed and reaped: {}",
+            read(&old.log)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!(
+        "never ready: gone (reaped) {:?} after the upgrade timed out",
+        t.elapsed()
+    );
+    assert!(read(&old.log).contains("killed"), "{}", read(&old.log));
+    assert!(old.proc.child.try_wait().expect("try_wait").is_none());
+    assert_eq!(pid_in(&old.pid_file), Some(old_pid));
+    assert_eq!(requests(&pki, old.proc.addrs[0], 5, 1), 0);
 }
