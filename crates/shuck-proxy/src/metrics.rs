@@ -221,6 +221,7 @@ impl Metrics {
             timeouts: lookups("timeout"),
             errors: lookups("error"),
             garbage: lookups("garbage"),
+            oversized: lookups("oversized"),
             skipped: lookups("skipped"),
             writes: writes("written"),
             writes_dropped: writes("dropped"),
@@ -338,7 +339,7 @@ fn register_session_families(registry: &mut Registry, m: &Metrics) {
     );
     registry.register(
         "session_store_lookups",
-        "Lookups in the remote session store (session_store) made in the ClientHello stage, by result: hit, miss, timeout, error, garbage (a value that did not unseal), skipped (breaker open)",
+        "Lookups in the remote session store (session_store) made in the ClientHello stage, by result: hit, miss, timeout, error, garbage (a value that did not unseal), oversized (a reply over 64 KiB: the connection is ended), skipped (breaker open)",
         m.store_lookups.clone(),
     );
     registry.register(

@@ -26,7 +26,17 @@ pub struct Breaker {
 }
 
 impl Breaker {
-    pub fn new(frontend: &str, gauge: Gauge) -> Breaker {
+    /// A closed breaker. The gauge is the worker's for this frontend, shared with the store a
+    /// reload replaced: if that one's breaker was open, the new store starts afresh, and says so.
+    pub fn new(frontend: &str, worker: usize, url: &str, gauge: Gauge) -> Breaker {
+        if gauge.set(0) != 0 {
+            tracing::info!(
+                frontend,
+                worker,
+                store = url,
+                "session store replaced by a reload; resuming from it again"
+            );
+        }
         Breaker {
             frontend: frontend.to_string(),
             failures: AtomicU32::new(0),
@@ -82,7 +92,7 @@ mod tests {
     #[test]
     fn opens_after_repeated_failures_and_closes_on_success() {
         let gauge = Gauge::default();
-        let b = Breaker::new("web", gauge.clone());
+        let b = Breaker::new("web", 0, "redis://x", gauge.clone());
         let now = Instant::now();
         for _ in 1..TRIP {
             b.failed(0, "redis://x", "timed out");
@@ -98,5 +108,18 @@ mod tests {
         b.succeeded(0, "redis://x");
         assert!(b.allows(Instant::now()));
         assert_eq!(gauge.get(), 0);
+    }
+
+    #[test]
+    fn a_store_replaced_while_its_breaker_was_open_starts_closed() {
+        let gauge = Gauge::default();
+        let old = Breaker::new("web", 0, "redis://old", gauge.clone());
+        for _ in 0..TRIP {
+            old.failed(0, "redis://old", "timed out");
+        }
+        assert_eq!(gauge.get(), 1);
+        let new = Breaker::new("web", 0, "redis://new", gauge.clone());
+        assert_eq!(gauge.get(), 0, "the gauge describes the new store");
+        assert!(new.allows(Instant::now()));
     }
 }

@@ -10,20 +10,22 @@
 //! session lifetime.
 
 mod breaker;
+mod link;
+mod replies;
 mod seal;
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
 pub use breaker::Breaker;
+use link::{Conn, Link, Unavailable};
 use seal::Sealer;
 
 /// Writes waiting per worker; beyond it new sessions are not stored (and counted).
@@ -42,6 +44,8 @@ pub struct StoreCounters {
     pub errors: Counter,
     /// Values that did not unseal (wrong key, tampered, another frontend's).
     pub garbage: Counter,
+    /// Replies over the bound (`replies::MAX_REPLY`): the connection was ended.
+    pub oversized: Counter,
     /// Lookups not made because the breaker was open.
     pub skipped: Counter,
     pub writes: Counter,
@@ -61,6 +65,7 @@ impl Default for StoreCounters {
             timeouts: Counter::default(),
             errors: Counter::default(),
             garbage: Counter::default(),
+            oversized: Counter::default(),
             skipped: Counter::default(),
             writes: Counter::default(),
             writes_dropped: Counter::default(),
@@ -156,6 +161,14 @@ impl SharedStore {
         };
         let client =
             redis::Client::open(settings.url.as_str()).map_err(|e| store_err(e.to_string()))?;
+        if matches!(
+            client.get_connection_info().addr(),
+            redis::ConnectionAddr::TcpTls { insecure: true, .. }
+        ) {
+            return Err(store_err(
+                "#insecure is not supported: shuck always verifies the store's certificate".into(),
+            ));
+        }
         let sealer = Sealer::from_file(&settings.key).map_err(store_err)?;
         Ok(Arc::new(SharedStore {
             core: Arc::new(Core {
@@ -213,7 +226,7 @@ enum Write {
 pub struct WorkerStore {
     shared: Arc<Core>,
     worker: usize,
-    conn: OnceLock<ConnectionManager>,
+    link: Arc<Link>,
     queue: mpsc::Sender<Write>,
     /// Taken by the writer task when it starts.
     pending: Mutex<Option<mpsc::Receiver<Write>>>,
@@ -238,11 +251,17 @@ impl WorkerStore {
         latency: Histogram,
     ) -> WorkerStore {
         let (tx, rx) = mpsc::channel(QUEUE);
-        let breaker = Breaker::new(&shared.frontend, breaker_gauge);
+        let breaker = Breaker::new(
+            &shared.frontend,
+            worker,
+            &shared.settings.shown,
+            breaker_gauge,
+        );
+        let link = Link::new(shared.client.get_connection_info().clone());
         WorkerStore {
             shared,
             worker,
-            conn: OnceLock::new(),
+            link,
             queue: tx,
             pending: Mutex::new(Some(rx)),
             breaker,
@@ -250,45 +269,19 @@ impl WorkerStore {
         }
     }
 
-    /// Makes sure the worker's connection exists (the ClientHello stage calls it for every
-    /// connection, so the first session of a worker finds it open).
+    /// Makes sure the worker's connection exists or is being made, and its writer runs (the
+    /// ClientHello stage calls it for every connection, so the first session of a worker finds
+    /// it open). Needs the worker's runtime.
     pub fn warm_up(&self) {
-        let _ = self.connection();
-    }
-
-    /// The connection, made (lazily: it connects on first use, and reconnects with back-off)
-    /// and the writer task started on first call. Needs the worker's runtime.
-    fn connection(&self) -> Option<ConnectionManager> {
-        if let Some(c) = self.conn.get() {
-            return Some(c.clone());
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(None)
-            .set_min_delay(Duration::from_millis(100))
-            .set_max_delay(Duration::from_secs(5));
-        let conn = match ConnectionManager::new_lazy_with_config(self.shared.client.clone(), config)
-        {
-            Ok(c) => c,
-            Err(e) => {
-                self.breaker.failed(
-                    self.worker,
-                    &self.shared.settings.shown.clone(),
-                    &e.to_string(),
-                );
-                return None;
-            }
-        };
-        let conn = self.conn.get_or_init(|| conn).clone();
+        self.link.warm_up();
         let rx = self
             .pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         if let Some(rx) = rx {
-            tokio::spawn(write_loop(rx, conn.clone(), self.shared.clone()));
+            tokio::spawn(write_loop(rx, self.link.clone(), self.shared.clone()));
         }
-        Some(conn)
     }
 
     /// Fetches (and with `take`, deletes: a TLS 1.3 stateful session resumes once) the value
@@ -299,33 +292,40 @@ impl WorkerStore {
             c.skipped.inc();
             return Fetched::Unavailable;
         }
-        let Some(mut conn) = self.connection() else {
-            return Fetched::Unavailable;
-        };
-        let started = Instant::now();
-        let cmd = if take {
-            redis::cmd("GETDEL")
-        } else {
-            redis::cmd("GET")
-        };
-        let mut cmd = cmd;
-        cmd.arg(key);
-        let reply = tokio::time::timeout(
-            self.shared.settings.timeout,
-            cmd.query_async::<Option<Vec<u8>>>(&mut conn),
-        )
-        .await;
-        self.latency.observe(started.elapsed().as_secs_f64());
+        self.warm_up();
+        let started = tokio::time::Instant::now();
+        let deadline = started + self.shared.settings.timeout;
         let url = self.shared.settings.shown.clone();
+        let conn = match self.link.connected_by(deadline).await {
+            Ok(conn) => conn,
+            Err(Unavailable::Connecting) => {
+                c.timeouts.inc();
+                self.breaker
+                    .failed(self.worker, &url, "timed out connecting");
+                return Fetched::Unavailable;
+            }
+            Err(Unavailable::Failed(why)) => {
+                c.errors.inc();
+                self.breaker.failed(self.worker, &url, &why);
+                return Fetched::Unavailable;
+            }
+        };
+        let mut cmd = redis::cmd(if take { "GETDEL" } else { "GET" });
+        cmd.arg(key);
+        let mut redis = conn.redis.clone();
+        let reply =
+            tokio::time::timeout_at(deadline, cmd.query_async::<Option<Vec<u8>>>(&mut redis)).await;
+        self.latency.observe(started.elapsed().as_secs_f64());
         match reply {
             Err(_) => {
                 c.timeouts.inc();
+                // A reply may be stuck half-read in front of the next ones: start afresh.
+                self.link.close(&conn);
                 self.breaker.failed(self.worker, &url, "timed out");
                 Fetched::Unavailable
             }
             Ok(Err(e)) => {
-                c.errors.inc();
-                self.breaker.failed(self.worker, &url, &e.to_string());
+                self.failed_on(&conn, &e);
                 Fetched::Unavailable
             }
             Ok(Ok(None)) => {
@@ -346,6 +346,25 @@ impl WorkerStore {
         }
     }
 
+    /// A lookup failed on `conn`: counted by cause; a reply over the bound or a broken
+    /// connection ends it.
+    fn failed_on(&self, conn: &Conn, e: &redis::RedisError) {
+        let c = &self.shared.counters;
+        let url = &self.shared.settings.shown;
+        if conn.refused() {
+            c.oversized.inc();
+            self.link.close(conn);
+            let why = format!("a reply over the {} KiB bound", replies::MAX_REPLY / 1024);
+            self.breaker.failed(self.worker, url, &why);
+            return;
+        }
+        c.errors.inc();
+        if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+            self.link.close(conn);
+        }
+        self.breaker.failed(self.worker, url, &e.to_string());
+    }
+
     /// Queues `value` under `key` for `ttl`; never waits (a full queue drops it, counted).
     pub fn store(&self, key: Vec<u8>, value: &[u8], ttl: Duration) {
         let Some(value) = self.shared.sealer.seal(&key, value) else {
@@ -362,10 +381,7 @@ impl WorkerStore {
     /// Writes are not held back by an open breaker: a slow store should still learn new
     /// sessions (the other hosts look for them); a dead one fills the queue, and then drops.
     fn send(&self, w: Write) {
-        if self.connection().is_none() {
-            self.shared.counters.writes_dropped.inc();
-            return;
-        }
+        self.warm_up();
         if self.queue.try_send(w).is_err() {
             self.shared.counters.writes_dropped.inc();
         }
@@ -378,10 +394,9 @@ const BATCH: usize = 64;
 /// Sends queued writes on the worker's connection: whatever is waiting, up to `BATCH`, in one
 /// pipeline (one round trip), bounded by a timeout far longer than a lookup's (a write delays
 /// no handshake). A busy host's writes reach the store sooner, and the queue seldom fills.
-async fn write_loop(mut rx: mpsc::Receiver<Write>, mut conn: ConnectionManager, shared: Arc<Core>) {
+/// Ends when its worker's store is dropped (a reload replaced it).
+async fn write_loop(mut rx: mpsc::Receiver<Write>, link: Arc<Link>, shared: Arc<Core>) {
     let bound = shared.settings.timeout.max(Duration::from_millis(500));
-    // Connect now rather than on the first lookup, which would spend its short timeout on it.
-    let _ = tokio::time::timeout(bound, redis::cmd("PING").query_async::<()>(&mut conn)).await;
     let mut batch = Vec::with_capacity(BATCH);
     while rx.recv_many(&mut batch, BATCH).await > 0 {
         let mut pipe = redis::pipe();
@@ -402,9 +417,26 @@ async fn write_loop(mut rx: mpsc::Receiver<Write>, mut conn: ConnectionManager, 
             }
         }
         let n = pipe.len() as u64;
-        match tokio::time::timeout(bound, pipe.query_async::<()>(&mut conn)).await {
-            Ok(Ok(())) => shared.counters.writes.inc_by(n),
-            _ => shared.counters.write_errors.inc_by(n),
+        let deadline = tokio::time::Instant::now() + bound;
+        let Ok(conn) = link.connected_by(deadline).await else {
+            shared.counters.write_errors.inc_by(n);
+            continue;
         };
+        let mut redis = conn.redis.clone();
+        match tokio::time::timeout_at(deadline, pipe.query_async::<()>(&mut redis)).await {
+            Ok(Ok(())) => {
+                shared.counters.writes.inc_by(n);
+            }
+            Ok(Err(e)) => {
+                shared.counters.write_errors.inc_by(n);
+                if conn.refused() || e.is_io_error() || e.is_connection_dropped() {
+                    link.close(&conn);
+                }
+            }
+            Err(_) => {
+                shared.counters.write_errors.inc_by(n);
+                link.close(&conn);
+            }
+        }
     }
 }

@@ -1,0 +1,269 @@
+//! One worker's connection to the store, made by shuck (TCP, TLS verified against the system's
+//! CAs, or a Unix socket) and handed to the redis crate's multiplexed connection, rather than
+//! through the crate's `ConnectionManager`, for two reasons:
+//! - every byte the store sends passes [`replies::Bounded`] before the crate buffers it: a store
+//!   that answers `$6000000000` and streams must not cost gigabytes;
+//! - shuck decides when a connection ends: when it is suspect (a reply refused, a lookup that
+//!   timed out may have left a reply half-read in front of the next ones), and when the store is
+//!   no longer wanted (a reload replaced it). The connection's task is aborted, which closes the
+//!   socket; the crate's manager kept its connection open for its own life.
+//!
+//! Connecting runs as a task of the worker's runtime, at most one at a time, retried with a
+//! back-off of 100 ms doubling to 5 s after a failure.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{ConnectionAddr, ConnectionInfo};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::replies::Bounded;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const MIN_DELAY: Duration = Duration::from_millis(100);
+const MAX_DELAY: Duration = Duration::from_secs(5);
+
+/// A connection in use: the redis crate's handle, and whether the store sent a reply over the
+/// bound on it (then it has ended).
+#[derive(Clone)]
+pub struct Conn {
+    pub redis: MultiplexedConnection,
+    refused: Arc<AtomicBool>,
+    id: u64,
+}
+
+impl Conn {
+    /// Whether the connection ended because the store's reply was over the bound.
+    pub fn refused(&self) -> bool {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The connection of the moment and its task (aborted when it is replaced or dropped).
+struct Open {
+    conn: Conn,
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[derive(Default)]
+struct State {
+    open: Option<Open>,
+    connecting: bool,
+    /// No new attempt before this (after a failure).
+    retry_at: Option<Instant>,
+    delay: Duration,
+    /// Why the last attempt failed, for the breaker's line.
+    last_error: Option<String>,
+    next_id: u64,
+}
+
+/// One worker's connection to the store.
+pub struct Link {
+    info: ConnectionInfo,
+    state: Mutex<State>,
+    /// Bumped when an attempt ends (a connection, or a failure).
+    settled: watch::Sender<u64>,
+}
+
+/// Why there is no connection to use now.
+#[derive(Debug)]
+pub enum Unavailable {
+    /// Still connecting when the caller's time was up.
+    Connecting,
+    /// The last attempt failed; the next waits for its back-off.
+    Failed(String),
+}
+
+impl Link {
+    pub fn new(info: ConnectionInfo) -> Arc<Link> {
+        Arc::new(Link {
+            info,
+            state: Mutex::new(State::default()),
+            settled: watch::Sender::new(0),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts connecting if there is no connection, none is being made and no back-off holds.
+    /// Needs the worker's runtime.
+    pub fn warm_up(self: &Arc<Self>) {
+        let mut s = self.state();
+        let due = s.retry_at.is_none_or(|t| Instant::now() >= t);
+        if s.open.is_some() || s.connecting || !due {
+            return;
+        }
+        s.connecting = true;
+        tokio::spawn(connect(Arc::downgrade(self)));
+    }
+
+    /// The connection, waiting for one being made until `deadline`.
+    pub async fn connected_by(self: &Arc<Self>, deadline: Instant) -> Result<Conn, Unavailable> {
+        let mut settled = self.settled.subscribe();
+        loop {
+            self.warm_up();
+            {
+                let s = self.state();
+                if let Some(o) = &s.open {
+                    return Ok(o.conn.clone());
+                }
+                if !s.connecting {
+                    let why = s
+                        .last_error
+                        .clone()
+                        .unwrap_or_else(|| "not connected".into());
+                    return Err(Unavailable::Failed(why));
+                }
+            }
+            if tokio::time::timeout_at(deadline, settled.changed())
+                .await
+                .is_err()
+            {
+                return Err(Unavailable::Connecting);
+            }
+        }
+    }
+
+    /// Ends `conn` if it is still the connection in use (a reply refused or timed out on it):
+    /// the next use connects again.
+    pub fn close(&self, conn: &Conn) {
+        let mut s = self.state();
+        if s.open.as_ref().is_some_and(|o| o.conn.id == conn.id) {
+            s.open = None;
+        }
+    }
+
+    fn settle(&self, result: Result<Open, String>) {
+        let mut s = self.state();
+        s.connecting = false;
+        match result {
+            Ok(open) => {
+                s.open = Some(open);
+                s.retry_at = None;
+                s.delay = Duration::ZERO;
+                s.last_error = None;
+            }
+            Err(e) => {
+                s.delay = (s.delay * 2).clamp(MIN_DELAY, MAX_DELAY);
+                s.retry_at = Some(Instant::now() + s.delay);
+                s.last_error = Some(e);
+            }
+        }
+        drop(s);
+        self.settled.send_modify(|n| *n += 1);
+    }
+}
+
+/// One attempt; the link may be gone by the time it ends (a reload replaced the store).
+async fn connect(link: Weak<Link>) {
+    let Some(info) = link.upgrade().map(|l| l.info.clone()) else {
+        return;
+    };
+    let id = link.upgrade().map_or(0, |l| {
+        let mut s = l.state();
+        s.next_id += 1;
+        s.next_id
+    });
+    let refused = Arc::new(AtomicBool::new(false));
+    let attempt = tokio::time::timeout(CONNECT_TIMEOUT, open(&info, refused.clone())).await;
+    let result = match attempt {
+        Ok(Ok((redis, driver))) => Ok(Open {
+            conn: Conn { redis, refused, id },
+            task: tokio::spawn(driver).abort_handle(),
+        }),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(format!("no connection within {CONNECT_TIMEOUT:?}")),
+    };
+    if let Some(l) = link.upgrade() {
+        l.settle(result);
+    }
+}
+
+type Driver = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Connects to the store and hands the stream, through the reply bound, to the redis crate
+/// (which sends AUTH and SELECT as the URL asks).
+async fn open(
+    info: &ConnectionInfo,
+    refused: Arc<AtomicBool>,
+) -> Result<(MultiplexedConnection, Driver), String> {
+    let stream: Box<dyn Stream> = match info.addr() {
+        ConnectionAddr::Tcp(host, port) => Box::new(tcp(host, *port).await?),
+        ConnectionAddr::TcpTls { host, port, .. } => {
+            let tcp = tcp(host, *port).await?;
+            Box::new(tls(host, tcp).await?)
+        }
+        ConnectionAddr::Unix(path) => Box::new(
+            tokio::net::UnixStream::connect(path)
+                .await
+                .map_err(|e| e.to_string())?,
+        ),
+        other => return Err(format!("{other}: not a kind of address shuck connects to")),
+    };
+    let bounded = Bounded::new(stream, refused);
+    // No response timeout of the crate's: each lookup and write has its own deadline.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let (conn, driver) =
+        MultiplexedConnection::new_with_config(info.redis_settings(), bounded, config)
+            .await
+            .map_err(|e| e.to_string())?;
+    Ok((conn, Box::pin(driver)))
+}
+
+trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
+
+async fn tcp(host: &str, port: u16) -> Result<tokio::net::TcpStream, String> {
+    let s = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ = s.set_nodelay(true);
+    Ok(s)
+}
+
+/// TLS to the store, verified against the system's CAs (as the redis crate does).
+async fn tls(
+    host: &str,
+    tcp: tokio::net::TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+    let config = tls_config()?;
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|e| format!("{host}: {e}"))?;
+    tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The system's CAs, read once per process (the first `rediss://` connection).
+fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
+    static CONFIG: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
+    if let Some(c) = CONFIG.get() {
+        return Ok(c.clone());
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    let found = rustls_native_certs::load_native_certs();
+    roots.add_parsable_certificates(found.certs);
+    if roots.is_empty() {
+        return Err("no CA certificates found on this system to verify the store with".into());
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(CONFIG.get_or_init(|| Arc::new(config)).clone())
+}
