@@ -295,28 +295,15 @@ impl Server {
             write_ready_file(path, &lines)?;
         }
         let listening = bound.len();
-        let mut shutdown = std::pin::pin!(shutdown);
-        // A process whose stop is already counted (the old one cancelled the upgrade) never
-        // becomes the service: it neither says it is ready nor names itself in the pid file.
-        // A stop still on its way is handled as any other: the process drains and, exiting,
-        // removes the pid file if it names it.
-        let stopping = rt.block_on(async {
-            tokio::select! {
-                biased;
-                () = &mut shutdown => true,
-                () = std::future::ready(()) => false,
-            }
-        });
-        if self.predecessor.is_upgrade() && !stopping {
-            // The service manager follows this process from now on.
+        // After an upgrade, the service manager follows this process only once its
+        // predecessor has heard it is ready (or is gone): one that cancelled the upgrade is not
+        // followed to a process about to stop.
+        if self.predecessor.is_upgrade() && self.predecessor.say_ready() {
             notify::main_pid();
-            self.predecessor.say_ready();
         }
         notify::ready(&format!("listening on {listening} addresses"));
         rt.spawn(report_status(limit.clone(), self.bindings.clone()));
-        if !stopping {
-            rt.block_on(shutdown);
-        }
+        rt.block_on(shutdown);
         notify::stopping();
         tracing::info!("shutting down: no new connections");
         let _ = tx.send(true);

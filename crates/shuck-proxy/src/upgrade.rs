@@ -22,6 +22,8 @@ use command_fds::{CommandFdExt, FdMapping};
 const SOCKETS_ENV: &str = "SHUCK_UPGRADE_SOCKETS";
 /// The old process's datagram socket, where the new one says it is ready.
 const READY_ENV: &str = "SHUCK_UPGRADE_READY";
+/// The old process's ID (this process may have lost it as its parent by the time it looks).
+const FROM_ENV: &str = "SHUCK_UPGRADE_FROM";
 /// The first inherited descriptor (after standard input, output and error).
 const FIRST_FD: i32 = 3;
 
@@ -39,6 +41,8 @@ pub struct Inherited {
     sockets: Vec<Socket>,
     ready: Option<PathBuf>,
     pid_file: Option<PathBuf>,
+    /// The process that started this one (the old one).
+    parent: u32,
 }
 
 impl Inherited {
@@ -69,6 +73,10 @@ impl Inherited {
             sockets,
             ready: std::env::var_os(READY_ENV).map(PathBuf::from),
             pid_file: None,
+            parent: std::env::var(FROM_ENV)
+                .ok()
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_else(std::os::unix::process::parent_id),
         })
     }
 
@@ -111,31 +119,66 @@ impl Inherited {
         self.sockets.clear();
     }
 
+    /// Whether the old process has ended. Its socket closes as it exits, a moment before this
+    /// process gets a new parent: a refused word is checked for a short while (200 ms) before it
+    /// is taken to mean the old process still runs and no longer waits.
+    fn predecessor_gone(&self) -> bool {
+        let ended = || {
+            std::os::unix::process::parent_id() != self.parent
+                || std::fs::read_to_string(format!("/proc/{}/stat", self.parent)).map_or(
+                    true,
+                    |stat| {
+                        stat.rsplit(')')
+                            .next()
+                            .and_then(|rest| rest.split_whitespace().next())
+                            .is_some_and(|state| matches!(state, "Z" | "X"))
+                    },
+                )
+        };
+        for _ in 0..20 {
+            if ended() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
     /// The pid file this process adopts: the old process names this one in it once told this
     /// one is ready, or, if the old one is gone, this one does.
     pub fn set_pid_file(&mut self, path: Option<PathBuf>) {
         self.pid_file = path;
     }
 
-    /// Tells the old process this one is listening. If it cannot be told (it was killed, or
-    /// stopped before), this one is the service: it names itself in the pid file.
-    pub fn say_ready(&self) {
-        let Some(path) = &self.ready else { return };
+    /// Tells the old process this one is listening; true when this one is now the service.
+    /// If the old one cannot be told: when it is gone (this process has a new parent), this one
+    /// is the service and names itself in the pid file; when it still runs, it cancelled the
+    /// upgrade (it has told this one to stop) and this one does not take over.
+    pub fn say_ready(&self) -> bool {
+        let Some(path) = &self.ready else {
+            return false;
+        };
         let sent = std::os::unix::net::UnixDatagram::unbound()
             .and_then(|s| s.send_to(format!("READY={}", std::process::id()).as_bytes(), path));
-        let Err(e) = sent else { return };
-        let Some(pid_file) = &self.pid_file else {
-            tracing::warn!(error = %e, "cannot tell the old process this one is ready (it is gone); this one serves on");
-            return;
-        };
-        match crate::pid_file::name_in(pid_file, std::process::id()) {
-            Ok(()) => {
-                tracing::warn!(error = %e, pid_file = %pid_file.display(), "cannot tell the old process this one is ready (it is gone); this one serves on and the pid file names it");
-            }
-            Err(w) => {
-                tracing::error!(error = %e, pid_file = %w, "cannot tell the old process this one is ready (it is gone), nor write the pid file; this one serves on");
-            }
+        let Err(e) = sent else { return true };
+        if !self.predecessor_gone() {
+            tracing::warn!(error = %e, "the old process no longer waits for this one (it cancelled the upgrade); not taking over");
+            return false;
         }
+        match &self.pid_file {
+            None => {
+                tracing::warn!(error = %e, "the old process is gone; this one serves on");
+            }
+            Some(pid_file) => match crate::pid_file::name_in(pid_file, std::process::id()) {
+                Ok(()) => {
+                    tracing::warn!(error = %e, pid_file = %pid_file.display(), "the old process is gone; this one serves on and the pid file names it");
+                }
+                Err(w) => {
+                    tracing::error!(error = %e, pid_file = %w, "the old process is gone, and the pid file cannot be written; this one serves on");
+                }
+            },
+        }
+        true
     }
 }
 
@@ -178,6 +221,7 @@ impl Handover {
         cmd.args(args)
             .env(SOCKETS_ENV, names.join(","))
             .env(READY_ENV, &path)
+            .env(FROM_ENV, std::process::id().to_string())
             .env("LISTEN_FDS", self.sockets.len().to_string())
             .env_remove("LISTEN_PID")
             .env_remove("LISTEN_FDNAMES")

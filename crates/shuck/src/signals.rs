@@ -61,12 +61,7 @@ impl Signals {
                 _ = self.hup.recv() => state.hangup(),
                 _ = self.usr1.recv() => tracing::info!("SIGUSR1: nothing to reopen (shuck writes only to standard error, which whoever started it holds)"),
                 _ = self.usr2.recv() => state.start_upgrade(),
-                () = past(state.job.as_ref().and_then(Job::deadline)) => {
-                    let timeout = humantime::format_duration(state.timeouts.reload);
-                    if let Some(job) = &mut state.job {
-                        job.abandon(&format!("still loading after reload_timeout, {timeout}"));
-                    }
-                }
+                () = past(state.job.as_ref().and_then(Job::deadline)) => state.job_past_deadline(),
                 reloader = finished_job(&mut state.job) => state.job_done(reloader),
                 done = finished_upgrade(&mut state.upgrading) => state.upgrade_done(done),
                 Some(frontend) = next_update(&mut state.updates) => state.queue(Work::Refresh(frontend)),
@@ -93,8 +88,8 @@ struct Loop {
     /// The upgrade's new process while it starts.
     starting: Starting,
     handed_over: bool,
-    /// A SIGHUP that came during an upgrade: applied if it fails.
-    deferred_reload: bool,
+    /// What waits for the other to end: a reload for the upgrade, an upgrade for the reload.
+    waits: Waits,
     stops: watch::Sender<u32>,
 }
 
@@ -112,7 +107,7 @@ impl Loop {
             upgrade: Some(s.upgrade),
             upgrading: None,
             handed_over: false,
-            deferred_reload: false,
+            waits: Waits::default(),
             stops: s.stops,
         }
     }
@@ -135,11 +130,6 @@ impl Loop {
             tracing::warn!(
                 "SIGHUP ignored: this process has handed over to a new one and is draining"
             );
-        } else if self.upgrading.is_some() {
-            // The new process reads the configuration itself; a reload here would change
-            // sockets it has already been handed.
-            tracing::warn!("SIGHUP deferred: an upgrade is under way (applied if it fails)");
-            self.deferred_reload = true;
         } else {
             self.queue(Work::Reload);
         }
@@ -152,6 +142,13 @@ impl Loop {
             return;
         }
         if *self.stops.borrow() > 0 {
+            return;
+        }
+        if matches!(work, Work::Reload) && self.upgrading.is_some() {
+            // The new process reads the configuration itself; a reload here would change
+            // sockets it has already been handed.
+            tracing::warn!("reload deferred: an upgrade is under way (applied if it fails)");
+            self.waits.reload = true;
             return;
         }
         let Some(reloader) = self.reloader.take() else {
@@ -180,8 +177,26 @@ impl Loop {
         };
         self.timeouts = r.process_timeouts();
         self.reloader = Some(r);
-        if let Some(next) = self.waiting.pop_front() {
+        if std::mem::take(&mut self.waits.upgrade) {
+            self.start_upgrade();
+        }
+        while let Some(next) = self.waiting.pop_front() {
             self.queue(next);
+            if self.job.is_some() {
+                break;
+            }
+        }
+    }
+
+    /// The job under way is past its deadline: given up. An upgrade that waited for it starts:
+    /// a job given up applies nothing, so it cannot change the sockets the upgrade hands over.
+    fn job_past_deadline(&mut self) {
+        let timeout = humantime::format_duration(self.timeouts.reload);
+        if let Some(job) = &mut self.job {
+            job.abandon(&format!("still loading after reload_timeout, {timeout}"));
+        }
+        if std::mem::take(&mut self.waits.upgrade) {
+            self.start_upgrade();
         }
     }
 
@@ -192,6 +207,11 @@ impl Loop {
             tracing::warn!("SIGUSR2 ignored: an upgrade is under way");
         } else if *self.stops.borrow() > 0 {
             tracing::warn!("SIGUSR2 ignored: this process is stopping");
+        } else if self.job.as_ref().is_some_and(|j| !j.abandoned()) {
+            // A reload may bind or close listening sockets: the upgrade hands over what is
+            // in use once it has ended.
+            tracing::info!("SIGUSR2: a reload is under way; the upgrade starts when it ends");
+            self.waits.upgrade = true;
         } else if let Some(u) = self.upgrade.take() {
             let (stops, timeouts) = (self.stops.subscribe(), self.timeouts);
             // Off the loop: other signals are still handled while it waits.
@@ -220,9 +240,19 @@ impl Loop {
                     start
                 });
             }
+            Ok((u, Outcome::Stopped)) => {
+                self.upgrade = Some(u);
+                self.stops.send_if_modified(|n| {
+                    let start = *n == 0;
+                    if start {
+                        *n = 1;
+                    }
+                    start
+                });
+            }
             Ok((u, Outcome::Failed | Outcome::RolledBack)) => {
                 self.upgrade = Some(u);
-                if std::mem::take(&mut self.deferred_reload) {
+                if std::mem::take(&mut self.waits.reload) {
                     tracing::info!("applying the reload deferred during the upgrade");
                     self.queue(Work::Reload);
                 }
@@ -232,6 +262,16 @@ impl Loop {
             }
         }
     }
+}
+
+/// A reload and an upgrade never run at once: a reload may bind or close the listening sockets
+/// an upgrade hands over.
+#[derive(Debug, Default)]
+struct Waits {
+    /// A SIGHUP that came during an upgrade: applied if it fails.
+    reload: bool,
+    /// A SIGUSR2 that came during a reload: the upgrade starts when the reload ends.
+    upgrade: bool,
 }
 
 /// Signals whose default action ends the process and that shuck has no use for: each is

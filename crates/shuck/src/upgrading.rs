@@ -61,6 +61,9 @@ pub(crate) enum Outcome {
     Failed,
     /// The new process died within `upgrade_confirm`; this one took the service back.
     RolledBack,
+    /// The new process stopped cleanly within `upgrade_confirm` (someone asked it to stop, as
+    /// `kill $(cat PIDFILE)` does once the pid file names it): the service stops, this one too.
+    Stopped,
 }
 
 /// How long a new process told to stop has before it is killed.
@@ -103,11 +106,13 @@ impl Upgrade {
                 return Outcome::Failed;
             }
             None => {
+                // The loop sent it SIGTERM when the stop came (`Starting::stop`); a second
+                // would make it exit without draining what it may have accepted.
                 tracing::warn!(
                     pid = new.pid(),
                     "upgrade cancelled: a stop came before the new process was ready; it is stopped too"
                 );
-                new.stop(STOP_GRACE).await;
+                tokio::spawn(new.reap());
                 return Outcome::Failed;
             }
         }
@@ -137,6 +142,10 @@ impl Upgrade {
         if let Some(status) = died {
             self.name_in_pid_file(std::process::id());
             notify::taken_back();
+            if status.success() {
+                tracing::warn!(pid, "the new process stopped cleanly within upgrade_confirm (it was asked to stop): this process stops too");
+                return Outcome::Stopped;
+            }
             tracing::error!(pid, %status, "upgrade rolled back: the new process exited within upgrade_confirm; this process serves on");
             return Outcome::RolledBack;
         }

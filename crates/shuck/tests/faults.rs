@@ -324,8 +324,9 @@ fn wait_file(p: &Path, needle: &str, bound: Duration) -> String {
 }
 
 /// A reload that waits on a DNS server that never answers: past reload_timeout it is abandoned
-/// with one line and the configuration in force serves on; a SIGHUP meanwhile waits its turn;
-/// and TERM is acted on at once while the lookup still hangs.
+/// with one line and the configuration in force serves on; a SIGHUP meanwhile waits its turn, a
+/// SIGUSR2 waits until the reload is given up (a reload may change the sockets an upgrade hands
+/// over); and TERM is acted on at once while the lookup still hangs.
 #[test]
 fn a_reload_stuck_on_dns_is_abandoned_and_never_holds_a_stop() {
     if !common::process::running_as_root() {
@@ -354,7 +355,21 @@ fn a_reload_stuck_on_dns_is_abandoned_and_never_holds_a_stop() {
     kill("HUP", pid);
     std::thread::sleep(Duration::from_millis(300));
     kill("HUP", pid);
+    kill("USR2", pid);
+    wait_file(
+        &log,
+        "the upgrade starts when it ends",
+        Duration::from_secs(5),
+    );
+    assert!(!read(&log).contains("upgrade: starting"), "{}", read(&log));
     let text = wait_file(&log, "reload abandoned", Duration::from_secs(10));
+    // Given up, the reload applies nothing: the upgrade waits no longer. (The new process reads
+    // the same configuration and waits on the same DNS server; the TERM below stops it.)
+    let text_after = wait_file(&log, "upgrade: starting", Duration::from_secs(5));
+    assert!(
+        text_after.find("reload abandoned") < text_after.find("upgrade: starting"),
+        "{text_after}"
+    );
     let abandoned_after = t.elapsed();
     assert!(
         abandoned_after >= Duration::from_secs(2),
@@ -520,7 +535,7 @@ fn pid_in(path: &Path) -> Option<u32> {
 }
 
 /// Waits (bounded) until the pid file names a process other than `old`.
-fn wait_pid_other_than(path: &Path, old: u32, bound: Duration) -> u32 {
+fn wait_pid_other_than(path: &Path, old: u32, bound: Duration, log: &Path) -> u32 {
     let deadline = Instant::now() + bound;
     loop {
         if let Some(p) = pid_in(path).filter(|p| *p != old) {
@@ -528,7 +543,8 @@ fn wait_pid_other_than(path: &Path, old: u32, bound: Duration) -> u32 {
         }
         assert!(
             Instant::now() < deadline,
-            "the pid file never named another process"
+            "the pid file never named another process: {}",
+            read(log)
         );
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -635,7 +651,7 @@ fn a_new_process_that_dies_after_the_handover_is_rolled_back() {
     let load = Load::start(&pki, old.proc.addrs[0], 2);
     std::thread::sleep(Duration::from_millis(500));
     kill("USR2", old_pid);
-    let new = wait_pid_other_than(&old.pid_file, old_pid, Duration::from_secs(30));
+    let new = wait_pid_other_than(&old.pid_file, old_pid, Duration::from_secs(30), &old.log);
     let _guard = KillOnDrop(Some(new));
     std::thread::sleep(Duration::from_millis(300));
     kill("KILL", new);
@@ -662,8 +678,8 @@ fn a_new_process_that_dies_after_the_handover_is_rolled_back() {
     assert_eq!(requests(&pki, old.proc.addrs[0], 5, 1), 0);
 }
 
-/// `kill -USR2` then `kill -TERM` to the old process 10 ms later: never two processes nobody
-/// manages. Either the stop came before the new process was ready, and it is stopped too, or
+/// `kill -USR2` then `kill -TERM` to the old process 10 ms after the new one has started: never
+/// two processes nobody manages. Either the stop came before the new process was ready, and it is stopped too, or
 /// the handover completed and the pid file names the new process that serves.
 #[test]
 fn a_stop_right_after_usr2_leaves_no_unmanaged_process() {
@@ -672,6 +688,7 @@ fn a_stop_right_after_usr2_leaves_no_unmanaged_process() {
     let mut old = ToUpgrade::start(&pki, dir.path(), Path::new(SHUCK), "");
     let old_pid = old.pid();
     kill("USR2", old_pid);
+    wait_child(old_pid, Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(10));
     kill("TERM", old_pid);
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -723,7 +740,7 @@ fn a_new_process_whose_predecessor_died_names_itself_in_the_pid_file() {
     let _guard = KillOnDrop(Some(new));
     kill("KILL", old_pid);
     let _ = old.proc.child.wait();
-    let named = wait_pid_other_than(&old.pid_file, old_pid, Duration::from_secs(30));
+    let named = wait_pid_other_than(&old.pid_file, old_pid, Duration::from_secs(30), &old.log);
     assert_eq!(named, new, "{}", read(&old.log));
     assert_eq!(
         requests(&pki, old.proc.addrs[0], 5, 1),
@@ -771,4 +788,35 @@ fn a_new_binary_that_never_becomes_ready_is_killed_and_reaped() {
     assert!(old.proc.child.try_wait().expect("try_wait").is_none());
     assert_eq!(pid_in(&old.pid_file), Some(old_pid));
     assert_eq!(requests(&pki, old.proc.addrs[0], 5, 1), 0);
+}
+
+/// `kill $(cat PIDFILE)` right after an upgrade (the pid file names the new process): the
+/// operator asked the service to stop, so within upgrade_confirm the old process stops too
+/// instead of taking the service back, and the pid file goes with them.
+#[test]
+fn a_stop_of_the_new_process_within_upgrade_confirm_stops_the_service() {
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut old = ToUpgrade::start(
+        &pki,
+        dir.path(),
+        Path::new(SHUCK),
+        "upgrade_confirm = \"5s\"",
+    );
+    let old_pid = old.pid();
+    kill("USR2", old_pid);
+    let new = wait_pid_other_than(&old.pid_file, old_pid, Duration::from_secs(30), &old.log);
+    let _guard = KillOnDrop(Some(new));
+    kill("TERM", new);
+    let text = wait_file(&old.log, "this process stops too", Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while old.proc.child.try_wait().expect("try_wait").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the old process did not stop: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!alive(new));
+    assert_eq!(pid_in(&old.pid_file), None, "{}", read(&old.log));
 }

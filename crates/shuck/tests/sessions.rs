@@ -929,3 +929,73 @@ fn a_reload_that_replaces_a_failing_store_closes_its_connections_and_resets_the_
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A store that answers every lookup, but late (30 ms, past a 5 ms `session_store_timeout`):
+/// each lookup ends as a full handshake, and the worker keeps its one connection (the late reply
+/// is dropped by the client) instead of reconnecting after every slow answer.
+#[test]
+fn a_slow_store_costs_full_handshakes_but_no_reconnections() {
+    use std::io::{Read, Write};
+    let pki = Pki::new();
+    let cert = pki.leaf("slow.pem", "slow", &["slow.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let key = pki.path("store.key");
+    ticket_key(&["--format", "nginx", key.to_str().expect("utf-8")]);
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("redis://{}", l.local_addr().expect("addr"));
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = s.read(&mut buf) {
+                    let chunk = &buf[..n];
+                    let commands = 1 + chunk.windows(3).filter(|w| w == b"\r\n*").count();
+                    let lookup = chunk.windows(3).any(|w| w == b"GET");
+                    if lookup {
+                        std::thread::sleep(Duration::from_millis(30));
+                    }
+                    let reply: &[u8] = if lookup { b"$-1\r\n" } else { b"+OK\r\n" };
+                    if s.write_all(&reply.repeat(commands)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let shuck = Shuck::start(&store_config(
+        backend.addr,
+        &cert,
+        &url,
+        &key,
+        "session_store_timeout = \"5ms\"",
+    ));
+    let other = Shuck::start(&config(backend.addr, &cert, "session_tickets = false"));
+    let client = Client {
+        pki: &pki,
+        sni: "slow.test",
+    };
+    let sess = pki.path("slow.sess");
+    let sess = sess.to_str().expect("utf-8 path");
+    client.first(other.addr(), "-tls1_2", sess);
+    // Fewer than the eight failures in a row that open a worker's breaker.
+    for _ in 0..7 {
+        let (resumed, out) = client.again(shuck.addr(), "-tls1_2", sess, false);
+        assert!(!resumed, "{out}");
+    }
+    let text = scrape(shuck.addrs[1]);
+    let timeouts = sum(
+        &text,
+        "shuck_session_store_lookups_total",
+        &["result=\"timeout\""],
+    );
+    assert!(timeouts >= 1, "{text}");
+    let connections = accepted.load(std::sync::atomic::Ordering::Relaxed);
+    println!("slow store: {timeouts} lookups timed out over {connections} connections");
+    assert!(
+        connections <= WORKERS,
+        "{connections} connections for {WORKERS} workers"
+    );
+}

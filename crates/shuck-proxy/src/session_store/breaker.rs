@@ -56,10 +56,11 @@ impl Breaker {
         until == 0 || self.nanos(now) >= until
     }
 
-    pub fn failed(&self, worker: usize, url: &str, why: &str) {
+    /// Counts a failure; true when it opened the breaker (or kept it open).
+    pub fn failed(&self, worker: usize, url: &str, why: &str) -> bool {
         let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
         if n < TRIP {
-            return;
+            return false;
         }
         let was_open = self.open_until.load(Ordering::Relaxed) != 0;
         let until = self.nanos(Instant::now() + OPEN_FOR).max(1);
@@ -74,6 +75,7 @@ impl Breaker {
                 OPEN_FOR.as_secs()
             );
         }
+        true
     }
 
     pub fn succeeded(&self, worker: usize, url: &str) {

@@ -166,8 +166,23 @@ impl Link {
     }
 }
 
+/// Settles an attempt that ended without settling (its task panicked or was aborted with its
+/// runtime), so the link does not wait for it for ever.
+struct Unsettled(Weak<Link>);
+
+impl Drop for Unsettled {
+    fn drop(&mut self) {
+        if let Some(l) = self.0.upgrade() {
+            if l.state().connecting {
+                l.settle(Err("the connection attempt ended early".into()));
+            }
+        }
+    }
+}
+
 /// One attempt; the link may be gone by the time it ends (a reload replaced the store).
 async fn connect(link: Weak<Link>) {
+    let _unsettled = Unsettled(link.clone());
     let Some(info) = link.upgrade().map(|l| l.info.clone()) else {
         return;
     };

@@ -169,6 +169,13 @@ impl SharedStore {
                 "#insecure is not supported: shuck always verifies the store's certificate".into(),
             ));
         }
+        // The reply bound reads RESP2 framing; RESP3 brings maps and pushes shuck never needs.
+        if client.get_connection_info().redis_settings().protocol() != redis::ProtocolVersion::RESP2
+        {
+            return Err(store_err(
+                "protocol=resp3 is not supported: shuck speaks RESP2 to the store".into(),
+            ));
+        }
         let sealer = Sealer::from_file(&settings.key).map_err(store_err)?;
         Ok(Arc::new(SharedStore {
             core: Arc::new(Core {
@@ -319,9 +326,12 @@ impl WorkerStore {
         match reply {
             Err(_) => {
                 c.timeouts.inc();
-                // A reply may be stuck half-read in front of the next ones: start afresh.
-                self.link.close(&conn);
-                self.breaker.failed(self.worker, &url, "timed out");
+                // One slow reply is a busy store (the crate drops a reply nobody waits for);
+                // failures enough to open the breaker make the connection suspect: a reply may
+                // be stuck half-sent in front of the next ones.
+                if self.breaker.failed(self.worker, &url, "timed out") {
+                    self.link.close(&conn);
+                }
                 Fetched::Unavailable
             }
             Ok(Err(e)) => {
@@ -359,10 +369,10 @@ impl WorkerStore {
             return;
         }
         c.errors.inc();
-        if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+        let broken = e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error();
+        if self.breaker.failed(self.worker, url, &e.to_string()) || broken {
             self.link.close(conn);
         }
-        self.breaker.failed(self.worker, url, &e.to_string());
     }
 
     /// Queues `value` under `key` for `ttl`; never waits (a full queue drops it, counted).
@@ -435,7 +445,6 @@ async fn write_loop(mut rx: mpsc::Receiver<Write>, link: Arc<Link>, shared: Arc<
             }
             Err(_) => {
                 shared.counters.write_errors.inc_by(n);
-                link.close(&conn);
             }
         }
     }
