@@ -148,14 +148,19 @@ fn drain_into(mut reader: impl Read + Send + 'static) -> Arc<std::sync::Mutex<St
 }
 
 fn wait_text(text: &std::sync::Mutex<String>, needle: &str, bound: Duration) -> String {
+    wait_for(needle, bound, || text.lock().expect("log text").clone())
+}
+
+/// Waits (bounded) until what `read` returns contains `needle`; returns it.
+fn wait_for(needle: &str, bound: Duration, read: impl Fn() -> String) -> String {
     let deadline = Instant::now() + bound;
     loop {
-        let t = text.lock().expect("log text").clone();
+        let t = read();
         if t.contains(needle) {
             return t;
         }
         assert!(Instant::now() < deadline, "never saw {needle:?} in: {t}");
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -312,15 +317,7 @@ fn read(p: &Path) -> String {
 }
 
 fn wait_file(p: &Path, needle: &str, bound: Duration) -> String {
-    let deadline = Instant::now() + bound;
-    loop {
-        let t = read(p);
-        if t.contains(needle) {
-            return t;
-        }
-        assert!(Instant::now() < deadline, "never saw {needle:?} in: {t}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(needle, bound, || read(p))
 }
 
 /// A reload that waits on a DNS server that never answers: past reload_timeout it is abandoned
@@ -598,17 +595,30 @@ fn processes_naming(needle: &str) -> Vec<u32> {
 
 /// A shuck to upgrade: its configuration, pid file and log in `dir`, started from `exe`.
 struct ToUpgrade {
+    pki: Pki,
     proc: Proc,
     cfg: PathBuf,
     pid_file: PathBuf,
     log: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 impl ToUpgrade {
-    fn start(pki: &Pki, dir: &Path, exe: &Path, global: &str) -> ToUpgrade {
-        let cfg = dir.join("upgrade.toml");
-        std::fs::write(&cfg, config_with(pki, global, "")).expect("config");
-        let (pid_file, log) = (dir.join("shuck.pid"), dir.join("upgrade.log"));
+    /// Started from the test's binary with the global keys `global`.
+    fn start(global: &str) -> ToUpgrade {
+        Self::start_in(
+            tempfile::tempdir().expect("tempdir"),
+            Path::new(SHUCK),
+            global,
+        )
+    }
+
+    /// Started from `exe`, its files in `dir`.
+    fn start_in(dir: tempfile::TempDir, exe: &Path, global: &str) -> ToUpgrade {
+        let pki = Pki::new();
+        let cfg = dir.path().join("upgrade.toml");
+        std::fs::write(&cfg, config_with(&pki, global, "")).expect("config");
+        let (pid_file, log) = (dir.path().join("shuck.pid"), dir.path().join("upgrade.log"));
         let proc = Proc::start_from(
             exe,
             &[
@@ -618,13 +628,15 @@ impl ToUpgrade {
                 pid_file.to_str().expect("utf-8"),
             ],
             Stdio::from(std::fs::File::create(&log).expect("log")),
-            dir,
+            dir.path(),
         );
         ToUpgrade {
+            pki,
             proc,
             cfg,
             pid_file,
             log,
+            dir,
         }
     }
 
@@ -639,16 +651,10 @@ impl ToUpgrade {
 /// held when it was killed fail (one per client at most); none after.
 #[test]
 fn a_new_process_that_dies_after_the_handover_is_rolled_back() {
-    let pki = Pki::new();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut old = ToUpgrade::start(
-        &pki,
-        dir.path(),
-        Path::new(SHUCK),
-        "upgrade_confirm = \"5s\"",
-    );
+    let mut old = ToUpgrade::start("upgrade_confirm = \"5s\"");
+    let pki = &old.pki;
     let old_pid = old.pid();
-    let load = Load::start(&pki, old.proc.addrs[0], 2);
+    let load = Load::start(pki, old.proc.addrs[0], 2);
     std::thread::sleep(Duration::from_millis(500));
     kill("USR2", old_pid);
     let new = wait_pid_other_than(&old.pid_file, old_pid, Duration::from_secs(30), &old.log);
@@ -675,7 +681,7 @@ fn a_new_process_that_dies_after_the_handover_is_rolled_back() {
         read(&old.log)
     );
     assert!(!alive(new), "the new process was not reaped");
-    assert_eq!(requests(&pki, old.proc.addrs[0], 5, 1), 0);
+    assert_eq!(requests(pki, old.proc.addrs[0], 5, 1), 0);
 }
 
 /// `kill -USR2` then `kill -TERM` to the old process 10 ms after the new one has started: never
@@ -683,9 +689,8 @@ fn a_new_process_that_dies_after_the_handover_is_rolled_back() {
 /// the handover completed and the pid file names the new process that serves.
 #[test]
 fn a_stop_right_after_usr2_leaves_no_unmanaged_process() {
-    let pki = Pki::new();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut old = ToUpgrade::start(&pki, dir.path(), Path::new(SHUCK), "");
+    let mut old = ToUpgrade::start("");
+    let pki = &old.pki;
     let old_pid = old.pid();
     kill("USR2", old_pid);
     wait_child(old_pid, Duration::from_secs(10));
@@ -709,7 +714,7 @@ fn a_stop_right_after_usr2_leaves_no_unmanaged_process() {
         let settled = match (running.as_slice(), named) {
             ([], None) => true,
             ([one], Some(p)) if *one == p && p != old_pid => {
-                requests(&pki, old.proc.addrs[0], 3, 1) == 0
+                requests(pki, old.proc.addrs[0], 3, 1) == 0
             }
             _ => false,
         };
@@ -731,9 +736,8 @@ fn a_stop_right_after_usr2_leaves_no_unmanaged_process() {
 /// it is ready, so it names itself in the pid file, and serves.
 #[test]
 fn a_new_process_whose_predecessor_died_names_itself_in_the_pid_file() {
-    let pki = Pki::new();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut old = ToUpgrade::start(&pki, dir.path(), Path::new(SHUCK), "");
+    let mut old = ToUpgrade::start("");
+    let pki = &old.pki;
     let old_pid = old.pid();
     kill("USR2", old_pid);
     let new = wait_child(old_pid, Duration::from_secs(10));
@@ -743,7 +747,7 @@ fn a_new_process_whose_predecessor_died_names_itself_in_the_pid_file() {
     let named = wait_pid_other_than(&old.pid_file, old_pid, Duration::from_secs(30), &old.log);
     assert_eq!(named, new, "{}", read(&old.log));
     assert_eq!(
-        requests(&pki, old.proc.addrs[0], 5, 1),
+        requests(pki, old.proc.addrs[0], 5, 1),
         0,
         "the new process serves"
     );
@@ -754,14 +758,14 @@ fn a_new_process_whose_predecessor_died_names_itself_in_the_pid_file() {
 /// is told to stop, killed 5 s later and reaped, and the old process serves on.
 #[test]
 fn a_new_binary_that_never_becomes_ready_is_killed_and_reaped() {
-    let pki = Pki::new();
     let dir = tempfile::tempdir().expect("tempdir");
     let exe = dir.path().join("shuck-bin");
     std::fs::copy(SHUCK, &exe).expect("copy the binary");
-    let mut old = ToUpgrade::start(&pki, dir.path(), &exe, "upgrade_timeout = \"1s\"");
+    let mut old = ToUpgrade::start_in(dir, &exe, "upgrade_timeout = \"1s\"");
+    let (pki, dir) = (&old.pki, old.dir.path().to_path_buf());
     let old_pid = old.pid();
     // The "new version" installed at the same path: a script that never listens.
-    let script = dir.path().join("stuck.sh");
+    let script = dir.join("stuck.sh");
     std::fs::write(&script, "#!/bin/sh\ntrap '' TERM\nexec sleep 60\n").expect("script");
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod");
@@ -787,7 +791,7 @@ fn a_new_binary_that_never_becomes_ready_is_killed_and_reaped() {
     assert!(read(&old.log).contains("killed"), "{}", read(&old.log));
     assert!(old.proc.child.try_wait().expect("try_wait").is_none());
     assert_eq!(pid_in(&old.pid_file), Some(old_pid));
-    assert_eq!(requests(&pki, old.proc.addrs[0], 5, 1), 0);
+    assert_eq!(requests(pki, old.proc.addrs[0], 5, 1), 0);
 }
 
 /// `kill $(cat PIDFILE)` right after an upgrade (the pid file names the new process): the
@@ -795,14 +799,7 @@ fn a_new_binary_that_never_becomes_ready_is_killed_and_reaped() {
 /// instead of taking the service back, and the pid file goes with them.
 #[test]
 fn a_stop_of_the_new_process_within_upgrade_confirm_stops_the_service() {
-    let pki = Pki::new();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut old = ToUpgrade::start(
-        &pki,
-        dir.path(),
-        Path::new(SHUCK),
-        "upgrade_confirm = \"5s\"",
-    );
+    let mut old = ToUpgrade::start("upgrade_confirm = \"5s\"");
     let old_pid = old.pid();
     kill("USR2", old_pid);
     let new = wait_pid_other_than(&old.pid_file, old_pid, Duration::from_secs(30), &old.log);

@@ -12,17 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::clients::{sum, wait_metric};
 use common::pki::{toml_path, Key, Pki};
-use common::process::{HttpBackend, Shuck};
-
-/// Resident memory of a process, KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .expect("status")
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS")
-}
+use common::process::{rss_kib, HttpBackend, Shuck};
 
 /// Raises this test process's open-files soft limit to its hard limit (the clients need one per
 /// connection).

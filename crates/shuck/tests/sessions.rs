@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use common::clients::{s_client, scrape, sum};
 use common::pki::{toml_path, Key, Pki};
-use common::process::{HttpBackend, Shuck, SHUCK};
+use common::process::{rss_kib, HttpBackend, Shuck, SHUCK};
 
 const WORKERS: usize = 4;
 /// Enough connections that, spread by the kernel's SO_REUSEPORT hash, every one of the four
@@ -632,40 +632,89 @@ fn redis_shares_sessions_across_hosts_and_its_outages_cost_only_full_handshakes(
     );
 }
 
-/// A store that accepts connections and never answers: each handshake waits at most the store's
-/// timeout, then completes in full; the breaker opens.
-#[test]
-fn redis_that_never_answers_does_not_stall_handshakes() {
-    let pki = Pki::new();
-    let cert = pki.leaf("bh.pem", "bh", &["bh.test"], Key::EcdsaP256);
-    let backend = HttpBackend::start();
-    let key = pki.path("store.key");
-    ticket_key(&["--format", "nginx", key.to_str().expect("utf-8")]);
+/// A host asking a store at `url` for sessions made on another host (one without a store), so
+/// every reconnection with `sess` must look the store up.
+struct StoreLookups {
+    pki: Pki,
+    backend: HttpBackend,
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+    shuck: Shuck,
+    sni: String,
+    sess: String,
+}
+
+impl StoreLookups {
+    fn start(name: &str, url: &str, extra: &str) -> StoreLookups {
+        let pki = Pki::new();
+        let sni = format!("{name}.test");
+        let cert = pki.leaf(&format!("{name}.pem"), name, &[&sni], Key::EcdsaP256);
+        let backend = HttpBackend::start();
+        let key = pki.path("store.key");
+        ticket_key(&["--format", "nginx", key.to_str().expect("utf-8")]);
+        let shuck = Shuck::start(&store_config(backend.addr, &cert, url, &key, extra));
+        let other = Shuck::start(&config(backend.addr, &cert, "session_tickets = false"));
+        let sess = pki.path(&format!("{name}.sess"));
+        let sess = sess.to_str().expect("utf-8 path").to_string();
+        let lookups = StoreLookups {
+            pki,
+            backend,
+            cert,
+            key,
+            shuck,
+            sni,
+            sess,
+        };
+        lookups
+            .client()
+            .first(other.addr(), "-tls1_2", &lookups.sess);
+        lookups
+    }
+
+    fn client(&self) -> Client<'_> {
+        Client {
+            pki: &self.pki,
+            sni: &self.sni,
+        }
+    }
+
+    /// `n` reconnections with the session, none of which resumes.
+    fn full_handshakes(&self, n: usize) {
+        for _ in 0..n {
+            let (resumed, out) =
+                self.client()
+                    .again(self.shuck.addr(), "-tls1_2", &self.sess, false);
+            assert!(!resumed, "{out}");
+        }
+    }
+}
+
+type Held = std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>;
+
+/// A store that accepts connections and never answers: its URL and the connections it holds.
+fn black_hole_store() -> (String, Held) {
     let hole = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("redis://{}", hole.local_addr().expect("addr"));
-    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let held = Held::default();
     let keep = held.clone();
     std::thread::spawn(move || {
         for s in hole.incoming().flatten() {
             keep.lock().expect("lock").push(s);
         }
     });
-    let shuck = Shuck::start(&store_config(backend.addr, &cert, &url, &key, ""));
-    // The session comes from another host, so this one must ask the store.
-    let other = Shuck::start(&config(backend.addr, &cert, "session_tickets = false"));
-    let client = Client {
-        pki: &pki,
-        sni: "bh.test",
-    };
-    let sess = pki.path("bh.sess");
-    let sess = sess.to_str().expect("utf-8 path");
-    client.first(other.addr(), "-tls1_2", sess);
-    for _ in 0..6 {
-        // Awaited without a bound, each lookup would hold the handshake until handshake_timeout
-        // and fail it (counted below).
-        let (resumed, out) = client.again(shuck.addr(), "-tls1_2", sess, false);
-        assert!(!resumed, "{out}");
-    }
+    (url, held)
+}
+
+/// A store that accepts connections and never answers: each handshake waits at most the store's
+/// timeout, then completes in full; the breaker opens.
+#[test]
+fn redis_that_never_answers_does_not_stall_handshakes() {
+    let (url, held) = black_hole_store();
+    let host = StoreLookups::start("bh", &url, "");
+    // Awaited without a bound, each lookup would hold the handshake until handshake_timeout and
+    // fail it (counted below).
+    host.full_handshakes(6);
+    let shuck = &host.shuck;
     let text = scrape(shuck.addrs[1]);
     assert!(
         sum(
@@ -727,16 +776,6 @@ fn redis_over_a_unix_socket_shares_sessions() {
     );
 }
 
-/// Resident memory of a process, KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .expect("status")
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS")
-}
-
 /// A broken store: answers `+OK` to each command of the connection's set-up and, to a lookup,
 /// a bulk string of 6,000,000,000 bytes, which it then streams (for at most 20 s or 4 GB).
 /// Returns its URL and the bytes it managed to send per lookup.
@@ -788,32 +827,11 @@ fn bulk_bomb_store() -> (String, std::sync::Arc<std::sync::Mutex<Vec<u64>>>) {
 /// more than the sockets' buffers) and each is counted.
 #[test]
 fn a_store_reply_larger_than_any_session_is_refused_and_its_connection_closed() {
-    let pki = Pki::new();
-    let cert = pki.leaf("bomb.pem", "bomb", &["bomb.test"], Key::EcdsaP256);
-    let backend = HttpBackend::start();
-    let key = pki.path("store.key");
-    ticket_key(&["--format", "nginx", key.to_str().expect("utf-8")]);
     let (url, sent) = bulk_bomb_store();
-    let shuck = Shuck::start(&store_config(
-        backend.addr,
-        &cert,
-        &url,
-        &key,
-        "session_store_timeout = \"1s\"",
-    ));
+    let host = StoreLookups::start("bomb", &url, "session_store_timeout = \"1s\"");
+    let shuck = &host.shuck;
     let before = rss_kib(shuck.pid());
-    let other = Shuck::start(&config(backend.addr, &cert, "session_tickets = false"));
-    let client = Client {
-        pki: &pki,
-        sni: "bomb.test",
-    };
-    let sess = pki.path("bomb.sess");
-    let sess = sess.to_str().expect("utf-8 path");
-    client.first(other.addr(), "-tls1_2", sess);
-    for _ in 0..6 {
-        let (resumed, out) = client.again(shuck.addr(), "-tls1_2", sess, false);
-        assert!(!resumed, "{out}");
-    }
+    host.full_handshakes(6);
     let text = scrape(shuck.addrs[1]);
     let oversized = sum(
         &text,
@@ -846,34 +864,11 @@ fn a_store_reply_larger_than_any_session_is_refused_and_its_connection_closed() 
 /// store (0, with a line saying why), and sessions resume through it.
 #[test]
 fn a_reload_that_replaces_a_failing_store_closes_its_connections_and_resets_the_breaker() {
-    let pki = Pki::new();
-    let cert = pki.leaf("swap.pem", "swap", &["swap.test"], Key::EcdsaP256);
-    let backend = HttpBackend::start();
-    let key = pki.path("store.key");
-    ticket_key(&["--format", "nginx", key.to_str().expect("utf-8")]);
-    let hole = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let hole_url = format!("redis://{}", hole.local_addr().expect("addr"));
-    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let keep = held.clone();
-    std::thread::spawn(move || {
-        for s in hole.incoming().flatten() {
-            keep.lock().expect("lock").push(s);
-        }
-    });
-    let shuck = Shuck::start(&store_config(backend.addr, &cert, &hole_url, &key, ""));
-    let client = Client {
-        pki: &pki,
-        sni: "swap.test",
-    };
-    let sess = pki.path("swap.sess");
-    let sess = sess.to_str().expect("utf-8 path");
-    // The session comes from another host, so this one must ask the store.
-    let other = Shuck::start(&config(backend.addr, &cert, "session_tickets = false"));
-    client.first(other.addr(), "-tls1_2", sess);
+    let (hole_url, held) = black_hole_store();
+    let host = StoreLookups::start("swap", &hole_url, "");
+    let shuck = &host.shuck;
     // 32 over four workers: at least one worker fails eight times, which opens its breaker.
-    for _ in 0..32 {
-        client.again(shuck.addr(), "-tls1_2", sess, false);
-    }
+    host.full_handshakes(32);
     shuck.wait_log("session store failing");
     let open = "shuck_session_store_breaker_open";
     assert!(sum(&scrape(shuck.addrs[1]), open, &[]) > 0);
@@ -883,7 +878,14 @@ fn a_reload_that_replaces_a_failing_store_closes_its_connections_and_resets_the_
     shuck.signal("HUP");
     shuck.wait_log("reloaded certificates and configuration");
     // Sessions go through the new store: made on a peer that uses it, resumed here.
-    let peer = Shuck::start(&store_config(backend.addr, &cert, &redis.url(), &key, ""));
+    let peer = Shuck::start(&store_config(
+        host.backend.addr,
+        &host.cert,
+        &redis.url(),
+        &host.key,
+        "",
+    ));
+    let (client, sess) = (host.client(), host.sess.as_str());
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         client.first(peer.addr(), "-tls1_2", sess);
@@ -936,11 +938,6 @@ fn a_reload_that_replaces_a_failing_store_closes_its_connections_and_resets_the_
 #[test]
 fn a_slow_store_costs_full_handshakes_but_no_reconnections() {
     use std::io::{Read, Write};
-    let pki = Pki::new();
-    let cert = pki.leaf("slow.pem", "slow", &["slow.test"], Key::EcdsaP256);
-    let backend = HttpBackend::start();
-    let key = pki.path("store.key");
-    ticket_key(&["--format", "nginx", key.to_str().expect("utf-8")]);
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("redis://{}", l.local_addr().expect("addr"));
     let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -965,26 +962,10 @@ fn a_slow_store_costs_full_handshakes_but_no_reconnections() {
             });
         }
     });
-    let shuck = Shuck::start(&store_config(
-        backend.addr,
-        &cert,
-        &url,
-        &key,
-        "session_store_timeout = \"5ms\"",
-    ));
-    let other = Shuck::start(&config(backend.addr, &cert, "session_tickets = false"));
-    let client = Client {
-        pki: &pki,
-        sni: "slow.test",
-    };
-    let sess = pki.path("slow.sess");
-    let sess = sess.to_str().expect("utf-8 path");
-    client.first(other.addr(), "-tls1_2", sess);
+    let host = StoreLookups::start("slow", &url, "session_store_timeout = \"5ms\"");
+    let shuck = &host.shuck;
     // Fewer than the eight failures in a row that open a worker's breaker.
-    for _ in 0..7 {
-        let (resumed, out) = client.again(shuck.addr(), "-tls1_2", sess, false);
-        assert!(!resumed, "{out}");
-    }
+    host.full_handshakes(7);
     let text = scrape(shuck.addrs[1]);
     let timeouts = sum(
         &text,

@@ -384,3 +384,13 @@ impl Drop for BenchBackend {
         let _ = self.child.wait();
     }
 }
+
+/// Resident memory of a process, KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
+}
