@@ -817,3 +817,31 @@ fn a_stop_of_the_new_process_within_upgrade_confirm_stops_the_service() {
     assert!(!alive(new));
     assert_eq!(pid_in(&old.pid_file), None, "{}", read(&old.log));
 }
+
+/// The certificate `--self-signed` serves, as `openssl s_client` prints it.
+fn served_certificate(addr: SocketAddr) -> String {
+    let out = common::process::run_bounded(
+        Command::new("openssl")
+            .args(["s_client", "-connect"])
+            .arg(addr.to_string()),
+        b"",
+        20,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let begin = text
+        .find("-----BEGIN CERTIFICATE-----")
+        .expect("a certificate");
+    let end = text.find("-----END CERTIFICATE-----").expect("its end");
+    text[begin..end].to_string()
+}
+
+/// `--self-signed` serves the same certificate after a SIGHUP: a client that pinned it for a
+/// test does not see a new one at every reload.
+#[test]
+fn the_self_signed_certificate_survives_a_reload() {
+    let shuck = Shuck::start_flags(&["--self-signed", "--listen", "127.0.0.1:0"]);
+    let before = served_certificate(shuck.addr());
+    shuck.signal("HUP");
+    shuck.wait_log("reloaded certificates and configuration");
+    assert_eq!(served_certificate(shuck.addr()), before);
+}
