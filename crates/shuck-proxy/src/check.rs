@@ -277,6 +277,12 @@ fn write_timeouts(s: &mut String, fe: &Frontend) {
 /// With `ktls`, whether this kernel lists the `tls` upper-layer protocol now (Linux loads the
 /// module on first use where it can, so "not listed" is a warning, not an error).
 fn write_ktls(s: &mut String, fe: &Frontend) {
+    if fe.record_layer == crate::config::RecordLayer::Rustls {
+        let _ = writeln!(
+            s,
+            "  record_layer: rustls protects the records for each connection's whole life"
+        );
+    }
     if !fe.ktls {
         return;
     }

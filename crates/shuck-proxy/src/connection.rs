@@ -271,11 +271,12 @@ async fn serve_demo(
         frontend: &fe.cfg.name,
         worker: worker.id,
     };
-    let body = demo::page(&Summary::of(hs), who);
+    let summary = Summary::of(hs);
     let idle = fe.cfg.idle_timeout;
     hs.stream
         .take_over_records(fe.cfg.ktls)
         .map_err(|e| ConnError::Relay(RelayError::ClientAborted(e)))?;
+    let body = demo::page(&summary, who, hs.stream.records_by());
     // Boxed: the demo's state would otherwise enlarge every connection's future, relay ones too.
     let served = Box::pin(demo::serve(&mut *hs.stream, &body, idle)).await;
     count_ktls(&fe.metrics, &hs.stream);

@@ -20,7 +20,7 @@ pub(crate) struct Visitor<'a> {
 }
 
 /// Renders the page body for one connection.
-pub(crate) fn page(info: &Summary, who: Visitor<'_>) -> String {
+pub(crate) fn page(info: &Summary, who: Visitor<'_>, records: &str) -> String {
     let mut s = String::with_capacity(512);
     let _ = writeln!(s, "shuck demo backend: your TLS connection");
     let _ = writeln!(s, "protocol: {}", info.protocol);
@@ -33,6 +33,7 @@ pub(crate) fn page(info: &Summary, who: Visitor<'_>) -> String {
     let _ = writeln!(s, "resumed: {}", if info.resumed { "yes" } else { "no" });
     let _ = writeln!(s, "sni: {}", info.sni.as_deref().unwrap_or("none"));
     let _ = writeln!(s, "alpn: {}", info.alpn.as_deref().unwrap_or("none"));
+    let _ = writeln!(s, "records: {records}");
     let _ = writeln!(s, "client: {}", who.client);
     let _ = writeln!(s, "frontend: {}", who.frontend);
     let _ = writeln!(s, "worker: {}", who.worker);

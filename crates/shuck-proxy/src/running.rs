@@ -198,6 +198,7 @@ fn tls_settings(fe: &Frontend) -> Vec<(&'static str, String)> {
     put("backlog", fe.backlog.to_string());
     put("defer_accept", duration(fe.defer_accept));
     put("ktls", fe.ktls.to_string());
+    put("record_layer", fe.record_layer.as_str().to_string());
     put(
         "proxy_protocol",
         format!("{:?} {:?}", fe.proxy_protocol, fe.proxy_tlvs),

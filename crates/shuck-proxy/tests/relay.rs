@@ -118,11 +118,48 @@ async fn client(pki: &Pki, addr: SocketAddr) -> tokio_rustls::client::TlsStream<
 }
 
 fn start(pki: &Pki, backend: SocketAddr) -> Running {
+    start_with(pki, backend, "")
+}
+
+/// With the frontend keys `extra` (`record_layer = "rustls"`, say).
+fn start_with(pki: &Pki, backend: SocketAddr, extra: &str) -> Running {
     let cert = pki.leaf("relay.pem", "relay", &["relay.test"], Key::EcdsaP256);
     Running::start(&format!(
-        "workers = 2\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = {}\n",
+        "workers = 2\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = {}\n{extra}\n",
         toml_path(&cert)
     ))
+}
+
+/// rustls' record layer (`record_layer = "rustls"`) carries the same traffic as shuck's: bytes
+/// both ways (2 MiB each way among them), a client's KeyUpdates answered, and close_notify with
+/// the half-closes behind it.
+const RUSTLS_RECORDS: &str = "record_layer = \"rustls\"";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_by_rustls_relay_byte_exact_both_ways() {
+    let pki = Pki::new();
+    let backend = sink_then_source_backend().await;
+    let shuck = start_with(&pki, backend, RUSTLS_RECORDS);
+    let conn = connector(&pki);
+    for (up, down) in [(1, 1), (2 << 20, 2 << 20), (64 * 1024, 0), (0, 64 * 1024)] {
+        exchange(&conn, shuck.addr(), up, down).await;
+    }
+    shuck.assert_alive();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_by_rustls_answer_key_updates_and_traffic_carries_on() {
+    key_updates_are_answered(RUSTLS_RECORDS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_by_rustls_answer_a_key_update_sent_with_the_finished() {
+    key_update_with_the_finished(RUSTLS_RECORDS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_by_rustls_pass_the_backends_half_close_on() {
+    backend_half_close_reaches_the_client(RUSTLS_RECORDS).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -150,6 +187,12 @@ async fn payloads_are_relayed_byte_exact_both_ways() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_half_close_reaches_client_while_client_keeps_sending() {
+    backend_half_close_reaches_the_client("").await;
+}
+
+/// The backend closes its side first (the client gets close_notify) and still reads what the
+/// client sends after it.
+async fn backend_half_close_reaches_the_client(extra: &str) {
     let pki = Pki::new();
     let (backend, got) = one_connection(|mut s| async move {
         s.write_all(b"early answer").await.expect("write");
@@ -160,7 +203,7 @@ async fn backend_half_close_reaches_client_while_client_keeps_sending() {
         v
     })
     .await;
-    let shuck = start(&pki, backend);
+    let shuck = start_with(&pki, backend, extra);
     let mut tls = client(&pki, shuck.addr()).await;
     let mut answer = Vec::new();
     tls.read_to_end(&mut answer)
@@ -197,13 +240,17 @@ where
 /// KeyUpdate from the server does) and the bytes keep arriving intact under the new keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_updates_from_the_client_are_answered_and_traffic_carries_on() {
+    key_updates_are_answered("").await;
+}
+
+async fn key_updates_are_answered(extra: &str) {
     let pki = Pki::new();
     let (backend, _echo) = one_connection(|s| async move {
         let (mut r, mut w) = s.into_split();
         let _ = tokio::io::copy(&mut r, &mut w).await;
     })
     .await;
-    let shuck = start(&pki, backend);
+    let shuck = start_with(&pki, backend, extra);
     let mut cfg = client_config(&pki);
     cfg.enable_secret_extraction = true;
     let tcp = TcpStream::connect(shuck.addr()).await.expect("connect");
@@ -265,11 +312,7 @@ async fn key_update_with_the_finished(frontend_keys: &str) {
         let _ = tokio::io::copy(&mut r, &mut w).await;
     })
     .await;
-    let cert = pki.leaf("relay.pem", "relay", &["relay.test"], Key::EcdsaP256);
-    let shuck = Running::start(&format!(
-        "workers = 2\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = {}\n{frontend_keys}",
-        toml_path(&cert)
-    ));
+    let shuck = start_with(&pki, backend, frontend_keys);
     let cfg = std::sync::Arc::new(client_config(&pki));
     let addr = shuck.addr();
     let echo = tokio::task::spawn_blocking(move || finished_with_key_update(addr, cfg))

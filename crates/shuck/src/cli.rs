@@ -52,6 +52,14 @@ pub enum ProxyProtocolArg {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum RecordLayerArg {
+    /// shuck's own, on the keys rustls hands over after the handshake (the default).
+    Shuck,
+    /// rustls' for the connection's whole life.
+    Rustls,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum TicketKeyFormatArg {
     /// One base64 key per line (HAProxy tls-ticket-keys); the key is appended.
     Haproxy,
@@ -121,6 +129,11 @@ pub struct ConfigArgs {
     /// Send a PROXY protocol header to the backend so it learns the client address.
     #[arg(long, value_enum, value_name = "VERSION")]
     pub proxy_protocol: Option<ProxyProtocolArg>,
+
+    /// Who protects a TLS 1.3 connection's records after the handshake (the file's
+    /// record_layer): shuck's own layer, or rustls' for the connection's whole life.
+    #[arg(long, value_enum, value_name = "LAYER")]
+    pub record_layer: Option<RecordLayerArg>,
 
     /// Expect a PROXY protocol header (v1 or v2) from a load balancer before TLS on every
     /// connection (the file's accept_proxy). Without --accept-proxy-from any peer may announce

@@ -23,8 +23,8 @@ use shuck_proxy::upgrade;
 use tokio::sync::watch;
 
 use cli::{
-    Cli, Command, ConfigArgs, LogFormatArg, ProxyProtocolArg, ServeArgs, TicketKeyArgs,
-    TicketKeyFormatArg,
+    Cli, Command, ConfigArgs, LogFormatArg, ProxyProtocolArg, RecordLayerArg, ServeArgs,
+    TicketKeyArgs, TicketKeyFormatArg,
 };
 use shuck_proxy::pid_file::PidFile;
 use signals::{Serving, Signals};
@@ -69,13 +69,14 @@ pub(crate) fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<
         || args.self_signed
         || !args.alpn.is_empty()
         || args.proxy_protocol.is_some()
+        || args.record_layer.is_some()
         || args.accept_proxy
         || !args.ticket_keys.is_empty()
         || args.session_store.is_some();
     let mut raw = if let Some(path) = &args.config {
         if one_liner {
             return Err(
-                    "--config cannot be combined with --listen/--backend/--cert/--self-signed/--alpn/--proxy-protocol/--accept-proxy(-from)/--ticket-keys/--session-store: put them in the file".into(),
+                    "--config cannot be combined with --listen/--backend/--cert/--self-signed/--alpn/--proxy-protocol/--record-layer/--accept-proxy(-from)/--ticket-keys/--session-store: put them in the file".into(),
                 );
         }
         RawConfig::from_file(path).map_err(|e| e.to_string())?
@@ -94,6 +95,10 @@ pub(crate) fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<
                 ProxyProtocolArg::None => config::ProxyProtocol::None,
                 ProxyProtocolArg::V1 => config::ProxyProtocol::V1,
                 ProxyProtocolArg::V2 => config::ProxyProtocol::V2,
+            }),
+            record_layer: args.record_layer.map(|l| match l {
+                RecordLayerArg::Shuck => config::RecordLayer::Shuck,
+                RecordLayerArg::Rustls => config::RecordLayer::Rustls,
             }),
             accept_proxy: args.accept_proxy.then_some(true),
             accept_proxy_from: (!args.accept_proxy_from.is_empty())

@@ -286,6 +286,49 @@ fn self_signed_demo_backend_describes_the_connection() {
     assert!(body.contains("resumed: no"), "{body}");
     assert!(body.contains("client: 127.0.0.1:"), "{body}");
     assert!(body.contains("cipher: TLS_ECDHE_ECDSA_WITH_"), "{body}");
+    assert!(
+        body.contains("records: rustls"),
+        "TLS 1.2 stays with rustls: {body}"
+    );
+}
+
+/// The demo page of `shuck` over TLS 1.3.
+fn demo_page_tls13(shuck: &Shuck) -> String {
+    let out = run_bounded(
+        std::process::Command::new("curl")
+            .args(["-sS", "-k", "--max-time", "20", "--tlsv1.3"])
+            .arg(format!("https://localhost:{}/", shuck.port())),
+        b"",
+        30,
+    );
+    let body = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(body.contains("protocol: TLSv1.3"), "{body}");
+    body
+}
+
+/// `record_layer`: by default shuck's own layer protects a TLS 1.3 connection after the
+/// handshake; with `--record-layer rustls`, rustls' does, for the connection's whole life; and a
+/// reload that changes it applies to the next connection.
+#[test]
+fn the_record_layer_is_shucks_by_default_and_rustls_when_asked() {
+    let flags = ["--self-signed", "--listen", "127.0.0.1:0", "--workers", "1"];
+    let body = demo_page_tls13(&Shuck::start_flags(&flags));
+    assert!(body.contains("records: shuck"), "{body}");
+    let rustls = [&flags[..], &["--record-layer", "rustls"]].concat();
+    let body = demo_page_tls13(&Shuck::start_flags(&rustls));
+    assert!(body.contains("records: rustls"), "{body}");
+    let file = "workers = 1\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nself_signed = true\n";
+    let shuck = Shuck::start(file);
+    assert!(demo_page_tls13(&shuck).contains("records: shuck"));
+    std::fs::write(
+        shuck.config_path(),
+        format!("{file}record_layer = \"rustls\"\n"),
+    )
+    .expect("config");
+    shuck.signal("HUP");
+    shuck.wait_log("reloaded certificates and configuration");
+    let body = demo_page_tls13(&shuck);
+    assert!(body.contains("records: rustls"), "after the reload: {body}");
 }
 
 #[test]

@@ -39,6 +39,7 @@ pub use client_auth::ClientAuth;
 pub use global::ConnectionLogFormat;
 pub use global::{LogFormat, MAX_CONNECTIONS_LIMIT};
 pub use proxy::{AcceptProxy, ProxyProtocol, ProxyTlvs};
+pub use tls::RecordLayer;
 
 /// Where a configuration came from, for messages ("shuck.toml" or "command line").
 #[derive(Debug, Clone)]
@@ -124,6 +125,7 @@ pub struct RawFrontend {
     pub backlog: Option<u32>,
     pub defer_accept: Option<String>,
     pub ktls: Option<bool>,
+    pub record_layer: Option<RecordLayer>,
     pub proxy_protocol: Option<ProxyProtocol>,
     pub proxy_protocol_tlvs: Option<Vec<String>>,
     pub proxy_client_cert_tlv: Option<u8>,
@@ -235,6 +237,8 @@ pub struct Frontend {
     /// Kernel TLS: the kernel protects a TLS 1.3 connection's records once the handshake is
     /// done, where it can (`tls::ktls`).
     pub ktls: bool,
+    /// Who protects a TLS 1.3 connection's records after the handshake (`record_layer`).
+    pub record_layer: RecordLayer,
     /// The PROXY header sent to the backend, if any.
     pub proxy_protocol: Option<Version>,
     /// TLVs of v2 headers to the backend (none for v1).
@@ -345,6 +349,7 @@ impl RawFrontend {
         let backend = self.validate_backend()?;
         let certs = self.validate_certificates(name, base, state_dir)?;
         let tls = self.validate_tls(matches!(backend.backend, Backend::Demo))?;
+        let record_layer = self.validate_record_layer()?;
         let timeouts = self.validate_timeouts()?;
         let client = self.validate_client_auth(base)?;
         let send = self.validate_send_proxy()?;
@@ -374,6 +379,7 @@ impl RawFrontend {
             backlog: listen.backlog,
             defer_accept: listen.defer_accept,
             ktls: self.ktls.unwrap_or(false),
+            record_layer,
             proxy_protocol: send.version,
             proxy_tlvs: send.tlvs,
             accept_proxy,

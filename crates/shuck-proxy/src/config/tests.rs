@@ -69,6 +69,22 @@ fn bad_values_name_their_key() {
             "log_level",
         ),
         (
+            "[[frontend]]\nself_signed = true\nktls = true\nrecord_layer = \"rustls\"\n",
+            "ktls",
+        ),
+        (
+            "[[frontend]]\nself_signed = true\nrecord_layer = \"openssl\"\n",
+            "record_layer",
+        ),
+        (
+            "reload_timeout = \"0s\"\n[[frontend]]\nself_signed = true\n",
+            "reload_timeout",
+        ),
+        (
+            "log_queue_lines = 1\n[[frontend]]\nself_signed = true\n",
+            "log_queue_lines",
+        ),
+        (
             "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nproxy_protocol = \"v1\"\nproxy_protocol_tlvs = [\"alpn\"]\n",
             "proxy_protocol_tlvs",
         ),

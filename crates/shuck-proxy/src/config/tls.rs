@@ -14,6 +14,27 @@ const MIN_TICKET_LIFETIME: Duration = Duration::from_secs(60);
 /// ...and at most this often: TLS 1.3's limit on a ticket's life.
 const MAX_TICKET_LIFETIME: Duration = Duration::from_secs(7 * 86_400);
 
+/// Who protects a TLS 1.3 connection's records once its handshake is done (`record_layer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordLayer {
+    /// shuck's own (`tls::records`, on the keys rustls hands over): a few hundred bytes per
+    /// idle connection, and the way to kTLS.
+    #[default]
+    Shuck,
+    /// rustls' for the connection's whole life: no secrets leave rustls.
+    Rustls,
+}
+
+impl RecordLayer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordLayer::Shuck => "shuck",
+            RecordLayer::Rustls => "rustls",
+        }
+    }
+}
+
 pub(super) struct Tls {
     pub versions: Vec<&'static SupportedProtocolVersion>,
     pub ciphersuites: Vec<SupportedCipherSuite>,
@@ -25,6 +46,18 @@ pub(super) struct Tls {
 }
 
 impl RawFrontend {
+    /// `record_layer`, and `ktls` with it: the kernel takes the keys shuck's layer holds.
+    pub(super) fn validate_record_layer(&self) -> Result<RecordLayer, KeyError> {
+        let layer = self.record_layer.unwrap_or_default();
+        if layer == RecordLayer::Rustls && self.ktls == Some(true) {
+            return Err(key_err(
+                "ktls",
+                "needs record_layer = \"shuck\" (the kernel takes over the keys shuck's record layer holds)",
+            ));
+        }
+        Ok(layer)
+    }
+
     /// `demo_backend`: the frontend has no `backend`, which changes the ALPN default.
     pub(super) fn validate_tls(&self, demo_backend: bool) -> Result<Tls, KeyError> {
         let versions = match &self.protocols {

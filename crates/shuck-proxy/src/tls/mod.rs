@@ -241,6 +241,10 @@ impl TlsContext {
         };
         let mut template = builder.with_cert_resolver(resolver.clone());
         template.alpn_protocols.clone_from(&fe.alpn);
+        // With shuck's record layer, shuck protects a TLS 1.3 connection's records itself after
+        // the handshake (`records`); rustls hands the traffic keys over only when this allows
+        // it. The stream reads it back to know which layer the records go to.
+        template.enable_secret_extraction = fe.record_layer == crate::config::RecordLayer::Shuck;
         // Server preference: the server knows which cipher is cheap on its CPU.
         template.ignore_client_order = true;
         let domain = resumption_domain(&certs, client_trust);
@@ -304,9 +308,6 @@ impl TlsContext {
         let mut c = self.template.clone();
         let resolver = Arc::new(WorkerResolver::new(self.resolver.clone()));
         c.cert_resolver = resolver.clone();
-        // shuck protects a TLS 1.3 connection's records itself after the handshake
-        // (`records`); rustls hands the traffic keys over only when this allows it.
-        c.enable_secret_extraction = true;
         let remote = self.store.as_ref().map(|store| {
             Arc::new(RemoteSessions::new(
                 self.sessions.clone(),

@@ -28,6 +28,7 @@ use tokio::net::TcpStream;
 
 use crate::buf_pool::{BATCH_BUF_SIZE, RECORD_BUF_SIZE};
 use crate::buf_queue::BufQueue;
+use crate::config::RecordLayer;
 
 use super::ktls::{self, HandOver, Kernel};
 use super::records::Records;
@@ -106,6 +107,9 @@ pub(crate) struct TlsStream {
     gathering: bool,
     fed: Fed,
     ktls: Ktls,
+    /// Who takes a TLS 1.3 connection's records after the handshake: as the frontend's
+    /// `record_layer` made its configuration (secret extraction on for shuck's).
+    record_layer: RecordLayer,
 }
 
 /// Whether the kernel protects the records (`ktls = true`).
@@ -141,6 +145,11 @@ impl TlsStream {
     ) -> io::Result<TlsStream> {
         let mut incoming = BufQueue::default();
         incoming.push(received)?;
+        let record_layer = if config.enable_secret_extraction {
+            RecordLayer::Shuck
+        } else {
+            RecordLayer::Rustls
+        };
         Ok(TlsStream {
             tcp,
             layer: Layer::Rustls(Box::new(
@@ -158,6 +167,7 @@ impl TlsStream {
                 wants_more: true,
             },
             ktls: Ktls::NotAsked,
+            record_layer,
         })
     }
 
@@ -174,13 +184,24 @@ impl TlsStream {
         }
     }
 
+    /// Who protects the records now: `shuck` (its own layer), `kernel` (kTLS), `rustls`.
+    pub(crate) fn records_by(&self) -> &'static str {
+        match &self.layer {
+            Layer::Rustls(_) => "rustls",
+            Layer::Own(_) => "shuck",
+            Layer::Kernel(_) => "kernel",
+            Layer::Lost => "none",
+        }
+    }
+
     /// Whether the kernel protects the records, when that was asked for.
     pub(crate) fn ktls(&self) -> Ktls {
         self.ktls
     }
 
     /// After a TLS 1.3 handshake, shuck protects the records itself from here on ([`records`]:
-    /// an idle connection then holds a few hundred bytes of keys instead of rustls' state).
+    /// an idle connection then holds a few hundred bytes of keys instead of rustls' state),
+    /// unless the frontend's `record_layer` is rustls'.
     /// rustls has seen no record since the client's Finished (`step_rustls` holds them back);
     /// what it still has to send (session tickets) goes to the send queue first. A TLS 1.2
     /// connection stays with rustls. [`TlsStream::conn`] answers `None` afterwards.
@@ -191,6 +212,9 @@ impl TlsStream {
         if ktls {
             // Until the hand-over: a connection that stays with rustls never gets there.
             self.ktls = Ktls::UserSpace;
+        }
+        if self.record_layer == RecordLayer::Rustls {
+            return Ok(());
         }
         let Layer::Rustls(conn) = &self.layer else {
             return Ok(());

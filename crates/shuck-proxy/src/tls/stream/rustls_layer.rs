@@ -8,6 +8,7 @@ use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, Insufficien
 
 use super::{tls_error, too_large, Fed, Layer, Mode, ReadEnd, Step, TlsStream};
 use crate::buf_queue::BufQueue;
+use crate::config::RecordLayer;
 use crate::tls::records::Records;
 
 impl TlsStream {
@@ -21,12 +22,13 @@ impl TlsStream {
             plain,
             read_end,
             fed,
+            record_layer,
             ..
         } = self
         else {
             return Ok(Step::Wait);
         };
-        let given = rustls_input(conn, incoming.data(), *fed);
+        let given = rustls_input(conn, incoming.data(), *fed, *record_layer);
         let more_records = next_record_end(incoming.data(), given).is_some();
         let status = conn.process_tls_records(&mut incoming.data_mut()[..given]);
         let mut discard = status.discard;
@@ -184,12 +186,18 @@ fn fill<E: std::fmt::Display>(
 /// How much of the received bytes rustls is given. During the handshake: what it holds (a
 /// message it is joining from several records), and one more whole record when it asked for
 /// more, so that the record with the client's Finished is the last it sees. After a TLS 1.3
-/// handshake: nothing, the records behind it are for `Records` (`take_over_records`); had
-/// rustls read them, it could have answered a KeyUpdate into a queue of its own that the
-/// hand-over loses, or held half a message the hand-over cuts. TLS 1.2: everything.
-fn rustls_input(conn: &UnbufferedServerConnection, received: &[u8], fed: Fed) -> usize {
+/// handshake with shuck's record layer: nothing, the records behind it are for `Records`
+/// (`take_over_records`); had rustls read them, it could have answered a KeyUpdate into a queue
+/// of its own that the hand-over loses, or held half a message the hand-over cuts. TLS 1.2, or
+/// `record_layer = "rustls"`: everything.
+fn rustls_input(
+    conn: &UnbufferedServerConnection,
+    received: &[u8],
+    fed: Fed,
+    layer: RecordLayer,
+) -> usize {
     if !conn.is_handshaking() {
-        return if Records::can_take_over(conn) {
+        return if layer == RecordLayer::Shuck && Records::can_take_over(conn) {
             0
         } else {
             received.len()
