@@ -555,6 +555,7 @@ fn runtime_settings_differ(old: &Frontend, new: &Frontend) -> bool {
         )
         || (old.proxy_protocol, &old.proxy_tlvs) != (new.proxy_protocol, &new.proxy_tlvs)
         || old.accept_proxy != new.accept_proxy
+        || old.ktls != new.ktls
 }
 
 /// A frontend's ACME settings, if it uses ACME.

@@ -229,6 +229,37 @@ fn ktls_falls_back_where_the_kernel_has_no_tls() {
     }
 }
 
+/// A reload that switches `ktls` on applies to the next connection (it was kept as started
+/// while `running.toml` and the log said otherwise). Kernel or not, a connection of a frontend
+/// with `ktls = true` is counted in `shuck_ktls_connections_total`; one without is not.
+#[test]
+fn a_reload_that_turns_ktls_on_applies_to_new_connections() {
+    let pki = Pki::new();
+    let cert = pki.leaf("k.pem", "k", &["k.test"], Key::EcdsaP256);
+    let b = HttpBackend::start();
+    let base = format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"k\"\nlisten = \"127.0.0.1:0\"\n\
+         backend = \"{}\"\ncertificates = {}\n",
+        b.addr,
+        toml_path(&cert)
+    );
+    let shuck = Shuck::start(&format!("{base}ktls = false\n"));
+    let out = curl(&pki, &shuck, "k.test", "/before", &[]);
+    assert!(out.status.success(), "{out:?}");
+    std::fs::write(shuck.config_path(), format!("{base}ktls = true\n")).expect("config");
+    shuck.signal("HUP");
+    shuck.wait_log("reloaded certificates and configuration");
+    let out = curl(&pki, &shuck, "k.test", "/after", &[]);
+    assert!(out.status.success(), "{out:?}");
+    // Counted as the connection's task ends, a little after curl has its answer.
+    let text = wait_metric(shuck.addrs[1], "shuck_ktls_connections_total", &[], 1);
+    assert_eq!(
+        sum(&text, "shuck_ktls_connections_total", &[]),
+        1,
+        "only the connection after the reload: {text}"
+    );
+}
+
 /// A rustls client in the guest, connected to shuck, trusting the CA at `SHUCK_GUEST_CA`, with
 /// `rcvbuf` bytes of receive buffer.
 fn guest_connect(rcvbuf: usize) -> (rustls::ClientConnection, std::net::TcpStream) {
