@@ -181,6 +181,10 @@ pub(crate) struct Records {
     tx_limit: u64,
     key_updates_allowed: u8,
     empty_in_a_row: u8,
+    /// Our KeyUpdate answering the client's request went out and no data since: it answers any
+    /// further request too (RFC 8446 §4.6.3 wants one before our next application data), so a
+    /// client asking over and over gets one, not a queue of them.
+    answered: bool,
 }
 
 impl Records {
@@ -214,6 +218,7 @@ impl Records {
             tx_limit,
             key_updates_allowed: MAX_RECORDS_WITHOUT_DATA,
             empty_in_a_row: 0,
+            answered: false,
         })
     }
 
@@ -428,6 +433,7 @@ impl Records {
     /// which has room for it and [`MAX_SEAL_OVERHEAD`]; a KeyUpdate goes first when our keys
     /// are due for one. The bytes written.
     pub(crate) fn seal_data(&mut self, plaintext: &[u8], out: &mut [u8]) -> Result<usize, Error> {
+        self.answered = false;
         let mut n = 0;
         if self.tx.seq >= self.tx_limit {
             n = self.update_keys(0, out)?;
@@ -435,9 +441,15 @@ impl Records {
         Ok(n + self.seal(ContentType::ApplicationData, plaintext, &mut out[n..])?)
     }
 
-    /// Our KeyUpdate, answering the client's request, into `out` (room: [`OVERHEAD`] + 5).
+    /// Our KeyUpdate, answering the client's request, into `out` (room: [`OVERHEAD`] + 5); none
+    /// (0 bytes) when one already answers it: sent since our last data.
     pub(crate) fn answer_key_update(&mut self, out: &mut [u8]) -> Result<usize, Error> {
-        self.update_keys(0, out)
+        if self.answered {
+            return Ok(0);
+        }
+        let n = self.update_keys(0, out)?;
+        self.answered = true;
+        Ok(n)
     }
 
     /// An alert into `out` (room: [`OVERHEAD`] + 2): close_notify, or a fatal one.

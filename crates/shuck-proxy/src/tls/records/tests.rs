@@ -182,6 +182,47 @@ fn a_key_update_asking_for_ours_is_answered_and_both_sides_move_on() {
     assert_eq!(records.tx.seq, 1);
 }
 
+/// A client that sends a byte and a KeyUpdate asking for ours, over and over, and reads
+/// nothing: one answer covers every request until we send data again (RFC 8446 §4.6.3 asks for
+/// one before our next application data, as rustls does), so the send queue cannot grow by an
+/// answer per request. After our data the next request is answered again, and the client
+/// follows.
+#[test]
+fn records_coalesce_key_update_answers_until_our_next_data() {
+    let (mut client, mut records) = pair(CipherSuite::TLS13_AES_128_GCM_SHA256);
+    let mut wire = Vec::new();
+    for i in 0..40u8 {
+        wire.extend(client_sends(&mut client, &[i]));
+        client.refresh_traffic_keys().expect("key update");
+    }
+    wire.extend(client_sends(&mut client, b"!"));
+    let (got, other) = open_all(&mut records, &mut wire).expect("open");
+    assert_eq!(got.len(), 41);
+    assert_eq!(other.len(), 40);
+    let mut down = Vec::new();
+    for c in other {
+        assert_eq!(c, Content::KeyUpdateRequested);
+        let mut answer = vec![0; OVERHEAD + 5];
+        let n = records.answer_key_update(&mut answer).expect("answer");
+        down.extend_from_slice(&answer[..n]);
+    }
+    assert_eq!(down.len(), OVERHEAD + 5, "one answer for 40 requests");
+    down.extend(seal_all(&mut records, b"first"));
+    client.refresh_traffic_keys().expect("key update");
+    let mut wire = client_sends(&mut client, b"again");
+    let (_, other) = open_all(&mut records, &mut wire).expect("open");
+    assert_eq!(other, [Content::KeyUpdateRequested]);
+    let mut answer = vec![0; OVERHEAD + 5];
+    let n = records.answer_key_update(&mut answer).expect("answer");
+    assert_eq!(n, OVERHEAD + 5, "data went out since: answered again");
+    down.extend_from_slice(&answer[..n]);
+    down.extend(seal_all(&mut records, b"second"));
+    assert_eq!(
+        client_gets(&mut client, &down).expect("client"),
+        b"firstsecond"
+    );
+}
+
 #[test]
 fn our_keys_are_updated_before_the_confidentiality_limit() {
     let (mut client, mut records) = pair(CipherSuite::TLS13_AES_128_GCM_SHA256);
