@@ -171,6 +171,13 @@ impl Keys {
     }
 }
 
+/// The first bytes (at most 4) of a KeyUpdate whose record ended before it did.
+#[derive(Debug, Default)]
+struct Fragment {
+    bytes: [u8; 4],
+    len: u8,
+}
+
 /// A TLS 1.3 connection's record protection after the handshake.
 pub(crate) struct Records {
     /// rustls' remains: the traffic secrets, for KeyUpdates.
@@ -181,6 +188,8 @@ pub(crate) struct Records {
     tx_limit: u64,
     key_updates_allowed: u8,
     empty_in_a_row: u8,
+    /// The first bytes of a KeyUpdate split over records.
+    fragment: Fragment,
     /// Our KeyUpdate answering the client's request went out and no data since: it answers any
     /// further request too (RFC 8446 §4.6.3 wants one before our next application data), so a
     /// client asking over and over gets one, not a queue of them.
@@ -219,6 +228,7 @@ impl Records {
             key_updates_allowed: MAX_RECORDS_WITHOUT_DATA,
             empty_in_a_row: 0,
             answered: false,
+            fragment: Fragment::default(),
         })
     }
 
@@ -303,7 +313,13 @@ impl Records {
             ));
         }
         let payload = &plain[..type_at];
-        match ContentType::from(plain[type_at]) {
+        let typ = ContentType::from(plain[type_at]);
+        if self.fragment.len > 0 && typ != ContentType::Handshake {
+            return Err(RecordError::unexpected(
+                PeerMisbehaved::MessageInterleavedWithHandshakeMessage,
+            ));
+        }
+        match typ {
             ContentType::ApplicationData if !payload.is_empty() => {
                 self.data_arrived();
                 Ok(Content::Data {
@@ -342,6 +358,15 @@ impl Records {
                 got_type: other,
             })),
         }
+    }
+
+    /// The length a KeyUpdate's header declares, from the held fragment and `payload`, when its
+    /// four bytes are there.
+    fn declared_len(&self, payload: &[u8]) -> Option<u32> {
+        let held = &self.fragment.bytes[..usize::from(self.fragment.len)];
+        let mut header = held.iter().chain(payload).skip(1).take(3).copied();
+        let (a, b, c) = (header.next()?, header.next()?, header.next()?);
+        Some(u32::from_be_bytes([0, a, b, c]))
     }
 
     /// A record with nothing for the reader, within the limit of such records in a row.
@@ -383,30 +408,57 @@ impl Records {
     }
 
     /// Handshake messages after the handshake: a client may send only KeyUpdate, and it must
-    /// end its record (the keys change behind it). A message split over records is refused
-    /// (no client splits a five-byte message).
+    /// end its record (the keys change behind it, RFC 8446 §5.1). It may come split over
+    /// records with nothing between them (§5.1): the first bytes wait in `fragment`. A KeyUpdate
+    /// whose length is not 1 is `decode_error` (§6), another message `unexpected_message`.
     fn handshake(&mut self, payload: &[u8]) -> Result<Content, RecordError> {
-        let &[typ, 0, 0, 1, request] = payload else {
-            let typ = payload.first().copied().map(HandshakeType::from);
-            return Err(match typ {
-                Some(HandshakeType::KeyUpdate) => {
+        const MESSAGE: usize = 5;
+        if payload.is_empty() {
+            return Err(RecordError::unexpected(InvalidMessage::InvalidEmptyPayload));
+        }
+        let held = usize::from(self.fragment.len);
+        if held + payload.len() > MESSAGE {
+            let typ = self.fragment.bytes[..held].iter().chain(payload).next();
+            return Err(match typ.copied().map(HandshakeType::from) {
+                Some(HandshakeType::KeyUpdate) if self.declared_len(payload) == Some(1) => {
                     RecordError::unexpected(PeerMisbehaved::KeyEpochWithPendingFragment)
                 }
-                Some(got_type) => RecordError::unexpected(Error::InappropriateHandshakeMessage {
+                Some(HandshakeType::KeyUpdate) => RecordError::new(
+                    AlertDescription::DecodeError,
+                    InvalidMessage::InvalidKeyUpdate,
+                ),
+                got => RecordError::unexpected(Error::InappropriateHandshakeMessage {
                     expect_types: vec![HandshakeType::KeyUpdate],
-                    got_type,
+                    got_type: got.unwrap_or(HandshakeType::Unknown(0)),
                 }),
-                None => RecordError::unexpected(InvalidMessage::InvalidEmptyPayload),
             });
-        };
-        if HandshakeType::from(typ) != HandshakeType::KeyUpdate {
+        }
+        let mut message = [0u8; MESSAGE];
+        message[..held].copy_from_slice(&self.fragment.bytes[..held]);
+        message[held..held + payload.len()].copy_from_slice(payload);
+        let total = held + payload.len();
+        if HandshakeType::from(message[0]) != HandshakeType::KeyUpdate {
             return Err(RecordError::unexpected(
                 Error::InappropriateHandshakeMessage {
                     expect_types: vec![HandshakeType::KeyUpdate],
-                    got_type: HandshakeType::from(typ),
+                    got_type: HandshakeType::from(message[0]),
                 },
             ));
         }
+        if total >= 4 && message[1..4] != [0, 0, 1] {
+            return Err(RecordError::new(
+                AlertDescription::DecodeError,
+                InvalidMessage::InvalidKeyUpdate,
+            ));
+        }
+        if total < MESSAGE {
+            // `total` is at most 4 here.
+            self.fragment.bytes[..total].copy_from_slice(&message[..total]);
+            self.fragment.len = total as u8;
+            return self.nothing(PeerMisbehaved::TooManyEmptyFragments);
+        }
+        self.fragment.len = 0;
+        let request = message[4];
         if request > 1 {
             return Err(RecordError::new(
                 AlertDescription::IllegalParameter,

@@ -34,11 +34,13 @@ fn pair(suite: CipherSuite) -> (ClientConnection, Records) {
     roots.add(certified.cert[0].clone()).expect("root");
     let mut client_provider = provider;
     client_provider.cipher_suites.retain(|s| s.suite() == suite);
-    let client = ClientConfig::builder_with_provider(Arc::new(client_provider))
+    let mut client = ClientConfig::builder_with_provider(Arc::new(client_provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .expect("versions")
         .with_root_certificates(roots)
         .with_no_client_auth();
+    // For `Crafter`: records a rustls client never sends, sealed with its keys.
+    client.enable_secret_extraction = true;
     let name = ServerName::try_from("localhost").expect("name");
     let mut client = ClientConnection::new(Arc::new(client), name).expect("client");
     let mut server = UnbufferedServerConnection::new(Arc::new(server)).expect("server connection");
@@ -310,4 +312,263 @@ fn key_updates_without_data_between_them_are_bounded() {
         e,
         Error::PeerMisbehaved(PeerMisbehaved::TooManyKeyUpdateRequests)
     );
+}
+
+/// Records sealed with the client's keys that a rustls client never sends: any inner plaintext
+/// (content type, padding, fragments, bad lengths), for the branches a real client never
+/// reaches.
+struct Crafter {
+    key: LessSafeKey,
+    iv: [u8; NONCE_LEN],
+    seq: u64,
+}
+
+impl Crafter {
+    /// Takes the client's sending keys (the client is done with).
+    fn from(client: ClientConnection) -> Crafter {
+        let secrets = client.dangerous_extract_secrets().expect("secrets");
+        let (seq, secrets) = secrets.tx;
+        let ConnectionTrafficSecrets::Aes128Gcm { key, iv } = secrets else {
+            panic!("the tests' pair uses AES-128-GCM");
+        };
+        let unbound = UnboundKey::new(&AES_128_GCM, key.as_ref()).expect("key");
+        Crafter {
+            key: LessSafeKey::new(unbound),
+            iv: iv.as_ref().try_into().expect("iv"),
+            seq,
+        }
+    }
+
+    /// A record whose inner plaintext is `inner`, as it is (content, type byte and padding are
+    /// the caller's).
+    fn record(&mut self, inner: &[u8]) -> Vec<u8> {
+        let mut nonce = self.iv;
+        for (n, s) in nonce[NONCE_LEN - 8..]
+            .iter_mut()
+            .zip(self.seq.to_be_bytes())
+        {
+            *n ^= s;
+        }
+        self.seq = self.seq.wrapping_add(1);
+        let len = u16::try_from(inner.len() + TAG_LEN).expect("length");
+        let header = [OUTER_TYPE, 3, 3, (len >> 8) as u8, len as u8];
+        let mut body = inner.to_vec();
+        self.key
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(header),
+                &mut body,
+            )
+            .expect("seal");
+        [&header[..], &body].concat()
+    }
+
+    /// `payload` of content type `typ`, with `pad` zeros of padding.
+    fn seal(&mut self, typ: u8, payload: &[u8], pad: usize) -> Vec<u8> {
+        let mut inner = payload.to_vec();
+        inner.push(typ);
+        inner.resize(inner.len() + pad, 0);
+        self.record(&inner)
+    }
+}
+
+const HANDSHAKE: u8 = 22;
+const ALERT: u8 = 21;
+const DATA: u8 = 23;
+
+/// A fresh pair's server side and a crafter with the client's keys.
+fn crafted() -> (Crafter, Records) {
+    let (client, records) = pair(CipherSuite::TLS13_AES_128_GCM_SHA256);
+    (Crafter::from(client), records)
+}
+
+/// The alert `records` answers `wire` with (it must fail).
+fn refusal(records: &mut Records, wire: &mut Vec<u8>) -> Option<AlertDescription> {
+    loop {
+        match records.open(wire) {
+            Ok(Opened::Record { len, .. }) => {
+                wire.drain(..len);
+            }
+            Ok(Opened::Incomplete) => panic!("everything opened: nothing was refused"),
+            Err(e) => return e.alert,
+        }
+    }
+}
+
+#[test]
+fn records_reassemble_a_key_update_split_over_records() {
+    for split in [vec![2, 3], vec![1, 1, 1, 1, 1], vec![4, 1], vec![1, 4]] {
+        let (mut crafter, mut records) = crafted();
+        let before = records.rx.key.clone();
+        let message = [24u8, 0, 0, 1, 1];
+        let mut wire = Vec::new();
+        let mut at = 0;
+        for n in &split {
+            wire.extend(crafter.seal(HANDSHAKE, &message[at..at + n], 0));
+            at += n;
+        }
+        let (data, other) = open_all(&mut records, &mut wire).expect("reassembled");
+        assert!(data.is_empty());
+        let mut want: Vec<Content> = (1..split.len()).map(|_| Content::Nothing).collect();
+        want.push(Content::KeyUpdateRequested);
+        assert_eq!(other, want, "split {split:?}");
+        assert_eq!(records.rx.seq, 0, "the client's keys moved on");
+        assert_ne!(*records.rx.key, *before);
+    }
+}
+
+#[test]
+fn records_refuse_another_record_between_fragments() {
+    let (mut crafter, mut records) = crafted();
+    let mut wire = crafter.seal(HANDSHAKE, &[24, 0], 0);
+    wire.extend(crafter.seal(DATA, b"between", 0));
+    assert_eq!(
+        refusal(&mut records, &mut wire),
+        Some(AlertDescription::UnexpectedMessage)
+    );
+}
+
+#[test]
+fn records_answer_a_key_update_of_the_wrong_length_with_decode_error() {
+    for message in [&[24u8, 0, 0, 0][..], &[24, 0, 0, 2, 1, 0], &[24, 0, 1, 0]] {
+        let (mut crafter, mut records) = crafted();
+        let mut wire = crafter.seal(HANDSHAKE, message, 0);
+        assert_eq!(
+            refusal(&mut records, &mut wire),
+            Some(AlertDescription::DecodeError),
+            "{message:?}"
+        );
+    }
+}
+
+#[test]
+fn records_refuse_a_key_update_before_its_record_ends_and_other_handshake_messages() {
+    for message in [
+        &[24u8, 0, 0, 1, 0, 24, 0, 0, 1, 0][..],
+        &[1, 0, 0, 1, 0],
+        &[4],
+    ] {
+        let (mut crafter, mut records) = crafted();
+        let mut wire = crafter.seal(HANDSHAKE, message, 0);
+        assert_eq!(
+            refusal(&mut records, &mut wire),
+            Some(AlertDescription::UnexpectedMessage),
+            "{message:?}"
+        );
+    }
+}
+
+#[test]
+fn records_refuse_request_update_other_than_0_and_1() {
+    let (mut crafter, mut records) = crafted();
+    let mut wire = crafter.seal(HANDSHAKE, &[24, 0, 0, 1, 2], 0);
+    assert_eq!(
+        refusal(&mut records, &mut wire),
+        Some(AlertDescription::IllegalParameter)
+    );
+}
+
+#[test]
+fn records_open_padded_records() {
+    let (mut crafter, mut records) = crafted();
+    let mut wire = crafter.seal(DATA, b"padded", 1000);
+    wire.extend(crafter.seal(DATA, b" and not", 0));
+    let max_pad = MAX_PLAINTEXT - 4;
+    wire.extend(crafter.seal(DATA, b"full", max_pad));
+    let (data, other) = open_all(&mut records, &mut wire).expect("open");
+    assert_eq!(data, b"padded and notfull");
+    assert!(other.is_empty());
+    // Padding beyond the record limit is an oversized record.
+    let mut wire = crafter.seal(DATA, b"x", MAX_PLAINTEXT + 1);
+    assert_eq!(
+        refusal(&mut records, &mut wire),
+        Some(AlertDescription::RecordOverflow)
+    );
+}
+
+#[test]
+fn records_refuse_an_all_zero_inner_plaintext() {
+    let (mut crafter, mut records) = crafted();
+    let mut wire = crafter.record(&[0, 0, 0]);
+    assert_eq!(
+        refusal(&mut records, &mut wire),
+        Some(AlertDescription::UnexpectedMessage)
+    );
+}
+
+#[test]
+fn records_refuse_an_inner_change_cipher_spec_and_unknown_types() {
+    for typ in [20u8, 99, 24] {
+        let (mut crafter, mut records) = crafted();
+        let mut wire = crafter.seal(typ, &[1], 0);
+        assert_eq!(
+            refusal(&mut records, &mut wire),
+            Some(AlertDescription::UnexpectedMessage),
+            "type {typ}"
+        );
+    }
+}
+
+#[test]
+fn records_allow_32_empty_records_in_a_row_and_refuse_the_33rd() {
+    let (mut crafter, mut records) = crafted();
+    let mut wire = Vec::new();
+    for _ in 0..MAX_RECORDS_WITHOUT_DATA {
+        wire.extend(crafter.seal(DATA, &[], 0));
+    }
+    let (_, other) = open_all(&mut records, &mut wire).expect("32 are allowed");
+    assert_eq!(other.len(), usize::from(MAX_RECORDS_WITHOUT_DATA));
+    let mut wire = crafter.seal(DATA, &[], 0);
+    assert_eq!(
+        refusal(&mut records, &mut wire),
+        Some(AlertDescription::UnexpectedMessage)
+    );
+}
+
+#[test]
+fn records_take_user_canceled_as_nothing_and_refuse_other_warnings_and_levels() {
+    let (mut crafter, mut records) = crafted();
+    let mut wire = crafter.seal(ALERT, &[1, 90], 0);
+    wire.extend(crafter.seal(DATA, b"on", 0));
+    let (data, other) = open_all(&mut records, &mut wire).expect("user_canceled");
+    assert_eq!(
+        (data.as_slice(), other.as_slice()),
+        (&b"on"[..], &[Content::Nothing][..])
+    );
+    for (alert, want) in [
+        ([1u8, 40], Some(AlertDescription::DecodeError)),
+        ([3, 0], Some(AlertDescription::IllegalParameter)),
+        // The client's own fatal alert ends the connection without an answer.
+        ([2, 40], None),
+    ] {
+        let (mut crafter, mut records) = crafted();
+        let mut wire = crafter.seal(ALERT, &alert, 0);
+        assert_eq!(refusal(&mut records, &mut wire), want, "{alert:?}");
+    }
+    let (mut crafter, mut records) = crafted();
+    let mut wire = crafter.seal(ALERT, &[1], 0);
+    assert_eq!(
+        refusal(&mut records, &mut wire),
+        Some(AlertDescription::DecodeError),
+        "a one-byte alert"
+    );
+}
+
+#[test]
+fn records_stop_before_the_sequence_number_wraps() {
+    let (mut crafter, mut records) = crafted();
+    crafter.seq = u64::MAX - 1;
+    records.rx.seq = u64::MAX - 1;
+    let mut wire = crafter.seal(DATA, b"last", 0);
+    let (data, _) = open_all(&mut records, &mut wire).expect("2^64 - 2 opens");
+    assert_eq!(data, b"last");
+    // 2^64 - 1 is refused, as rustls refuses it: no number would be left after it, and a
+    // nonce is never used with a wrapped sequence.
+    let mut wire = crafter.seal(DATA, b"wrapped", 0);
+    assert!(records.open(&mut wire).is_err());
+    // Ours: a KeyUpdate goes out long before (our limit), but a sequence at its end is refused.
+    records.tx.seq = u64::MAX;
+    let mut out = vec![0; OVERHEAD + 10 + MAX_SEAL_OVERHEAD];
+    records.tx_limit = u64::MAX;
+    assert!(records.seal_data(b"x", &mut out).is_err());
 }
