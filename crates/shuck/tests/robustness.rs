@@ -66,6 +66,29 @@ fn garbage_instead_of_client_hello_is_refused_with_an_alert() {
     shuck.assert_alive();
 }
 
+/// A first handshake message that is not a ClientHello (a KeyUpdate, type 24; a type no one
+/// defined, 34) is out of place, not undecodable: `unexpected_message` (10), as OpenSSL answers,
+/// where rustls' acceptor said `decode_error` (50).
+#[test]
+fn a_first_handshake_message_other_than_client_hello_is_unexpected() {
+    let pki = Pki::new();
+    let b = HttpBackend::start();
+    let mut shuck = Shuck::start(&config(&pki, &[("", format!("\"{}\"", b.addr))], ""));
+    for typ in [24u8, 34] {
+        let mut s = TcpStream::connect(shuck.addr()).expect("connect");
+        s.write_all(&handshake_record(8, &[typ, 0, 0, 4]))
+            .expect("write");
+        let reply = read_all_bounded(&mut s);
+        assert_eq!(
+            reply.get(..7).map(|r| (r[0], r[5], r[6])),
+            Some((21, 2, 10)),
+            "type {typ}: expected a fatal unexpected_message alert, got {reply:02x?}"
+        );
+    }
+    assert_good_request(&pki, shuck.addr());
+    shuck.assert_alive();
+}
+
 /// One handshake record header (type 22, TLS 1.0 record version) with `len` bytes behind it.
 fn handshake_record(len: u16, body_start: &[u8]) -> Vec<u8> {
     let mut r = vec![0x16, 0x03, 0x01];

@@ -78,6 +78,14 @@ async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Accepted, Handsh
                 return Err(HandshakeError::OldProtocol(v));
             }
         }
+        // Another handshake message first (a KeyUpdate, say) is out of place, not malformed:
+        // unexpected_message, as OpenSSL answers, where rustls' acceptor says decode_error.
+        if head.first_message_type().is_some_and(|t| t != CLIENT_HELLO) {
+            let _ = tcp
+                .write_all(&refusal(ALERT_UNEXPECTED_MESSAGE, TLS12))
+                .await;
+            return Err(HandshakeError::Tls(error));
+        }
         send_alert(tcp, &mut alert).await;
         return Err(HandshakeError::Tls(error));
     }
@@ -101,6 +109,9 @@ async fn send_alert(tcp: &TcpStream, alert: &mut AcceptedAlert) {
 }
 
 const TLS12: u16 = 0x0303;
+const HANDSHAKE: u8 = 0x16;
+const CLIENT_HELLO: u8 = 1;
+const ALERT_UNEXPECTED_MESSAGE: u8 = 10;
 
 /// The first bytes of the stream: the record header (content type, version, length), the
 /// handshake header (type, length) and the ClientHello's legacy_version.
@@ -135,11 +146,16 @@ impl Head {
         (self.seen >= 3).then(|| u16::from_be_bytes([self.bytes[1], self.bytes[2]]))
     }
 
+    /// The type of the first handshake message, when the stream starts with a handshake record.
+    fn first_message_type(&self) -> Option<u8> {
+        let b = &self.bytes;
+        let first_record = usize::from(u16::from_be_bytes([b[3], b[4]]));
+        (self.seen >= 6 && b[0] == HANDSHAKE && first_record >= 1).then_some(b[5])
+    }
+
     /// The ClientHello's version, when the stream starts with a handshake record holding it (a
     /// hello split into tiny records has it elsewhere: then `None`).
     fn legacy_version(&self) -> Option<u16> {
-        const HANDSHAKE: u8 = 0x16;
-        const CLIENT_HELLO: u8 = 1;
         let b = &self.bytes;
         let first_record = usize::from(u16::from_be_bytes([b[3], b[4]]));
         (self.seen >= b.len() && b[0] == HANDSHAKE && b[5] == CLIENT_HELLO && first_record >= 6)
