@@ -17,7 +17,7 @@
 //! gives the kernel new keys with TLS_RX/TLS_TX again, which kernels without kTLS rekeying
 //! (added upstream after 6.12; Debian 12's 6.1 lacks it) refuse: the connection then ends with an
 //! error. Our own KeyUpdate is due before
-//! the cipher's confidentiality limit (AES-GCM: 2^24.5 records, about 370 GiB on one
+//! the cipher's confidentiality limit (rustls': 2^24 records with AES-GCM, about 256 GiB on one
 //! connection); the kernel does not count, so the records it may have sealed are counted here.
 //!
 //! A kernel without kTLS (no `tls` module: setting the ULP fails with ENOENT) is noted once for
