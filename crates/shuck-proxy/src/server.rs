@@ -302,9 +302,11 @@ impl Server {
             notify::main_pid();
         }
         notify::ready(&format!("listening on {listening} addresses"));
+        self.metrics.set_phase(metrics::Phase::Serving);
         rt.spawn(report_status(limit.clone(), self.bindings.clone()));
         rt.block_on(shutdown);
         notify::stopping();
+        self.metrics.set_phase(metrics::Phase::Draining);
         tracing::info!("shutting down: no new connections");
         let _ = tx.send(true);
         // The runtime keeps running while workers drain, so metrics stay up and a second signal

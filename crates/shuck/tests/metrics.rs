@@ -7,7 +7,7 @@ use std::net::TcpStream;
 
 use common::clients::{curl, curl_at, read_all_bounded, s_client, scrape, sum, wait_metric};
 use common::pki::{connector, toml_path, Key, Pki};
-use common::process::{HttpBackend, Shuck};
+use common::process::{run_bounded, HttpBackend, Shuck};
 
 #[test]
 fn counters_follow_real_traffic() {
@@ -364,4 +364,58 @@ fn a_reload_switches_the_access_log_on() {
     );
     assert!(lines.iter().all(|l| l.contains("] frontend0 ")), "{log}");
     assert!(!log.contains("restart to apply"), "{log}");
+}
+
+/// `curl` against the metrics listener: status code and body.
+fn probe(addr: std::net::SocketAddr, extra: &[&str], path: &str) -> (String, String) {
+    let out = run_bounded(
+        std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "10", "-o", "-", "-w", "\n%{http_code}"])
+            .args(extra)
+            .arg(format!("http://{addr}{path}")),
+        b"",
+        20,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').expect("a status code");
+    (code.to_string(), body.to_string())
+}
+
+/// What a balancer or a Kubernetes probe asks of the metrics listener: `/healthz` and
+/// `/readyz` (503 once the process drains, while the endpoint still answers), `HEAD` and query
+/// strings on `/metrics`; other methods and paths are refused with the usual codes.
+#[test]
+fn probes_answer_on_the_metrics_listener_and_readiness_ends_with_the_drain() {
+    let pki = Pki::new();
+    let cert = pki.leaf("p.pem", "p", &["p.test"], Key::EcdsaP256);
+    let b = HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\nshutdown_grace = \"20s\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n",
+        b.addr,
+        toml_path(&cert)
+    ));
+    let m = shuck.addrs[1];
+    assert_eq!(probe(m, &[], "/healthz"), ("200".into(), "ok\n".into()));
+    assert_eq!(probe(m, &[], "/readyz"), ("200".into(), "ready\n".into()));
+    let (code, body) = probe(m, &[], "/metrics?name[]=shuck_connections_accepted");
+    assert_eq!(code, "200");
+    assert!(body.contains("shuck_connections_accepted"), "{body}");
+    let (code, body) = probe(m, &["-I"], "/metrics");
+    assert_eq!(code, "200");
+    assert!(
+        body.contains("Content-Length:") && !body.contains("# TYPE"),
+        "{body}"
+    );
+    assert_eq!(probe(m, &["-X", "POST"], "/readyz").0, "405");
+    assert_eq!(probe(m, &[], "/nothing").0, "404");
+    // An open connection keeps the drain going; the endpoint still answers, not ready.
+    let mut open = TcpStream::connect(shuck.addr()).expect("connect");
+    open.write_all(b"\x16").expect("a first byte");
+    shuck.signal("TERM");
+    shuck.wait_log("shutting down");
+    assert_eq!(
+        probe(m, &[], "/readyz"),
+        ("503".into(), "draining\n".into())
+    );
+    assert_eq!(probe(m, &[], "/healthz").0, "200");
 }

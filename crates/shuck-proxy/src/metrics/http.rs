@@ -1,4 +1,7 @@
 //! The metrics endpoint: plain HTTP on `metrics_listen`, served on the main thread's runtime.
+//! `GET` or `HEAD` of `/metrics` (Prometheus text; a query string is ignored), `/healthz` (200
+//! while the process runs its loops: this endpoint is one of them) and `/readyz` (200 while it
+//! serves, 503 while it starts or drains: what a balancer or a Kubernetes probe asks).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,23 +56,128 @@ async fn scrape(mut s: tokio::net::TcpStream, metrics: &Metrics) {
     let Ok(Some(head)) = tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut s)).await else {
         return;
     };
-    let (status, ctype, body) = if head.starts_with(b"GET /metrics ") {
-        (
+    let answer = answer(&head, metrics);
+    let mut resp = format!(
+        "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n",
+        answer.status,
+        answer.content_type,
+        answer.body.len(),
+        answer.extra_header,
+    );
+    if !answer.head_only {
+        resp.push_str(&answer.body);
+    }
+    let _ = s.write_all(resp.as_bytes()).await;
+    let _ = s.shutdown().await;
+}
+
+/// What a request gets.
+struct Answer {
+    status: &'static str,
+    content_type: &'static str,
+    body: String,
+    extra_header: &'static str,
+    /// `HEAD`: the headers of the `GET` answer, without its body.
+    head_only: bool,
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+const PATHS: &str = "served here: /metrics, /healthz, /readyz\n";
+
+fn answer(head: &[u8], metrics: &Metrics) -> Answer {
+    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+    let mut words = line.split(|&b| b == b' ');
+    let (method, target) = (
+        words.next().unwrap_or_default(),
+        words.next().unwrap_or_default(),
+    );
+    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
+    let known = matches!(path, b"/metrics" | b"/healthz" | b"/readyz");
+    let head_only = method == b"HEAD";
+    if known && !(head_only || method == b"GET") {
+        return Answer {
+            status: "405 Method Not Allowed",
+            content_type: TEXT,
+            body: "GET or HEAD\n".into(),
+            extra_header: "Allow: GET, HEAD\r\n",
+            head_only,
+        };
+    }
+    let (status, content_type, body) = match path {
+        b"/metrics" => (
             "200 OK",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             metrics.encode(),
-        )
-    } else {
-        (
-            "404 Not Found",
-            "text/plain",
-            "only GET /metrics is served here\n".to_string(),
-        )
+        ),
+        b"/healthz" => ("200 OK", TEXT, "ok\n".into()),
+        b"/readyz" => match metrics.phase() {
+            Phase::Serving => ("200 OK", TEXT, "ready\n".into()),
+            Phase::Starting => ("503 Service Unavailable", TEXT, "starting\n".into()),
+            Phase::Draining => ("503 Service Unavailable", TEXT, "draining\n".into()),
+        },
+        _ => ("404 Not Found", TEXT, PATHS.into()),
     };
-    let resp = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = s.write_all(resp.as_bytes()).await;
-    let _ = s.shutdown().await;
+    Answer {
+        status,
+        content_type,
+        body,
+        extra_header: "",
+        head_only,
+    }
+}
+
+/// Where the process is, for `/readyz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Binding, loading: not listening yet.
+    Starting,
+    /// Listening with its certificates loaded.
+    Serving,
+    /// Stopping: no new connections, the open ones finishing.
+    Draining,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(request: &str, m: &Metrics) -> Answer {
+        answer(request.as_bytes(), m)
+    }
+
+    #[test]
+    fn paths_methods_and_query_strings() {
+        let m = Metrics::new();
+        m.set_phase(Phase::Serving);
+        assert_eq!(ask("GET /metrics HTTP/1.1\r\n\r\n", &m).status, "200 OK");
+        let q = ask("GET /metrics?name[]=x HTTP/1.1\r\n\r\n", &m);
+        assert!(q.body.contains("shuck_connections_accepted"), "{}", q.body);
+        let head = ask("HEAD /metrics HTTP/1.1\r\n\r\n", &m);
+        assert!(head.head_only && head.status == "200 OK");
+        assert_eq!(ask("GET /healthz HTTP/1.1\r\n\r\n", &m).body, "ok\n");
+        assert_eq!(
+            ask("POST /readyz HTTP/1.1\r\n\r\n", &m).status,
+            "405 Method Not Allowed"
+        );
+        assert_eq!(
+            ask("GET /nope HTTP/1.1\r\n\r\n", &m).status,
+            "404 Not Found"
+        );
+        assert_eq!(
+            ask("GET /metricsx HTTP/1.1\r\n\r\n", &m).status,
+            "404 Not Found"
+        );
+    }
+
+    #[test]
+    fn readiness_follows_the_phase() {
+        let m = Metrics::new();
+        let ready = |m: &Metrics| ask("GET /readyz HTTP/1.1\r\n\r\n", m);
+        assert_eq!(ready(&m).status, "503 Service Unavailable");
+        assert_eq!(ready(&m).body, "starting\n");
+        m.set_phase(Phase::Serving);
+        assert_eq!(ready(&m).status, "200 OK");
+        m.set_phase(Phase::Draining);
+        assert_eq!(ready(&m).body, "draining\n");
+    }
 }

@@ -12,7 +12,7 @@ use prometheus_client::registry::Registry;
 
 mod http;
 
-pub use http::serve;
+pub use http::{serve, Phase};
 
 use crate::conn_error::{CountedIn, Reason};
 use crate::session_store::{latency_histogram, StoreCounters};
@@ -26,6 +26,8 @@ type Labels = Vec<(&'static str, String)>;
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// Where the process is, for `/readyz` (a `Phase` as a number).
+    phase: std::sync::atomic::AtomicU8,
     accepted: Family<Labels, Counter>,
     active: Family<Labels, Gauge>,
     handshakes: Family<Labels, Counter>,
@@ -123,6 +125,7 @@ impl Metrics {
             store_breaker_open: Family::default(),
             certificates: CertificateGauges::default(),
             registry: Registry::default(),
+            phase: std::sync::atomic::AtomicU8::new(0),
         };
         registry.register(
             "connections_accepted",
@@ -314,6 +317,24 @@ impl Metrics {
     }
 
     /// The OpenMetrics text exposition.
+    /// Where the process is now, for `/readyz`.
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(std::sync::atomic::Ordering::Relaxed) {
+            1 => Phase::Serving,
+            2 => Phase::Draining,
+            _ => Phase::Starting,
+        }
+    }
+
+    pub fn set_phase(&self, phase: Phase) {
+        let n = match phase {
+            Phase::Starting => 0,
+            Phase::Serving => 1,
+            Phase::Draining => 2,
+        };
+        self.phase.store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub fn encode(&self) -> String {
         self.certificates.update_ages(crate::clock::unix_now());
         let mut s = String::with_capacity(8192);
