@@ -60,6 +60,18 @@ fn main() -> ExitCode {
     }
 }
 
+/// The features this binary was built with, for `shuck_build_info`.
+fn features() -> Vec<&'static str> {
+    let mut f = Vec::new();
+    if cfg!(feature = "bench") {
+        f.push("bench");
+    }
+    if cfg!(feature = "jemalloc") {
+        f.push("jemalloc");
+    }
+    f
+}
+
 /// Builds the validated configuration from the file or from the one-frontend flags, then applies
 /// the global overrides (workers, pinning, limits).
 pub(crate) fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, String> {
@@ -162,6 +174,7 @@ pub(crate) fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<
 fn serve(args: &ServeArgs) -> Result<(), String> {
     let config = load_config(&args.config, Some(args))?;
     let log_queue = logging::init(&config);
+    shuck_proxy::set_build_features(&features().join(","));
     shuck_proxy::logging::panics_as_lines();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

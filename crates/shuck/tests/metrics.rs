@@ -407,6 +407,28 @@ fn probes_answer_on_the_metrics_listener_and_readiness_ends_with_the_drain() {
         "{body}"
     );
     assert_eq!(probe(m, &["-X", "POST"], "/readyz").0, "405");
+    // The process metrics every exporter has, and the build, in the same scrape.
+    let text = scrape(m);
+    for name in [
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+        "process_cpu_seconds_total",
+    ] {
+        let value = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.parse::<f64>().ok());
+        assert!(value.is_some_and(|v| v >= 0.0), "{name}: {text}");
+    }
+    let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        sum(&text, "shuck_build_info", &[&version, "rustls=\"0.23."]),
+        1,
+        "{text}"
+    );
+    assert_eq!(text.matches("# EOF").count(), 1, "{text}");
     assert_eq!(probe(m, &[], "/nothing").0, "404");
     // An open connection keeps the drain going; the endpoint still answers, not ready.
     let mut open = TcpStream::connect(shuck.addr()).expect("connect");

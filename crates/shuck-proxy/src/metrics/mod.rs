@@ -4,13 +4,14 @@
 
 use std::time::Duration;
 
-use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 mod http;
+mod process;
 
 pub use http::{serve, Phase};
 
@@ -26,6 +27,8 @@ type Labels = Vec<(&'static str, String)>;
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// The process metrics, named without shuck's prefix as every exporter names them.
+    process: Registry,
     /// Where the process is, for `/readyz` (a `Phase` as a number).
     phase: std::sync::atomic::AtomicU8,
     accepted: Family<Labels, Counter>,
@@ -125,6 +128,7 @@ impl Metrics {
             store_breaker_open: Family::default(),
             certificates: CertificateGauges::default(),
             registry: Registry::default(),
+            process: Registry::default(),
             phase: std::sync::atomic::AtomicU8::new(0),
         };
         registry.register(
@@ -202,14 +206,16 @@ impl Metrics {
             "Connections closed because this process ran out of a resource, by kind (descriptors)",
             m.resource_errors.clone(),
         );
-        registry.register(
-            "log_lines_dropped",
-            "Log lines dropped because the log writer's queue was full (the reader of standard error lagged); a summary line follows once it catches up",
-            crate::logging::LINES_DROPPED.clone(),
-        );
+        register_process_wide(&mut registry);
         register_session_families(&mut registry, &m);
         m.certificates.register(&mut registry);
-        Metrics { registry, ..m }
+        let mut process = Registry::default();
+        process.register_collector(Box::new(process::ProcessCollector));
+        Metrics {
+            registry,
+            process,
+            ..m
+        }
     }
 
     /// The counters of one frontend's remote session store.
@@ -339,9 +345,43 @@ impl Metrics {
         self.certificates.update_ages(crate::clock::unix_now());
         let mut s = String::with_capacity(8192);
         // Writing to a String cannot fail.
-        let _ = encode(&mut s, &self.registry);
+        let _ = encode_registry(&mut s, &self.process);
+        let _ = encode_registry(&mut s, &self.registry);
+        let _ = encode_eof(&mut s);
         s
     }
+}
+
+/// What belongs to the process rather than to a frontend: the build, the log's dropped lines.
+fn register_process_wide(registry: &mut Registry) {
+    registry.register(
+        "log_lines_dropped",
+        "Log lines dropped because the log writer's queue was full (the reader of standard error lagged); a summary line follows once it catches up",
+        crate::logging::LINES_DROPPED.clone(),
+    );
+    registry.register(
+        "build",
+        "The build: shuck's version and commit, rustls' version, the binary's features",
+        prometheus_client::metrics::info::Info::new(build_labels()),
+    );
+}
+
+/// The binary's features (`bench`, `jemalloc`), for `shuck_build_info`: set once, before the
+/// first `Metrics` is made.
+static FEATURES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Names the binary's features in `shuck_build_info` (the engine cannot see them).
+pub fn set_build_features(features: &str) {
+    let _ = FEATURES.set(features.to_string());
+}
+
+fn build_labels() -> Vec<(&'static str, String)> {
+    vec![
+        ("version", env!("CARGO_PKG_VERSION").to_string()),
+        ("commit", env!("SHUCK_COMMIT").to_string()),
+        ("rustls", env!("SHUCK_RUSTLS_VERSION").to_string()),
+        ("features", FEATURES.get().cloned().unwrap_or_default()),
+    ]
 }
 
 /// A handle out of a family. The family's read guard must be dropped before the next lookup, which
