@@ -1,5 +1,6 @@
-//! Puts the commit shuck was built from into `shuck --version` (SHUCK_COMMIT), "unknown" when
-//! not built from a git checkout (a source package).
+//! Puts the commit shuck was built from into `shuck --version` and `shuck_build_info`
+//! (SHUCK_COMMIT), "unknown" when not built from a git checkout (a source package), and the
+//! rustls version the lock file names (SHUCK_RUSTLS_VERSION).
 
 use std::process::Command;
 
@@ -19,6 +20,16 @@ fn main() {
         .is_some_and(|o| o.status.success() && !o.stdout.is_empty());
     let suffix = if dirty { "-modified" } else { "" };
     println!("cargo:rustc-env=SHUCK_COMMIT={commit}{suffix}");
+    let lock = std::fs::read_to_string("../../Cargo.lock").unwrap_or_default();
+    let rustls = lock
+        .split("[[package]]")
+        .filter(|p| p.contains("\nname = \"rustls\"\n"))
+        .filter_map(|p| p.lines().find_map(|l| l.strip_prefix("version = \"")))
+        .map(|v| v.trim_end_matches('"'))
+        .find(|v| v.starts_with("0.23."))
+        .unwrap_or("unknown");
+    println!("cargo:rustc-env=SHUCK_RUSTLS_VERSION={rustls}");
+    println!("cargo:rerun-if-changed=../../Cargo.lock");
     // A new commit (or checkout) changes HEAD or the branch it points to.
     for path in [
         "../../.git/HEAD",

@@ -45,6 +45,6 @@ pub mod upgrade;
 mod worker;
 
 pub use error::{Error, Result};
-pub use metrics::set_build_features;
+pub use metrics::{set_build_info, BuildInfo};
 /// A new random ticket key as a key file holds it (`shuck ticket-key`).
 pub use tls::ticket_keys::generate as new_ticket_key;

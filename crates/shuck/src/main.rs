@@ -174,7 +174,11 @@ pub(crate) fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<
 fn serve(args: &ServeArgs) -> Result<(), String> {
     let config = load_config(&args.config, Some(args))?;
     let log_queue = logging::init(&config);
-    shuck_proxy::set_build_features(&features().join(","));
+    shuck_proxy::set_build_info(shuck_proxy::BuildInfo {
+        commit: env!("SHUCK_COMMIT").into(),
+        rustls: env!("SHUCK_RUSTLS_VERSION").into(),
+        features: features().join(","),
+    });
     shuck_proxy::logging::panics_as_lines();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -366,21 +366,30 @@ fn register_process_wide(registry: &mut Registry) {
     );
 }
 
-/// The binary's features (`bench`, `jemalloc`), for `shuck_build_info`: set once, before the
+/// What `shuck_build_info` says beyond the version: the commit, the rustls version and the
+/// features, which the binary knows (its build script and its features). Set once, before the
 /// first `Metrics` is made.
-static FEATURES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+#[derive(Debug, Clone, Default)]
+pub struct BuildInfo {
+    pub commit: String,
+    pub rustls: String,
+    pub features: String,
+}
 
-/// Names the binary's features in `shuck_build_info` (the engine cannot see them).
-pub fn set_build_features(features: &str) {
-    let _ = FEATURES.set(features.to_string());
+static BUILD: std::sync::OnceLock<BuildInfo> = std::sync::OnceLock::new();
+
+/// Tells `shuck_build_info` what the binary knows of its build.
+pub fn set_build_info(info: BuildInfo) {
+    let _ = BUILD.set(info);
 }
 
 fn build_labels() -> Vec<(&'static str, String)> {
+    let b = BUILD.get().cloned().unwrap_or_default();
     vec![
         ("version", env!("CARGO_PKG_VERSION").to_string()),
-        ("commit", env!("SHUCK_COMMIT").to_string()),
-        ("rustls", env!("SHUCK_RUSTLS_VERSION").to_string()),
-        ("features", FEATURES.get().cloned().unwrap_or_default()),
+        ("commit", b.commit),
+        ("rustls", b.rustls),
+        ("features", b.features),
     ]
 }
 

@@ -66,15 +66,13 @@ impl Collector for ProcessCollector {
 }
 
 fn read() -> Readings {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok();
-    let uptime = std::fs::read_to_string("/proc/uptime").ok();
-    let limits = std::fs::read_to_string("/proc/self/limits").ok();
-    let mut r = parse(
-        stat.as_deref(),
-        uptime.as_deref(),
-        limits.as_deref(),
-        crate::clock::unix_now(),
-    );
+    let text = |p: &str| std::fs::read_to_string(p).ok();
+    let mut r = parse(&Texts {
+        stat: text("/proc/self/stat"),
+        status: text("/proc/self/status"),
+        system: text("/proc/stat"),
+        limits: text("/proc/self/limits"),
+    });
     r.open_fds = std::fs::read_dir("/proc/self/fd")
         .ok()
         .map(|d| i64::try_from(d.count()).unwrap_or(i64::MAX));
@@ -83,35 +81,53 @@ fn read() -> Readings {
 
 /// The clock ticks per second /proc's times are in (USER_HZ: 100 on every Linux).
 const TICKS: f64 = 100.0;
-const PAGE: i64 = 4096;
 
-/// Readings from the texts of /proc/self/stat, /proc/uptime and /proc/self/limits (`now`: Unix
-/// seconds).
-fn parse(stat: Option<&str>, uptime: Option<&str>, limits: Option<&str>, now: i64) -> Readings {
+/// What /proc gave: /proc/self/stat, /proc/self/status, /proc/stat, /proc/self/limits.
+struct Texts {
+    stat: Option<String>,
+    status: Option<String>,
+    system: Option<String>,
+    limits: Option<String>,
+}
+
+fn parse(t: &Texts) -> Readings {
     let mut r = Readings::default();
     // Fields after the command name, which may hold spaces and parentheses: from the last ')'.
-    let fields: Vec<&str> = stat
+    let fields: Vec<&str> = t
+        .stat
+        .as_deref()
         .and_then(|s| s.rsplit_once(')'))
         .map(|(_, rest)| rest.split_whitespace().collect())
         .unwrap_or_default();
-    // stat(5): utime is field 14 and stime 15, starttime 22, rss 24; `fields` starts at field 3.
+    // proc_pid_stat(5): utime is field 14, stime 15, starttime 22; `fields` starts at field 3.
     let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok());
     if let (Some(u), Some(s)) = (field(14), field(15)) {
         r.cpu_seconds = Some((u + s) as f64 / TICKS);
     }
-    r.resident_bytes = field(24)
-        .and_then(|p| i64::try_from(p).ok())
-        .map(|p| p * PAGE);
-    let booted = uptime
-        .and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok())
-        .map(|up| now as f64 - up);
+    // In kB whatever the page size (stat's rss counts pages).
+    r.resident_bytes = line_value(t.status.as_deref(), "VmRSS:").map(|kb| kb * 1024);
+    // The boot time as a fixed number (not now minus uptime, which moves between scrapes).
+    let booted = line_value(t.system.as_deref(), "btime");
     if let (Some(b), Some(start)) = (booted, field(22)) {
-        r.start_time_seconds = Some(b + start as f64 / TICKS);
+        r.start_time_seconds = Some(b as f64 + start as f64 / TICKS);
     }
-    r.max_fds = limits
+    r.max_fds = t
+        .limits
+        .as_deref()
         .and_then(|l| l.lines().find(|l| l.starts_with("Max open files")))
         .and_then(|l| l.split_whitespace().nth(3)?.parse().ok());
     r
+}
+
+/// The number after `key` on its line of `text`.
+fn line_value(text: Option<&str>, key: &str) -> Option<i64> {
+    text?
+        .lines()
+        .find_map(|l| l.strip_prefix(key))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]
@@ -119,20 +135,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn proc_texts_are_read_as_stat5_describes_them() {
-        let stat = "4242 (shuck (w) 1) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 50 0 0 20 0 3 0 12000 300000000 2560 18446744073709551615";
-        let limits = "Limit                     Soft Limit           Hard Limit           Units\nMax open files            20000                20000                files\n";
-        let r = parse(
-            Some(stat),
-            Some("5000.50 9000.00\n"),
-            Some(limits),
-            1_000_000,
-        );
+    fn proc_texts_are_read_as_proc_pid_stat_describes_them() {
+        let t = Texts {
+            stat: Some("4242 (shuck (w) 1) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 50 0 0 20 0 3 0 12000 300000000 2560 18446744073709551615".into()),
+            status: Some("Name:\tshuck\nVmRSS:\t   10240 kB\n".into()),
+            system: Some("cpu  1 2 3\nbtime 1700000000\nprocesses 9\n".into()),
+            limits: Some("Limit                     Soft Limit           Hard Limit           Units\nMax open files            20000                20000                files\n".into()),
+        };
+        let r = parse(&t);
         assert_eq!(r.cpu_seconds, Some(3.0));
-        assert_eq!(r.resident_bytes, Some(2560 * 4096));
+        assert_eq!(r.resident_bytes, Some(10240 * 1024));
         assert_eq!(r.max_fds, Some(20000));
-        assert_eq!(r.start_time_seconds, Some(1_000_000.0 - 5000.5 + 120.0));
-        assert_eq!(parse(None, None, None, 0), Readings::default());
+        assert_eq!(r.start_time_seconds, Some(1_700_000_120.0));
+        let none = Texts {
+            stat: None,
+            status: None,
+            system: None,
+            limits: None,
+        };
+        assert_eq!(parse(&none), Readings::default());
     }
 
     #[test]

@@ -225,7 +225,7 @@ impl Kernel {
         typ: ContentType,
         payload: &[u8],
     ) -> io::Result<Option<Read>> {
-        let content = match self.records.control(typ, payload) {
+        let content = match self.records.control_from_kernel(typ, payload) {
             Ok(content) => content,
             Err(e) => return Err(self.failed(tcp, e)),
         };

@@ -313,13 +313,10 @@ impl Records {
             ));
         }
         let payload = &plain[..type_at];
-        let typ = ContentType::from(plain[type_at]);
-        if self.fragment.len > 0 && typ != ContentType::Handshake {
-            return Err(RecordError::unexpected(
-                PeerMisbehaved::MessageInterleavedWithHandshakeMessage,
-            ));
-        }
-        match typ {
+        match ContentType::from(plain[type_at]) {
+            ContentType::ApplicationData if !payload.is_empty() && self.fragment.len > 0 => Err(
+                RecordError::unexpected(PeerMisbehaved::MessageInterleavedWithHandshakeMessage),
+            ),
             ContentType::ApplicationData if !payload.is_empty() => {
                 self.data_arrived();
                 Ok(Content::Data {
@@ -329,6 +326,27 @@ impl Records {
             }
             typ => self.control(typ, payload),
         }
+    }
+
+    /// A record the kernel opened (kTLS) that is not application data. The kernel takes a
+    /// record starting with a KeyUpdate's type for a whole KeyUpdate and waits for new keys
+    /// after it, so a KeyUpdate split over records cannot be joined there: refused.
+    pub(crate) fn control_from_kernel(
+        &mut self,
+        typ: ContentType,
+        payload: &[u8],
+    ) -> Result<Content, RecordError> {
+        if typ == ContentType::Handshake && payload.len() < 5 {
+            return Err(RecordError::unexpected(
+                PeerMisbehaved::KeyEpochWithPendingFragment,
+            ));
+        }
+        self.control(typ, payload)
+    }
+
+    /// Whether part of a KeyUpdate waits for the rest (no hand-over to the kernel meanwhile).
+    pub(crate) fn holds_fragment(&self) -> bool {
+        self.fragment.len > 0
     }
 
     /// Application data arrived: the limits on records without any start again.
@@ -344,6 +362,11 @@ impl Records {
         typ: ContentType,
         payload: &[u8],
     ) -> Result<Content, RecordError> {
+        if self.fragment.len > 0 && typ != ContentType::Handshake {
+            return Err(RecordError::unexpected(
+                PeerMisbehaved::MessageInterleavedWithHandshakeMessage,
+            ));
+        }
         match typ {
             ContentType::ApplicationData if payload.is_empty() => {
                 self.nothing(PeerMisbehaved::TooManyEmptyFragments)

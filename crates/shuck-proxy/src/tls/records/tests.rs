@@ -572,3 +572,24 @@ fn records_stop_before_the_sequence_number_wraps() {
     records.tx_limit = u64::MAX;
     assert!(records.seal_data(b"x", &mut out).is_err());
 }
+
+#[test]
+fn records_refuse_fragments_from_the_kernel_and_interleaving_on_every_path() {
+    // The kernel (kTLS) takes a record starting with a KeyUpdate's type for a whole KeyUpdate.
+    let (_, mut records) = crafted();
+    let e = records
+        .control_from_kernel(ContentType::Handshake, &[24, 0])
+        .expect_err("a fragment from the kernel");
+    assert_eq!(e.alert, Some(AlertDescription::UnexpectedMessage));
+    // A record the kernel hands over between fragments held from before the hand-over.
+    let (_, mut records) = crafted();
+    let held = records
+        .control(ContentType::Handshake, &[24, 0])
+        .expect("held");
+    assert_eq!(held, Content::Nothing);
+    assert!(records.holds_fragment(), "no hand-over to the kernel now");
+    let e = records
+        .control(ContentType::Alert, &[1, 0])
+        .expect_err("an alert between fragments");
+    assert_eq!(e.alert, Some(AlertDescription::UnexpectedMessage));
+}

@@ -184,10 +184,12 @@ impl TlsStream {
         }
     }
 
-    /// Who protects the records now: `shuck` (its own layer), `kernel` (kTLS), `rustls`.
+    /// Who protects the records now: `shuck` (its own layer), `kernel` (kTLS), `rustls`; with
+    /// kTLS asked for and not yet handed over, `shuck, then the kernel`.
     pub(crate) fn records_by(&self) -> &'static str {
         match &self.layer {
             Layer::Rustls(_) => "rustls",
+            Layer::Own(_) if self.ktls == Ktls::Asked => "shuck, then the kernel (ktls)",
             Layer::Own(_) => "shuck",
             Layer::Kernel(_) => "kernel",
             Layer::Lost => "none",
@@ -380,7 +382,12 @@ impl TlsStream {
     /// it was dropped unread, so the socket need not be at a record boundary), and once the
     /// stream has failed.
     fn hand_over_at_boundary(&mut self) -> io::Result<()> {
-        if self.ktls != Ktls::Asked || !self.incoming.is_empty() || !self.outgoing.is_empty() {
+        let fragment = matches!(&self.layer, Layer::Own(r) if r.holds_fragment());
+        if self.ktls != Ktls::Asked
+            || !self.incoming.is_empty()
+            || !self.outgoing.is_empty()
+            || fragment
+        {
             return Ok(());
         }
         if self.close_sent || self.read_end.is_some() || self.broken {
