@@ -138,7 +138,7 @@ pub struct RunArgs {
     /// Connections per TLS session: the first a full handshake, the rest resumed.
     #[arg(short = 'k', long, default_value_t = 8, value_name = "K")]
     pub requests_per_session: u32,
-    /// HTTP requests per connection (1 = HTTP/1.0, no keep-alive, as the seeds).
+    /// HTTP requests per connection (1 = HTTP/1.0, no keep-alive, as in Bernat's benchmark).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub keepalive: u32,
     /// Path to request.

@@ -28,8 +28,8 @@ pub enum Command {
     /// HAProxy-format file (rotate by appending on every host, then reloading), or as a new raw
     /// nginx-format file. Created readable by the owner only; the key is never printed.
     TicketKey(TicketKeyArgs),
-    /// Load a TLS server the seeds' way (K connections per session, offered-rate ramp,
-    /// latency-bounded maximum); `shuck bench backend` and `shuck bench idle` help set it up.
+    /// Load a TLS server as Vincent Bernat's TLS-termination benchmark did (K connections per
+    /// TLS session, an offered-rate ramp, the maximum within a latency bound); `shuck bench backend` and `shuck bench idle` help set it up.
     #[cfg(feature = "bench")]
     Bench(Box<shuck_bench::cli::BenchCommand>),
     /// Measure this machine's per-core crypto speed and predict handshakes/s and bulk MB/s.
