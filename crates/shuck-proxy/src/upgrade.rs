@@ -321,8 +321,10 @@ impl Successor {
     }
 }
 
-fn signal(pid: u32, sig: nix::sys::signal::Signal) {
-    if let Ok(p) = i32::try_from(pid) {
+/// Sends `sig` to process `pid`; never to 0 or below (kill(2) would take those for a process
+/// group, this one's own among them).
+pub fn signal(pid: u32, sig: nix::sys::signal::Signal) {
+    if let Ok(p @ 1..) = i32::try_from(pid) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), sig);
     }
 }

@@ -222,6 +222,18 @@ impl Loop {
         }
     }
 
+    /// The service stops here (handed over, or stopped with the new process): drain, unless a
+    /// stop is already under way.
+    fn start_drain(&self) {
+        self.stops.send_if_modified(|n| {
+            let start = *n == 0;
+            if start {
+                *n = 1;
+            }
+            start
+        });
+    }
+
     fn upgrade_done(&mut self, done: Result<(Upgrade, Outcome), tokio::task::JoinError>) {
         match done {
             Ok((u, Outcome::HandedOver)) => {
@@ -231,24 +243,11 @@ impl Loop {
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .release();
-                // Drain, unless a stop is already under way.
-                self.stops.send_if_modified(|n| {
-                    let start = *n == 0;
-                    if start {
-                        *n = 1;
-                    }
-                    start
-                });
+                self.start_drain();
             }
             Ok((u, Outcome::Stopped)) => {
                 self.upgrade = Some(u);
-                self.stops.send_if_modified(|n| {
-                    let start = *n == 0;
-                    if start {
-                        *n = 1;
-                    }
-                    start
-                });
+                self.start_drain();
             }
             Ok((u, Outcome::Failed | Outcome::RolledBack)) => {
                 self.upgrade = Some(u);

@@ -43,12 +43,7 @@ impl Starting {
     /// Sends SIGTERM to the new process still starting, if any.
     pub(crate) fn stop(&self) {
         let pid = self.0.swap(0, std::sync::atomic::Ordering::Relaxed);
-        if let Ok(p @ 1..) = i32::try_from(pid) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(p),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
+        shuck_proxy::upgrade::signal(pid, nix::sys::signal::Signal::SIGTERM);
     }
 }
 

@@ -227,11 +227,7 @@ fn kill(sig: &str, pid: u32) {
 
 fn alive(pid: u32) -> bool {
     // A zombie has exited: only its entry is left for its parent to reap.
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit(')')
-            .next()
-            .is_some_and(|r| !r.trim_start().starts_with('Z'))
-    })
+    stat_fields(pid).is_some_and(|f| f.first().is_some_and(|state| state != "Z"))
 }
 
 /// Every signal an operator may send out of habit, in turn, to a serving process: none ends it
@@ -547,22 +543,30 @@ fn wait_pid_other_than(path: &Path, old: u32, bound: Duration, log: &Path) -> u3
     }
 }
 
+/// Every process ID in /proc.
+fn pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The fields of /proc/PID/stat after the command name (which may hold spaces and ')').
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
 /// The processes whose parent is `parent`.
 fn children_of(parent: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                s.rsplit(')')
-                    .next()
-                    .and_then(|r| r.split_whitespace().nth(1)?.parse::<u32>().ok())
-                    == Some(parent)
-            })
-        })
+    let ppid = |pid| stat_fields(pid)?.get(1)?.parse::<u32>().ok();
+    pids()
+        .into_iter()
+        .filter(|&pid| ppid(pid) == Some(parent))
         .collect()
 }
 
@@ -579,14 +583,10 @@ fn wait_child(parent: u32, bound: Duration) -> u32 {
 
 /// Live processes whose command line names `needle` (this test's configuration file).
 fn processes_naming(needle: &str) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            alive(*pid)
+    pids()
+        .into_iter()
+        .filter(|&pid| {
+            alive(pid)
                 && std::fs::read(format!("/proc/{pid}/cmdline"))
                     .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
         })

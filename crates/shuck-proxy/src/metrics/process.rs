@@ -24,45 +24,45 @@ struct Readings {
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let r = read();
-        if let Some(v) = r.cpu_seconds {
-            let m = ConstCounter::new(v);
-            m.encode(encoder.encode_descriptor(
-                "process_cpu_seconds",
-                "User and system CPU time spent, in seconds",
-                None,
-                m.metric_type(),
-            )?)?;
-        }
-        let gauges = [
-            (
-                "process_resident_memory_bytes",
-                "Resident memory size in bytes",
-                r.resident_bytes,
-            ),
-            ("process_open_fds", "Open file descriptors", r.open_fds),
-            (
-                "process_max_fds",
-                "The open file descriptors limit (soft)",
-                r.max_fds,
-            ),
-        ];
-        for (name, help, value) in gauges {
-            if let Some(v) = value {
-                let m = ConstGauge::new(v);
-                m.encode(encoder.encode_descriptor(name, help, None, m.metric_type())?)?;
-            }
-        }
-        if let Some(v) = r.start_time_seconds {
-            let m = ConstGauge::new(v);
-            m.encode(encoder.encode_descriptor(
-                "process_start_time_seconds",
-                "Start time of the process since the Unix epoch, in seconds",
-                None,
-                m.metric_type(),
-            )?)?;
-        }
-        Ok(())
+        let e = &mut encoder;
+        let cpu = r.cpu_seconds.map(ConstCounter::new);
+        one(
+            e,
+            "process_cpu_seconds",
+            "User and system CPU time spent, in seconds",
+            cpu,
+        )?;
+        let rss = r.resident_bytes.map(ConstGauge::new);
+        one(
+            e,
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes",
+            rss,
+        )?;
+        let open = r.open_fds.map(ConstGauge::new);
+        one(e, "process_open_fds", "Open file descriptors", open)?;
+        let max = r.max_fds.map(ConstGauge::new);
+        one(
+            e,
+            "process_max_fds",
+            "The open file descriptors limit (soft)",
+            max,
+        )?;
+        let start = r.start_time_seconds.map(ConstGauge::new);
+        let help = "Start time of the process since the Unix epoch, in seconds";
+        one(e, "process_start_time_seconds", help, start)
     }
+}
+
+/// One metric, if it was read.
+fn one(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    metric: Option<impl EncodeMetric>,
+) -> Result<(), std::fmt::Error> {
+    let Some(m) = metric else { return Ok(()) };
+    m.encode(encoder.encode_descriptor(name, help, None, m.metric_type())?)
 }
 
 fn read() -> Readings {
