@@ -49,6 +49,9 @@ pub(crate) const MAX_SEAL_OVERHEAD: usize = OVERHEAD + KEY_UPDATE_RECORD;
 /// Records in a row that bring no application data (KeyUpdates, empty records, user_canceled)
 /// before the client is taken for a nuisance: rustls' and BoringSSL's 32.
 const MAX_RECORDS_WITHOUT_DATA: u8 = 32;
+/// Warning alerts a connection may send in its life, data or not between them: rustls' and
+/// BoringSSL's 4. TLS 1.3 lets only user_canceled through; the rest are refused anyway.
+const MAX_WARNINGS: u8 = 4;
 /// Every protected TLS 1.3 record says it is application data, version TLS 1.2, outside.
 const OUTER_TYPE: u8 = 23;
 const OUTER_VERSION: [u8; 2] = [3, 3];
@@ -93,7 +96,7 @@ pub(crate) enum Opened {
     Record { len: usize, content: Content },
 }
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Content {
     /// Application data at `start..end` of the bytes given.
     Data { start: usize, end: usize },
@@ -187,6 +190,8 @@ pub(crate) struct Records {
     /// Our keys are updated before this many records are sealed with them.
     tx_limit: u64,
     key_updates_allowed: u8,
+    /// Warning alerts still allowed on this connection.
+    warnings_allowed: u8,
     empty_in_a_row: u8,
     /// The first bytes of a KeyUpdate split over records.
     fragment: Fragment,
@@ -226,6 +231,7 @@ impl Records {
             rx: Keys::new(algorithm, secrets.rx)?,
             tx_limit,
             key_updates_allowed: MAX_RECORDS_WITHOUT_DATA,
+            warnings_allowed: MAX_WARNINGS,
             empty_in_a_row: 0,
             answered: false,
             fragment: Fragment::default(),
@@ -241,24 +247,25 @@ impl Records {
         }
     }
 
-    /// Opens the record at the front of `received` in place.
+    /// Opens the record at the front of `received` in place. A wrong type or version is
+    /// refused as soon as its bytes are there, as rustls does, not after the whole header.
     pub(crate) fn open(&mut self, received: &mut [u8]) -> Result<Opened, RecordError> {
-        let Some(header) = received.get(..HEADER_LEN) else {
-            return Ok(Opened::Incomplete);
-        };
-        let body_len = usize::from(u16::from_be_bytes([header[3], header[4]]));
-        if header[0] != OUTER_TYPE {
+        if let Some(&typ) = received.first().filter(|&&t| t != OUTER_TYPE) {
             return Err(RecordError::unexpected(Error::InappropriateMessage {
                 expect_types: vec![ContentType::ApplicationData],
-                got_type: ContentType::from(header[0]),
+                got_type: ContentType::from(typ),
             }));
         }
-        if header[1] != 3 {
+        if received.get(1..3).is_some_and(|version| version[0] != 3) {
             return Err(RecordError::new(
                 AlertDescription::DecodeError,
                 InvalidMessage::UnknownProtocolVersion,
             ));
         }
+        let Some(header) = received.get(..HEADER_LEN) else {
+            return Ok(Opened::Incomplete);
+        };
+        let body_len = usize::from(u16::from_be_bytes([header[3], header[4]]));
         if body_len > MAX_CIPHERTEXT {
             return Err(RecordError::new(
                 AlertDescription::RecordOverflow,
@@ -304,7 +311,9 @@ impl Records {
         }
         // The content type is the last byte that is not zero padding.
         let Some(type_at) = plain.iter().rposition(|&b| b != 0) else {
-            return Err(RecordError::unexpected(InvalidMessage::InvalidContentType));
+            return Err(RecordError::unexpected(
+                PeerMisbehaved::IllegalTlsInnerPlaintext,
+            ));
         };
         if type_at > MAX_PLAINTEXT {
             return Err(RecordError::new(
@@ -367,10 +376,9 @@ impl Records {
                 PeerMisbehaved::MessageInterleavedWithHandshakeMessage,
             ));
         }
+        self.count_empty(payload.is_empty())?;
         match typ {
-            ContentType::ApplicationData if payload.is_empty() => {
-                self.nothing(PeerMisbehaved::TooManyEmptyFragments)
-            }
+            ContentType::ApplicationData if payload.is_empty() => Ok(Content::Nothing),
             ContentType::ApplicationData => Err(RecordError::internal(Error::General(
                 "application data where a control record was expected".into(),
             ))),
@@ -392,33 +400,50 @@ impl Records {
         Some(u32::from_be_bytes([0, a, b, c]))
     }
 
-    /// A record with nothing for the reader, within the limit of such records in a row.
-    fn nothing(&mut self, too_many: PeerMisbehaved) -> Result<Content, RecordError> {
+    /// Counts the records in a row that hold nothing at all (empty after their content type
+    /// and padding), as rustls does: any record with a payload ends the run.
+    fn count_empty(&mut self, empty: bool) -> Result<(), RecordError> {
+        if !empty {
+            self.empty_in_a_row = 0;
+            return Ok(());
+        }
         self.empty_in_a_row = self.empty_in_a_row.saturating_add(1);
         if self.empty_in_a_row > MAX_RECORDS_WITHOUT_DATA {
-            return Err(RecordError::unexpected(too_many));
+            return Err(RecordError::unexpected(
+                PeerMisbehaved::TooManyEmptyFragments,
+            ));
         }
-        Ok(Content::Nothing)
+        Ok(())
     }
 
     fn alert(&mut self, payload: &[u8]) -> Result<Content, RecordError> {
         let &[level, description] = payload else {
-            return Err(RecordError::new(
-                AlertDescription::DecodeError,
-                InvalidMessage::MessageTooShort,
-            ));
+            // The error rustls gives for each.
+            let error = match payload.len() {
+                0 => InvalidMessage::MissingData("AlertLevel"),
+                1 => InvalidMessage::MissingData("AlertDescription"),
+                _ => InvalidMessage::TrailingData("AlertMessagePayload"),
+            };
+            return Err(RecordError::new(AlertDescription::DecodeError, error));
         };
         let description = AlertDescription::from(description);
         match (level, description) {
             (1 | 2, AlertDescription::CloseNotify) => Ok(Content::CloseNotify),
-            // TLS 1.3 outlaws warnings except this one, which some clients send for nothing.
-            (1, AlertDescription::UserCanceled) => {
-                self.nothing(PeerMisbehaved::TooManyWarningAlertsReceived)
+            (1, d) => {
+                self.warnings_allowed = self.warnings_allowed.checked_sub(1).ok_or_else(|| {
+                    RecordError::unexpected(PeerMisbehaved::TooManyWarningAlertsReceived)
+                })?;
+                // TLS 1.3 outlaws warnings except this one, which some clients send for
+                // nothing.
+                if d == AlertDescription::UserCanceled {
+                    Ok(Content::Nothing)
+                } else {
+                    Err(RecordError::new(
+                        AlertDescription::DecodeError,
+                        Error::AlertReceived(d),
+                    ))
+                }
             }
-            (1, d) => Err(RecordError::new(
-                AlertDescription::DecodeError,
-                Error::AlertReceived(d),
-            )),
             (2, d) => Err(RecordError {
                 error: Error::AlertReceived(d),
                 alert: None,
@@ -478,9 +503,14 @@ impl Records {
             // `total` is at most 4 here.
             self.fragment.bytes[..total].copy_from_slice(&message[..total]);
             self.fragment.len = total as u8;
-            return self.nothing(PeerMisbehaved::TooManyEmptyFragments);
+            return Ok(Content::Nothing);
         }
         self.fragment.len = 0;
+        // Counted before its request is looked at, as rustls does.
+        self.key_updates_allowed = self
+            .key_updates_allowed
+            .checked_sub(1)
+            .ok_or_else(|| RecordError::unexpected(PeerMisbehaved::TooManyKeyUpdateRequests))?;
         let request = message[4];
         if request > 1 {
             return Err(RecordError::new(
@@ -488,10 +518,6 @@ impl Records {
                 InvalidMessage::InvalidKeyUpdate,
             ));
         }
-        self.key_updates_allowed = self
-            .key_updates_allowed
-            .checked_sub(1)
-            .ok_or_else(|| RecordError::unexpected(PeerMisbehaved::TooManyKeyUpdateRequests))?;
         let secrets = self
             .kernel
             .update_rx_secret()

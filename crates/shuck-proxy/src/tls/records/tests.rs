@@ -363,6 +363,14 @@ impl Crafter {
         [&header[..], &body].concat()
     }
 
+    /// Takes the keys `records` now expects from the client (after it opened a KeyUpdate).
+    fn follow(&mut self, records: &Records) {
+        let unbound = UnboundKey::new(&AES_128_GCM, &records.rx.key[..records.rx.key_len]);
+        self.key = LessSafeKey::new(unbound.expect("key"));
+        self.iv = *records.rx.iv;
+        self.seq = records.rx.seq;
+    }
+
     /// `payload` of content type `typ`, with `pad` zeros of padding.
     fn seal(&mut self, typ: u8, payload: &[u8], pad: usize) -> Vec<u8> {
         let mut inner = payload.to_vec();
@@ -592,4 +600,87 @@ fn records_refuse_fragments_from_the_kernel_and_interleaving_on_every_path() {
         .control(ContentType::Alert, &[1, 0])
         .expect_err("an alert between fragments");
     assert_eq!(e.alert, Some(AlertDescription::UnexpectedMessage));
+}
+
+/// Warnings (user_canceled, the only one TLS 1.3 lets through) are limited to four per
+/// connection, data or not between them, as in rustls and BoringSSL (`kMaxWarningAlerts`);
+/// the fifth is refused whatever it says. Found by the differential target: shuck allowed 32
+/// in a row, and data reset the count.
+#[test]
+fn records_allow_four_warnings_per_connection() {
+    let (mut crafter, mut records) = crafted();
+    let mut wire = Vec::new();
+    for _ in 0..4 {
+        wire.extend(crafter.seal(ALERT, &[1, 90], 0));
+        wire.extend(crafter.seal(DATA, b"x", 0));
+    }
+    let (data, _) = open_all(&mut records, &mut wire).expect("four warnings");
+    assert_eq!(data, b"xxxx");
+    let mut fifth = crafter.seal(ALERT, &[1, 40], 0);
+    let error = records.open(&mut fifth).expect_err("a fifth warning");
+    assert_eq!(error.alert, Some(AlertDescription::UnexpectedMessage));
+    assert_eq!(
+        error.error,
+        Error::PeerMisbehaved(PeerMisbehaved::TooManyWarningAlertsReceived)
+    );
+}
+
+/// Only records that hold nothing count as empty, as in rustls: a KeyUpdate or an alert ends
+/// the run (shuck counted user_canceled and KeyUpdate fragments as empty). An empty record is
+/// still no data for the KeyUpdate allowance (stricter than rustls, see docs/fuzzing.md).
+#[test]
+fn records_count_only_records_that_hold_nothing_as_empty() {
+    let (mut crafter, mut records) = crafted();
+    let mut wire = Vec::new();
+    for _ in 0..3 {
+        for _ in 0..20 {
+            wire.extend(crafter.seal(DATA, &[], 0));
+        }
+        wire.extend(crafter.seal(ALERT, &[1, 90], 0));
+    }
+    for _ in 0..20 {
+        wire.extend(crafter.seal(DATA, &[], 7));
+    }
+    wire.extend(crafter.seal(HANDSHAKE, &[24, 0], 0));
+    wire.extend(crafter.seal(HANDSHAKE, &[0, 1, 0], 0));
+    let (data, other) = open_all(&mut records, &mut wire).expect("runs of 20");
+    assert!(data.is_empty());
+    assert_eq!(other.len(), 20 * 4 + 3 + 2);
+}
+
+/// A record of the wrong type or version is refused as soon as those bytes are there, as in
+/// rustls, not after a whole header.
+#[test]
+fn records_refuse_a_wrong_type_or_version_from_its_first_bytes() {
+    for (bytes, want) in [
+        (&[22][..], AlertDescription::UnexpectedMessage),
+        (&[0xff], AlertDescription::UnexpectedMessage),
+        (&[23, 4, 0], AlertDescription::DecodeError),
+    ] {
+        let (_, mut records) = crafted();
+        let mut wire = bytes.to_vec();
+        let error = records.open(&mut wire).expect_err("refused");
+        assert_eq!(error.alert, Some(want), "{bytes:?}");
+    }
+    let (_, mut records) = crafted();
+    assert_eq!(records.open(&mut [23, 4]).expect("two bytes"), Opened::Incomplete);
+}
+
+/// The KeyUpdate allowance is spent before the request is looked at, as in rustls: the 33rd
+/// is refused for being one too many, whatever its request.
+#[test]
+fn records_count_a_key_update_before_reading_its_request() {
+    let (mut crafter, mut records) = crafted();
+    for _ in 0..MAX_RECORDS_WITHOUT_DATA {
+        let mut wire = crafter.seal(HANDSHAKE, &[24, 0, 0, 1, 0], 0);
+        let (_, other) = open_all(&mut records, &mut wire).expect("32 are allowed");
+        assert_eq!(other, [Content::Nothing]);
+        crafter.follow(&records);
+    }
+    let mut wire = crafter.seal(HANDSHAKE, &[24, 0, 0, 1, 9], 0);
+    let error = records.open(&mut wire).expect_err("a 33rd");
+    assert_eq!(
+        error.error,
+        Error::PeerMisbehaved(PeerMisbehaved::TooManyKeyUpdateRequests)
+    );
 }
