@@ -44,6 +44,13 @@ mod tls_params;
 pub mod upgrade;
 mod worker;
 
+/// What the fuzz targets in `crates/shuck-proxy/fuzz` call: not an API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::tls::records::differential::{check, compare, Disagreement};
+}
+
 pub use error::{Error, Result};
 pub use metrics::{set_build_info, BuildInfo};
 /// A new random ticket key as a key file holds it (`shuck ticket-key`).
