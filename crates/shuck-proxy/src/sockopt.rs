@@ -107,3 +107,99 @@ pub fn unacknowledged(socket: &impl AsFd) -> io::Result<usize> {
     }
     usize::try_from(queued).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
 }
+
+/// The sequence number of the next record the kernel seals on a kTLS socket: the `rec_seq` of
+/// what `getsockopt(SOL_TLS, TLS_TX)` returns (nix sets TLS_TX but cannot read it). The kernel
+/// returns the keys too; they are zeroed here before returning.
+pub fn ktls_tx_seq(socket: &impl AsFd) -> io::Result<u64> {
+    let fd = socket.as_fd().as_raw_fd();
+    // The largest of the three TLS 1.3 structures (AES-256-GCM and ChaCha20-Poly1305: 56
+    // bytes); the kernel writes the one for the socket's cipher.
+    let mut info = zeroize::Zeroizing::new([0u8; 56]);
+    let mut len = libc::socklen_t::try_from(info.len())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `fd` is open for the call (borrowed from `socket`); the kernel writes at most
+    // `len` bytes to `info`, which is `len` bytes long and outlives the call, and updates
+    // `len`, a `socklen_t` that outlives it too.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_TLS,
+            libc::TLS_TX,
+            info.as_mut_ptr().cast(),
+            std::ptr::from_mut(&mut len),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    rec_seq(&info[..]).ok_or_else(|| io::Error::other("ktls: an unknown cipher in TLS_TX"))
+}
+
+/// `rec_seq` in a kernel `tls12_crypto_info_*`: after the version and cipher (two `u16`), the
+/// IV, key and salt of its cipher.
+fn rec_seq(info: &[u8]) -> Option<u64> {
+    let cipher = u16::from_ne_bytes([*info.get(2)?, *info.get(3)?]);
+    let at = match cipher {
+        libc::TLS_CIPHER_AES_GCM_128 => 4 + 8 + 16 + 4,
+        // 4 + 8 + 32 + 4 and 4 + 12 + 32 (no salt).
+        libc::TLS_CIPHER_AES_GCM_256 | libc::TLS_CIPHER_CHACHA20_POLY1305 => 48,
+        _ => return None,
+    };
+    Some(u64::from_be_bytes(info.get(at..at + 8)?.try_into().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The offsets agree with libc's layout of each structure.
+    #[test]
+    fn rec_seq_is_read_where_each_cipher_keeps_it() {
+        let seq = 0x0102_0304_0506_0708_u64.to_be_bytes();
+        let aes128 = libc::tls12_crypto_info_aes_gcm_128 {
+            info: libc::tls_crypto_info {
+                version: libc::TLS_1_3_VERSION,
+                cipher_type: libc::TLS_CIPHER_AES_GCM_128,
+            },
+            iv: [1; 8],
+            key: [2; 16],
+            salt: [3; 4],
+            rec_seq: seq,
+        };
+        let aes256 = libc::tls12_crypto_info_aes_gcm_256 {
+            info: libc::tls_crypto_info {
+                version: libc::TLS_1_3_VERSION,
+                cipher_type: libc::TLS_CIPHER_AES_GCM_256,
+            },
+            iv: [1; 8],
+            key: [2; 32],
+            salt: [3; 4],
+            rec_seq: seq,
+        };
+        let chacha = libc::tls12_crypto_info_chacha20_poly1305 {
+            info: libc::tls_crypto_info {
+                version: libc::TLS_1_3_VERSION,
+                cipher_type: libc::TLS_CIPHER_CHACHA20_POLY1305,
+            },
+            iv: [1; 12],
+            key: [2; 32],
+            salt: [],
+            rec_seq: seq,
+        };
+        assert_eq!(rec_seq(&bytes_of(&aes128)), Some(0x0102_0304_0506_0708));
+        assert_eq!(rec_seq(&bytes_of(&aes256)), Some(0x0102_0304_0506_0708));
+        assert_eq!(rec_seq(&bytes_of(&chacha)), Some(0x0102_0304_0506_0708));
+        assert_eq!(rec_seq(&[0, 0, 0x55, 0x55]), None);
+    }
+
+    /// A structure's bytes, as the kernel would write them.
+    fn bytes_of<T>(value: &T) -> Vec<u8> {
+        // SAFETY: `value` is a plain C structure of integers and byte arrays with no padding
+        // (each is packed by its fields' sizes), readable as `size_of::<T>()` bytes.
+        unsafe {
+            std::slice::from_raw_parts(std::ptr::from_ref(value).cast::<u8>(), size_of::<T>())
+        }
+        .to_vec()
+    }
+}

@@ -17,8 +17,13 @@
 //! gives the kernel new keys with TLS_RX/TLS_TX again, which kernels without kTLS rekeying
 //! (added upstream after 6.12; Debian 12's 6.1 lacks it) refuse: the connection then ends with an
 //! error. Our own KeyUpdate is due before
-//! the cipher's confidentiality limit (rustls': 2^24 records with AES-GCM, about 256 GiB on one
-//! connection); the kernel does not count, so the records it may have sealed are counted here.
+//! the cipher's confidentiality limit (rustls': 2^23 or 2^24 records with AES-GCM). The kernel
+//! may close a record before it is full, so the records it sealed are bounded here by the bytes
+//! written (a record holds at least one), which cannot undercount; when that bound nears the
+//! limit, the kernel's own count is read (TLS_TX's `rec_seq`), and the KeyUpdate is sent only if
+//! that is near it too. That read happens once per 8–16 MiB written with AES-GCM, never with
+//! ChaCha20-Poly1305 (no limit), and it keeps kernels that cannot rekey from ending connections
+//! a bound too loose would have rekeyed.
 //!
 //! A kernel without kTLS (no `tls` module: setting the ULP fails with ENOENT) is noted once for
 //! the process, logged once, and connections keep shuck's own records; as they do when the
@@ -43,7 +48,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 use zeroize::Zeroize;
 
-use super::records::{Cipher, Content, Direction, KeyView, RecordError, Records, MAX_PLAINTEXT};
+use super::records::{Cipher, Content, Direction, KeyView, RecordError, Records};
 use crate::sockopt;
 
 /// Set once a socket found the kernel without the TLS upper-layer protocol: no connection of
@@ -95,10 +100,12 @@ pub(crate) enum Read {
 /// for KeyUpdates.
 pub(crate) struct Kernel {
     records: Box<Records>,
-    /// Records the kernel may have sealed with our current keys (at most one per started 16 KiB
-    /// of a write, since each write closes its last record), counted from the records sealed in
-    /// user space before the hand-over.
+    /// Records sealed with our current keys when last known exactly: those sealed in user
+    /// space before the hand-over, then the kernel's count (TLS_TX's `rec_seq`).
     sealed: u64,
+    /// Bytes written since `sealed` was known: at least as many as the records the kernel
+    /// sealed since (each holds one byte or more).
+    written_since: u64,
     /// The client asked for our KeyUpdate and the socket had no room for it yet.
     key_update_owed: bool,
     /// Our close_notify has left: nothing more may follow it (no KeyUpdate, no alert).
@@ -173,6 +180,7 @@ impl Kernel {
         HandOver::Kernel(Kernel {
             records,
             sealed,
+            written_since: 0,
             key_update_owed: false,
             close_sent: false,
             tx_failed: false,
@@ -196,10 +204,12 @@ impl Kernel {
             let (typ, n) = match tcp.try_io(Interest::READABLE, || recv_record(tcp, room)) {
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) if e.raw_os_error() == Some(libc::EBADMSG) => {
-                    return Poll::Ready(Err(self.failed(tcp, RecordError::bad_mac())));
+                Err(e) => {
+                    return Poll::Ready(Err(match kernel_refusal(&e) {
+                        Some(refusal) => self.failed(tcp, refusal),
+                        None => e,
+                    }));
                 }
-                Err(e) => return Poll::Ready(Err(e)),
             };
             match typ {
                 None if n == 0 => return Poll::Ready(Ok(Read::Eof)),
@@ -263,9 +273,9 @@ impl Kernel {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        ready!(self.poll_settle(tcp, cx))?;
+        ready!(self.poll_settle(tcp, cx, data.len()))?;
         let n = ready!(Pin::new(tcp).poll_write(cx, data))?;
-        self.sealed = self.sealed.saturating_add(n.div_ceil(MAX_PLAINTEXT) as u64);
+        self.written_since = self.written_since.saturating_add(n as u64);
         Poll::Ready(Ok(n))
     }
 
@@ -275,7 +285,7 @@ impl Kernel {
         tcp: &TcpStream,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
-        ready!(self.poll_settle(tcp, cx))?;
+        ready!(self.poll_settle(tcp, cx, 0))?;
         let alert = [1, u8::from(AlertDescription::CloseNotify)];
         ready!(poll_send_record(tcp, cx, ContentType::Alert, &alert))?;
         self.close_sent = true;
@@ -321,14 +331,19 @@ impl Kernel {
 
     /// Our KeyUpdate when one is owed (the client asked) or due (the confidentiality limit
     /// nears), with the kernel given our next keys behind it.
-    fn poll_settle(&mut self, tcp: &TcpStream, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    /// `upcoming`: the bytes about to be written, which may each be a record.
+    fn poll_settle(
+        &mut self,
+        tcp: &TcpStream,
+        cx: &mut Context<'_>,
+        upcoming: usize,
+    ) -> Poll<io::Result<()>> {
         if self.tx_failed {
             return Poll::Ready(Err(io::Error::other(
                 "ktls: the kernel refused our updated keys earlier",
             )));
         }
-        let due = self.sealed >= self.records.tx_limit().saturating_sub(2);
-        if !self.key_update_owed && !due {
+        if !self.key_update_owed && !self.key_update_due(tcp, upcoming as u64)? {
             return Poll::Ready(Ok(()));
         }
         ready!(poll_send_record(
@@ -339,6 +354,19 @@ impl Kernel {
         ))?;
         self.key_update_owed = false;
         Poll::Ready(self.our_keys_updated(tcp))
+    }
+
+    /// Whether our keys are near their confidentiality limit: by the bound first, then, when
+    /// the bound says so, by the kernel's own count.
+    fn key_update_due(&mut self, tcp: &TcpStream, upcoming: u64) -> io::Result<bool> {
+        let due = self.records.tx_limit().saturating_sub(2);
+        let bound = self.sealed.saturating_add(self.written_since);
+        if bound.saturating_add(upcoming) < due {
+            return Ok(false);
+        }
+        self.sealed = sockopt::ktls_tx_seq(tcp)?;
+        self.written_since = 0;
+        Ok(self.sealed.saturating_add(upcoming) >= due)
     }
 
     /// After our KeyUpdate left: the kernel seals with our next keys. If it refuses them,
@@ -353,6 +381,7 @@ impl Kernel {
         self.records.wipe_keys();
         self.tx_failed = false;
         self.sealed = 0;
+        self.written_since = 0;
         Ok(())
     }
 
@@ -362,7 +391,7 @@ impl Kernel {
         tcp: &TcpStream,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
-        self.poll_settle(tcp, cx)
+        self.poll_settle(tcp, cx, 0)
     }
 
     /// The client broke a rule: its alert goes out if the socket has room (none after our
@@ -378,6 +407,28 @@ impl Kernel {
 
 /// A KeyUpdate's new keys refused: the connection's error, and a warning the first time (an
 /// operator should know that clients' KeyUpdates end connections on this kernel).
+/// The alert for a record the kernel refused to open, by its errno (`tls_rx_msg_size` and
+/// the decryption in net/tls/tls_sw.c): EMSGSIZE, a record longer than TLS allows
+/// (record_overflow, RFC 8446 §5.2); EINVAL, an outer version other than 3.3 (decode_error,
+/// as shuck's own layer answers a wrong version); EBADMSG, a record that did not open, or
+/// shorter than its tag, or with no content type in its inner plaintext (bad_record_mac: the
+/// kernel gives the three one errno, so the all-zero plaintext that shuck's own layer answers
+/// with unexpected_message gets bad_record_mac here). Other errors are the socket's own.
+fn kernel_refusal(e: &io::Error) -> Option<RecordError> {
+    match e.raw_os_error()? {
+        libc::EBADMSG => Some(RecordError::bad_mac()),
+        libc::EMSGSIZE => Some(RecordError::new(
+            AlertDescription::RecordOverflow,
+            rustls::Error::PeerSentOversizedRecord,
+        )),
+        libc::EINVAL => Some(RecordError::new(
+            AlertDescription::DecodeError,
+            rustls::InvalidMessage::UnknownProtocolVersion,
+        )),
+        _ => None,
+    }
+}
+
 fn rekey_refused(whose: &str, e: &io::Error) -> io::Error {
     once(&REKEY_REFUSED, || {
         tracing::warn!(error = %e, "ktls: this kernel's kTLS cannot be rekeyed: a connection whose client sends a KeyUpdate ends (noted once; set ktls = false to keep such connections)");
@@ -503,5 +554,27 @@ fn wipe(info: &mut TlsCryptoInfo) {
             i.key.zeroize();
             i.iv.zeroize();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each errno the kernel gives for a record it would not open has its alert, as shuck's
+    /// own layer answers the same records; the socket's own errors pass through.
+    #[test]
+    fn records_refused_by_the_kernel_get_their_alert() {
+        for (errno, alert) in [
+            (libc::EBADMSG, Some(AlertDescription::BadRecordMac)),
+            (libc::EMSGSIZE, Some(AlertDescription::RecordOverflow)),
+            (libc::EINVAL, Some(AlertDescription::DecodeError)),
+            (libc::ECONNRESET, None),
+            (libc::EPIPE, None),
+        ] {
+            let refusal = kernel_refusal(&io::Error::from_raw_os_error(errno));
+            assert_eq!(refusal.and_then(|r| r.alert), alert, "errno {errno}");
+        }
+        assert!(kernel_refusal(&io::Error::other("no errno")).is_none());
     }
 }

@@ -65,7 +65,7 @@ pub(crate) struct RecordError {
 }
 
 impl RecordError {
-    fn new(alert: AlertDescription, error: impl Into<Error>) -> RecordError {
+    pub(crate) fn new(alert: AlertDescription, error: impl Into<Error>) -> RecordError {
         RecordError {
             error: error.into(),
             alert: Some(alert),

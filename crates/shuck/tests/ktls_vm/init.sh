@@ -54,6 +54,16 @@ ok "2 MiB download, AES-256-GCM"
 [ "$(get --tls13-ciphers TLS_AES_128_GCM_SHA256 --data-binary @/www/big \
     https://127.0.0.1:8443/cgi-bin/sum)" = "$big_sum" ] || fail "2 MiB upload, AES-128-GCM"
 ok "2 MiB upload, AES-128-GCM"
+# 20 MiB, more bytes than AES-GCM's 2^24 records: shuck bounds the records the kernel sealed by
+# the bytes written, and past that bound reads the kernel's own count, which is far below the
+# limit, so no KeyUpdate is sent (this kernel could not take the new keys: the download would
+# fail).
+dd if=/dev/urandom of=/www/huge bs=1M count=20 2>/dev/null
+huge_sum=$(sha256sum </www/huge | cut -d' ' -f1)
+[ "$(get --max-time 240 --tls13-ciphers TLS_AES_128_GCM_SHA256 https://127.0.0.1:8443/huge |
+    sha256sum | cut -d' ' -f1)" = "$huge_sum" ] || fail "20 MiB download, AES-128-GCM"
+rm /www/huge
+ok "20 MiB download, AES-128-GCM, past the bound on records"
 # A slow reader: shuck's socket stays full, so the kernel holds records it could not push yet
 # when the backend has finished; they must all arrive before the end.
 [ "$(get --limit-rate 400k https://127.0.0.1:8443/big | sha256sum | cut -d' ' -f1)" = "$big_sum" ] ||
