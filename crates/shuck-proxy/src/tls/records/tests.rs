@@ -663,7 +663,10 @@ fn records_refuse_a_wrong_type_or_version_from_its_first_bytes() {
         assert_eq!(error.alert, Some(want), "{bytes:?}");
     }
     let (_, mut records) = crafted();
-    assert_eq!(records.open(&mut [23, 4]).expect("two bytes"), Opened::Incomplete);
+    assert_eq!(
+        records.open(&mut [23, 4]).expect("two bytes"),
+        Opened::Incomplete
+    );
 }
 
 /// The KeyUpdate allowance is spent before the request is looked at, as in rustls: the 33rd

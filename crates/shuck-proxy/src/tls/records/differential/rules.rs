@@ -81,6 +81,10 @@ enum Stricter {
     /// the header as received is the additional data (§5.2). rustls builds the additional data
     /// from constants, so it ignores the version.
     OuterVersion,
+    /// A 33rd KeyUpdate without application data between, where an empty record is not data:
+    /// unexpected_message. rustls takes an empty record for data and starts counting again,
+    /// so a client that alternates KeyUpdates and empty records is never stopped.
+    KeyUpdatesWithoutData,
     /// An empty handshake record: unexpected_message (§5.1 forbids them). rustls skips it.
     EmptyHandshakeRecord,
     /// An inner content type TLS 1.3 does not know (heartbeat included): unexpected_message
@@ -133,6 +137,9 @@ impl Stricter {
             Error::InappropriateHandshakeMessage { .. } => Stricter::OtherHandshakeMessage,
             Error::InvalidMessage(InvalidMessage::InvalidKeyUpdate) => Stricter::KeyUpdateLength,
             Error::InvalidMessage(InvalidMessage::MessageTooLarge) => Stricter::RecordOverflow,
+            Error::PeerMisbehaved(PeerMisbehaved::TooManyKeyUpdateRequests) => {
+                Stricter::KeyUpdatesWithoutData
+            }
             Error::PeerMisbehaved(PeerMisbehaved::KeyEpochWithPendingFragment) => {
                 Stricter::KeyUpdateNotLast
             }
@@ -172,7 +179,10 @@ impl Stricter {
             || t.data == o.data && t.end != EndKind::CloseNotify && t.sent.starts_with(before);
         match self {
             // rustls reads on past the record shuck refused.
-            Stricter::OuterType | Stricter::OuterVersion | Stricter::EmptyHandshakeRecord => {
+            Stricter::OuterType
+            | Stricter::OuterVersion
+            | Stricter::EmptyHandshakeRecord
+            | Stricter::KeyUpdatesWithoutData => {
                 t.data.starts_with(&o.data) && t.sent.starts_with(before)
             }
             Stricter::UnknownInnerType => same_record(&[DECODE_ERROR]),

@@ -143,6 +143,13 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             "key-updates-33",
             seed(AES128, &[repeat((2, &[0, 0]), 33), vec![DATA]].concat()),
         ),
+        (
+            "key-updates-between-empty-records",
+            seed(
+                AES128,
+                &[[(2, &[0, 0][..]), EMPTY].repeat(33), vec![DATA]].concat(),
+            ),
+        ),
         ("key-update-split-1", seed(AES128, &[(2, &[0, 1]), DATA])),
         (
             "key-update-split-2",
