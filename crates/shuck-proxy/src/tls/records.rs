@@ -309,18 +309,13 @@ impl Records {
                 Error::PeerSentOversizedRecord,
             ));
         }
-        // The content type is the last byte that is not zero padding.
+        // The content type is the last byte that is not zero padding: behind at most 2^14 bytes
+        // of content, since the whole is at most 2^14 + 1.
         let Some(type_at) = plain.iter().rposition(|&b| b != 0) else {
             return Err(RecordError::unexpected(
                 PeerMisbehaved::IllegalTlsInnerPlaintext,
             ));
         };
-        if type_at > MAX_PLAINTEXT {
-            return Err(RecordError::new(
-                AlertDescription::RecordOverflow,
-                Error::PeerSentOversizedRecord,
-            ));
-        }
         let payload = &plain[..type_at];
         match ContentType::from(plain[type_at]) {
             ContentType::ApplicationData if !payload.is_empty() && self.fragment.len > 0 => Err(

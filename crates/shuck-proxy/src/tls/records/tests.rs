@@ -53,6 +53,7 @@ fn pair(suite: CipherSuite) -> (ClientConnection, Records) {
         client.process_new_packets().expect("client handshake");
         if done && !client.is_handshaking() {
             assert!(to_server.is_empty());
+            assert!(Records::can_take_over(&server));
             return (client, Records::take_over(server).expect("take over"));
         }
     }
@@ -686,4 +687,75 @@ fn records_count_a_key_update_before_reading_its_request() {
         error.error,
         Error::PeerMisbehaved(PeerMisbehaved::TooManyKeyUpdateRequests)
     );
+}
+
+/// What kTLS uses of `Records`: the keys as the kernel takes them, the limit, the wipe, and
+/// the records the kernel opened (a whole KeyUpdate or an alert goes through the same rules).
+#[test]
+fn records_give_the_kernel_its_keys_and_take_its_records() {
+    let (_, mut records) = crafted();
+    assert_eq!(records.tx_limit(), 1 << 24);
+    let tx = records.key_view(Direction::Tx);
+    assert_eq!((tx.cipher, tx.key.len()), (Cipher::Aes128Gcm, 16));
+    assert_eq!(tx.seq, records.tx.seq);
+    let rx = records.key_view(Direction::Rx);
+    assert_eq!((rx.cipher, rx.key.len()), (Cipher::Aes128Gcm, 16));
+    assert_eq!(rx.seq, records.rx.seq);
+    records.wipe_keys();
+    assert!(records.key_view(Direction::Tx).key.iter().all(|&b| b == 0));
+    assert_eq!(
+        records
+            .control_from_kernel(ContentType::Handshake, &[24, 0, 0, 1, 1])
+            .expect("a whole KeyUpdate"),
+        Content::KeyUpdateRequested
+    );
+    assert_eq!(
+        records
+            .control_from_kernel(ContentType::Alert, &[1, 0])
+            .expect("close_notify"),
+        Content::CloseNotify
+    );
+    // The kernel hands application data over as data, never here: our own error if it did.
+    let e = records
+        .control(ContentType::ApplicationData, b"data")
+        .expect_err("data as a control record");
+    assert_eq!(e.alert, Some(AlertDescription::InternalError));
+}
+
+/// Our close_notify is a warning-level alert the client reads as the end; a seal without room,
+/// or of more than a record holds, is our error, not a panic.
+#[test]
+fn records_seal_close_notify_and_refuse_to_seal_without_room() {
+    let (mut client, mut records) = pair(CipherSuite::TLS13_AES_128_GCM_SHA256);
+    let mut out = vec![0; OVERHEAD + 2];
+    let n = records
+        .seal_alert(AlertDescription::CloseNotify, &mut out)
+        .expect("close_notify");
+    assert_eq!(out[5..n].len(), 2 + 1 + TAG_LEN);
+    client_gets(&mut client, &out[..n]).expect("client reads close_notify");
+    let mut buf = [0u8; 4];
+    assert_eq!(client.reader().read(&mut buf).expect("end"), 0);
+    let mut small = vec![0; OVERHEAD];
+    assert!(records.seal_data(b"x", &mut small).is_err(), "no room");
+    let big = vec![0; MAX_PLAINTEXT + 1];
+    let mut out = vec![0; big.len() + MAX_SEAL_OVERHEAD];
+    assert!(records.seal_data(&big, &mut out).is_err(), "over a record");
+}
+
+/// The stream asks before it takes the records over: TLS 1.3, handshake done, an AEAD sealed
+/// here.
+#[test]
+fn records_can_take_over_a_finished_tls13_handshake_only() {
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let server = ServerConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("versions")
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(One(crate::tls::certs::self_signed(
+            &rustls::crypto::aws_lc_rs::default_provider(),
+        )
+        .expect("certificate")
+        .certified)));
+    let fresh = UnbufferedServerConnection::new(Arc::new(server)).expect("server");
+    assert!(!Records::can_take_over(&fresh), "still handshaking");
 }
