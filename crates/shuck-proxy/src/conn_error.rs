@@ -215,6 +215,10 @@ impl ConnError {
             ConnError::Handshake(HandshakeError::Tls(error)) => handshake_reason(error),
             ConnError::Handshake(HandshakeError::NoCertificate) => Reason::HandshakeNoCertificate,
             ConnError::Handshake(HandshakeError::OldProtocol(_)) => Reason::HandshakeIncompatible,
+            // Counted with rustls' own refusals of a message over its limit (`InvalidMessage`).
+            ConnError::Handshake(HandshakeError::HelloTooLarge { .. }) => {
+                Reason::HandshakeMalformed
+            }
             ConnError::Handshake(HandshakeError::Io(_)) => Reason::HandshakeOther,
             ConnError::Handshake(HandshakeError::Timeout(_)) => Reason::HandshakeTimeout,
             ConnError::BackendConnect(ConnectError::Unreachable { .. }) => Reason::BackendConnect,
@@ -299,6 +303,8 @@ mod tests {
         assert_eq!(none.reason(), Reason::HandshakeNoCertificate);
         let old = ConnError::from(HandshakeError::OldProtocol(0x0301));
         assert_eq!(old.reason(), Reason::HandshakeIncompatible);
+        let large = ConnError::from(HandshakeError::HelloTooLarge { received: 65_535 });
+        assert_eq!(large.reason(), Reason::HandshakeMalformed);
         let alert = rustls::Error::AlertReceived(rustls::AlertDescription::BadCertificate);
         assert_eq!(handshake_reason(&alert), Reason::HandshakeClientAlert);
         let reason = |e: io::Error| ConnError::from(HandshakeError::from_io(e)).reason();

@@ -89,6 +89,37 @@ fn a_first_handshake_message_other_than_client_hello_is_unexpected() {
     shuck.assert_alive();
 }
 
+/// Refusals rustls' acceptor leaves without an alert (no ClientHello in the first record, a
+/// record of another type between a hello's fragments) are answered by type: a record that has
+/// no business there, `unexpected_message` (10), as OpenSSL answers. They were a bare close.
+#[test]
+fn refusals_rustls_leaves_unanswered_get_an_alert() {
+    let pki = Pki::new();
+    let b = HttpBackend::start();
+    let mut shuck = Shuck::start(&config(&pki, &[("", format!("\"{}\"", b.addr))], ""));
+    let start_of_hello = handshake_record(4, &[1, 0, 1, 0]);
+    let cases: [(&str, Vec<u8>); 3] = [
+        ("ChangeCipherSpec first", vec![20, 3, 3, 0, 1, 1]),
+        ("application data first", vec![23, 3, 3, 0, 1, 0]),
+        (
+            "ChangeCipherSpec inside the hello",
+            [start_of_hello, vec![20, 3, 3, 0, 1, 1]].concat(),
+        ),
+    ];
+    let wrong: Vec<String> = cases
+        .iter()
+        .map(|(what, bytes)| (what, first_reply(shuck.addr(), bytes)))
+        .filter(|(_, reply)| reply[..] != [21, 3, 3, 0, 2, 2, 10])
+        .map(|(what, reply)| format!("{what}: got {reply:02x?}"))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "expected fatal unexpected_message alerts: {wrong:#?}"
+    );
+    assert_good_request(&pki, shuck.addr());
+    shuck.assert_alive();
+}
+
 /// One handshake record header (type 22, TLS 1.0 record version) with `len` bytes behind it.
 fn handshake_record(len: u16, body_start: &[u8]) -> Vec<u8> {
     let mut r = vec![0x16, 0x03, 0x01];
@@ -99,8 +130,157 @@ fn handshake_record(len: u16, body_start: &[u8]) -> Vec<u8> {
     r
 }
 
+/// A TLS 1.3 ClientHello for good.test (X25519, the TLS 1.3 suites, ECDSA P-256 among its
+/// signature schemes), `len` bytes long with its 4-byte handshake header: a padding extension
+/// (21) makes up the length.
+fn client_hello(len: usize) -> Vec<u8> {
+    fn ext(to: &mut Vec<u8>, typ: u16, data: &[u8]) {
+        to.extend_from_slice(&typ.to_be_bytes());
+        to.extend_from_slice(&u16::try_from(data.len()).expect("extension").to_be_bytes());
+        to.extend_from_slice(data);
+    }
+    let name = b"good.test";
+    let mut sni = vec![0, name.len() as u8 + 3, 0, 0, name.len() as u8];
+    sni.extend_from_slice(name);
+    // RFC 7748's test public key: any X25519 share the server can agree on will do.
+    let mut key_share = vec![0, 36, 0, 0x1d, 0, 32];
+    key_share.extend_from_slice(&[
+        0x85, 0x20, 0xf0, 0x09, 0x89, 0x30, 0xa7, 0x54, 0x74, 0x8b, 0x7d, 0xdc, 0xb4, 0x3e, 0xf7,
+        0x5a, 0x0d, 0xbf, 0x3a, 0x0d, 0x26, 0x38, 0x1a, 0xf4, 0xeb, 0xa4, 0xa9, 0x8e, 0xaa, 0x9b,
+        0x4e, 0x6a,
+    ]);
+    let mut exts = Vec::new();
+    ext(&mut exts, 0, &sni);
+    ext(&mut exts, 43, &[2, 3, 4]);
+    ext(&mut exts, 10, &[0, 2, 0, 0x1d]);
+    ext(&mut exts, 13, &[0, 6, 4, 3, 8, 4, 8, 7]);
+    ext(&mut exts, 51, &key_share);
+    let mut body = vec![3, 3];
+    body.extend_from_slice(&[7; 32]);
+    body.push(32);
+    body.extend_from_slice(&[9; 32]);
+    body.extend_from_slice(&[0, 6, 0x13, 1, 0x13, 2, 0x13, 3, 1, 0]);
+    // Handshake header, body so far, extensions' length, extensions, padding's own header.
+    let fixed = 4 + body.len() + 2 + exts.len() + 4;
+    let padding = len.checked_sub(fixed).expect("a hello that short");
+    ext(&mut exts, 21, &vec![0; padding]);
+    body.extend_from_slice(&u16::try_from(exts.len()).expect("extensions").to_be_bytes());
+    body.extend_from_slice(&exts);
+    let mut hello = vec![1];
+    hello.extend_from_slice(&u32::try_from(body.len()).expect("body").to_be_bytes()[1..]);
+    hello.extend_from_slice(&body);
+    assert_eq!(hello.len(), len);
+    hello
+}
+
+/// `message` in handshake records of up to `size` bytes each.
+fn in_records(message: &[u8], size: usize) -> Vec<u8> {
+    let mut wire = Vec::new();
+    for chunk in message.chunks(size) {
+        wire.extend(handshake_record(
+            u16::try_from(chunk.len()).expect("record"),
+            chunk,
+        ));
+    }
+    wire
+}
+
+/// Sends `bytes` on a new connection and returns the first 7 bytes of the reply (fewer if shuck
+/// closed first): an alert record whole, or a handshake record's header and message type.
+fn first_reply(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    // shuck refuses without reading the rest: a reset on write is fine.
+    let _ = s.write_all(bytes);
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut reply = [0u8; 7];
+    let mut got = 0;
+    while got < reply.len() {
+        match s.read(&mut reply[got..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    reply[..got].to_vec()
+}
+
+/// The ClientHello size limit, both sides of it: a hello is read while its records, headers
+/// included, fit in the 65,535 bytes rustls holds for a handshake message being joined, so
+/// 65,515 bytes in full records (four headers) and 10,922 in 1-byte records (one header each).
+/// A hello past it, or declaring more than 64 KiB, is answered `illegal_parameter` (47), as
+/// OpenSSL and BoringSSL answer theirs (it was a close without a word), and counted.
+#[test]
+fn client_hellos_up_to_rustls_64_kib_are_served_and_larger_ones_get_illegal_parameter() {
+    let pki = Pki::new();
+    let b = HttpBackend::start();
+    let global = "workers = 1\nmetrics_listen = \"127.0.0.1:0\"";
+    let mut shuck = Shuck::start(&config(&pki, &[("", format!("\"{}\"", b.addr))], global));
+    let (addr, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+    // (record type, message type) for a ServerHello, (record type, description) for the alert.
+    let (served, too_large) = ((22, 2), (21, 47));
+    let cases: [(&str, Vec<u8>, (u8, u8)); 5] = [
+        (
+            "65,515 bytes in full records",
+            in_records(&client_hello(65_515), 16_384),
+            served,
+        ),
+        (
+            "65,516 bytes in full records",
+            in_records(&client_hello(65_516), 16_384),
+            too_large,
+        ),
+        (
+            "10,922 bytes in 1-byte records",
+            in_records(&client_hello(10_922), 1),
+            served,
+        ),
+        (
+            "10,923 bytes in 1-byte records",
+            in_records(&client_hello(10_923), 1),
+            too_large,
+        ),
+        (
+            "declaring 16 MiB",
+            handshake_record(16_384, &[1, 0xff, 0xff, 0xff]).repeat(2),
+            too_large,
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (what, bytes, want) in &cases {
+        let reply = first_reply(addr, bytes);
+        // Record type and, for a handshake record, its first message's type; for an alert, its
+        // description (level fatal, two bytes long).
+        let got = match reply[..] {
+            [22, 3, 3, _, _, typ, ..] => Some((22, typ)),
+            [21, 3, 3, 0, 2, 2, description] => Some((21, description)),
+            _ => None,
+        };
+        if got != Some(*want) {
+            wrong.push(format!("{what}: want {want:?}, got {reply:02x?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    // The three refused are counted, and logged, as the other refusals are.
+    let text = wait_metric(
+        metrics,
+        "shuck_handshake_failures_total",
+        &["reason=\"malformed\""],
+        3,
+    );
+    assert_eq!(
+        common::clients::handshake_failures(&text, "malformed"),
+        3,
+        "{text}"
+    );
+    // The log line may follow the counter by a moment.
+    let log = shuck.wait_log_count("ClientHello larger than 64 KiB", 3);
+    assert_eq!(log.matches("TLS handshake failed").count(), 3, "{log}");
+    assert_good_request(&pki, addr);
+    shuck.assert_alive();
+}
+
 /// Hellos too large for a record, for rustls' 64 KiB handshake limit, or just larger than one
-/// read: each is refused (an alert or a close, at once, not at the handshake timeout) and counted,
+/// read: each is refused (with an alert, at once, not at the handshake timeout) and counted,
 /// the log stays within its per-second budget, and nothing panics (the ClientHello stage's
 /// notes on the stream's first bytes did, on a hello longer than one 4 KiB read).
 #[test]
@@ -127,7 +307,8 @@ fn oversized_hellos_are_refused_counted_and_logged_sparingly() {
             "16 MiB",
             full(handshake_record(16384, &[1, 0xff, 0xff, 0xff]), 4),
         ),
-        // A ClientHello of 60 KiB (under rustls' limit) full of zeros.
+        // A ClientHello of 60 KiB full of zeros, as four full records: 65,556 bytes on the
+        // wire, over the 65,535 rustls holds while it joins a handshake message.
         ("60 KiB", full(handshake_record(16384, &[1, 0, 0xf0, 0]), 3)),
     ];
     let flood = Instant::now();
@@ -143,9 +324,10 @@ fn oversized_hellos_are_refused_counted_and_logged_sparingly() {
                 "{what}: left waiting for {:?}",
                 started.elapsed()
             );
-            assert!(
-                reply.is_empty() || reply[0] == 21,
-                "{what}: expected an alert or a close, got {reply:02x?}"
+            assert_eq!(
+                reply.first(),
+                Some(&21),
+                "{what}: expected an alert, got {reply:02x?}"
             );
         }
     }

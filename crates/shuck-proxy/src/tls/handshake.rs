@@ -38,6 +38,12 @@ pub(crate) enum HandshakeError {
     /// allow.
     #[error("no certificate for this client (its server name, or its algorithms)")]
     NoCertificate,
+    /// The ClientHello's records outgrow what the hello stage reads (see `hello`), or it declares
+    /// more than that; `received`: the bytes read when it was refused.
+    #[error(
+        "ClientHello larger than 64 KiB with its record headers (refused after {received} bytes)"
+    )]
+    HelloTooLarge { received: usize },
     /// The ClientHello's version is below TLS 1.2 (this one, as on the wire).
     #[error("the client offers only versions older than TLS 1.2 (ClientHello version {0:#06x})")]
     OldProtocol(u16),

@@ -2,18 +2,36 @@
 //! so the pipeline can look at it first (SNI, ALPN, session ID). The read loop is ours rather
 //! than tokio-rustls' `LazyConfigAcceptor` so the stage knows whether the client sent anything
 //! at all: a close before the first byte is a health check or a scan, one after it an abort.
-//! Every byte read is kept, in an allocation of its size (a client that sends a byte a minute
-//! pins no more than it sent): the handshake replays them into the connection that serves the
-//! client ([`super::stream::TlsStream`]).
+//! Every byte read is kept, in an allocation that grows with them (a client that sends a byte a
+//! minute pins no more than twice what it sent, and never more than the limit): the handshake
+//! replays them into the connection that serves the client ([`super::stream::TlsStream`]).
+//!
+//! Every refusal is answered with an alert: rustls' own, or one of ours where rustls' acceptor
+//! leaves none (a hello too large, a first record that is no handshake).
 
 use std::io;
 
 use rustls::server::{Accepted, AcceptedAlert, Acceptor};
+use rustls::InvalidMessage;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::handshake::{is_abort, refusal, Deadline, HandshakeError, ALERT_PROTOCOL_VERSION};
+use super::handshake::{
+    is_abort, refusal, Deadline, HandshakeError, ALERT_HANDSHAKE_FAILURE, ALERT_PROTOCOL_VERSION,
+};
 use crate::buf_queue::QUEUE_MAX;
+
+/// The ClientHello limit: the bytes a hello's records may take on the wire, their 5-byte
+/// headers included. rustls' acceptor joins a handshake message in a buffer it will not grow
+/// past 0xffff bytes (`DeframerVecBuffer::prepare_read`), so a hello is accepted up to 65,515
+/// bytes in full 16 KiB records (four headers), 10,922 in 1-byte records. Past it rustls only
+/// fails the next read, with an error its text alone tells from another and no alert: the stage
+/// counts the bytes itself and refuses a hello still unfinished once it holds this many.
+/// (OpenSSL takes hellos up to 131,396 bytes, BoringSSL up to 16 KiB.)
+const HELLO_MAX_WIRE: usize = 0xffff;
+
+// The bytes read are replayed into the connection's receive queue, which must take them.
+const _: () = assert!(HELLO_MAX_WIRE <= QUEUE_MAX);
 
 /// A ClientHello read, the handshake not yet begun.
 pub(crate) struct Hello {
@@ -54,6 +72,7 @@ async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Accepted, Handsh
             Ok(0) => return Err(HandshakeError::ClientAborted(None)),
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) if TooLarge::is(&e) => return Err(too_large(tcp, head).await),
             Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(HandshakeError::Io(e)),
             Err(e) if is_abort(&e) && received == 0 => return Err(HandshakeError::Silent),
             Err(e) if is_abort(&e) => return Err(HandshakeError::ClientAborted(Some(e))),
@@ -61,7 +80,14 @@ async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Accepted, Handsh
         }
         let (error, mut alert) = match acceptor.accept() {
             Ok(Some(accepted)) => return Ok(accepted),
+            // rustls would read no more (see `HELLO_MAX_WIRE`).
+            Ok(None) if head.seen >= HELLO_MAX_WIRE => return Err(too_large(tcp, head).await),
             Ok(None) => continue,
+            // A hello declaring more than 0xffff bytes: rustls refuses it from its header,
+            // before it queues an alert.
+            Err((rustls::Error::InvalidMessage(InvalidMessage::HandshakePayloadTooLarge), _)) => {
+                return Err(too_large(tcp, head).await)
+            }
             Err(refused) => refused,
         };
         // Only a hello rustls refused as incompatible (a TLS 1.0/1.1 client sends no
@@ -86,32 +112,79 @@ async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Accepted, Handsh
                 .await;
             return Err(HandshakeError::Tls(error));
         }
-        send_alert(tcp, &mut alert).await;
+        if !send_alert(tcp, &mut alert).await {
+            let _ = tcp.write_all(&refusal(unanswered(&error), TLS12)).await;
+        }
         return Err(HandshakeError::Tls(error));
     }
 }
 
+/// Refuses a hello over the limit with `illegal_parameter`, as OpenSSL and BoringSSL answer
+/// theirs.
+async fn too_large(tcp: &mut TcpStream, head: &Head) -> HandshakeError {
+    let _ = tcp
+        .write_all(&refusal(ALERT_ILLEGAL_PARAMETER, TLS12))
+        .await;
+    HandshakeError::HelloTooLarge {
+        received: head.seen,
+    }
+}
+
+/// The alert for an error rustls' acceptor queued none for (one found while it joins records,
+/// or a first message that is no handshake), by the error's type.
+fn unanswered(error: &rustls::Error) -> u8 {
+    use rustls::Error as E;
+    match error {
+        E::InvalidMessage(_) => ALERT_DECODE_ERROR,
+        // A record out of place: another type between a hello's fragments, a run of empty ones.
+        E::InappropriateMessage { .. }
+        | E::InappropriateHandshakeMessage { .. }
+        | E::PeerMisbehaved(_) => ALERT_UNEXPECTED_MESSAGE,
+        E::PeerIncompatible(_) => ALERT_HANDSHAKE_FAILURE,
+        E::PeerSentOversizedRecord => ALERT_RECORD_OVERFLOW,
+        _ => ALERT_INTERNAL_ERROR,
+    }
+}
+
 /// Writes rustls' alert for a refused ClientHello, as far as the socket takes it (the caller's
-/// deadline bounds the wait).
-async fn send_alert(tcp: &TcpStream, alert: &mut AcceptedAlert) {
+/// deadline bounds the wait). False when rustls had none to send.
+async fn send_alert(tcp: &TcpStream, alert: &mut AcceptedAlert) -> bool {
+    let mut sent = false;
     loop {
         match alert.write(&mut TryWrite(tcp)) {
-            Ok(0) => return,
-            Ok(_) => {}
+            Ok(0) => return sent,
+            Ok(_) => sent = true,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if tcp.writable().await.is_err() {
-                    return;
+                    return true;
                 }
             }
-            Err(_) => return,
+            Err(_) => return true,
         }
     }
 }
 
+/// rustls' record version for its own alerts, before a version is agreed.
 const TLS12: u16 = 0x0303;
 const HANDSHAKE: u8 = 0x16;
 const CLIENT_HELLO: u8 = 1;
 const ALERT_UNEXPECTED_MESSAGE: u8 = 10;
+const ALERT_RECORD_OVERFLOW: u8 = 22;
+const ALERT_ILLEGAL_PARAMETER: u8 = 47;
+const ALERT_DECODE_ERROR: u8 = 50;
+const ALERT_INTERNAL_ERROR: u8 = 80;
+
+/// `Head::note`'s refusal, told from the socket's errors by its type.
+#[derive(Debug, thiserror::Error)]
+#[error("ClientHello over {HELLO_MAX_WIRE} bytes")]
+struct TooLarge;
+
+impl TooLarge {
+    fn is(e: &io::Error) -> bool {
+        e.get_ref()
+            .is_some_and(<dyn std::error::Error + Send + Sync>::is::<TooLarge>)
+    }
+}
 
 /// The first bytes of the stream: the record header (content type, version, length), the
 /// handshake header (type, length) and the ClientHello's legacy_version.
@@ -124,14 +197,18 @@ struct Head {
 }
 
 impl Head {
-    /// Notes a read; fails only past what a ClientHello can be (rustls' acceptor refuses
-    /// such a hello anyway).
+    /// Notes a read; fails only past what a ClientHello can be (rustls reads no more than that
+    /// while it joins one: the check keeps the bound here, where the bytes are kept).
     fn note(&mut self, read: &[u8]) -> io::Result<()> {
-        if self.kept.len() + read.len() > QUEUE_MAX {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "ClientHello too large",
-            ));
+        let len = self.kept.len() + read.len();
+        if len > HELLO_MAX_WIRE {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, TooLarge));
+        }
+        // Doubling, as a Vec grows, but no further than the limit: growth from reads of odd
+        // sizes would otherwise reach twice it.
+        if len > self.kept.capacity() {
+            let want = len.max(2 * self.kept.capacity()).min(HELLO_MAX_WIRE);
+            self.kept.reserve_exact(want - self.kept.len());
         }
         self.kept.extend_from_slice(read);
         // Past the first bytes (a hello longer than one read), only the count moves.
@@ -233,5 +310,26 @@ mod tests {
         assert_eq!(head.seen, 9000);
         assert_eq!(head.legacy_version(), Some(0x0303));
         assert_eq!(head.kept, big, "every byte kept, for the handshake");
+    }
+
+    /// The copy of the hello is bounded like rustls' own buffer, allocation included: reads of a
+    /// size no power of two (4,000 bytes) would double its capacity to 128,000 bytes.
+    #[test]
+    fn the_head_holds_no_more_than_rustls_hello_buffer() {
+        let mut head = Head::default();
+        while head.kept.len() + 4000 <= HELLO_MAX_WIRE {
+            head.note(&[0; 4000]).unwrap();
+        }
+        head.note(&vec![0; HELLO_MAX_WIRE - head.kept.len()])
+            .unwrap();
+        assert_eq!(head.kept.len(), HELLO_MAX_WIRE);
+        assert!(
+            head.kept.capacity() <= HELLO_MAX_WIRE,
+            "{}",
+            head.kept.capacity()
+        );
+        let past = head.note(&[0]).unwrap_err();
+        assert!(TooLarge::is(&past), "{past}");
+        assert_eq!(head.kept.len(), HELLO_MAX_WIRE, "nothing kept past it");
     }
 }
