@@ -5,7 +5,6 @@ use rustls::client::ClientConnection;
 use rustls::pki_types::ServerName;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls::unbuffered::ConnectionState;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -48,7 +47,7 @@ fn pair(suite: CipherSuite) -> (ClientConnection, Records) {
     for _ in 0..10 {
         client.write_tls(&mut to_server).expect("client flight");
         let mut to_client = Vec::new();
-        let done = serve_handshake(&mut server, &mut to_server, &mut to_client);
+        let done = differential::pair::serve(&mut server, &mut to_server, &mut to_client);
         client.read_tls(&mut &to_client[..]).expect("read");
         client.process_new_packets().expect("client handshake");
         if done && !client.is_handshaking() {
@@ -58,37 +57,6 @@ fn pair(suite: CipherSuite) -> (ClientConnection, Records) {
         }
     }
     panic!("no handshake");
-}
-
-/// Runs the server over what it received; whether it is done with the handshake.
-fn serve_handshake(
-    server: &mut UnbufferedServerConnection,
-    received: &mut Vec<u8>,
-    out: &mut Vec<u8>,
-) -> bool {
-    loop {
-        let status = server.process_tls_records(received);
-        let discard = status.discard;
-        let next = match status.state.expect("server handshake") {
-            ConnectionState::EncodeTlsData(mut d) => {
-                let mut buf = vec![0; 16 * 1024];
-                let n = d.encode(&mut buf).expect("encode");
-                out.extend_from_slice(&buf[..n]);
-                None
-            }
-            ConnectionState::TransmitTlsData(t) => {
-                t.done();
-                None
-            }
-            ConnectionState::WriteTraffic(_) => Some(true),
-            ConnectionState::BlockedHandshake => Some(false),
-            _ => panic!("unexpected state"),
-        };
-        received.drain(..discard);
-        if let Some(done) = next {
-            return done;
-        }
-    }
 }
 
 /// Everything in `bytes` opened: the application data, and what else came.

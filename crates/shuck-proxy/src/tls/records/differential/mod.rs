@@ -15,7 +15,7 @@
 //! corpus, by `cargo test` (`tests.rs`).
 
 mod observe;
-mod pair;
+pub(super) mod pair;
 mod rules;
 mod script;
 mod servers;

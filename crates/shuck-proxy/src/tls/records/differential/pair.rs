@@ -195,8 +195,9 @@ pub(super) fn handshake(suite: CipherSuite) -> Handshaken {
     panic!("no handshake");
 }
 
-/// Runs the server over what it received; whether its handshake is done.
-fn serve(
+/// Runs the server over what it received; whether its handshake is done. (Also the
+/// handshake of `records::tests`.)
+pub(in crate::tls::records) fn serve(
     server: &mut UnbufferedServerConnection,
     received: &mut Vec<u8>,
     out: &mut Vec<u8>,

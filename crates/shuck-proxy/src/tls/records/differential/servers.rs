@@ -225,28 +225,38 @@ impl Theirs {
     }
 }
 
-fn encode(sent: &mut Vec<u8>, mut f: impl FnMut(&mut [u8]) -> Result<usize, EncodeError>) {
-    let mut room = vec![0; 1 << 10];
-    loop {
-        match f(&mut room) {
-            Ok(n) => return sent.extend_from_slice(&room[..n]),
-            Err(EncodeError::InsufficientSize(InsufficientSizeError { required_size })) => {
-                room.resize(required_size, 0);
-            }
-            Err(EncodeError::AlreadyEncoded) => return,
+fn encode(sent: &mut Vec<u8>, f: impl FnMut(&mut [u8]) -> Result<usize, EncodeError>) {
+    fill(sent, f, |e| match e {
+        EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => {
+            Some(*required_size)
         }
-    }
+        EncodeError::AlreadyEncoded => None,
+    });
 }
 
-fn encrypt(sent: &mut Vec<u8>, mut f: impl FnMut(&mut [u8]) -> Result<usize, EncryptError>) {
+fn encrypt(sent: &mut Vec<u8>, f: impl FnMut(&mut [u8]) -> Result<usize, EncryptError>) {
+    fill(sent, f, |e| match e {
+        EncryptError::InsufficientSize(InsufficientSizeError { required_size }) => {
+            Some(*required_size)
+        }
+        EncryptError::EncryptExhausted => None,
+    });
+}
+
+/// Writes with `f` into `sent`, with the room rustls asks for.
+fn fill<E>(
+    sent: &mut Vec<u8>,
+    mut f: impl FnMut(&mut [u8]) -> Result<usize, E>,
+    needs: impl Fn(&E) -> Option<usize>,
+) {
     let mut room = vec![0; 1 << 10];
     loop {
         match f(&mut room) {
             Ok(n) => return sent.extend_from_slice(&room[..n]),
-            Err(EncryptError::InsufficientSize(InsufficientSizeError { required_size })) => {
-                room.resize(required_size, 0);
-            }
-            Err(EncryptError::EncryptExhausted) => return,
+            Err(e) => match needs(&e) {
+                Some(required) if required > room.len() => room.resize(required, 0),
+                _ => return,
+            },
         }
     }
 }
