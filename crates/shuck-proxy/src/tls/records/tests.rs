@@ -727,3 +727,31 @@ fn records_can_take_over_a_finished_tls13_handshake_only() {
     let fresh = UnbufferedServerConnection::new(Arc::new(server)).expect("server");
     assert!(!Records::can_take_over(&fresh), "still handshaking");
 }
+
+/// The kernel is told each cipher by name, with its key's length; a rest that keeps the
+/// sealing context still opens after it.
+#[test]
+fn records_name_each_cipher_for_the_kernel_and_rest_either_half() {
+    for (suite, cipher, key_len) in [
+        (CipherSuite::TLS13_AES_128_GCM_SHA256, Cipher::Aes128Gcm, 16),
+        (CipherSuite::TLS13_AES_256_GCM_SHA384, Cipher::Aes256Gcm, 32),
+        (
+            CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
+            Cipher::Chacha20Poly1305,
+            32,
+        ),
+    ] {
+        let (mut client, mut records) = pair(suite);
+        let view = records.key_view(Direction::Rx);
+        assert_eq!(
+            (view.cipher, view.key.len()),
+            (cipher, key_len),
+            "{suite:?}"
+        );
+        records.rest(false);
+        assert!(records.rx.ready.is_none(), "the opening context is dropped");
+        let mut wire = client_sends(&mut client, b"after a rest");
+        let (got, _) = open_all(&mut records, &mut wire).expect("open");
+        assert_eq!(got, b"after a rest");
+    }
+}
