@@ -130,12 +130,10 @@ impl Live {
         self.store.clone_from(&ctx.store);
         self.client_trust = ctx.client_trust;
         self.ticketer.clone_from(&ctx.ticketer);
-        // Backends, timeouts, PROXY settings: new connections get them from now on. Stored only
-        // when they changed: the workers then start new backend pools (health and connection
-        // counts afresh), which a certificate reload should not cost.
-        if runtime_settings_differ(&self.slots.settings.load(), fe) {
-            self.slots.settings.store(Arc::new(fe.clone()));
-        }
+        // Every setting reaches new connections from now on: the workers read this slot when
+        // they accept. They keep their backend pools unless the pool's own settings changed
+        // (`worker::PoolSettings`).
+        self.slots.settings.store(Arc::new(fe.clone()));
         self.cfg = fe.clone();
     }
 }
@@ -361,6 +359,26 @@ impl Reloader {
         s.upgrade_timeout = new.upgrade_timeout;
     }
 
+    /// The settings in force as new connections get them, rendered as `running.toml` renders
+    /// them: the global keys as applied, and each frontend as its workers read it when they
+    /// accept (the settings slot), not as the record of the last reload says. Also
+    /// `log_connections`, which `running.toml` leaves out (a flag may set it) but a reload
+    /// applies.
+    pub fn in_force(&self) -> std::collections::BTreeMap<String, String> {
+        let mut config = self.started.clone();
+        config.frontends = self
+            .frontends
+            .iter()
+            .map(|l| Frontend::clone(&l.slots.settings.load()))
+            .collect();
+        let mut settings = running::settings(&config);
+        settings.insert(
+            "log_connections".into(),
+            self.started.log_connections.to_string(),
+        );
+        settings
+    }
+
     /// `reload_timeout` and `upgrade_confirm` as last applied: the signal loop reads them
     /// between reloads.
     pub fn process_timeouts(&self) -> ProcessTimeouts {
@@ -530,32 +548,6 @@ pub(crate) fn cert_records(fe: &Frontend, tls: &TlsContext) -> Vec<metrics::Cert
             staple: c.staple.map(|v| (v.this_update, v.next_update)),
         })
         .collect()
-}
-
-/// Whether a frontend's settings outside TLS differ (what the workers' `FrontendRt` is built
-/// from). Backends by name as written: a host name whose DNS answer moved is not a change.
-fn runtime_settings_differ(old: &Frontend, new: &Frontend) -> bool {
-    use crate::config::Backend;
-    let backends = |b: &Backend| match b {
-        Backend::Demo => Vec::new(),
-        Backend::Tcp(v) => v.iter().map(|b| b.name.clone()).collect(),
-    };
-    backends(&old.backend) != backends(&new.backend)
-        || old.backend_policy != new.backend_policy
-        || (
-            old.handshake_timeout,
-            old.idle_timeout,
-            old.connect_timeout,
-            old.backend_cooldown,
-        ) != (
-            new.handshake_timeout,
-            new.idle_timeout,
-            new.connect_timeout,
-            new.backend_cooldown,
-        )
-        || (old.proxy_protocol, &old.proxy_tlvs) != (new.proxy_protocol, &new.proxy_tlvs)
-        || old.accept_proxy != new.accept_proxy
-        || old.ktls != new.ktls
 }
 
 /// A frontend's ACME settings, if it uses ACME.

@@ -279,10 +279,18 @@ fn applies(key: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, Str
     if whole(old).is_some() && whole(new).is_some() && of(old, "acme") != of(new, "acme") {
         return Applies::Restart;
     }
+    // A frontend added or removed: all of it as the frontend itself, not if it renews
+    // certificates or fetches staples.
+    if whole(old).is_none() || whole(new).is_none() {
+        return if tasks(whole(old)) || tasks(whole(new)) {
+            Applies::Restart
+        } else {
+            Applies::Reload
+        };
+    }
     match setting {
-        // Added or removed: not if it renews certificates or fetches staples.
-        None if tasks(whole(old)) || tasks(whole(new)) => Applies::Restart,
-        Some("ocsp") => Applies::Restart,
+        // The addresses already bound keep their backlog.
+        Some("ocsp" | "backlog") => Applies::Restart,
         // Random ticket keys keep the lifetime they were made with; keys from files do not.
         Some("session_ticket_lifetime") => {
             let random = of(old, "resumption")

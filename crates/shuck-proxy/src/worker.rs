@@ -12,7 +12,7 @@ use arc_swap::ArcSwap;
 
 use crate::acme::challenge;
 use crate::backend::BackendPool;
-use crate::config::{Backend, CertSource, Config, ConnectionLogFormat, Frontend};
+use crate::config::{Backend, BackendPolicy, CertSource, Config, ConnectionLogFormat, Frontend};
 use crate::metrics::{FrontendMetrics, Metrics};
 use crate::tls::{self, TlsSlot};
 
@@ -108,23 +108,61 @@ pub(crate) struct FrontendRt {
     pub(crate) cfg: Arc<Frontend>,
     /// This worker's TLS configuration; replaced whole on reload.
     pub(crate) tls: TlsSlot,
-    /// `None` means the built-in demo backend.
-    pub(crate) backends: Option<BackendPool>,
+    /// `None` means the built-in demo backend. Shared with the next `FrontendRt` while its
+    /// [`PoolSettings`] stay the same, so a reload that changes something else keeps the
+    /// backends' health and connection counts.
+    pub(crate) backends: Option<Rc<BackendPool>>,
     pub(crate) metrics: FrontendMetrics,
     /// With ACME: what a TLS-ALPN-01 validator's handshake is served with.
     pub(crate) acme_challenge: Option<Arc<rustls::ServerConfig>>,
 }
 
-impl FrontendRt {
-    fn new(cfg: Arc<Frontend>, tls: TlsSlot, metrics: FrontendMetrics) -> Self {
-        let backends = match &cfg.backend {
+/// What a frontend's backend pool is built from: the one section of a frontend whose change
+/// costs more than new connections seeing it (a new pool, health and counts afresh).
+#[derive(PartialEq)]
+struct PoolSettings<'a> {
+    backend: &'a Backend,
+    policy: BackendPolicy,
+    connect_timeout: Duration,
+    cooldown: Duration,
+}
+
+impl<'a> PoolSettings<'a> {
+    fn of(cfg: &'a Frontend) -> PoolSettings<'a> {
+        PoolSettings {
+            backend: &cfg.backend,
+            policy: cfg.backend_policy,
+            connect_timeout: cfg.connect_timeout,
+            cooldown: cfg.backend_cooldown,
+        }
+    }
+
+    fn pool(&self) -> Option<Rc<BackendPool>> {
+        match self.backend {
             Backend::Demo => None,
-            Backend::Tcp(addrs) => Some(BackendPool::new(
+            Backend::Tcp(addrs) => Some(Rc::new(BackendPool::new(
                 addrs.clone(),
-                cfg.backend_policy,
-                cfg.connect_timeout,
-                cfg.backend_cooldown,
-            )),
+                self.policy,
+                self.connect_timeout,
+                self.cooldown,
+            ))),
+        }
+    }
+}
+
+impl FrontendRt {
+    /// The frontend as `cfg` says, keeping `previous`'s backend pool when its settings are
+    /// the same.
+    fn new(
+        cfg: Arc<Frontend>,
+        tls: TlsSlot,
+        metrics: FrontendMetrics,
+        previous: Option<&FrontendRt>,
+    ) -> Self {
+        let settings = PoolSettings::of(&cfg);
+        let backends = match previous {
+            Some(p) if PoolSettings::of(&p.cfg) == settings => p.backends.clone(),
+            _ => settings.pool(),
         };
         let acme_challenge = match &cfg.certs {
             CertSource::Acme(_) => challenge::server_config(tls::provider_for(&cfg))
@@ -142,7 +180,7 @@ impl FrontendRt {
     }
 }
 
-/// A frontend's settings outside TLS (backends, timeouts, PROXY settings, …): replaced whole on
+/// A frontend's settings (backends, timeouts, PROXY settings, …): replaced whole on every
 /// reload by the main thread, read by the workers when they accept.
 pub(crate) type SettingsSlot = Arc<ArcSwap<Frontend>>;
 
@@ -163,13 +201,13 @@ impl FrontendSlot {
         let cfg = settings.load_full();
         let handles = metrics.for_frontend(&cfg.name, worker);
         FrontendSlot {
-            current: RefCell::new(Rc::new(FrontendRt::new(cfg, tls, handles))),
+            current: RefCell::new(Rc::new(FrontendRt::new(cfg, tls, handles, None))),
             settings,
         }
     }
 
-    /// The frontend as a connection accepted now sees it: rebuilt (a new backend pool, its
-    /// health and counts starting afresh) only when a reload stored new settings.
+    /// The frontend as a connection accepted now sees it: rebuilt when a reload stored new
+    /// settings, around the same backend pool unless the pool's own settings changed.
     pub(crate) fn current(&self) -> Rc<FrontendRt> {
         let want = self.settings.load();
         let now = self.current.borrow().clone();
@@ -180,6 +218,7 @@ impl FrontendSlot {
             Arc::clone(&want),
             now.tls.clone(),
             now.metrics.clone(),
+            Some(&now),
         ));
         *self.current.borrow_mut() = next.clone();
         next

@@ -13,7 +13,7 @@ use super::{defaults, duration_or, key_err, KeyError, OneOrMany, RawFrontend};
 /// Backends per frontend; the backend pool's health snapshot is a 128-bit mask.
 pub const MAX_BACKENDS: usize = 128;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backend {
     /// The built-in page describing the connection.
     Demo,
@@ -21,7 +21,7 @@ pub enum Backend {
     Tcp(Vec<BackendAddr>),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendAddr {
     /// As written, for logs.
     pub name: String,
