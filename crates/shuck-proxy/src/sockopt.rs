@@ -109,14 +109,15 @@ pub fn unacknowledged(socket: &impl AsFd) -> io::Result<usize> {
 }
 
 /// The sequence number of the next record the kernel seals on a kTLS socket: the `rec_seq` of
-/// what `getsockopt(SOL_TLS, TLS_TX)` returns (nix sets TLS_TX but cannot read it). The kernel
-/// returns the keys too; they are zeroed here before returning.
-pub fn ktls_tx_seq(socket: &impl AsFd) -> io::Result<u64> {
+/// what `getsockopt(SOL_TLS, TLS_TX)` returns (nix sets TLS_TX but cannot read it). `size` is
+/// the size of the socket's `tls12_crypto_info_*` (see [`ktls_info_size`]): the kernel answers
+/// EINVAL to any other. The kernel returns the keys too; they are zeroed here before returning.
+pub fn ktls_tx_seq(socket: &impl AsFd, size: usize) -> io::Result<u64> {
     let fd = socket.as_fd().as_raw_fd();
-    // The largest of the three TLS 1.3 structures (AES-256-GCM and ChaCha20-Poly1305: 56
-    // bytes); the kernel writes the one for the socket's cipher.
+    // Room for the largest of the three TLS 1.3 structures (56 bytes).
     let mut info = zeroize::Zeroizing::new([0u8; 56]);
-    let mut len = libc::socklen_t::try_from(info.len())
+    let size = size.min(info.len());
+    let mut len = libc::socklen_t::try_from(size)
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: `fd` is open for the call (borrowed from `socket`); the kernel writes at most
     // `len` bytes to `info`, which is `len` bytes long and outlives the call, and updates
@@ -133,7 +134,20 @@ pub fn ktls_tx_seq(socket: &impl AsFd) -> io::Result<u64> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    rec_seq(&info[..]).ok_or_else(|| io::Error::other("ktls: an unknown cipher in TLS_TX"))
+    rec_seq(&info[..size]).ok_or_else(|| io::Error::other("ktls: an unknown cipher in TLS_TX"))
+}
+
+/// The size of the kernel's `tls12_crypto_info_*` for a TLS 1.3 cipher, by its
+/// `TLS_CIPHER_*` number.
+pub fn ktls_info_size(cipher_type: u16) -> Option<usize> {
+    Some(match cipher_type {
+        libc::TLS_CIPHER_AES_GCM_128 => size_of::<libc::tls12_crypto_info_aes_gcm_128>(),
+        libc::TLS_CIPHER_AES_GCM_256 => size_of::<libc::tls12_crypto_info_aes_gcm_256>(),
+        libc::TLS_CIPHER_CHACHA20_POLY1305 => {
+            size_of::<libc::tls12_crypto_info_chacha20_poly1305>()
+        }
+        _ => return None,
+    })
 }
 
 /// `rec_seq` in a kernel `tls12_crypto_info_*`: after the version and cipher (two `u16`), the
@@ -191,6 +205,10 @@ mod tests {
         assert_eq!(rec_seq(&bytes_of(&aes256)), Some(0x0102_0304_0506_0708));
         assert_eq!(rec_seq(&bytes_of(&chacha)), Some(0x0102_0304_0506_0708));
         assert_eq!(rec_seq(&[0, 0, 0x55, 0x55]), None);
+        // The kernel takes exactly these sizes (anything else: EINVAL).
+        assert_eq!(ktls_info_size(libc::TLS_CIPHER_AES_GCM_128), Some(40));
+        assert_eq!(ktls_info_size(libc::TLS_CIPHER_AES_GCM_256), Some(56));
+        assert_eq!(ktls_info_size(libc::TLS_CIPHER_CHACHA20_POLY1305), Some(56));
     }
 
     /// A structure's bytes, as the kernel would write them.

@@ -364,7 +364,13 @@ impl Kernel {
         if bound.saturating_add(upcoming) < due {
             return Ok(false);
         }
-        self.sealed = sockopt::ktls_tx_seq(tcp)?;
+        let cipher = match self.records.key_view(Direction::Tx).cipher {
+            Cipher::Aes128Gcm => libc::TLS_CIPHER_AES_GCM_128,
+            Cipher::Aes256Gcm => libc::TLS_CIPHER_AES_GCM_256,
+            Cipher::Chacha20Poly1305 => libc::TLS_CIPHER_CHACHA20_POLY1305,
+        };
+        let size = sockopt::ktls_info_size(cipher).unwrap_or(0);
+        self.sealed = sockopt::ktls_tx_seq(tcp, size)?;
         self.written_since = 0;
         Ok(self.sealed.saturating_add(upcoming) >= due)
     }
