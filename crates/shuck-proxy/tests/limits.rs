@@ -258,3 +258,75 @@ async fn a_reload_changes_max_connections_and_closes_no_connection() {
     close(second).await;
     served_now(queued, "the waiting connection once the two closed").await;
 }
+
+/// An echo backend that counts the connections it accepted.
+async fn counting_backend() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let b = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = b.local_addr().expect("addr");
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = b.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    (addr, count)
+}
+
+/// A reload that changes something other than the backends keeps each worker's backend pool,
+/// its connection counts (and health) with it: with least_connections, the next client goes to
+/// the backend without one. A reload that changes the backends starts a pool afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_the_backend_pool_unless_the_backends_change() {
+    let pki = Pki::new();
+    let (a, at_a) = counting_backend().await;
+    let (b, at_b) = counting_backend().await;
+    let (c, _) = counting_backend().await;
+    let text = |backends: &str, idle: &str| {
+        config(
+            &pki,
+            &format!("backend = [{backends}]\nbackend_policy = \"least_connections\"\nidle_timeout = \"{idle}\""),
+            "workers = 1",
+        )
+    };
+    let (shuck, mut reloader) =
+        Running::start_reloadable(&text(&format!("\"{a}\", \"{b}\""), "60s"));
+    let mut reload = |text: String| {
+        let notes = tokio::task::block_in_place(|| reloader.reload(&harness::config(&text)))
+            .expect("reload");
+        assert!(notes.is_empty(), "{notes:?}");
+    };
+    let conn = connector(&pki);
+    let count = |n: &std::sync::Arc<std::sync::atomic::AtomicUsize>| {
+        n.load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let first = served(&conn, shuck.addr(), "the first client").await;
+    assert_eq!(
+        (count(&at_a), count(&at_b)),
+        (1, 0),
+        "the first client goes to the first backend"
+    );
+    reload(text(&format!("\"{a}\", \"{b}\""), "30s"));
+    let second = served(&conn, shuck.addr(), "a client after an idle_timeout reload").await;
+    assert_eq!(
+        (count(&at_a), count(&at_b)),
+        (1, 1),
+        "the pool kept its count of the first client's connection"
+    );
+    reload(text(&format!("\"{a}\", \"{b}\", \"{c}\""), "30s"));
+    let third = served(&conn, shuck.addr(), "a client after the backends changed").await;
+    assert_eq!(
+        (count(&at_a), count(&at_b)),
+        (2, 1),
+        "a new pool counts from zero: the first backend again"
+    );
+    for tls in [first, second, third] {
+        close(tls).await;
+    }
+}
