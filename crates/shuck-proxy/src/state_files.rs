@@ -2,9 +2,9 @@
 //! directories 0700, files 0600, each written to a temporary name, synced and renamed, so a
 //! crash never leaves half a file.
 
-use std::fs::{DirBuilder, File, OpenOptions};
+use std::fs::{DirBuilder, File};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 
 /// Creates `dir` and its parents as needed, 0700; an existing one that others may enter is
@@ -21,22 +21,19 @@ pub fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Writes `bytes` to `path` (mode 0600) atomically: a temporary file in the same directory,
-/// synced, renamed over the old one, the directory synced.
+/// Writes `bytes` to `path` (mode 0600) atomically: a temporary file of a unique name in the
+/// same directory (two processes, old and new during an upgrade, may write the same file at
+/// once), synced, renamed over the old one, the directory synced.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     ensure_private_dir(dir)?;
-    let tmp = path.with_extension("tmp");
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)?;
+    // tempfile creates it 0600.
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".shuck-")
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
     File::open(dir).and_then(|d| d.sync_all())
 }
 
@@ -55,6 +52,27 @@ mod tests {
         assert_eq!(mode(&path), 0o600);
         assert_eq!(mode(path.parent().expect("dir")), 0o700);
         assert!(!path.with_extension("tmp").exists());
+        let left: Vec<_> = std::fs::read_dir(path.parent().expect("dir"))
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(left, ["web.pem"], "no temporary file left behind");
+    }
+
+    /// Another writer's temporary file (the old process during an upgrade) is not in the way:
+    /// each write has a name of its own. With one fixed `X.tmp` name, this write failed.
+    #[test]
+    fn a_write_does_not_use_a_fixed_temporary_name() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("state/running.toml");
+        std::fs::create_dir_all(path.with_extension("tmp")).expect("another writer's name");
+        std::fs::set_permissions(
+            path.parent().expect("dir"),
+            std::fs::Permissions::from_mode(0o700),
+        )
+        .expect("chmod");
+        write_private(&path, b"ours").expect("write beside it");
+        assert_eq!(std::fs::read(&path).expect("read"), b"ours");
     }
 
     #[test]
