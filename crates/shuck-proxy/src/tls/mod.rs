@@ -29,13 +29,6 @@ use remote::{RemoteSessions, Resumes};
 use sessions::{SessionCache, SessionCounters};
 use sni::{SniResolver, WorkerResolver};
 
-/// Unix seconds now (0 if the clock is before 1970).
-pub(crate) fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// What a frontend's TLS keeps from one load to the next (a reload): the ticket keys, so tickets
 /// issued before still resume, and the session cache.
 #[derive(Debug, Default, Clone)]

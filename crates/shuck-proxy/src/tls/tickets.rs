@@ -19,8 +19,8 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use rustls::server::ProducesTickets;
 
-use super::now_secs;
 use super::ticket_keys::{FileKey, FileKeys, NAME_LEN};
+use crate::clock::unix_now;
 use crate::config::TicketKeyFormat;
 use crate::sealing::{SealingKey, OVERHEAD};
 
@@ -97,7 +97,7 @@ impl Ticketer {
             keys: ArcSwap::from_pointee(KeySet {
                 current: Arc::new(current),
                 others: Vec::new(),
-                rotate_at: now_secs() + lifetime_secs,
+                rotate_at: unix_now().unsigned_abs() + lifetime_secs,
                 others_until: 0,
             }),
             lifetime_secs,
@@ -232,11 +232,11 @@ impl ProducesTickets for Ticketer {
     }
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
-        self.encrypt_at(plain, now_secs())
+        self.encrypt_at(plain, unix_now().unsigned_abs())
     }
 
     fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
-        self.decrypt_at(cipher, now_secs())
+        self.decrypt_at(cipher, unix_now().unsigned_abs())
     }
 }
 
@@ -264,7 +264,7 @@ mod tests {
     #[test]
     fn a_quiet_server_does_not_extend_old_tickets() {
         let t = Ticketer::new(100, [7; 32]).unwrap();
-        let now = now_secs();
+        let now = unix_now().unsigned_abs();
         let old = t.encrypt_at(b"old", now).unwrap();
         // No ticket traffic for ten lifetimes: the first use rotates, and the old ticket, far
         // past one lifetime after its key stopped issuing, is refused.
@@ -274,7 +274,7 @@ mod tests {
     #[test]
     fn previous_key_still_decrypts_after_one_rotation_but_not_two() {
         let t = Ticketer::new(100, [7; 32]).unwrap();
-        let now = now_secs();
+        let now = unix_now().unsigned_abs();
         let old = t.encrypt_at(b"old", now).unwrap();
         // One lifetime later: a new key, the old one kept.
         let new = t.encrypt_at(b"new", now + 150).unwrap();
@@ -303,7 +303,7 @@ mod tests {
     fn file_keys_bind_tickets_to_the_domain_and_limit_their_age() {
         let keys = file_keys(3, 1);
         let a = Ticketer::from_files(&keys, 100, [1; 32]).unwrap();
-        let now = now_secs();
+        let now = unix_now().unsigned_abs();
         let t = a.encrypt_at(b"s", now).unwrap();
         assert_eq!(t[..NAME_LEN], [1u8; NAME_LEN], "the encrypting key's name");
         // Another host with the same file opens it...
