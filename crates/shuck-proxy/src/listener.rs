@@ -29,7 +29,7 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener>
     }
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
-    socket.set_nodelay(true)?;
+    socket.set_tcp_nodelay(true)?;
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
@@ -74,7 +74,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let _client = std::net::TcpStream::connect(addr).unwrap();
         let (accepted, _) = listener.accept().unwrap();
-        assert!(socket2::SockRef::from(&accepted).nodelay().unwrap());
+        assert!(socket2::SockRef::from(&accepted).tcp_nodelay().unwrap());
     }
 
     /// The option reaches the kernel in whole seconds (rounded up, then to the kernel's

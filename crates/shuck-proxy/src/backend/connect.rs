@@ -20,7 +20,7 @@ pub(super) async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
         Type::STREAM.nonblocking(),
         Some(Protocol::TCP),
     )?;
-    socket.set_nodelay(true)?;
+    socket.set_tcp_nodelay(true)?;
     match socket.connect(&addr.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}

@@ -401,7 +401,7 @@ mod tests {
         let leaf_key = KeyPair::generate().unwrap();
         let leaf = CertificateParams::new(vec!["a.test".into()])
             .unwrap()
-            .signed_by(&leaf_key, &ca, &ca_key)
+            .signed_by(&leaf_key, &rcgen::Issuer::from_params(&ca_params, &ca_key))
             .unwrap();
         let p = provider();
 

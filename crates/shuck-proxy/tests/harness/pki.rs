@@ -13,6 +13,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, Signatur
 pub struct Pki {
     pub dir: tempfile::TempDir,
     ca_key: KeyPair,
+    ca_params: CertificateParams,
     ca: rcgen::Certificate,
 }
 
@@ -34,7 +35,17 @@ impl Pki {
             .push(DnType::CommonName, "shuck test CA");
         let ca = p.self_signed(&ca_key).expect("CA cert");
         std::fs::write(dir.path().join("ca.pem"), ca.pem()).expect("write CA");
-        Pki { dir, ca_key, ca }
+        Pki {
+            dir,
+            ca_key,
+            ca_params: p,
+            ca,
+        }
+    }
+
+    /// What signs as this CA.
+    fn issuer(&self) -> rcgen::Issuer<'_, &KeyPair> {
+        rcgen::Issuer::from_params(&self.ca_params, &self.ca_key)
     }
 
     pub fn ca_path(&self) -> PathBuf {
@@ -85,7 +96,7 @@ impl Pki {
                 .collect(),
             key_identifier_method: rcgen::KeyIdMethod::Sha256,
         }
-        .signed_by(&self.ca, &self.ca_key)
+        .signed_by(&self.issuer())
         .expect("sign CRL");
         let path = self.path(file);
         std::fs::write(&path, crl.pem().expect("CRL PEM")).expect("write CRL");
@@ -112,7 +123,7 @@ impl Pki {
                 .expect("leaf params");
         p.distinguished_name.push(DnType::CommonName, cn);
         p.serial_number = serial.map(rcgen::SerialNumber::from);
-        let cert = p.signed_by(&kp, &self.ca, &self.ca_key).expect("sign leaf");
+        let cert = p.signed_by(&kp, &self.issuer()).expect("sign leaf");
         self.write_bundle(file, &cert, &kp)
     }
 
@@ -133,12 +144,13 @@ impl Pki {
         );
         ip.serial_number = Some(rcgen::SerialNumber::from(intermediate_serial));
         let inter = ip
-            .signed_by(&ik, &self.ca, &self.ca_key)
+            .signed_by(&ik, &self.issuer())
             .expect("sign intermediate");
+        let inter_issuer = rcgen::Issuer::from_params(&ip, &ik);
         let kp = KeyPair::generate().expect("leaf key");
         let mut p = CertificateParams::new(Vec::<String>::new()).expect("leaf params");
         p.distinguished_name.push(DnType::CommonName, cn);
-        let leaf = p.signed_by(&kp, &inter, &ik).expect("sign leaf");
+        let leaf = p.signed_by(&kp, &inter_issuer).expect("sign leaf");
         let path = self.path(file);
         std::fs::write(
             &path,
@@ -161,7 +173,7 @@ impl Pki {
         p.not_before = now - time::Duration::days(1);
         p.not_after = now + time::Duration::days(days);
         let not_after = p.not_after.unix_timestamp();
-        let cert = p.signed_by(&kp, &self.ca, &self.ca_key).expect("sign leaf");
+        let cert = p.signed_by(&kp, &self.issuer()).expect("sign leaf");
         let path = self.write_bundle(file, &cert, &kp);
         (path, not_after)
     }
@@ -174,9 +186,7 @@ impl Pki {
         p.distinguished_name
             .push(DnType::CommonName, format!("OCSP responder {name}"));
         p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::OcspSigning];
-        let cert = p
-            .signed_by(&kp, &self.ca, &self.ca_key)
-            .expect("sign responder");
+        let cert = p.signed_by(&kp, &self.issuer()).expect("sign responder");
         let (c, k) = (
             self.path(&format!("{name}.pem")),
             self.path(&format!("{name}.key")),
@@ -223,7 +233,7 @@ impl Pki {
             &[1, 3, 6, 1, 5, 5, 7, 1, 1],
             aia,
         )];
-        let cert = p.signed_by(&kp, &self.ca, &self.ca_key).expect("sign leaf");
+        let cert = p.signed_by(&kp, &self.issuer()).expect("sign leaf");
         self.write_bundle(file, &cert, &kp)
     }
 
@@ -233,7 +243,7 @@ impl Pki {
         let other = KeyPair::generate().expect("key");
         let cert = CertificateParams::new(vec!["mismatch.test".to_string()])
             .expect("params")
-            .signed_by(&kp, &self.ca, &self.ca_key)
+            .signed_by(&kp, &self.issuer())
             .expect("sign");
         let path = self.path(file);
         std::fs::write(&path, format!("{}{}", cert.pem(), other.serialize_pem())).expect("write");
