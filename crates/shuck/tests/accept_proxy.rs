@@ -8,7 +8,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use common::clients::{curl, read_all_bounded, scrape, sum, wait_metric};
+use common::clients::{curl, read_all_bounded, sum, wait_metric};
 use common::pki::{connector, toml_path, Key, Pki};
 use common::process::Shuck;
 use common::tlv_backend::{text, tlv, walk_v2, RawBackend};
@@ -70,7 +70,15 @@ fn accept_proxy_refuses_bad_headers_and_counts_them() {
         String::from_utf8_lossy(&got)
     );
 
-    let m = scrape(*shuck.addrs.last().expect("metrics addr"));
+    // A worker counts a refusal once the connection is closed: the client may see the close
+    // first, so wait for the last refusal's count (the timeout) before reading them all.
+    let metrics = *shuck.addrs.last().expect("metrics addr");
+    let m = wait_metric(
+        metrics,
+        "shuck_proxy_header_errors_total",
+        &["reason=\"timeout\""],
+        1,
+    );
     let errs = |reason: &str| {
         sum(
             &m,
