@@ -5,44 +5,24 @@
 //! (`prepare` binds and loads certificates, `run` serves until a shutdown future completes), and
 //! [`check::report`] for `shuck check`.
 
-mod accept;
-mod acme;
 mod backend;
-pub mod bindings;
-mod buf_pool;
-mod buf_queue;
-pub mod check;
-mod clock;
+mod certs;
 pub mod config;
-mod conn_error;
-mod connection;
-mod demo;
+mod conn;
 mod error;
-mod files;
-mod limits;
-mod listener;
-mod log_limit;
-pub mod logging;
-mod metrics;
-pub mod notify;
-mod ocsp;
-pub mod pid_file;
-mod proxy_in;
-mod proxy_out;
-pub mod proxy_protocol;
-mod relay;
-pub mod reload;
-pub mod running;
-mod sealing;
+mod mem;
+mod obs;
+mod proto;
 pub mod server;
-mod session_store;
-mod sockopt;
-mod staple_refresh;
-mod state_files;
+mod sessions;
+mod sys;
 mod tls;
-mod tls_params;
-pub mod upgrade;
-mod worker;
+
+// The lasting public paths, wherever the modules live.
+pub use obs::logging;
+pub use proto::proxy_protocol;
+pub use server::{bindings, check, reload, running};
+pub use sys::{notify, pid_file, upgrade};
 
 /// What the fuzz targets in `crates/shuck-proxy/fuzz` call: not an API.
 #[cfg(feature = "fuzzing")]
@@ -52,6 +32,6 @@ pub mod fuzzing {
 }
 
 pub use error::{Error, Result};
-pub use metrics::{set_build_info, BuildInfo};
+pub use obs::metrics::{set_build_info, BuildInfo};
 /// A new random ticket key as a key file holds it (`shuck ticket-key`).
 pub use tls::ticket_keys::generate as new_ticket_key;

@@ -142,7 +142,7 @@ impl BackendPool {
                 Err(e) if out_of_descriptors(&e) => return Err(ConnectError::NoDescriptors(e)),
                 Err(e) => {
                     let left = n - tried - 1;
-                    if left > 0 && crate::log_limit::allow() {
+                    if left > 0 && crate::obs::log_limit::allow() {
                         tracing::warn!(backend = %b.name, error = %e, left, "backend connect failed; trying the next one");
                     }
                     self.down_until[i].set(Some(Instant::now() + self.cooldown));

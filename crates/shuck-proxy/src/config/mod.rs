@@ -18,7 +18,7 @@ use rustls::{SupportedCipherSuite, SupportedProtocolVersion};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
-use crate::proxy_protocol::Version;
+use crate::proto::proxy_protocol::Version;
 pub use sessions::{SessionStoreSettings, TicketKeyFiles, TicketKeyFormat};
 
 mod acme;
@@ -285,7 +285,7 @@ fn key_err(key: &str, message: impl Into<String>) -> KeyError {
 impl RawConfig {
     /// Reads and parses a TOML file, without validating values yet.
     pub fn from_file(path: &Path) -> Result<RawConfig> {
-        let text = crate::files::read_to_string(path).map_err(|source| Error::ConfigRead {
+        let text = crate::sys::files::read_to_string(path).map_err(|source| Error::ConfigRead {
             path: path.to_path_buf(),
             source,
         })?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{defaults, duration_or, key_err, KeyError, RawFrontend};
-use crate::proxy_protocol::{tlv, Version};
+use crate::proto::proxy_protocol::{tlv, Version};
 
 /// `proxy_protocol` as written in the file or given as a flag; validated into
 /// `Option<Version>` by [`ProxyProtocol::version`].

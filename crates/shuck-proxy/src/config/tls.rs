@@ -7,7 +7,7 @@ use rustls::crypto::SupportedKxGroup;
 use rustls::{SupportedCipherSuite, SupportedProtocolVersion};
 
 use super::{defaults, duration_or, key_err, KeyError, RawFrontend};
-use crate::tls_params as params;
+use crate::proto::tls_params as params;
 
 /// Ticket keys rotate at least this often (shorter only costs full handshakes)...
 const MIN_TICKET_LIFETIME: Duration = Duration::from_secs(60);

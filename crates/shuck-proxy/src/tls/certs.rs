@@ -58,7 +58,7 @@ pub struct LoadedCert {
     /// What the PROXY SSL TLV says about this certificate when it is served.
     pub served: Arc<ServedCert>,
     /// The OCSP response stapled with it, once checked (see `tls::staple`).
-    pub staple: Option<crate::ocsp::Verified>,
+    pub staple: Option<crate::certs::ocsp::Verified>,
 }
 
 /// Algorithms of a certificate shuck serves, as text for backends.
@@ -145,7 +145,7 @@ pub(crate) fn pem_problem(e: &rustls::pki_types::pem::Error) -> String {
 
 /// Loads one PEM bundle: the leaf certificate first, then its issuers, and the private key.
 pub fn load_bundle(path: &Path, provider: &CryptoProvider) -> Result<LoadedCert> {
-    let bytes = crate::files::read(path).map_err(|source| Error::CertRead {
+    let bytes = crate::sys::files::read(path).map_err(|source| Error::CertRead {
         path: path.to_path_buf(),
         source,
     })?;
@@ -385,7 +385,9 @@ mod tests {
         let c = self_signed(&provider()).unwrap();
         assert_eq!(c.names, vec!["localhost"]);
         assert_eq!(c.key, KeyKind::Ecdsa { bits: 256 });
-        assert!(c.warnings(crate::clock::unix_now(), THIRTY_DAYS).is_empty());
+        assert!(c
+            .warnings(crate::sys::clock::unix_now(), THIRTY_DAYS)
+            .is_empty());
     }
 
     #[test]
@@ -459,7 +461,7 @@ mod tests {
     #[test]
     fn expiry_warnings() {
         let mut c = self_signed(&provider()).unwrap();
-        let now = crate::clock::unix_now();
+        let now = crate::sys::clock::unix_now();
         c.not_after = now + 5 * 86_400;
         assert!(c.warnings(now, THIRTY_DAYS)[0].contains("expires in"));
         c.not_after = now - 1;

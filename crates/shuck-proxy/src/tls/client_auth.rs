@@ -203,12 +203,13 @@ fn x509_code(e: &rustls::Error) -> u32 {
 
 /// The file's bytes, and a constructor for errors naming it.
 fn read(path: &Path) -> Result<(Vec<u8>, impl Fn(String) -> Error + '_)> {
-    let bytes = crate::files::read_capped(path, crate::files::LARGE_CAP).map_err(|source| {
-        Error::CertRead {
-            path: path.to_path_buf(),
-            source,
-        }
-    })?;
+    let bytes =
+        crate::sys::files::read_capped(path, crate::sys::files::LARGE_CAP).map_err(|source| {
+            Error::CertRead {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
     let bad = move |message: String| Error::Cert {
         path: path.to_path_buf(),
         message,

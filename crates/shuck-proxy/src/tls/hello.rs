@@ -16,10 +16,10 @@ use rustls::InvalidMessage;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::handshake::{
+use super::handshake_error::{
     is_abort, refusal, Deadline, HandshakeError, ALERT_HANDSHAKE_FAILURE, ALERT_PROTOCOL_VERSION,
 };
-use crate::buf_queue::QUEUE_MAX;
+use crate::mem::buf_queue::QUEUE_MAX;
 
 /// The ClientHello limit: the bytes a hello's records may take on the wire, their 5-byte
 /// headers included. rustls' acceptor joins a handshake message in a buffer it will not grow

@@ -49,7 +49,7 @@ use tokio::time::{Instant, Sleep};
 use zeroize::Zeroize;
 
 use super::records::{Cipher, Content, Direction, KeyView, RecordError, Records};
-use crate::sockopt;
+use crate::sys::sockopt;
 
 /// Set once a socket found the kernel without the TLS upper-layer protocol: no connection of
 /// this process asks again.

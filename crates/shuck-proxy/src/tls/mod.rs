@@ -4,6 +4,7 @@
 pub(crate) mod certs;
 pub(crate) mod client_auth;
 pub(crate) mod handshake;
+pub(crate) mod handshake_error;
 pub(crate) mod hello;
 pub(crate) mod hello_fields;
 pub(crate) mod ktls;
@@ -23,7 +24,7 @@ use rustls::ServerConfig;
 
 use crate::config::{Acme, CertSource, Frontend, OcspMode, SniFallback, UntilIssued};
 use crate::error::{Error, Result};
-use crate::session_store::{SharedStore, StoreCounters, Target};
+use crate::sessions::session_store::{SharedStore, StoreCounters, Target};
 use certs::LoadedCert;
 use remote::{RemoteSessions, Resumes};
 use sessions::{SessionCache, SessionCounters};
@@ -95,7 +96,7 @@ fn acme_certificate(acme: &Acme, provider: &CryptoProvider) -> Result<(LoadedCer
     const TEMPORARY: &str = "serving a temporary certificate until the next one is issued";
     if acme.bundle.exists() {
         match certs::load_bundle(&acme.bundle, provider) {
-            Ok(c) if covers(&c, &acme.names) && c.not_after > crate::clock::unix_now() => {
+            Ok(c) if covers(&c, &acme.names) && c.not_after > crate::sys::clock::unix_now() => {
                 return Ok((c, false));
             }
             Ok(_) => {
@@ -124,17 +125,17 @@ fn staple(cert: &mut LoadedCert, fe: &Frontend) {
     let chain = &cert.certified.cert;
     let mut candidates = Vec::with_capacity(2);
     if fe.ocsp == OcspMode::Fetch {
-        candidates.push(crate::ocsp::staple_path(&fe.state_dir, &chain[0]));
+        candidates.push(crate::certs::ocsp::staple_path(&fe.state_dir, &chain[0]));
     }
     let mut file = cert.path.clone().into_os_string();
     file.push(".ocsp");
     candidates.push(file.into());
-    let now = crate::clock::unix_now();
+    let now = crate::sys::clock::unix_now();
     for path in candidates.iter().filter(|p| p.exists()) {
-        let checked = match (crate::files::read(path), chain.get(1)) {
+        let checked = match (crate::sys::files::read(path), chain.get(1)) {
             (Err(e), _) => Err(e.to_string()),
             (Ok(_), None) => Err("the certificate file holds no issuer to check it against".into()),
-            (Ok(der), Some(issuer)) => crate::ocsp::verify(&der, &chain[0], issuer, now)
+            (Ok(der), Some(issuer)) => crate::certs::ocsp::verify(&der, &chain[0], issuer, now)
                 .map(|v| (der, v))
                 .map_err(|e| e.to_string()),
         };

@@ -14,7 +14,7 @@ use rustls::server::StoresServerSessions;
 
 use super::hello_fields;
 use super::sessions::SessionCache;
-use crate::session_store::{Fetched, WorkerStore};
+use crate::sessions::session_store::{Fetched, WorkerStore};
 
 /// A value fetched for the connection being handshaken: its key (as rustls will ask) and value.
 #[derive(Debug)]

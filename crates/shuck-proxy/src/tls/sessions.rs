@@ -129,7 +129,7 @@ impl SessionCache {
         let lifetime = self.lifetime_secs.load(Ordering::Relaxed);
         self.entries.load().as_ref().is_some_and(|c| {
             c.peek(key).is_some_and(|e| {
-                crate::clock::unix_now()
+                crate::sys::clock::unix_now()
                     .unsigned_abs()
                     .saturating_sub(e.stored_at)
                     < lifetime
@@ -146,7 +146,7 @@ impl SessionCache {
         } else {
             shards.get(key)
         };
-        let now = crate::clock::unix_now().unsigned_abs();
+        let now = crate::sys::clock::unix_now().unsigned_abs();
         let lifetime = self.lifetime_secs.load(Ordering::Relaxed);
         match found {
             Some(e) if now.saturating_sub(e.stored_at) < lifetime => {
@@ -167,7 +167,7 @@ impl StoresServerSessions for SessionCache {
         let Some(shards) = guard.as_ref() else {
             return false;
         };
-        let stored_at = crate::clock::unix_now().unsigned_abs();
+        let stored_at = crate::sys::clock::unix_now().unsigned_abs();
         shards.insert(key, Entry { stored_at, value });
         true
     }

@@ -70,7 +70,8 @@ fn key_err(path: &Path, message: impl Into<String>) -> Error {
 pub(crate) fn read(paths: &[PathBuf], format: TicketKeyFormat) -> Result<FileKeys> {
     let mut contents = Vec::with_capacity(paths.len());
     for p in paths {
-        let bytes = crate::files::read(p).map_err(|e| key_err(p, format!("cannot read: {e}")))?;
+        let bytes =
+            crate::sys::files::read(p).map_err(|e| key_err(p, format!("cannot read: {e}")))?;
         contents.push((p.as_path(), bytes));
     }
     let format = match format {

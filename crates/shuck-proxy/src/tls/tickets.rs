@@ -20,9 +20,9 @@ use arc_swap::ArcSwap;
 use rustls::server::ProducesTickets;
 
 use super::ticket_keys::{FileKey, FileKeys, NAME_LEN};
-use crate::clock::unix_now;
 use crate::config::TicketKeyFormat;
-use crate::sealing::{SealingKey, OVERHEAD};
+use crate::sessions::sealing::{SealingKey, OVERHEAD};
+use crate::sys::clock::unix_now;
 
 /// Bytes of the issue time sealed inside each ticket.
 const ISSUED_LEN: usize = 8;

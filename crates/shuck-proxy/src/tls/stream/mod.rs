@@ -26,9 +26,9 @@ use rustls::{CommonState, ProtocolVersion, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::buf_pool::{BATCH_BUF_SIZE, RECORD_BUF_SIZE};
-use crate::buf_queue::BufQueue;
 use crate::config::RecordLayer;
+use crate::mem::buf_pool::{BATCH_BUF_SIZE, RECORD_BUF_SIZE};
+use crate::mem::buf_queue::BufQueue;
 
 use super::ktls::{self, HandOver, Kernel};
 use super::records::Records;

@@ -7,7 +7,7 @@ use rustls::AlertDescription;
 use tokio::io::ReadBuf;
 
 use super::{tls_error, too_large, Layer, Mode, ReadEnd, Step, TlsStream};
-use crate::buf_queue::BufQueue;
+use crate::mem::buf_queue::BufQueue;
 use crate::tls::records::{self, Content, Opened, Records};
 
 impl TlsStream {

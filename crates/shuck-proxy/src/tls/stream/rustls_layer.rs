@@ -7,8 +7,8 @@ use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
 
 use super::{tls_error, too_large, Fed, Layer, Mode, ReadEnd, Step, TlsStream};
-use crate::buf_queue::BufQueue;
 use crate::config::RecordLayer;
+use crate::mem::buf_queue::BufQueue;
 use crate::tls::records::Records;
 
 impl TlsStream {

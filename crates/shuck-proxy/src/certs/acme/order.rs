@@ -1,0 +1,171 @@
+//! One certificate order (RFC 8555 §7.4) with instant-acme: the account (stored, or created and
+//! stored), the order, a TLS-ALPN-01 challenge per pending authorization, finalization with a CSR
+//! for a key shuck generates, and the chain written with that key to the state directory.
+
+use std::time::Duration;
+
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
+    NewOrder, OrderStatus, RetryPolicy,
+};
+use rcgen::{CertificateParams, DistinguishedName, KeyPair};
+
+use super::challenge::{self, Published};
+use super::{state, AcmeError};
+use crate::config::{Acme, AcmeKey};
+
+/// How long an order may take from ready challenges to a certificate (validation included).
+const ORDER_PATIENCE: Duration = Duration::from_secs(90);
+
+/// Obtains a certificate for `acme.names` and stores it as `acme.bundle`.
+pub(super) async fn obtain(acme: &Acme) -> Result<(), AcmeError> {
+    let account = account(acme).await?;
+    let identifiers: Vec<Identifier> = acme
+        .names
+        .iter()
+        .map(|n| Identifier::Dns(n.clone()))
+        .collect();
+    let mut order = account.new_order(&NewOrder::new(&identifiers)).await?;
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    // Kept until the order is decided: the CA's validators may connect more than once.
+    let mut published: Vec<Published> = Vec::new();
+    let mut authorizations = order.authorizations();
+    while let Some(authz) = authorizations.next().await {
+        let mut authz = authz?;
+        match authz.status {
+            AuthorizationStatus::Pending => {}
+            AuthorizationStatus::Valid => continue,
+            other => return Err(AcmeError::Refused(format!("authorization is {other:?}"))),
+        }
+        let mut ch = authz
+            .challenge(ChallengeType::TlsAlpn01)
+            .ok_or_else(|| AcmeError::Refused("the CA offers no tls-alpn-01 challenge".into()))?;
+        let name = ch.identifier().to_string();
+        let digest = ch.key_authorization().digest();
+        published.push(challenge::publish(&name, digest.as_ref(), &provider)?);
+        ch.set_ready().await?;
+    }
+    let patience = RetryPolicy::new()
+        .initial_delay(Duration::from_millis(250))
+        .timeout(ORDER_PATIENCE);
+    let status = order.poll_ready(&patience).await?;
+    if status != OrderStatus::Ready {
+        return Err(AcmeError::Refused(why_invalid(&mut order).await));
+    }
+    drop(published);
+    // RSA key generation takes a while: off the main thread's runtime (metrics, signals).
+    let (names, kind) = (acme.names.clone(), acme.key);
+    let (csr, key) = tokio::task::spawn_blocking(move || request(&names, kind))
+        .await
+        .map_err(|e| AcmeError::Internal(format!("key generation task lost: {e}")))??;
+    order.finalize_csr(&csr).await?;
+    let chain = order.poll_certificate(&patience).await?;
+    let mut bundle = chain.into_bytes();
+    if !bundle.ends_with(b"\n") {
+        bundle.push(b'\n');
+    }
+    bundle.extend_from_slice(key.serialize_pem().as_bytes());
+    state::write_private(&acme.bundle, &bundle)
+}
+
+/// The stored account for the directory, or a new one (stored before it is used).
+async fn account(acme: &Acme) -> Result<Account, AcmeError> {
+    let path = state::account_path(&acme.dir, &acme.directory);
+    let builder = || match &acme.directory_ca {
+        Some(ca) => Account::builder_with_root(ca),
+        None => Account::builder(),
+    };
+    // Only a missing file means "no account yet": any other error must not replace the account.
+    let stored = match crate::sys::files::read(&path) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(source) => return Err(AcmeError::State { path, source }),
+    };
+    if let Some(text) = stored {
+        let credentials: AccountCredentials =
+            serde_json::from_slice(&text).map_err(|e| AcmeError::Account {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+        return Ok(builder()?.from_credentials(credentials).await?);
+    }
+    let contact: Vec<&str> = acme.contact.iter().map(String::as_str).collect();
+    let new = NewAccount {
+        contact: &contact,
+        terms_of_service_agreed: true,
+        only_return_existing: false,
+    };
+    let (account, credentials) = builder()?
+        .create(&new, acme.directory.clone(), None)
+        .await?;
+    let json = serde_json::to_vec(&credentials).map_err(|e| AcmeError::Account {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    state::write_private(&path, &json)?;
+    tracing::info!(account = account.id(), directory = %acme.directory, "ACME account created");
+    Ok(account)
+}
+
+/// A CSR for `names` and the new key it is for.
+fn request(names: &[String], key: AcmeKey) -> Result<(Vec<u8>, KeyPair), AcmeError> {
+    let alg = match key {
+        AcmeKey::Ecdsa => &rcgen::PKCS_ECDSA_P256_SHA256,
+        AcmeKey::Rsa => &rcgen::PKCS_RSA_SHA256,
+    };
+    let key_pair = KeyPair::generate_for(alg)?;
+    let mut params = CertificateParams::new(names.to_vec())?;
+    params.distinguished_name = DistinguishedName::new();
+    let csr = params.serialize_request(&key_pair)?;
+    Ok((csr.der().to_vec(), key_pair))
+}
+
+/// The CA's reasons, from the order and its authorizations' challenges.
+async fn why_invalid(order: &mut instant_acme::Order) -> String {
+    let mut reasons = Vec::new();
+    if let Some(p) = &order.state().error {
+        reasons.push(p.to_string());
+    }
+    let mut authorizations = order.authorizations();
+    while let Some(Ok(authz)) = authorizations.next().await {
+        for ch in &authz.challenges {
+            if let Some(p) = &ch.error {
+                reasons.push(format!("{}: {p}", authz.identifier()));
+            }
+        }
+    }
+    if reasons.is_empty() {
+        "the order became invalid; the CA gave no reason".into()
+    } else {
+        reasons.join("; ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use x509_parser::prelude::FromDer;
+
+    #[test]
+    fn requests_are_for_the_names_with_a_new_key_of_the_kind_asked() {
+        let names = vec!["a.example".to_string(), "b.example".to_string()];
+        for kind in [AcmeKey::Ecdsa, AcmeKey::Rsa] {
+            let (csr, key) = request(&names, kind).expect("request");
+            let (_, parsed) =
+                x509_parser::certification_request::X509CertificationRequest::from_der(&csr)
+                    .expect("CSR");
+            let pem = key.serialize_pem();
+            assert!(pem.contains("PRIVATE KEY"));
+            let want_rsa = kind == AcmeKey::Rsa;
+            assert_eq!(
+                parsed
+                    .certification_request_info
+                    .subject_pki
+                    .algorithm
+                    .algorithm
+                    == x509_parser::oid_registry::OID_PKCS1_RSAENCRYPTION,
+                want_rsa
+            );
+        }
+    }
+}

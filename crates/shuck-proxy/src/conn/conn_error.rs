@@ -1,0 +1,342 @@
+//! Why a connection ended before its natural end. Each stage has its own error type
+//! (`HeaderError`, `HandshakeError`, `ConnectError`, `EncodeError`, `RelayError`); `ConnError`
+//! gathers them, and sorts each into a [`Reason`] by type, never by message text. The reason
+//! decides the metric counted and how loudly the one log line is written.
+
+use crate::backend::ConnectError;
+use crate::conn::proxy_in::HeaderError;
+use crate::conn::relay::RelayError;
+use crate::proto::proxy_protocol::{DecodeError, EncodeError};
+use crate::tls::handshake_error::HandshakeError;
+
+/// A connection's early end, with what the log line needs to explain it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnError {
+    #[error("{0}")]
+    ProxyHeader(#[from] HeaderError),
+    #[error("{0}")]
+    Handshake(#[from] HandshakeError),
+    #[error("{0}")]
+    BackendConnect(#[from] ConnectError),
+    #[error("PROXY header too large (client certificate?): {0}")]
+    ProxyHeaderOut(#[from] EncodeError),
+    #[error("{0}")]
+    Relay(#[from] RelayError),
+}
+
+/// Declares `Reason` and `Reason::ALL` from one list, so no variant can be left out of `ALL`
+/// (the metrics index their counters by `reason as usize`).
+macro_rules! reasons {
+    ($($(#[$doc:meta])* $variant:ident,)+) => {
+        /// The label, metric and log level of each way a connection can end early.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub(crate) enum Reason {
+            $($(#[$doc])* $variant,)+
+        }
+
+        impl Reason {
+            pub(crate) const ALL: [Reason; [$(Reason::$variant,)+].len()] = [$(Reason::$variant,)+];
+        }
+    };
+}
+
+reasons! {
+    ProxyNotProxy,
+    ProxyV1Malformed,
+    ProxyV2Unsupported,
+    ProxyTooLong,
+    ProxyV2Malformed,
+    ProxyBadChecksum,
+    ProxyUntrusted,
+    ProxyTimeout,
+    /// Closed part-way through a header.
+    ProxyClosed,
+    /// Connected and closed without a byte: a TCP health check.
+    ProxyHealthCheck,
+    ProxyOther,
+    /// Closed before sending a byte (port scanners, TCP health checks).
+    HandshakeAbandoned,
+    /// Closed (FIN or reset) part-way through its handshake.
+    HandshakeClientAbort,
+    /// Not TLS, or TLS that breaks the protocol.
+    HandshakeMalformed,
+    /// No common version, cipher suite, group or signature scheme.
+    HandshakeIncompatible,
+    /// No certificate for the requested name (or the client's algorithms).
+    HandshakeNoCertificate,
+    /// The client sent a fatal alert (it refused our certificate, for instance).
+    HandshakeClientAlert,
+    HandshakeTimeout,
+    /// mTLS: no client certificate where one is required, or one that does not verify.
+    HandshakeClientCertificate,
+    HandshakeOther,
+    BackendConnect,
+    /// Out of descriptors for the backend connection: ours, not the backend's, problem.
+    NoDescriptors,
+    /// The PROXY header for the backend could not be built.
+    BackendHeader,
+    /// The backend failed while relaying.
+    BackendRelay,
+    /// The client failed while relaying (reset, broken TLS record).
+    ClientRelay,
+    Idle,
+}
+
+/// The metric family a reason is counted in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CountedIn {
+    ProxyHeaderErrors,
+    HandshakeFailures,
+    BackendErrors,
+    ClientErrors,
+    IdleTimeouts,
+    /// Local resources ran out (`shuck_resource_errors_total{kind}`).
+    ResourceErrors,
+}
+
+/// How the one line about a connection's end is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Loudness {
+    /// Routine noise (health checks, scanners): a debug line.
+    Quiet,
+    /// Worth an operator's attention: a warning, within the per-worker rate limit.
+    Warn,
+    /// Normal life of a connection: an info line when connection logs are on.
+    Info,
+}
+
+impl Reason {
+    /// The label in log lines; unique among reasons.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Reason::ProxyNotProxy => "proxy_not_proxy",
+            Reason::ProxyV1Malformed => "proxy_v1_malformed",
+            Reason::ProxyV2Unsupported => "proxy_v2_unsupported",
+            Reason::ProxyTooLong => "proxy_too_long",
+            Reason::ProxyV2Malformed => "proxy_v2_malformed",
+            Reason::ProxyBadChecksum => "proxy_bad_checksum",
+            Reason::ProxyUntrusted => "proxy_untrusted_peer",
+            Reason::ProxyTimeout => "proxy_timeout",
+            Reason::ProxyClosed => "proxy_closed",
+            Reason::ProxyHealthCheck => "proxy_health_check",
+            Reason::ProxyOther => "proxy_other",
+            Reason::HandshakeAbandoned => "handshake_abandoned",
+            Reason::HandshakeClientAbort => "handshake_client_abort",
+            Reason::HandshakeMalformed => "handshake_malformed",
+            Reason::HandshakeIncompatible => "handshake_incompatible",
+            Reason::HandshakeNoCertificate => "handshake_no_certificate",
+            Reason::HandshakeClientAlert => "handshake_client_alert",
+            Reason::HandshakeTimeout => "handshake_timeout",
+            Reason::HandshakeClientCertificate => "handshake_client_certificate",
+            Reason::HandshakeOther => "handshake_other",
+            Reason::BackendConnect => "backend_connect",
+            Reason::NoDescriptors => "no_descriptors",
+            Reason::BackendHeader => "backend_proxy_header",
+            Reason::BackendRelay => "backend_relay",
+            Reason::ClientRelay => "client_relay",
+            Reason::Idle => "idle_timeout",
+        }
+    }
+
+    /// The family and label value it is counted under; `None`: not counted (a client that gave
+    /// up before the handshake finished is no failure of ours).
+    pub(crate) fn metric(self) -> Option<(CountedIn, &'static str)> {
+        use CountedIn::{BackendErrors, ClientErrors, HandshakeFailures, IdleTimeouts};
+        let proxy = |label| Some((CountedIn::ProxyHeaderErrors, label));
+        match self {
+            Reason::ProxyNotProxy => proxy("not_proxy"),
+            Reason::ProxyV1Malformed => proxy("v1_malformed"),
+            Reason::ProxyV2Unsupported => proxy("v2_unsupported"),
+            Reason::ProxyTooLong => proxy("too_long"),
+            Reason::ProxyV2Malformed => proxy("v2_malformed"),
+            Reason::ProxyBadChecksum => proxy("bad_checksum"),
+            Reason::ProxyUntrusted => proxy("untrusted_peer"),
+            Reason::ProxyTimeout => proxy("timeout"),
+            Reason::ProxyClosed | Reason::ProxyHealthCheck => proxy("closed"),
+            Reason::ProxyOther => proxy("other"),
+            Reason::HandshakeAbandoned => None,
+            Reason::HandshakeClientAbort => Some((HandshakeFailures, "client_abort")),
+            Reason::HandshakeMalformed => Some((HandshakeFailures, "malformed")),
+            Reason::HandshakeIncompatible => Some((HandshakeFailures, "incompatible")),
+            Reason::HandshakeNoCertificate => Some((HandshakeFailures, "no_certificate")),
+            Reason::HandshakeClientAlert => Some((HandshakeFailures, "client_alert")),
+            Reason::HandshakeTimeout => Some((HandshakeFailures, "timeout")),
+            Reason::HandshakeClientCertificate => Some((HandshakeFailures, "client_certificate")),
+            Reason::HandshakeOther => Some((HandshakeFailures, "other")),
+            Reason::BackendConnect => Some((BackendErrors, "connect")),
+            Reason::NoDescriptors => Some((CountedIn::ResourceErrors, "descriptors")),
+            Reason::BackendHeader => Some((BackendErrors, "proxy_header")),
+            Reason::BackendRelay => Some((BackendErrors, "relay")),
+            Reason::ClientRelay => Some((ClientErrors, "")),
+            Reason::Idle => Some((IdleTimeouts, "")),
+        }
+    }
+
+    pub(crate) fn loudness(self) -> Loudness {
+        match self {
+            Reason::ProxyHealthCheck | Reason::HandshakeAbandoned => Loudness::Quiet,
+            // Counted, and a line when connections are logged: a client giving up part-way is
+            // routine, not the operator's to act on.
+            Reason::HandshakeClientAbort | Reason::ClientRelay | Reason::Idle => Loudness::Info,
+            _ => Loudness::Warn,
+        }
+    }
+
+    /// What happened, as the log line's message.
+    pub(crate) fn message(self) -> &'static str {
+        match self {
+            Reason::ProxyHealthCheck => "peer closed before sending a PROXY header",
+            Reason::HandshakeAbandoned => "client closed before sending a ClientHello",
+            Reason::HandshakeClientAbort => "client closed during the TLS handshake",
+            Reason::BackendConnect => "closing client connection: backend unavailable",
+            Reason::NoDescriptors => {
+                "closing client connection: out of descriptors (raise the open-files limit)"
+            }
+            Reason::BackendHeader => "closing connection: PROXY header not sent",
+            Reason::BackendRelay => "backend connection failed",
+            Reason::ClientRelay | Reason::Idle => "connection ended early",
+            r if r
+                .metric()
+                .is_some_and(|(f, _)| f == CountedIn::ProxyHeaderErrors) =>
+            {
+                "closing connection: PROXY header refused"
+            }
+            _ => "TLS handshake failed",
+        }
+    }
+}
+
+impl ConnError {
+    pub(crate) fn reason(&self) -> Reason {
+        match self {
+            ConnError::ProxyHeader(e) => proxy_reason(e),
+            ConnError::Handshake(HandshakeError::Silent) => Reason::HandshakeAbandoned,
+            ConnError::Handshake(HandshakeError::ClientAborted(_)) => Reason::HandshakeClientAbort,
+            ConnError::Handshake(HandshakeError::Tls(error)) => handshake_reason(error),
+            ConnError::Handshake(HandshakeError::NoCertificate) => Reason::HandshakeNoCertificate,
+            ConnError::Handshake(HandshakeError::OldProtocol(_)) => Reason::HandshakeIncompatible,
+            // Counted with rustls' own refusals of a message over its limit (`InvalidMessage`).
+            ConnError::Handshake(HandshakeError::HelloTooLarge { .. }) => {
+                Reason::HandshakeMalformed
+            }
+            ConnError::Handshake(HandshakeError::Io(_)) => Reason::HandshakeOther,
+            ConnError::Handshake(HandshakeError::Timeout(_)) => Reason::HandshakeTimeout,
+            ConnError::BackendConnect(ConnectError::Unreachable { .. }) => Reason::BackendConnect,
+            ConnError::BackendConnect(ConnectError::NoDescriptors(_)) => Reason::NoDescriptors,
+            ConnError::ProxyHeaderOut(_) => Reason::BackendHeader,
+            ConnError::Relay(RelayError::Backend(_) | RelayError::BackendAborted(_)) => {
+                Reason::BackendRelay
+            }
+            ConnError::Relay(RelayError::Client(_) | RelayError::ClientAborted(_)) => {
+                Reason::ClientRelay
+            }
+            ConnError::Relay(RelayError::Idle(_)) => Reason::Idle,
+        }
+    }
+}
+
+fn proxy_reason(e: &HeaderError) -> Reason {
+    match e {
+        HeaderError::Decode(d) => match d {
+            DecodeError::NotProxy => Reason::ProxyNotProxy,
+            DecodeError::V1Malformed(_) | DecodeError::V1TooLong => Reason::ProxyV1Malformed,
+            DecodeError::V2Version(_) | DecodeError::V2Command(_) | DecodeError::V2Family(_) => {
+                Reason::ProxyV2Unsupported
+            }
+            DecodeError::V2TooLong(_) => Reason::ProxyTooLong,
+            DecodeError::V2Truncated | DecodeError::TlvTruncated | DecodeError::TlvMalformed(_) => {
+                Reason::ProxyV2Malformed
+            }
+            DecodeError::BadChecksum => Reason::ProxyBadChecksum,
+        },
+        HeaderError::Closed { received: 0 } => Reason::ProxyHealthCheck,
+        HeaderError::Closed { .. } => Reason::ProxyClosed,
+        HeaderError::Timeout(_) => Reason::ProxyTimeout,
+        HeaderError::Untrusted => Reason::ProxyUntrusted,
+        HeaderError::Io(_) => Reason::ProxyOther,
+    }
+}
+
+fn handshake_reason(e: &rustls::Error) -> Reason {
+    use rustls::Error as E;
+    match e {
+        E::InvalidMessage(_)
+        | E::InappropriateMessage { .. }
+        | E::InappropriateHandshakeMessage { .. }
+        | E::PeerMisbehaved(_)
+        | E::DecryptError => Reason::HandshakeMalformed,
+        E::PeerIncompatible(_) => Reason::HandshakeIncompatible,
+        E::AlertReceived(_) => Reason::HandshakeClientAlert,
+        E::NoCertificatesPresented | E::InvalidCertificate(_) => Reason::HandshakeClientCertificate,
+        _ => Reason::HandshakeOther,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    #[test]
+    fn labels_are_unique_and_all_is_complete() {
+        let mut seen = std::collections::HashSet::new();
+        for r in Reason::ALL {
+            assert!(seen.insert(r.as_str()), "{} twice", r.as_str());
+        }
+        // Every variant is in ALL, in declaration order, so `r as usize` indexes it.
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r:?}");
+        }
+        assert_eq!(
+            Reason::Idle as usize + 1,
+            Reason::ALL.len(),
+            "Idle is the last"
+        );
+    }
+
+    #[test]
+    fn handshake_errors_are_sorted_by_type() {
+        // Whatever its text says: "no certificate" is the handshake stage's own finding.
+        let general = rustls::Error::General("no server certificate chain resolved".into());
+        assert_eq!(handshake_reason(&general), Reason::HandshakeOther);
+        let none = ConnError::from(HandshakeError::NoCertificate);
+        assert_eq!(none.reason(), Reason::HandshakeNoCertificate);
+        let old = ConnError::from(HandshakeError::OldProtocol(0x0301));
+        assert_eq!(old.reason(), Reason::HandshakeIncompatible);
+        let large = ConnError::from(HandshakeError::HelloTooLarge { received: 65_535 });
+        assert_eq!(large.reason(), Reason::HandshakeMalformed);
+        let alert = rustls::Error::AlertReceived(rustls::AlertDescription::BadCertificate);
+        assert_eq!(handshake_reason(&alert), Reason::HandshakeClientAlert);
+        let reason = |e: io::Error| ConnError::from(HandshakeError::from_io(e)).reason();
+        let decrypt = io::Error::new(io::ErrorKind::InvalidData, rustls::Error::DecryptError);
+        assert_eq!(reason(decrypt), Reason::HandshakeMalformed);
+        // After the ClientHello, a close of either kind is the client's abort.
+        let eof = io::Error::from(io::ErrorKind::UnexpectedEof);
+        assert_eq!(reason(eof), Reason::HandshakeClientAbort);
+        let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+        assert_eq!(reason(reset), Reason::HandshakeClientAbort);
+        let other = io::Error::from(io::ErrorKind::OutOfMemory);
+        assert_eq!(reason(other), Reason::HandshakeOther);
+    }
+
+    #[test]
+    fn proxy_labels_match_the_decoder_labels() {
+        // Every variant of the decoder's error.
+        for d in [
+            DecodeError::NotProxy,
+            DecodeError::V1Malformed("x"),
+            DecodeError::V1TooLong,
+            DecodeError::V2Version(3),
+            DecodeError::V2Command(9),
+            DecodeError::V2Family(9),
+            DecodeError::V2TooLong(1),
+            DecodeError::V2Truncated,
+            DecodeError::TlvTruncated,
+            DecodeError::BadChecksum,
+            DecodeError::TlvMalformed("x"),
+        ] {
+            let r = proxy_reason(&HeaderError::Decode(d));
+            assert_eq!(r.metric().map(|m| m.1), Some(d.label()), "{d:?}");
+        }
+    }
+}

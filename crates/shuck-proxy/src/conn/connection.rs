@@ -1,0 +1,495 @@
+//! One client connection as a pipeline of stages, each taking and returning values:
+//!
+//! `proxy_in::arrive → tls::hello::read_client_hello → tls::handshake::finish →
+//! backend connect → proxy_out::header → relay` (or the demo page after the handshake).
+//!
+//! Any stage may end the connection with a [`ConnError`]; its metric and its one log line are
+//! written once, at the end, by [`record_end`]. The line names the frontend, the client, the
+//! worker and (when a PROXY header was read) the load balancer as fields of its own, top-level
+//! in JSON logs, as collectors expect them.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tracing::Level;
+
+use crate::backend::{BackendPool, Lease};
+use crate::certs::acme;
+use crate::config::ConnectionLogFormat;
+use crate::conn::conn_error::{ConnError, Loudness, Reason};
+use crate::conn::demo;
+use crate::conn::proxy_in::{self, Arrival};
+use crate::conn::proxy_out::{self, UniqueId};
+use crate::conn::relay::{self, Moved, RelayError};
+use crate::mem::buf_pool::PooledBuf;
+use crate::obs::log_limit;
+use crate::obs::metrics::FrontendMetrics;
+use crate::server::worker::{FrontendRt, Worker};
+use crate::tls::handshake::{self, ClientCert, Negotiated, Summary};
+use crate::tls::handshake_error::Deadline;
+use crate::tls::hello::{self, Hello};
+use crate::tls::stream::{Ktls, TlsStream};
+
+/// What the log line at the end says about the connection, filled in as stages complete.
+struct Trace<'a> {
+    /// The socket's peer until a PROXY header names the real client.
+    client: SocketAddr,
+    balancer: Option<SocketAddr>,
+    /// Kept only when connection logs are on (it owns strings); boxed, so a connection without
+    /// one does not carry its 104 bytes in its task.
+    summary: Option<Box<Summary>>,
+    backend: Option<&'a str>,
+    unique_id: UniqueId,
+    moved: Moved,
+    /// When the connection was accepted, and how long after it the handshake was done and the
+    /// backend connected (milliseconds): the access log's phases.
+    accepted: Instant,
+    handshake_ms: Option<u64>,
+    connect_ms: Option<u64>,
+}
+
+impl Trace<'_> {
+    fn since_accept(&self) -> u64 {
+        u64::try_from(self.accepted.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Serves one accepted connection to its end.
+pub(crate) async fn handle(
+    worker: Rc<Worker>,
+    fe: Rc<FrontendRt>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+) {
+    let started = Instant::now();
+    let _active = ActiveGuard::new(&fe.metrics);
+    let mut trace = Trace {
+        client: peer,
+        balancer: None,
+        summary: None,
+        backend: None,
+        unique_id: UniqueId::default(),
+        moved: Moved::default(),
+        accepted: started,
+        handshake_ms: None,
+        connect_ms: None,
+    };
+    let result = pipeline(&worker, &fe, tcp, peer, &mut trace).await;
+    record_end(
+        &worker,
+        &fe,
+        &trace,
+        result.err().as_ref(),
+        started.elapsed(),
+    );
+}
+
+/// The stages, top to bottom. Each `?` is an early end, recorded by the caller.
+///
+/// Each stage's state is an allocation of its own, made when the stage starts and freed when
+/// it ends: a connection waiting for its ClientHello or its handshake holds only that stage's
+/// state, not room for the relay's, and an established one none for the handshake's. (An async
+/// fn's future is as large as its largest stage; a slowloris connection paid for all of them.)
+async fn pipeline<'a>(
+    worker: &Worker,
+    fe: &'a FrontendRt,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    trace: &mut Trace<'a>,
+) -> Result<(), ConnError> {
+    let (read, mut arrival) = Box::pin(arrive_with_hello(fe, tcp, peer, trace)).await?;
+    let Some(mut hs) = Box::pin(handshake_stage(worker, fe, read)).await? else {
+        trace.backend = Some("acme-tls/1");
+        return Ok(());
+    };
+    trace.handshake_ms = Some(trace.since_accept());
+    if worker.log_connections() {
+        // Now, while rustls still has the connection (the relay takes the records over).
+        trace.summary = Some(Box::new(Summary::of(&hs)));
+    }
+    // What the handshake settled stays here, borrowed: an async fn keeps room for the values
+    // it is given for as long as it runs, and again for its own copies of them (this one
+    // outlives every idle connection).
+    Box::pin(serve_negotiated(worker, fe, &mut hs, &mut arrival, trace)).await
+}
+
+/// A ClientHello read, and the deadline the handshake must meet.
+struct HelloRead {
+    hello: Box<Hello>,
+    deadline: Deadline,
+}
+
+/// The PROXY header (when expected) and the ClientHello.
+async fn arrive_with_hello<'a>(
+    fe: &'a FrontendRt,
+    mut tcp: TcpStream,
+    peer: SocketAddr,
+    trace: &mut Trace<'a>,
+) -> Result<(HelloRead, Arrival), ConnError> {
+    let cfg = &fe.cfg;
+    // No TCP_NODELAY here: Linux copies it from the listening socket (`listener::bind` sets it).
+    let want_local = cfg.proxy_protocol.is_some();
+    let arrival = proxy_in::arrive(&mut tcp, peer, cfg.accept_proxy.as_ref(), want_local).await?;
+    count_arrival(&fe.metrics, &arrival);
+    (trace.client, trace.balancer) = (arrival.client, arrival.balancer);
+    let deadline = Deadline::after(cfg.handshake_timeout);
+    let hello = hello::read_client_hello(tcp, deadline).await?;
+    let read = HelloRead { hello, deadline };
+    Ok((read, arrival))
+}
+
+/// The ClientHello stage (what must see the hello before rustls does: an ACME validator, a
+/// remote session store looking the session up), then the handshake. `None`: the connection was
+/// an ACME validator's, answered here.
+async fn handshake_stage(
+    worker: &Worker,
+    fe: &FrontendRt,
+    read: HelloRead,
+) -> Result<Option<Negotiated>, ConnError> {
+    if let Some(challenge) = &fe.acme_challenge {
+        if acme::challenge::wants_challenge(read.hello.accepted.client_hello().alpn()) {
+            handshake::answer_acme(read.hello, challenge.clone(), read.deadline).await?;
+            return Ok(None);
+        }
+    }
+    let tls = fe.tls.load_full();
+    let prefetched = match &tls.remote {
+        Some(remote) => remote.prefetch(&read.hello.received).await,
+        None => None,
+    };
+    let hs = handshake::finish(
+        read.hello,
+        &tls,
+        read.deadline,
+        prefetched,
+        keeps_sni(worker, fe),
+    )
+    .await?;
+    count_handshake(&fe.metrics, &hs);
+    Ok(Some(hs))
+}
+
+/// Whether anything will show the client's server name: the demo page, a connection log line,
+/// a PROXY header's authority.
+fn keeps_sni(worker: &Worker, fe: &FrontendRt) -> bool {
+    let cfg = &fe.cfg;
+    fe.backends.is_none()
+        || worker.log_connections()
+        || (cfg.proxy_protocol.is_some() && cfg.proxy_tlvs.authority)
+}
+
+/// The stages after the handshake: the backend (or the demo page), the PROXY header, the relay.
+async fn serve_negotiated<'a>(
+    worker: &Worker,
+    fe: &'a FrontendRt,
+    hs: &mut Negotiated,
+    arrival: &mut Arrival,
+    trace: &mut Trace<'a>,
+) -> Result<(), ConnError> {
+    let cfg = &fe.cfg;
+    let Some(pool) = &fe.backends else {
+        trace.backend = Some("demo");
+        return serve_demo(worker, fe, hs, arrival.client).await;
+    };
+    let (upstream, lease) = connect_backend(pool, &mut hs.stream, cfg.handshake_timeout).await?;
+    trace.backend = Some(lease.name());
+    trace.connect_ms = Some(trace.since_accept());
+    if matches!(hs.client_cert, ClientCert::Unverified(_)) {
+        // Counted as passed on: only now is there a backend to pass it to.
+        fe.metrics.client_certs_unverified.inc();
+    }
+    if proxy_out::makes_unique_id(cfg, arrival.passthrough.as_deref()) {
+        trace.unique_id = UniqueId::new(worker.id, worker.next_connection());
+    }
+    let prefix = proxy_out::header(cfg, hs, arrival, trace.unique_id.as_bytes())?;
+    arrival.passthrough = None;
+    // Nothing asks rustls about the handshake from here on.
+    hs.stream
+        .take_over_records(cfg.ktls)
+        .map_err(|e| ConnError::Relay(RelayError::ClientAborted(e)))?;
+    let (moved, res) = relay_to(fe, &mut hs.stream, upstream, prefix).await;
+    count_ktls(&fe.metrics, &hs.stream);
+    trace.moved = moved;
+    drop(lease);
+    Ok(res?)
+}
+
+/// Connects to a backend; without one, the client gets close_notify (an orderly close, not a
+/// truncation), bounded, since a client that stopped reading could otherwise hold the task.
+async fn connect_backend<'p>(
+    pool: &'p BackendPool,
+    tls: &mut TlsStream,
+    bound: Duration,
+) -> Result<(TcpStream, Lease<'p>), ConnError> {
+    match pool.connect().await {
+        Ok(x) => Ok(x),
+        Err(e) => {
+            let _ = tokio::time::timeout(bound, tls.shutdown()).await;
+            Err(e.into())
+        }
+    }
+}
+
+/// Relays until both sides are done. An abort on one side is passed on as an abort (RST, no
+/// close_notify) to the other, as HAProxy does: an orderly close would let the peer take a cut
+/// stream for a complete one. An idle timeout cuts both where they stand.
+async fn relay_to(
+    fe: &FrontendRt,
+    tls: &mut TlsStream,
+    mut upstream: TcpStream,
+    prefix: Option<(PooledBuf, usize)>,
+) -> (Moved, Result<(), RelayError>) {
+    let m = &fe.metrics;
+    let count = |d: Moved| {
+        m.bytes_up.inc_by(d.up);
+        m.bytes_down.inc_by(d.down);
+    };
+    let idle = fe.cfg.idle_timeout;
+    // The header goes out with the client's first bytes when they have arrived, in one segment.
+    let (moved, res) = relay::relay_with_prefix(tls, &mut upstream, idle, prefix, count).await;
+    match &res {
+        Err(RelayError::BackendAborted(_)) => abort(tls.tcp()),
+        Err(RelayError::ClientAborted(_)) => abort(&upstream),
+        Err(RelayError::Idle(_)) => {
+            abort(tls.tcp());
+            abort(&upstream);
+        }
+        _ => {}
+    }
+    (moved, res)
+}
+
+/// The built-in page describing the connection, in place of a backend.
+async fn serve_demo(
+    worker: &Worker,
+    fe: &FrontendRt,
+    hs: &mut Negotiated,
+    client: SocketAddr,
+) -> Result<(), ConnError> {
+    let who = demo::Visitor {
+        client,
+        frontend: &fe.cfg.name,
+        worker: worker.id,
+    };
+    let summary = Summary::of(hs);
+    let idle = fe.cfg.idle_timeout;
+    hs.stream
+        .take_over_records(fe.cfg.ktls)
+        .map_err(|e| ConnError::Relay(RelayError::ClientAborted(e)))?;
+    let body = demo::page(&summary, who, hs.stream.records_by());
+    // Boxed: the demo's state would otherwise enlarge every connection's future, relay ones too.
+    let served = Box::pin(demo::serve(&mut *hs.stream, &body, idle)).await;
+    count_ktls(&fe.metrics, &hs.stream);
+    served.map_err(|e| match e.kind() {
+        std::io::ErrorKind::TimedOut => ConnError::Relay(RelayError::Idle(idle)),
+        _ => ConnError::Relay(RelayError::ClientAborted(e)),
+    })
+}
+
+/// Where a connection that asked for kTLS had its records protected: one that never came to a
+/// point where the kernel could take them stayed in user space.
+fn count_ktls(m: &FrontendMetrics, stream: &TlsStream) {
+    let counter = match stream.ktls() {
+        Ktls::Kernel => &m.ktls_kernel,
+        Ktls::UserSpace | Ktls::Asked => &m.ktls_user_space,
+        Ktls::NotAsked => return,
+    };
+    counter.inc();
+}
+
+fn count_arrival(m: &FrontendMetrics, arrival: &Arrival) {
+    match (arrival.balancer, arrival.health_check) {
+        (None, _) => {}
+        (Some(_), true) => {
+            m.proxy_headers_local.inc();
+        }
+        (Some(_), false) => {
+            m.proxy_headers_proxy.inc();
+        }
+    }
+}
+
+fn count_handshake(m: &FrontendMetrics, hs: &Negotiated) {
+    let conn = hs.conn();
+    let tls13 = conn.and_then(rustls::CommonState::protocol_version)
+        == Some(rustls::ProtocolVersion::TLSv1_3);
+    m.handshake(hs.resumed_by, conn.is_some_and(handshake::resumed), tls13);
+}
+
+/// Counts how the connection ended and writes its one line. With `log_connections` every
+/// connection gets a line with all that is known (a warning when it failed); without, failures
+/// worth a warning get a short one within the per-worker rate limit, routine ends a debug line.
+fn record_end(
+    worker: &Worker,
+    fe: &FrontendRt,
+    trace: &Trace<'_>,
+    error: Option<&ConnError>,
+    took: Duration,
+) {
+    let reason = error.map(ConnError::reason);
+    if let Some(r) = reason {
+        fe.metrics.ended(r);
+    }
+    let loudness = reason.map_or(Loudness::Info, Reason::loudness);
+    let line = Line {
+        frontend: &fe.cfg.name,
+        worker: worker.id,
+        trace,
+        reason,
+        error,
+        ms: took.as_millis() as u64,
+    };
+    match loudness {
+        Loudness::Quiet if tracing::enabled!(Level::DEBUG) && log_limit::allow() => {
+            line.short(Level::DEBUG);
+        }
+        Loudness::Quiet => {}
+        _ if worker.log_connections() => line.full(
+            if loudness == Loudness::Warn {
+                Level::WARN
+            } else {
+                Level::INFO
+            },
+            worker.log_format(),
+        ),
+        Loudness::Warn if log_limit::allow() => line.short(Level::WARN),
+        Loudness::Warn | Loudness::Info => {}
+    }
+}
+
+/// The one line about a connection's end.
+struct Line<'a> {
+    frontend: &'a str,
+    worker: usize,
+    trace: &'a Trace<'a>,
+    reason: Option<Reason>,
+    error: Option<&'a ConnError>,
+    ms: u64,
+}
+
+/// `tracing`'s macros want a level known at compile time.
+macro_rules! event_at {
+    ($level:expr, $($rest:tt)+) => {
+        if $level == Level::WARN {
+            tracing::warn!($($rest)+)
+        } else if $level == Level::INFO {
+            tracing::info!($($rest)+)
+        } else {
+            tracing::debug!($($rest)+)
+        }
+    };
+}
+
+impl Line<'_> {
+    fn message(&self) -> &'static str {
+        self.reason.map_or("connection closed", Reason::message)
+    }
+
+    /// Who, why, and how far it got.
+    fn short(&self, level: Level) {
+        let t = self.trace;
+        event_at!(level,
+            frontend = %self.frontend, client = %t.client, worker = self.worker,
+            balancer = %Dash(t.balancer), reason = self.reason.map_or("-", Reason::as_str),
+            error = %Dash(self.error), backend = %t.backend.unwrap_or("-"),
+            up = t.moved.up, down = t.moved.down, ms = self.ms, "{}", self.message());
+    }
+
+    /// All of it, with what was negotiated and when: a `log_connections` line (an access log).
+    fn full(&self, level: Level, format: ConnectionLogFormat) {
+        if format == ConnectionLogFormat::Haproxy {
+            event_at!(level, "{}", Haproxy(self));
+            return;
+        }
+        let t = self.trace;
+        let s = t.summary.as_ref();
+        event_at!(level,
+            frontend = %self.frontend, client = %t.client, worker = self.worker,
+            balancer = %Dash(t.balancer), reason = self.reason.map_or("-", Reason::as_str),
+            error = %Dash(self.error), protocol = s.map_or("-", |s| s.protocol),
+            cipher = s.map_or("-", |s| s.cipher), group = %Dash(s.and_then(|s| s.group)),
+            resumed = s.is_some_and(|s| s.resumed), sni = %Dash(s.and_then(|s| s.sni.as_deref())),
+            alpn = %Dash(s.and_then(|s| s.alpn.as_deref())), backend = %t.backend.unwrap_or("-"),
+            id = t.unique_id.as_str(), up = t.moved.up, down = t.moved.down,
+            handshake_ms = %Dash(t.handshake_ms), connect_ms = %Dash(t.connect_ms), ms = self.ms,
+            "{}", self.message());
+    }
+}
+
+/// A connection's line in HAProxy's tcplog spirit, one space-separated record:
+/// `client [accepted] frontend backend handshake/connect/total bytes_down/bytes_up termination
+/// protocol cipher sni alpn resumed id` (`-` for what did not happen; times in ms from accept;
+/// termination `--` for a normal end, else the reason).
+struct Haproxy<'a, 'b>(&'a Line<'b>);
+
+impl std::fmt::Display for Haproxy<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (line, t) = (self.0, self.0.trace);
+        let s = t.summary.as_ref();
+        let accepted = std::time::SystemTime::now()
+            .checked_sub(t.accepted.elapsed())
+            .unwrap_or(std::time::UNIX_EPOCH);
+        write!(
+            f,
+            "{} [{}] {} {} {}/{}/{} {}/{} {} {} {} {} {} {} {}",
+            t.client,
+            humantime::format_rfc3339_millis(accepted),
+            line.frontend,
+            t.backend.unwrap_or("-"),
+            Dash(t.handshake_ms),
+            Dash(t.connect_ms),
+            line.ms,
+            t.moved.down,
+            t.moved.up,
+            line.reason.map_or("--", Reason::as_str),
+            s.map_or("-", |s| s.protocol),
+            s.map_or("-", |s| s.cipher),
+            Dash(s.and_then(|s| s.sni.as_deref())),
+            Dash(s.and_then(|s| s.alpn.as_deref())),
+            u8::from(s.is_some_and(|s| s.resumed)),
+            if t.unique_id.as_str().is_empty() {
+                "-"
+            } else {
+                t.unique_id.as_str()
+            },
+        )
+    }
+}
+
+/// Shows a missing value as "-".
+struct Dash<T>(Option<T>);
+
+impl<T: std::fmt::Display> std::fmt::Display for Dash<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(v) => v.fmt(f),
+            None => f.write_str("-"),
+        }
+    }
+}
+
+/// Keeps the active-connections gauge right on every exit path.
+struct ActiveGuard<'a>(&'a FrontendMetrics);
+
+impl<'a> ActiveGuard<'a> {
+    fn new(m: &'a FrontendMetrics) -> Self {
+        m.active.inc();
+        ActiveGuard(m)
+    }
+}
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.active.dec();
+    }
+}
+
+/// Makes the coming close of `tcp` a reset: SO_LINGER 0 sends RST and drops unsent bytes.
+fn abort(tcp: &TcpStream) {
+    if let Err(e) = tcp.set_zero_linger() {
+        tracing::debug!(error = %e, "could not arm an abortive close");
+    }
+}

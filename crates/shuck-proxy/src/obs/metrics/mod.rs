@@ -1,0 +1,597 @@
+//! Prometheus metrics. Each worker takes its own counter handles at start (one set per frontend),
+//! so counting on the connection path is an uncontended atomic add on memory no other worker
+//! writes: no lock, no label lookup.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+mod http;
+mod process;
+
+pub use http::{serve, Phase};
+
+use crate::conn::conn_error::{CountedIn, Reason};
+use crate::sessions::session_store::{latency_histogram, StoreCounters};
+use crate::tls::resumption::Mechanism;
+use crate::tls::sessions::SessionCounters;
+use prometheus_client::metrics::histogram::Histogram;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// All metric families of the process.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// The process metrics, named without shuck's prefix as every exporter names them.
+    process: Registry,
+    /// Where the process is, for `/readyz` (a `Phase` as a number).
+    phase: std::sync::atomic::AtomicU8,
+    accepted: Family<Labels, Counter>,
+    active: Family<Labels, Gauge>,
+    handshakes: Family<Labels, Counter>,
+    handshake_failures: Family<Labels, Counter>,
+    resumptions: Family<Labels, Counter>,
+    backend_errors: Family<Labels, Counter>,
+    client_errors: Family<Labels, Counter>,
+    idle_timeouts: Family<Labels, Counter>,
+    bytes: Family<Labels, Counter>,
+    accept_errors: Family<Labels, Counter>,
+    proxy_headers: Family<Labels, Counter>,
+    proxy_header_errors: Family<Labels, Counter>,
+    client_certs_unverified: Family<Labels, Counter>,
+    ktls: Family<Labels, Counter>,
+    resource_errors: Family<Labels, Counter>,
+    session_cache: Family<Labels, Counter>,
+    session_cache_evictions: Family<Labels, Counter>,
+    store_lookups: Family<Labels, Counter>,
+    store_writes: Family<Labels, Counter>,
+    store_latency: Family<Labels, Histogram, fn() -> Histogram>,
+    store_breaker_open: Family<Labels, Gauge>,
+    /// The certificates served now: expiry and OCSP staples.
+    certificates: CertificateGauges,
+}
+
+/// One worker's handles for one frontend.
+#[derive(Debug, Clone)]
+pub struct FrontendMetrics {
+    pub accepted: Counter,
+    pub active: Gauge,
+    /// Completed handshakes by kind (full, resumed) and version (TLS 1.2, TLS 1.3).
+    handshakes: [[Counter; 2]; 2],
+    /// Resumptions by [`Mechanism`] (`mechanism as usize - 1`).
+    resumptions: [Counter; 3],
+    /// By [`Reason`] (`reason as usize`); `None` for reasons not counted.
+    ends: [Option<Counter>; Reason::ALL.len()],
+    pub bytes_up: Counter,
+    pub bytes_down: Counter,
+    pub accept_errors: Counter,
+    pub proxy_headers_proxy: Counter,
+    pub proxy_headers_local: Counter,
+    pub client_certs_unverified: Counter,
+    /// Connections that asked for kTLS (`ktls = true`), by where their records were protected.
+    pub ktls_kernel: Counter,
+    pub ktls_user_space: Counter,
+}
+
+impl FrontendMetrics {
+    /// Counts a completed handshake: full or resumed (and by what), TLS 1.3 or not.
+    pub(crate) fn handshake(&self, resumed_by: Option<Mechanism>, resumed: bool, tls13: bool) {
+        self.handshakes[usize::from(resumed)][usize::from(tls13)].inc();
+        if let Some(m) = resumed_by {
+            self.resumptions[m as usize - 1].inc();
+        }
+    }
+
+    /// Counts a connection that ended early, in the family its reason belongs to.
+    pub(crate) fn ended(&self, why: Reason) {
+        if let Some(c) = &self.ends[why as usize] {
+            c.inc();
+        }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("shuck");
+        let m = Metrics {
+            accepted: Family::default(),
+            active: Family::default(),
+            handshakes: Family::default(),
+            handshake_failures: Family::default(),
+            resumptions: Family::default(),
+            backend_errors: Family::default(),
+            client_errors: Family::default(),
+            idle_timeouts: Family::default(),
+            bytes: Family::default(),
+            accept_errors: Family::default(),
+            proxy_headers: Family::default(),
+            proxy_header_errors: Family::default(),
+            client_certs_unverified: Family::default(),
+            ktls: Family::default(),
+            resource_errors: Family::default(),
+            session_cache: Family::default(),
+            session_cache_evictions: Family::default(),
+            store_lookups: Family::default(),
+            store_writes: Family::default(),
+            store_latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            store_breaker_open: Family::default(),
+            certificates: CertificateGauges::default(),
+            registry: Registry::default(),
+            process: Registry::default(),
+            phase: std::sync::atomic::AtomicU8::new(0),
+        };
+        registry.register(
+            "connections_accepted",
+            "TCP connections accepted",
+            m.accepted.clone(),
+        );
+        registry.register(
+            "connections_active",
+            "Connections open now (handshaking or relaying)",
+            m.active.clone(),
+        );
+        registry.register(
+            "handshakes",
+            "Completed TLS handshakes, by kind (full or resumed) and version",
+            m.handshakes.clone(),
+        );
+        registry.register(
+            "resumptions",
+            "Resumed handshakes by mechanism: id (TLS 1.2 session ID), ticket (TLS 1.2 or 1.3), psk (TLS 1.3 stateful session)",
+            m.resumptions.clone(),
+        );
+        registry.register(
+            "handshake_failures",
+            "Failed TLS handshakes, by reason",
+            m.handshake_failures.clone(),
+        );
+        registry.register(
+            "backend_errors",
+            "Backend failures: no backend reachable (connect), error while relaying (relay), PROXY header not built (proxy_header)",
+            m.backend_errors.clone(),
+        );
+        registry.register(
+            "client_errors",
+            "Client-side errors while relaying (reset, broken TLS record)",
+            m.client_errors.clone(),
+        );
+        registry.register(
+            "idle_timeouts",
+            "Connections closed by idle_timeout",
+            m.idle_timeouts.clone(),
+        );
+        registry.register(
+            "bytes",
+            "Plaintext bytes relayed, by direction (up = client to backend)",
+            m.bytes.clone(),
+        );
+        registry.register(
+            "accept_errors",
+            "accept() failures that forced a back-off (EMFILE, ENFILE, ENOBUFS)",
+            m.accept_errors.clone(),
+        );
+        registry.register(
+            "proxy_headers",
+            "PROXY headers received (accept_proxy), by command (proxy, or local for health checks)",
+            m.proxy_headers.clone(),
+        );
+        registry.register(
+            "proxy_header_errors",
+            "Connections closed because of their PROXY header (accept_proxy), by reason",
+            m.proxy_header_errors.clone(),
+        );
+        registry.register(
+            "client_certificates_unverified",
+            "Client certificates that did not verify and were passed on (client_auth = optional_no_ca)",
+            m.client_certs_unverified.clone(),
+        );
+        registry.register(
+            "ktls_connections",
+            "Connections of frontends with ktls = true, by who protected their records after the handshake (kernel, or user_space where the kernel could not: no kTLS, TLS 1.2)",
+            m.ktls.clone(),
+        );
+        registry.register(
+            "resource_errors",
+            "Connections closed because this process ran out of a resource, by kind (descriptors)",
+            m.resource_errors.clone(),
+        );
+        register_process_wide(&mut registry);
+        register_session_families(&mut registry, &m);
+        m.certificates.register(&mut registry);
+        let mut process = Registry::default();
+        process.register_collector(Box::new(process::ProcessCollector));
+        Metrics {
+            registry,
+            process,
+            ..m
+        }
+    }
+
+    /// The counters of one frontend's remote session store.
+    pub(crate) fn store_counters(&self, frontend: &str) -> StoreCounters {
+        let with = |k: &'static str, v: &str| -> Labels {
+            vec![("frontend", frontend.to_string()), (k, v.to_string())]
+        };
+        let lookups = |r| get(&self.store_lookups, &with("result", r));
+        let writes = |r| get(&self.store_writes, &with("result", r));
+        StoreCounters {
+            hits: lookups("hit"),
+            misses: lookups("miss"),
+            timeouts: lookups("timeout"),
+            errors: lookups("error"),
+            garbage: lookups("garbage"),
+            oversized: lookups("oversized"),
+            skipped: lookups("skipped"),
+            writes: writes("written"),
+            writes_dropped: writes("dropped"),
+            write_errors: writes("error"),
+            latency: self.store_latency.clone(),
+            breaker_open: self.store_breaker_open.clone(),
+        }
+    }
+
+    /// The counters of one frontend's session cache (shared by its workers).
+    pub(crate) fn session_counters(&self, frontend: &str) -> SessionCounters {
+        let labels = |result: Option<&str>| -> Labels {
+            let mut l = vec![("frontend", frontend.to_string())];
+            l.extend(result.map(|r| ("result", r.to_string())));
+            l
+        };
+        SessionCounters {
+            hits: get(&self.session_cache, &labels(Some("hit"))),
+            misses: get(&self.session_cache, &labels(Some("miss"))),
+            evictions: get(&self.session_cache_evictions, &labels(None)),
+        }
+    }
+
+    /// Handles for one worker and one frontend. Called once per worker at start: the label
+    /// lookup takes the family's lock, the handles do not.
+    pub fn for_frontend(&self, frontend: &str, worker: usize) -> FrontendMetrics {
+        let base = || -> Labels {
+            vec![
+                ("frontend", frontend.to_string()),
+                ("worker", worker.to_string()),
+            ]
+        };
+        let with = |k: &'static str, v: &str| -> Labels {
+            let mut l = base();
+            l.push((k, v.to_string()));
+            l
+        };
+        let ends = Reason::ALL.map(|r| {
+            r.metric().map(|(family, label)| match family {
+                CountedIn::ProxyHeaderErrors => {
+                    get(&self.proxy_header_errors, &with("reason", label))
+                }
+                CountedIn::HandshakeFailures => {
+                    get(&self.handshake_failures, &with("reason", label))
+                }
+                CountedIn::BackendErrors => get(&self.backend_errors, &with("kind", label)),
+                CountedIn::ClientErrors => get(&self.client_errors, &base()),
+                CountedIn::IdleTimeouts => get(&self.idle_timeouts, &base()),
+                CountedIn::ResourceErrors => get(&self.resource_errors, &with("kind", label)),
+            })
+        });
+        FrontendMetrics {
+            accepted: get(&self.accepted, &base()),
+            active: get(&self.active, &base()),
+            handshakes: ["full", "resumed"].map(|kind| {
+                ["TLSv1.2", "TLSv1.3"].map(|version| {
+                    let mut l = with("kind", kind);
+                    l.push(("version", version.to_string()));
+                    get(&self.handshakes, &l)
+                })
+            }),
+            resumptions: Mechanism::ALL
+                .map(|m| get(&self.resumptions, &with("mechanism", m.label()))),
+            ends,
+            bytes_up: get(&self.bytes, &with("direction", "up")),
+            bytes_down: get(&self.bytes, &with("direction", "down")),
+            accept_errors: get(&self.accept_errors, &base()),
+            proxy_headers_proxy: get(&self.proxy_headers, &with("command", "proxy")),
+            proxy_headers_local: get(&self.proxy_headers, &with("command", "local")),
+            client_certs_unverified: get(&self.client_certs_unverified, &base()),
+            ktls_kernel: get(&self.ktls, &with("records", "kernel")),
+            ktls_user_space: get(&self.ktls, &with("records", "user_space")),
+        }
+    }
+
+    /// What one frontend serves now (at start, reload, renewal): its certificates' gauges.
+    pub fn set_certificates(&self, frontend: &str, records: Vec<CertRecord>) {
+        self.certificates.set(frontend, records);
+    }
+
+    /// Frontends stapling a response whose nextUpdate has passed (to be loaded again without it).
+    pub fn lapsed_staples(&self, now: i64) -> Vec<String> {
+        self.certificates.lapsed(now)
+    }
+
+    /// Warnings for certificates not renewed by shuck that expire within `within`.
+    pub fn expiry_warnings(&self, now: i64, within: Duration) -> Vec<String> {
+        self.certificates.warnings(now, within)
+    }
+
+    /// The OpenMetrics text exposition.
+    /// Where the process is now, for `/readyz`.
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(std::sync::atomic::Ordering::Relaxed) {
+            1 => Phase::Serving,
+            2 => Phase::Draining,
+            _ => Phase::Starting,
+        }
+    }
+
+    pub fn set_phase(&self, phase: Phase) {
+        let n = match phase {
+            Phase::Starting => 0,
+            Phase::Serving => 1,
+            Phase::Draining => 2,
+        };
+        self.phase.store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn encode(&self) -> String {
+        self.certificates.update_ages(crate::sys::clock::unix_now());
+        let mut s = String::with_capacity(8192);
+        // Writing to a String cannot fail.
+        let _ = encode_registry(&mut s, &self.process);
+        let _ = encode_registry(&mut s, &self.registry);
+        let _ = encode_eof(&mut s);
+        s
+    }
+}
+
+/// What belongs to the process rather than to a frontend: the build, the log's dropped lines.
+fn register_process_wide(registry: &mut Registry) {
+    registry.register(
+        "log_lines_dropped",
+        "Log lines dropped because the log writer's queue was full (the reader of standard error lagged); a summary line follows once it catches up",
+        crate::obs::logging::LINES_DROPPED.clone(),
+    );
+    registry.register(
+        "build",
+        "The build: shuck's version and commit, rustls' version, the binary's features",
+        prometheus_client::metrics::info::Info::new(build_labels()),
+    );
+}
+
+/// What `shuck_build_info` says beyond the version: the commit, the rustls version and the
+/// features, which the binary knows (its build script and its features). Set once, before the
+/// first `Metrics` is made.
+#[derive(Debug, Clone, Default)]
+pub struct BuildInfo {
+    pub commit: String,
+    pub rustls: String,
+    pub features: String,
+}
+
+static BUILD: std::sync::OnceLock<BuildInfo> = std::sync::OnceLock::new();
+
+/// Tells `shuck_build_info` what the binary knows of its build.
+pub fn set_build_info(info: BuildInfo) {
+    let _ = BUILD.set(info);
+}
+
+fn build_labels() -> Vec<(&'static str, String)> {
+    let b = BUILD.get().cloned().unwrap_or_default();
+    vec![
+        ("version", env!("CARGO_PKG_VERSION").to_string()),
+        ("commit", b.commit),
+        ("rustls", b.rustls),
+        ("features", b.features),
+    ]
+}
+
+/// A handle out of a family. The family's read guard must be dropped before the next lookup, which
+/// may need the write lock; a function boundary makes sure of that (a guard living to the end of a
+/// struct literal would deadlock).
+/// The families of session resumption: the process cache and the remote store.
+fn register_session_families(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "session_cache_lookups",
+        "Lookups in the per-process session cache (TLS 1.2 session IDs, TLS 1.3 stateful sessions), by result (hit, or miss: unknown or expired)",
+        m.session_cache.clone(),
+    );
+    registry.register(
+        "session_cache_evictions",
+        "Sessions the per-process session cache dropped to stay within session_cache_size",
+        m.session_cache_evictions.clone(),
+    );
+    registry.register(
+        "session_store_lookups",
+        "Lookups in the remote session store (session_store) made in the ClientHello stage, by result: hit, miss, timeout, error, garbage (a value that did not unseal), oversized (a reply over 64 KiB: the connection is ended), skipped (breaker open)",
+        m.store_lookups.clone(),
+    );
+    registry.register(
+        "session_store_writes",
+        "Sessions written to the remote store, by result: written, dropped (queue full or store unavailable), error",
+        m.store_writes.clone(),
+    );
+    registry.register(
+        "session_store_latency_seconds",
+        "Round trip of remote session store lookups",
+        m.store_latency.clone(),
+    );
+    registry.register(
+        "session_store_breaker_open",
+        "1 while a worker skips the remote session store after repeated failures",
+        m.store_breaker_open.clone(),
+    );
+}
+
+fn get<M: Clone + Default>(f: &Family<Labels, M>, l: &Labels) -> M {
+    f.get_or_create(l).clone()
+}
+
+/// What the certificate gauges say about one served certificate.
+#[derive(Debug, Clone)]
+pub struct CertRecord {
+    pub path: String,
+    pub subject: String,
+    /// Unix seconds.
+    pub not_after: i64,
+    /// Renewed by shuck (ACME): no expiry warning, the renewal logs its own failures.
+    pub managed: bool,
+    /// The stapled OCSP response's thisUpdate and nextUpdate (Unix seconds), if any.
+    pub staple: Option<(i64, i64)>,
+}
+
+/// `shuck_certificate_not_after_timestamp_seconds`, `shuck_ocsp_staple_age_seconds` (set when
+/// scraped) and `shuck_ocsp_staple_next_update_timestamp_seconds`, per frontend and certificate
+/// file; replaced whole for a frontend when what it serves changes.
+#[derive(Debug, Default)]
+struct CertificateGauges {
+    not_after: Family<Labels, Gauge>,
+    staple_age: Family<Labels, Gauge>,
+    staple_next_update: Family<Labels, Gauge>,
+    served: std::sync::Mutex<std::collections::BTreeMap<String, Vec<CertRecord>>>,
+}
+
+impl CertificateGauges {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "certificate_not_after_timestamp_seconds",
+            "When each served certificate expires (Unix time), by frontend and certificate file",
+            self.not_after.clone(),
+        );
+        registry.register(
+            "ocsp_staple_age_seconds",
+            "Age of each stapled OCSP response (now minus its thisUpdate); absent when nothing is stapled",
+            self.staple_age.clone(),
+        );
+        registry.register(
+            "ocsp_staple_next_update_timestamp_seconds",
+            "When each stapled OCSP response lapses (its nextUpdate, Unix time)",
+            self.staple_next_update.clone(),
+        );
+    }
+
+    fn labels(frontend: &str, r: &CertRecord) -> Labels {
+        vec![
+            ("frontend", frontend.to_string()),
+            ("certificate", r.path.clone()),
+        ]
+    }
+
+    fn set(&self, frontend: &str, records: Vec<CertRecord>) {
+        let mut served = self
+            .served
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for old in served.get(frontend).into_iter().flatten() {
+            let l = Self::labels(frontend, old);
+            self.not_after.remove(&l);
+            self.staple_age.remove(&l);
+            self.staple_next_update.remove(&l);
+        }
+        for r in &records {
+            let l = Self::labels(frontend, r);
+            self.not_after.get_or_create(&l).set(r.not_after);
+            if let Some((this, next)) = r.staple {
+                self.staple_next_update.get_or_create(&l).set(next);
+                self.staple_age
+                    .get_or_create(&l)
+                    .set(0.max(crate::sys::clock::unix_now() - this));
+            }
+        }
+        served.insert(frontend.to_string(), records);
+    }
+
+    fn update_ages(&self, now: i64) {
+        let served = self
+            .served
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (frontend, records) in served.iter() {
+            for r in records {
+                if let Some((this, _)) = r.staple {
+                    let l = Self::labels(frontend, r);
+                    self.staple_age.get_or_create(&l).set(0.max(now - this));
+                }
+            }
+        }
+    }
+
+    fn lapsed(&self, now: i64) -> Vec<String> {
+        let served = self
+            .served
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        served
+            .iter()
+            .filter(|(_, records)| {
+                records
+                    .iter()
+                    .any(|r| r.staple.is_some_and(|(_, next)| next <= now))
+            })
+            .map(|(frontend, _)| frontend.clone())
+            .collect()
+    }
+
+    fn warnings(&self, now: i64, within: Duration) -> Vec<String> {
+        let within = i64::try_from(within.as_secs()).unwrap_or(i64::MAX);
+        let served = self
+            .served
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        served
+            .iter()
+            .flat_map(|(frontend, records)| records.iter().map(move |r| (frontend, r)))
+            .filter(|(_, r)| !r.managed && r.not_after - now < within)
+            .map(|(frontend, r)| expiry_message(frontend, r, now))
+            .collect()
+    }
+}
+
+/// "expires in N days" or "has EXPIRED", naming the frontend, the file and the subject.
+fn expiry_message(frontend: &str, r: &CertRecord, now: i64) -> String {
+    if r.not_after <= now {
+        format!(
+            "frontend {frontend:?}: certificate {} ({}) has EXPIRED: clients will refuse it",
+            r.path, r.subject
+        )
+    } else {
+        let days = (r.not_after - now).div_euclid(86_400);
+        format!(
+            "frontend {frontend:?}: certificate {} ({}) expires in {days} days",
+            r.path, r.subject
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_worker_handles_feed_one_family() {
+        let m = Metrics::new();
+        let w0 = m.for_frontend("web", 0);
+        let w1 = m.for_frontend("web", 1);
+        w0.accepted.inc();
+        w1.accepted.inc_by(2);
+        w1.ended(Reason::HandshakeTimeout);
+        let text = m.encode();
+        assert!(
+            text.contains("shuck_connections_accepted_total{frontend=\"web\",worker=\"0\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("shuck_connections_accepted_total{frontend=\"web\",worker=\"1\"} 2"),
+            "{text}"
+        );
+        assert!(text.contains("shuck_handshake_failures_total{frontend=\"web\",worker=\"1\",reason=\"timeout\"} 1"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}

@@ -1,0 +1,355 @@
+//! `shuck check`: load everything `serve` would load and describe what would be served.
+
+use std::fmt::Write as _;
+
+use crate::config::{
+    AcmeKey, Backend, BackendPolicy, CertSource, ClientAuth, Config, Frontend, OcspMode,
+    SniFallback,
+};
+use crate::error::Result;
+use crate::proto::tls_params as params;
+use crate::server::running::{self, Applies};
+use crate::tls::{certs, TlsContext};
+
+/// The summary and the warnings (expiry and the like), or the first error.
+pub struct Report {
+    pub summary: String,
+    pub warnings: Vec<String>,
+}
+
+pub fn report(config: &Config) -> Result<Report> {
+    let now = crate::sys::clock::unix_now();
+    let mut s = String::new();
+    let mut warnings = Vec::new();
+    write_globals(&mut s, config);
+    for fe in &config.frontends {
+        let tls = TlsContext::load(fe)?;
+        let listen: Vec<String> = fe.listen.iter().map(ToString::to_string).collect();
+        let _ = writeln!(s, "\nfrontend {:?}", fe.name);
+        let _ = writeln!(s, "  listen: {}", listen.join(", "));
+        write_backend(&mut s, fe);
+        write_proxy(&mut s, fe);
+        write_client_auth(&mut s, fe);
+        write_acme(&mut s, fe);
+        for c in &tls.certs {
+            let days = (c.not_after - now).div_euclid(86_400);
+            let _ = writeln!(
+                s,
+                "  certificate {}: {} [{}], chain of {}, expires in {} days, names: {}",
+                c.path.display(),
+                c.subject,
+                c.key,
+                c.chain_len,
+                days,
+                c.names.join(" ")
+            );
+            write_staple(&mut s, fe, c, now);
+            if !matches!(fe.certs, CertSource::Acme(_)) {
+                warnings.extend(c.warnings(now, config.certificate_expiry_warning));
+            }
+        }
+        write_tls(&mut s, fe);
+        write_resumption(&mut s, fe, &tls);
+        write_timeouts(&mut s, fe);
+        write_ktls(&mut s, fe);
+    }
+    write_reload_changes(&mut s, config);
+    Ok(Report {
+        summary: s,
+        warnings,
+    })
+}
+
+fn write_globals(s: &mut String, config: &Config) {
+    let _ = writeln!(s, "configuration {}: ok", config.origin);
+    let _ = writeln!(
+        s,
+        "workers: {}{}, max_connections: {}, shutdown_grace: {}",
+        config.workers,
+        if config.pin_cpus { " (pinned)" } else { "" },
+        config.max_connections,
+        humantime::format_duration(config.shutdown_grace)
+    );
+    if let Some(m) = config.metrics_listen {
+        let _ = writeln!(s, "metrics: http://{m}/metrics");
+    }
+}
+
+/// The OCSP staple a certificate goes out with, if any.
+fn write_staple(s: &mut String, fe: &Frontend, c: &certs::LoadedCert, now: i64) {
+    if fe.ocsp == OcspMode::Off {
+        return;
+    }
+    let _ = match c.staple {
+        Some(v) => writeln!(
+            s,
+            "    OCSP staple: good, {} s old, valid {} s more",
+            now - v.this_update,
+            v.next_update - now
+        ),
+        None => writeln!(s, "    OCSP staple: none"),
+    };
+}
+
+/// Where the certificate comes from and what is stored (never the account or keys).
+fn write_acme(s: &mut String, fe: &Frontend) {
+    let CertSource::Acme(acme) = &fe.certs else {
+        return;
+    };
+    let _ = writeln!(
+        s,
+        "  acme: {} for {} ({} key), renewed at 2/3 of its lifetime",
+        acme.directory,
+        acme.names.join(" "),
+        match acme.key {
+            AcmeKey::Ecdsa => "ECDSA P-256",
+            AcmeKey::Rsa => "RSA 2048",
+        }
+    );
+    let stored = if acme.bundle.exists() {
+        "stored"
+    } else {
+        "not yet issued: a temporary certificate is served"
+    };
+    let _ = writeln!(s, "  acme certificate {}: {stored}", acme.bundle.display());
+}
+
+fn write_backend(s: &mut String, fe: &Frontend) {
+    match &fe.backend {
+        Backend::Demo => {
+            let _ = writeln!(s, "  backend: built-in demo page");
+        }
+        Backend::Tcp(b) => {
+            let list: Vec<String> = b
+                .iter()
+                .map(|b| {
+                    // The resolved address, when the name was a host name.
+                    if b.name == b.addr.to_string() {
+                        b.name.clone()
+                    } else {
+                        format!("{} ({})", b.name, b.addr)
+                    }
+                })
+                .collect();
+            let policy = match fe.backend_policy {
+                BackendPolicy::RoundRobin => "round-robin",
+                BackendPolicy::LeastConnections => "least connections",
+            };
+            let _ = writeln!(s, "  backend: {} ({policy})", list.join(", "));
+        }
+    }
+}
+
+/// PROXY headers sent to the backend and accepted from load balancers.
+fn write_proxy(s: &mut String, fe: &Frontend) {
+    if let Some(version) = fe.proxy_protocol {
+        let tlv_names = fe.proxy_tlvs.names();
+        let _ = writeln!(
+            s,
+            "  proxy_protocol: {} to the backend{}",
+            version,
+            if tlv_names.is_empty() {
+                String::new()
+            } else {
+                format!(", TLVs: {}", tlv_names.join(", "))
+            }
+        );
+    }
+    if let Some(ap) = &fe.accept_proxy {
+        let from: Vec<String> = ap.from.iter().map(ToString::to_string).collect();
+        let _ = writeln!(
+            s,
+            "  accept_proxy: v1/v2 header required from {} (timeout {:?})",
+            if from.is_empty() {
+                "any peer".to_string()
+            } else {
+                from.join(", ")
+            },
+            ap.timeout
+        );
+    }
+}
+
+fn write_client_auth(s: &mut String, fe: &Frontend) {
+    if fe.client_auth == ClientAuth::None {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "  client certificates: {} ({}{})",
+        fe.client_auth,
+        fe.client_ca.as_ref().map_or_else(
+            || "no CA: every certificate is passed on unverified".to_string(),
+            |ca| format!("CA {}", ca.display())
+        ),
+        if fe.client_crls.is_empty() {
+            String::new()
+        } else {
+            format!(", {} CRL file(s)", fe.client_crls.len())
+        }
+    );
+}
+
+/// SNI fallbacks, what the handshake may negotiate, and resumption.
+fn write_tls(s: &mut String, fe: &Frontend) {
+    let fallback = |f: SniFallback| match f {
+        SniFallback::Default => "default certificate",
+        SniFallback::Reject => "reject",
+    };
+    let _ = writeln!(
+        s,
+        "  unknown SNI: {}; missing SNI: {}",
+        fallback(fe.unknown_sni),
+        fallback(fe.missing_sni)
+    );
+    let versions: Vec<&str> = fe
+        .versions
+        .iter()
+        .map(|v| params::version_name(v.version))
+        .collect();
+    // Only the suites of enabled versions: the others can never be chosen.
+    let suites: Vec<&str> = fe
+        .ciphersuites
+        .iter()
+        .filter(|c| fe.versions.iter().any(|v| v.version == c.version().version))
+        .map(|c| params::suite_name(*c))
+        .collect();
+    let groups: Vec<&str> = fe.groups.iter().map(|g| params::group_name(*g)).collect();
+    let alpn: Vec<String> = fe
+        .alpn
+        .iter()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    let _ = writeln!(s, "  protocols: {}", versions.join(", "));
+    let _ = writeln!(s, "  ciphersuites (server order): {}", suites.join(", "));
+    let _ = writeln!(s, "  groups: {}", groups.join(", "));
+    let _ = writeln!(
+        s,
+        "  alpn: {}",
+        if alpn.is_empty() {
+            "none".into()
+        } else {
+            alpn.join(", ")
+        }
+    );
+}
+
+fn write_resumption(s: &mut String, fe: &Frontend, tls: &TlsContext) {
+    let _ = writeln!(
+        s,
+        "  resumption: session cache {} per process, tickets {}",
+        fe.session_cache_size,
+        match &tls.ticketer {
+            Some(t) => format!("on ({})", t.describe()),
+            None => "off".into(),
+        }
+    );
+    if let Some(files) = &fe.ticket_keys {
+        let paths: Vec<String> = files
+            .paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        let _ = writeln!(s, "  ticket key files: {}", paths.join(", "));
+    }
+    if let Some(store) = &fe.session_store {
+        let _ = writeln!(
+            s,
+            "  session store: {} (lookups wait at most {}; sessions sealed with the key in {})",
+            store.url_for_display(),
+            humantime::format_duration(store.timeout),
+            store.key.display()
+        );
+    }
+}
+
+fn write_timeouts(s: &mut String, fe: &Frontend) {
+    let _ = writeln!(
+        s,
+        "  timeouts: handshake {}, idle {}, connect {}; backlog {}",
+        humantime::format_duration(fe.handshake_timeout),
+        humantime::format_duration(fe.idle_timeout),
+        humantime::format_duration(fe.connect_timeout),
+        fe.backlog
+    );
+}
+
+/// With `ktls`, whether this kernel lists the `tls` upper-layer protocol now (Linux loads the
+/// module on first use where it can, so "not listed" is a warning, not an error).
+fn write_ktls(s: &mut String, fe: &Frontend) {
+    if fe.record_layer == crate::config::RecordLayer::Rustls {
+        let _ = writeln!(
+            s,
+            "  record_layer: rustls protects the records for each connection's whole life"
+        );
+    }
+    if !fe.ktls {
+        return;
+    }
+    let listed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
+        .is_ok_and(|l| l.split_whitespace().any(|u| u == "tls"));
+    let _ = writeln!(
+        s,
+        "  ktls: TLS 1.3 records go to the kernel after the handshake; {}",
+        if listed {
+            "this kernel lists the tls module"
+        } else {
+            "this kernel does not list the tls module (records stay in user space unless it loads on first use)"
+        }
+    );
+}
+
+/// What a reload of this configuration would change in the shuck that recorded its settings in
+/// the same state directory, and what would wait for a restart.
+fn write_reload_changes(s: &mut String, config: &Config) {
+    let Some((path, running)) = running::read(&config.state_dir) else {
+        let _ = writeln!(
+            s,
+            "\nno running shuck recorded in {} (nothing to compare a reload with)",
+            config.state_dir.display()
+        );
+        return;
+    };
+    let alive = std::path::Path::new(&format!("/proc/{}", running.pid)).exists();
+    let _ = writeln!(
+        s,
+        "\ncompared with what runs ({}, pid {}{}):",
+        path.display(),
+        running.pid,
+        if alive { "" } else { ", which is not running" }
+    );
+    let changes = running::changes(&running.settings, &running::settings(config));
+    if changes.is_empty() {
+        let _ = writeln!(
+            s,
+            "  a reload changes no setting (certificate and key files are read again)"
+        );
+    }
+    // A frontend added or removed is one line, not one per setting.
+    let whole: Vec<String> = changes
+        .iter()
+        .filter(|c| c.old.is_none() || c.new.is_none())
+        .filter(|c| c.key.starts_with("frontend ") && c.key.ends_with('"'))
+        .map(|c| format!("{} ", c.key))
+        .collect();
+    for c in &changes {
+        if whole.iter().any(|w| c.key.starts_with(w.as_str())) {
+            continue;
+        }
+        let how = match c.applies {
+            Applies::Reload => "a reload applies",
+            Applies::Restart => "needs a restart",
+        };
+        let _ = match (&c.old, &c.new) {
+            (None, Some(_)) => writeln!(s, "  {how}: {} added", c.key),
+            (Some(_), None) => writeln!(s, "  {how}: {} removed", c.key),
+            (old, new) => writeln!(
+                s,
+                "  {how}: {}: {} -> {}",
+                c.key,
+                old.as_deref().unwrap_or_default(),
+                new.as_deref().unwrap_or_default()
+            ),
+        };
+    }
+}

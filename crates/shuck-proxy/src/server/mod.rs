@@ -1,0 +1,428 @@
+//! The server: loads TLS, binds every listener for every worker, starts the workers and stops
+//! them on a shutdown signal. `Server::prepare` then `Server::run(shutdown)` is the testable entry
+//! point; the binary only adds signal handling.
+
+pub(crate) mod accept;
+pub mod bindings;
+pub mod check;
+pub mod reload;
+pub mod running;
+pub(crate) mod worker;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+
+use crate::certs::{acme, staple_refresh};
+use crate::config::{CertSource, Config, Frontend, OcspMode};
+use crate::error::{Error, Result};
+use crate::obs::metrics::{self, Metrics};
+use crate::server::bindings::{write_ready_file, Bindings, Control, METRICS};
+pub use crate::server::reload::Reloader;
+use crate::sys::upgrade::Inherited;
+use crate::sys::{limits, notify, state_files};
+use crate::tls::TlsContext;
+use reload::Live;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+/// A configured, bound server, not yet accepting.
+pub struct Server {
+    config: Config,
+    tls: Vec<TlsContext>,
+    /// Per frontend: its slots and what a reload carries over.
+    frontends: Vec<Live>,
+    /// The listening addresses; the workers' accept loops come from here.
+    bindings: Arc<Mutex<Bindings>>,
+    /// Per worker, where its sockets come from (taken when the workers start).
+    control: Vec<UnboundedReceiver<Control>>,
+    metrics: Arc<Metrics>,
+    metrics_listener: Option<std::net::TcpListener>,
+    fd_limit: u64,
+    /// `max_connections` as the descriptors can serve it; a reload changes it in place.
+    limit: Arc<limits::ConnectionLimit>,
+    /// The access log's settings, `shutdown_grace` and the expiry lead time; a reload changes
+    /// them in place.
+    shared: Arc<worker::Shared>,
+    /// Where the ACME renewal tasks say a frontend's certificate changed.
+    renewed: (UnboundedSender<String>, Option<UnboundedReceiver<String>>),
+    /// Started by an upgrade: the old process waits to hear this one is listening.
+    predecessor: Inherited,
+    /// Stops this process's metrics endpoint once a new process serves it (an upgrade).
+    metrics_handover: Arc<Notify>,
+}
+
+/// Stops the metrics endpoint of a process that handed over to a new one: both hold the same
+/// listening socket, and a scrape answered by either at random would see counters jump back and
+/// forth while the old process drains.
+#[derive(Debug, Clone)]
+pub struct MetricsHandover(Arc<Notify>);
+
+impl MetricsHandover {
+    /// The new process answers scrapes from now on (a scrape under way finishes).
+    pub fn hand_over(&self) {
+        self.0.notify_one();
+    }
+}
+
+/// Names of frontends whose certificate was just renewed (ACME), for the caller to load with
+/// [`Reloader::refresh`].
+#[derive(Debug)]
+pub struct CertificateUpdates(UnboundedReceiver<String>);
+
+impl CertificateUpdates {
+    /// The next frontend to refresh; `None` once the server is gone.
+    pub async fn next(&mut self) -> Option<String> {
+        self.0.recv().await
+    }
+}
+
+impl Server {
+    /// Loads certificates and binds all sockets. Fails with a message naming the file or address.
+    pub fn prepare(config: Config) -> Result<Server> {
+        Self::prepare_with(config, &mut Inherited::default())
+    }
+
+    /// Like `prepare`, taking over the listening sockets an old process handed over (an upgrade)
+    /// where they fit the configuration, binding the rest.
+    pub fn prepare_with(config: Config, inherited: &mut Inherited) -> Result<Server> {
+        let fd_limit = limits::raise_fd_limit();
+        let metrics = Metrics::new();
+        let tls = config
+            .frontends
+            .iter()
+            .map(|fe| reload::load_new(fe, &metrics))
+            .collect::<Result<Vec<_>>>()?;
+        make_state_dirs(&config)?;
+        let now = crate::sys::clock::unix_now();
+        let frontends: Vec<Live> = config
+            .frontends
+            .iter()
+            .zip(&tls)
+            .map(|(fe, t)| Live::start(fe, t, config.workers, &metrics))
+            .collect();
+        for w in metrics.expiry_warnings(now, config.certificate_expiry_warning) {
+            tracing::warn!("{w}");
+        }
+        // Before any socket is touched: an upgrade's sockets are shared with the old process.
+        let addresses = config.frontends.iter().map(|fe| fe.listen.len()).sum();
+        let reserved = limits::reserved_fds(config.workers, addresses);
+        let limit = limits::ConnectionLimit::new(limits::effective_max_connections(
+            config.max_connections,
+            fd_limit,
+            reserved,
+        )?);
+        let (mut bindings, control) = Bindings::new(config.workers);
+        let listed: Vec<&Frontend> = config.frontends.iter().collect();
+        let prepared = bindings.prepare(&listed, inherited)?;
+        let metrics_listener = bind_metrics(config.metrics_listen, inherited)?;
+        if let Some(l) = &metrics_listener {
+            bindings
+                .set_metrics(l)
+                .map_err(|source| Error::Worker { worker: 0, source })?;
+        }
+        if inherited.leftover() > 0 {
+            tracing::warn!(sockets = inherited.leftover(), "listening sockets handed over for addresses no longer configured are closed (connections waiting in them are dropped)");
+            inherited.close_leftovers();
+        }
+        // Queued for the workers, which take them when they start.
+        bindings.commit(prepared, &listed, |name| {
+            reload::slots_named(&frontends, name)
+        });
+        let shared = worker::Shared::new(&config);
+        Ok(Server {
+            config,
+            tls,
+            frontends,
+            bindings: Arc::new(Mutex::new(bindings)),
+            control,
+            metrics: Arc::new(metrics),
+            metrics_listener,
+            fd_limit,
+            limit,
+            shared,
+            renewed: {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (tx, Some(rx))
+            },
+            predecessor: std::mem::take(inherited),
+            metrics_handover: Arc::new(Notify::new()),
+        })
+    }
+
+    /// A handle to apply a new configuration while running (SIGHUP).
+    pub fn reloader(&self) -> Reloader {
+        Reloader::new(
+            self.config.clone(),
+            self.frontends.clone(),
+            self.bindings.clone(),
+            self.metrics.clone(),
+            (self.limit.clone(), self.fd_limit),
+            self.shared.clone(),
+        )
+    }
+
+    /// The listening addresses: what a successor takes over (`kill -USR2`), as they are when it
+    /// starts (a reload may have changed them).
+    pub fn bindings(&self) -> Arc<Mutex<Bindings>> {
+        self.bindings.clone()
+    }
+
+    /// What stops the metrics endpoint after an upgrade's handover.
+    pub fn metrics_handover(&self) -> MetricsHandover {
+        MetricsHandover(self.metrics_handover.clone())
+    }
+
+    /// Where renewed certificates are announced (once; `None` after the first call).
+    pub fn certificate_updates(&mut self) -> Option<CertificateUpdates> {
+        self.renewed.1.take().map(CertificateUpdates)
+    }
+
+    /// A staple to keep current per certificate file of each `ocsp = "fetch"` frontend.
+    fn staple_jobs(&self) -> Vec<staple_refresh::Job> {
+        let mut jobs = Vec::new();
+        for (fe, tls) in self.config.frontends.iter().zip(&self.tls) {
+            if fe.ocsp != OcspMode::Fetch {
+                continue;
+            }
+            let files: Vec<PathBuf> = match &fe.certs {
+                CertSource::Acme(acme) => vec![acme.bundle.clone()],
+                _ => tls.certs.iter().map(|c| c.path.clone()).collect(),
+            };
+            jobs.extend(files.into_iter().map(|certificate| staple_refresh::Job {
+                frontend: fe.name.clone(),
+                certificate,
+                state_dir: fe.state_dir.clone(),
+            }));
+        }
+        jobs
+    }
+
+    /// The metrics endpoint's address, when enabled.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+    }
+
+    /// Runs until `shutdown` completes, then stops accepting, drains for the grace period (or
+    /// until `force` completes) and returns. Writes `ready_file` (one address per line) once every
+    /// worker is listening. `rt` is the main thread's runtime: it drives `shutdown`, `force`, the
+    /// metrics endpoint and whatever the caller spawned on it (signal handling).
+    pub fn run(
+        self,
+        rt: &tokio::runtime::Runtime,
+        ready_file: Option<&Path>,
+        shutdown: impl Future<Output = ()>,
+        force: impl Future<Output = ()>,
+    ) -> Result<()> {
+        let staple_jobs = self.staple_jobs();
+        let c = &self.config;
+        let bound = self
+            .bindings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .addresses();
+        tracing::info!(
+            pid = std::process::id(),
+            workers = c.workers,
+            fd_limit = self.fd_limit,
+            max_connections = self.limit.max(),
+            "starting"
+        );
+        let limit = self.limit.clone();
+        let cores = if c.pin_cpus {
+            core_affinity::get_core_ids().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let metrics_addr = self.metrics_addr();
+        let (tx, rx) = watch::channel(false);
+        let mut handles = Vec::with_capacity(c.workers);
+        for (id, control) in self.control.into_iter().enumerate() {
+            let spec = accept::WorkerSpec {
+                id,
+                core: (!cores.is_empty()).then(|| cores[id % cores.len()]),
+                control,
+                limit: limit.clone(),
+                shared: self.shared.clone(),
+                shutdown: rx.clone(),
+                metrics: self.metrics.clone(),
+            };
+            handles
+                .push(accept::spawn(spec).map_err(|source| Error::Worker { worker: id, source })?);
+        }
+        let _metrics_task = match (self.metrics_listener, metrics_addr) {
+            (Some(l), Some(addr)) => {
+                let _guard = rt.enter();
+                let l = tokio::net::TcpListener::from_std(l).map_err(|source| Error::Bind {
+                    addr,
+                    frontend: "metrics".into(),
+                    source,
+                })?;
+                tracing::info!(%addr, "metrics on http://{addr}/metrics");
+                let (serve, handover) = (
+                    metrics::serve(l, self.metrics.clone()),
+                    self.metrics_handover.clone(),
+                );
+                Some(rt.spawn(async move {
+                    tokio::select! {
+                        () = serve => {}
+                        () = handover.notified() => tracing::info!("metrics endpoint handed over to the new process"),
+                    }
+                }))
+            }
+            _ => None,
+        };
+        rt.spawn(watch_expiry(self.metrics.clone(), self.shared.clone()));
+        rt.spawn(drop_lapsed_staples(
+            self.metrics.clone(),
+            self.renewed.0.clone(),
+        ));
+        for job in staple_jobs {
+            rt.spawn(staple_refresh::run(job, self.renewed.0.clone()));
+        }
+        for fe in &c.frontends {
+            if let CertSource::Acme(acme) = &fe.certs {
+                let job = acme::renewal::Job {
+                    frontend: fe.name.clone(),
+                    acme: (**acme).clone(),
+                };
+                rt.spawn(acme::renewal::run(job, self.renewed.0.clone()));
+            }
+        }
+        // Everything is bound and running: `shuck check` compares with what serves, not with a
+        // start that failed. Before the ready file, so whoever waits on it finds the record.
+        running::record(c);
+        if let Some(path) = ready_file {
+            let mut lines: Vec<SocketAddr> = bound.iter().map(|(_, a)| *a).collect();
+            lines.extend(metrics_addr);
+            write_ready_file(path, &lines)?;
+        }
+        let listening = bound.len();
+        // After an upgrade, the service manager follows this process only once its
+        // predecessor has heard it is ready (or is gone): one that cancelled the upgrade is not
+        // followed to a process about to stop.
+        if self.predecessor.is_upgrade() && self.predecessor.say_ready() {
+            notify::main_pid();
+        }
+        notify::ready(&format!("listening on {listening} addresses"));
+        self.metrics.set_phase(metrics::Phase::Serving);
+        rt.spawn(report_status(limit.clone(), self.bindings.clone()));
+        rt.block_on(shutdown);
+        notify::stopping();
+        self.metrics.set_phase(metrics::Phase::Draining);
+        tracing::info!("shutting down: no new connections");
+        let _ = tx.send(true);
+        // The runtime keeps running while workers drain, so metrics stay up and a second signal
+        // can cut the drain short.
+        rt.block_on(async {
+            let drained = tokio::task::spawn_blocking(move || {
+                for h in handles {
+                    let _ = h.join();
+                }
+            });
+            tokio::select! {
+                _ = drained => {}
+                () = force => tracing::warn!("second stop signal: exiting without waiting for open connections"),
+            }
+        });
+        Ok(())
+    }
+}
+
+/// Warns, twice a day, about certificates shuck does not renew that expire soon: a process that
+/// runs for months sees no reload to warn at.
+async fn watch_expiry(metrics: Arc<Metrics>, shared: Arc<worker::Shared>) {
+    const EVERY: Duration = Duration::from_secs(12 * 3600);
+    loop {
+        tokio::time::sleep(EVERY).await;
+        let within = shared.expiry_warning();
+        for w in metrics.expiry_warnings(crate::sys::clock::unix_now(), within) {
+            tracing::warn!("{w}");
+        }
+    }
+}
+
+/// The service manager's status line: the connections open and the addresses listened on (a
+/// reload may change them), every 5 s while it changes.
+async fn report_status(limit: Arc<limits::ConnectionLimit>, bindings: Arc<Mutex<Bindings>>) {
+    const EVERY: Duration = Duration::from_secs(5);
+    let mut shown = None;
+    loop {
+        tokio::time::sleep(EVERY).await;
+        let open = limit.active();
+        let listening = bindings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .addresses()
+            .len();
+        if shown != Some((open, listening)) {
+            notify::status(&format!(
+                "{open} connections open; listening on {listening} addresses"
+            ));
+            shown = Some((open, listening));
+        }
+    }
+}
+
+/// A stapled OCSP response is good until its nextUpdate; past it (a `.ocsp` file nobody renewed,
+/// a responder down for long), the frontend is loaded again, which checks it and drops it.
+async fn drop_lapsed_staples(metrics: Arc<Metrics>, reload: UnboundedSender<String>) {
+    const EVERY: Duration = Duration::from_secs(30);
+    loop {
+        tokio::time::sleep(EVERY).await;
+        for frontend in metrics.lapsed_staples(crate::sys::clock::unix_now()) {
+            if reload.send(frontend).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The metrics endpoint's socket: handed over by an old process, or bound.
+fn bind_metrics(
+    metrics_listen: Option<SocketAddr>,
+    inherited: &mut Inherited,
+) -> Result<Option<std::net::TcpListener>> {
+    // A plain socket, without SO_REUSEPORT: nothing else may share the metrics port.
+    let metrics_listener = match metrics_listen {
+        None => None,
+        Some(addr) => {
+            let inherited = inherited.take(METRICS, usize::MAX, addr).into_iter().next();
+            let l = match inherited {
+                Some(l) => l,
+                None => std::net::TcpListener::bind(addr)
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .map_err(|source| Error::Bind {
+                        addr,
+                        frontend: "metrics".into(),
+                        source,
+                    })?,
+            };
+            Some(l)
+        }
+    };
+    Ok(metrics_listener)
+}
+
+/// Made now, as whoever started shuck: a `user` it becomes gets them handed over.
+fn make_state_dirs(config: &Config) -> Result<()> {
+    for fe in &config.frontends {
+        let mut dirs = Vec::new();
+        if let CertSource::Acme(acme) = &fe.certs {
+            dirs.push(acme.dir.clone());
+        }
+        if fe.ocsp == OcspMode::Fetch {
+            dirs.push(fe.state_dir.join("ocsp"));
+        }
+        for dir in dirs {
+            state_files::ensure_private_dir(&dir)
+                .map_err(|e| Error::StateDir(format!("{}: {e}", dir.display())))?;
+        }
+    }
+    Ok(())
+}

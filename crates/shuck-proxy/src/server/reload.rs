@@ -1,0 +1,583 @@
+//! Reload (SIGHUP) and certificate refresh while running. A reload applies a new configuration
+//! to the frontends in service, matched by name: certificates and TLS settings, backends,
+//! timeouts, PROXY settings; frontends added and removed; listen addresses added (bound before
+//! anything changes) and removed (no longer accepted on; their connections carry on).
+//! Everything is loaded, checked and bound before anything is swapped, so a bad certificate or
+//! a busy address leaves the old configuration serving. What needs a restart (or an upgrade) is
+//! left as it runs, with a note saying so.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rustls::server::ProducesTickets;
+
+use crate::config::{CertSource, Config, Frontend};
+use crate::error::{Error, Result};
+use crate::obs::metrics::{self, Metrics};
+use crate::server::bindings::{Bindings, FrontendSlots};
+use crate::server::running::{self, runs_tasks};
+use crate::server::worker::Shared;
+use crate::sessions::session_store::{SharedStore, StoreCounters};
+use crate::sys::limits::{self, ConnectionLimit};
+use crate::sys::upgrade::Inherited;
+use crate::tls::sessions::SessionCache;
+use crate::tls::tickets::Ticketer;
+use crate::tls::{Carried, TlsContext};
+
+/// One frontend in service and what a reload carries over for it.
+#[derive(Clone)]
+pub(crate) struct Live {
+    /// The settings in force: what a refresh loads again.
+    pub(crate) cfg: Frontend,
+    /// The ticket keys in use, kept across reloads so tickets issued before a reload still
+    /// resume (random keys; keys from files are read again).
+    ticketer: Option<Arc<Ticketer>>,
+    /// The session cache, kept so a reload does not cost every cached session a full handshake.
+    sessions: Arc<SessionCache>,
+    /// The remote session store (kept while its settings are unchanged) and the counters a new
+    /// one counts into.
+    store: Option<Arc<SharedStore>>,
+    store_counters: StoreCounters,
+    /// The digest of the client-certificate trust in force. Resumption does not check a client
+    /// certificate again, so when this changes (a new CRL, a new CA, optional made required) the
+    /// old tickets and cached sessions must go with it.
+    client_trust: Option<[u8; 32]>,
+    /// The settings slot and each worker's TLS slot.
+    pub(crate) slots: FrontendSlots,
+}
+
+/// The slots of the frontend called `name`, for `Bindings::commit`.
+pub(crate) fn slots_named(frontends: &[Live], name: &str) -> Option<FrontendSlots> {
+    frontends
+        .iter()
+        .find(|l| l.cfg.name == name)
+        .map(|l| l.slots.clone())
+}
+
+impl Live {
+    /// A frontend put in service with `ctx`, one TLS slot per worker.
+    pub(crate) fn start(
+        fe: &Frontend,
+        ctx: &TlsContext,
+        workers: usize,
+        metrics: &Metrics,
+    ) -> Live {
+        metrics.set_certificates(&fe.name, cert_records(fe, ctx));
+        Live {
+            cfg: fe.clone(),
+            ticketer: ctx.ticketer.clone(),
+            sessions: ctx.sessions.clone(),
+            store: ctx.store.clone(),
+            store_counters: metrics.store_counters(&fe.name),
+            client_trust: ctx.client_trust,
+            slots: FrontendSlots {
+                settings: Arc::new(ArcSwap::from_pointee(fe.clone())),
+                tls: (0..workers)
+                    .map(|w| Arc::new(ArcSwap::new(ctx.worker_config(w))))
+                    .collect(),
+            },
+        }
+    }
+
+    /// Loads `fe` keeping what this frontend carries (ticket keys, session cache, store) unless
+    /// the client-certificate trust changed or `fresh` is asked: then a new ticket key and an
+    /// empty session cache, since sessions resumed under the old trust would skip the new
+    /// checks (a revoked certificate would keep working until its ticket expired). The old cache
+    /// stays with the old configuration, whose handshakes still running may fill it. Also says
+    /// whether the carried state was dropped.
+    fn load(&self, fe: &Frontend, fresh: bool) -> Result<(TlsContext, bool)> {
+        let carried = |ticketer, sessions| Carried {
+            ticketer,
+            sessions: Some(sessions),
+            store: self.store.clone(),
+            store_counters: self.store_counters.clone(),
+        };
+        if !fresh {
+            let keep = self.ticketer.clone().filter(|_| fe.session_tickets);
+            let ctx = TlsContext::load_keeping(fe, carried(keep, self.sessions.clone()))?;
+            if ctx.client_trust == self.client_trust {
+                return Ok((ctx, false));
+            }
+        }
+        let ctx = TlsContext::load_keeping(fe, carried(None, self.sessions.fresh()))?;
+        Ok((ctx, true))
+    }
+
+    /// Puts a loaded configuration into every worker's slot and keeps what the next load carries.
+    fn install(
+        &mut self,
+        fe: &Frontend,
+        ctx: &TlsContext,
+        metrics: &Metrics,
+        warn_within: Duration,
+    ) {
+        let now = crate::sys::clock::unix_now();
+        if !matches!(fe.certs, CertSource::Acme(_)) {
+            for w in ctx.certs.iter().flat_map(|c| c.warnings(now, warn_within)) {
+                tracing::warn!("{w}");
+            }
+        }
+        metrics.set_certificates(&fe.name, cert_records(fe, ctx));
+        ctx.sessions
+            .reconfigure(fe.session_cache_size, fe.session_ticket_lifetime);
+        self.sessions.clone_from(&ctx.sessions);
+        for (w, slot) in self.slots.tls.iter().enumerate() {
+            slot.store(ctx.worker_config(w));
+        }
+        self.store.clone_from(&ctx.store);
+        self.client_trust = ctx.client_trust;
+        self.ticketer.clone_from(&ctx.ticketer);
+        // Every setting reaches new connections from now on: the workers read this slot when
+        // they accept. They keep their backend pools unless the pool's own settings changed
+        // (`worker::PoolSettings`).
+        self.slots.settings.store(Arc::new(fe.clone()));
+        self.cfg = fe.clone();
+    }
+}
+
+/// A frontend's TLS before anything carries over: a new ticket key, an empty session cache.
+pub(crate) fn load_new(fe: &Frontend, metrics: &Metrics) -> Result<TlsContext> {
+    let sessions = SessionCache::new(
+        fe.session_cache_size,
+        fe.session_ticket_lifetime,
+        metrics.session_counters(&fe.name),
+    );
+    TlsContext::load_keeping(
+        fe,
+        Carried {
+            ticketer: None,
+            sessions: Some(sessions),
+            store: None,
+            store_counters: metrics.store_counters(&fe.name),
+        },
+    )
+}
+
+/// Decides, once per reload, whether it applies what it loaded or is abandoned: a reload past
+/// its `reload_timeout`, or one a stop overtook, must not change what serves when its files or
+/// names finally come. Loading may take long; applying takes no I/O and is not interrupted.
+#[derive(Debug, Clone, Default)]
+pub struct ApplyGate(Arc<std::sync::atomic::AtomicU8>);
+
+const LOADING: u8 = 0;
+const APPLYING: u8 = 1;
+const ABANDONED: u8 = 2;
+
+impl ApplyGate {
+    /// Abandons the reload unless it is already applying; true when it was abandoned.
+    pub fn abandon(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        matches!(
+            self.0
+                .compare_exchange(LOADING, ABANDONED, Ordering::AcqRel, Ordering::Acquire),
+            Ok(_) | Err(ABANDONED)
+        )
+    }
+
+    /// Whether the reload may apply (then it can no longer be abandoned).
+    fn enter_apply(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.0
+            .compare_exchange(LOADING, APPLYING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+/// The limits on the signal loop's own work, which a reload changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessTimeouts {
+    /// `reload_timeout`: a reload still loading after this long is abandoned.
+    pub reload: Duration,
+    /// `upgrade_confirm`: how long after an upgrade's handover the old process can take back.
+    pub upgrade_confirm: Duration,
+    /// `upgrade_timeout`: how long the new process of an upgrade may take to listen.
+    pub upgrade: Duration,
+}
+
+impl ProcessTimeouts {
+    pub fn of(c: &Config) -> ProcessTimeouts {
+        ProcessTimeouts {
+            reload: c.reload_timeout,
+            upgrade_confirm: c.upgrade_confirm,
+            upgrade: c.upgrade_timeout,
+        }
+    }
+}
+
+/// What a reload does with one frontend of the new configuration.
+enum Next {
+    /// Left as it runs (what changed needs a restart).
+    Keep(usize),
+    /// The running frontend `.0`, loaded with new settings.
+    Reload(usize, Box<Frontend>, Box<TlsContext>),
+    /// A frontend not running before.
+    Add(Box<Frontend>, Box<TlsContext>),
+}
+
+/// A handle to apply a new configuration while running (SIGHUP) or load one frontend's
+/// certificates again (a renewal).
+pub struct Reloader {
+    /// The configuration shuck started with, with the global keys a reload applies as last
+    /// applied: what the global keys compare to.
+    started: Config,
+    frontends: Vec<Live>,
+    workers: usize,
+    bindings: Arc<Mutex<Bindings>>,
+    metrics: Arc<Metrics>,
+    /// `max_connections` as it applies now, and the open-files limit that caps it.
+    limit: (Arc<ConnectionLimit>, u64),
+    /// The access log's settings, `shutdown_grace` and the expiry lead time.
+    shared: Arc<Shared>,
+    /// Rewritten when the listening addresses change (`--ready-file`), with the metrics address.
+    ready_file: Option<(PathBuf, Option<SocketAddr>)>,
+    /// Whether the reload under way may still apply.
+    gate: ApplyGate,
+}
+
+impl Reloader {
+    pub(crate) fn new(
+        started: Config,
+        frontends: Vec<Live>,
+        bindings: Arc<Mutex<Bindings>>,
+        metrics: Arc<Metrics>,
+        limit: (Arc<ConnectionLimit>, u64),
+        shared: Arc<Shared>,
+    ) -> Reloader {
+        Reloader {
+            limit,
+            shared,
+            workers: started.workers,
+            started,
+            frontends,
+            bindings,
+            metrics,
+            ready_file: None,
+            gate: ApplyGate::default(),
+        }
+    }
+
+    /// Passes the gate of the reload under way (abandoned: an error), and leaves a fresh one
+    /// for the next.
+    fn may_apply(&mut self) -> Result<()> {
+        let open = std::mem::take(&mut self.gate).enter_apply();
+        if open {
+            Ok(())
+        } else {
+            Err(Error::ReloadAbandoned)
+        }
+    }
+
+    /// A new gate for the next reload or refresh: whoever holds it can abandon that one.
+    pub fn arm(&mut self) -> ApplyGate {
+        self.gate = ApplyGate::default();
+        self.gate.clone()
+    }
+
+    /// Rewrites `path` (one address per line, then `metrics`) after a reload that changes the
+    /// listening addresses, as the start wrote it.
+    #[must_use]
+    pub fn with_ready_file(mut self, path: PathBuf, metrics: Option<SocketAddr>) -> Reloader {
+        self.ready_file = Some((path, metrics));
+        self
+    }
+
+    /// Applies `new`; returns notes about changes that were not applied.
+    pub fn reload(&mut self, new: &Config) -> Result<Vec<String>> {
+        let mut notes: Vec<String> = global_changes(&self.started, new)
+            .into_iter()
+            .map(|key| format!("{key} changed; restart to apply it"))
+            .collect();
+        let mut next = Vec::new();
+        for fe in &new.frontends {
+            match self.frontends.iter().position(|l| l.cfg.name == fe.name) {
+                Some(i) => next.push(self.plan_reload(i, fe, &mut notes)?),
+                None if runs_tasks(fe) => notes.push(format!(
+                    "frontend {:?} is new and uses ACME or OCSP fetching: restart (or upgrade) to add it",
+                    fe.name
+                )),
+                None => next.push(Next::Add(
+                    Box::new(fe.clone()),
+                    Box::new(load_new(fe, &self.metrics)?),
+                )),
+            }
+        }
+        for (i, live) in self.frontends.iter().enumerate() {
+            let kept = next
+                .iter()
+                .any(|n| matches!(n, Next::Keep(k) | Next::Reload(k, ..) if *k == i));
+            if !kept && runs_tasks(&live.cfg) {
+                notes.push(format!("frontend {:?} is no longer configured but uses ACME or OCSP fetching: restart (or upgrade) to remove it", live.cfg.name));
+                next.push(Next::Keep(i));
+            }
+        }
+        let max_connections = self.max_connections_for(new.max_connections, &next)?;
+        let before = self.addresses();
+        let prepared = {
+            let listed: Vec<&Frontend> = next.iter().map(|n| self.frontend_of(n)).collect();
+            self.bindings()
+                .prepare(&listed, &mut Inherited::default())?
+        };
+        self.may_apply()?;
+        // Before `apply`: reloaded certificates are warned about with the new lead time.
+        self.started.certificate_expiry_warning = new.certificate_expiry_warning;
+        self.apply(next);
+        let listed: Vec<&Frontend> = self.frontends.iter().map(|l| &l.cfg).collect();
+        self.bindings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .commit(prepared, &listed, |name| slots_named(&self.frontends, name));
+        if self.addresses() != before {
+            self.rewrite_ready_file();
+        }
+        self.apply_globals(new, max_connections);
+        let mut now = self.started.clone();
+        now.log_level.clone_from(&new.log_level);
+        now.frontends = self.frontends.iter().map(|l| l.cfg.clone()).collect();
+        running::record(&now);
+        Ok(notes)
+    }
+
+    /// The global keys a reload applies: `max_connections` (`limit`, as the descriptors serve
+    /// it) and those the workers read from `Shared`; `started` then says what runs, for `shuck
+    /// check` and the next reload.
+    fn apply_globals(&mut self, new: &Config, max_connections: usize) {
+        let was = self.limit.0.set_max(max_connections);
+        if was != max_connections {
+            tracing::info!(was, now = max_connections, "max_connections changed");
+        }
+        self.shared.apply(new);
+        let s = &mut self.started;
+        s.max_connections = new.max_connections;
+        s.log_connections = new.log_connections;
+        s.connection_log_format = new.connection_log_format;
+        s.shutdown_grace = new.shutdown_grace;
+        s.reload_timeout = new.reload_timeout;
+        s.upgrade_confirm = new.upgrade_confirm;
+        s.upgrade_timeout = new.upgrade_timeout;
+    }
+
+    /// The settings in force as new connections get them, rendered as `running.toml` renders
+    /// them: the global keys as applied, and each frontend as its workers read it when they
+    /// accept (the settings slot), not as the record of the last reload says. Also
+    /// `log_connections`, which `running.toml` leaves out (a flag may set it) but a reload
+    /// applies.
+    pub fn in_force(&self) -> std::collections::BTreeMap<String, String> {
+        let mut config = self.started.clone();
+        config.frontends = self
+            .frontends
+            .iter()
+            .map(|l| Frontend::clone(&l.slots.settings.load()))
+            .collect();
+        let mut settings = running::settings(&config);
+        settings.insert(
+            "log_connections".into(),
+            self.started.log_connections.to_string(),
+        );
+        settings
+    }
+
+    /// `reload_timeout` and `upgrade_confirm` as last applied: the signal loop reads them
+    /// between reloads.
+    pub fn process_timeouts(&self) -> ProcessTimeouts {
+        ProcessTimeouts::of(&self.started)
+    }
+
+    /// `configured` as the descriptors serve it with the addresses listened on after the reload
+    /// (each keeps descriptors back); an error, before anything is bound, if they leave no room.
+    fn max_connections_for(&self, configured: usize, next: &[Next]) -> Result<usize> {
+        let addresses = next.iter().map(|n| self.frontend_of(n).listen.len()).sum();
+        let reserved = limits::reserved_fds(self.workers, addresses);
+        limits::effective_max_connections(configured, self.limit.1, reserved)
+    }
+
+    /// What becomes of running frontend `i` given its new settings `fe`.
+    fn plan_reload(&self, i: usize, fe: &Frontend, notes: &mut Vec<String>) -> Result<Next> {
+        let old = &self.frontends[i].cfg;
+        // Unnamed frontends are named by position: with other addresses this may be another
+        // frontend, which must not resume the sessions of the one that stood there; and when
+        // either has tasks of its own, keeping one as it runs would serve one site's settings in
+        // the other's place.
+        let other = !fe.named && old.listen != fe.listen;
+        if other && (runs_tasks(old) || runs_tasks(fe)) {
+            return Err(Error::Reload(format!(
+                "the unnamed frontend {:?} changed its addresses and uses ACME or OCSP fetching (before or now): give the frontends names so a reload can tell them apart",
+                fe.name
+            )));
+        }
+        // The renewal task keeps the settings it started with: another name list or CA would
+        // serve a temporary certificate nobody orders a replacement for.
+        if acme_settings(old) != acme_settings(fe) {
+            notes.push(format!(
+                "frontend {:?}: acme changed; not reloaded, restart to apply it",
+                fe.name
+            ));
+            return Ok(Next::Keep(i));
+        }
+        if old.ocsp != fe.ocsp {
+            notes.push(format!(
+                "frontend {:?}: ocsp changed; restart to apply it (its fetch tasks follow the settings shuck started with)",
+                fe.name
+            ));
+        }
+        if let Some(t) = self.frontends[i]
+            .ticketer
+            .as_ref()
+            .filter(|t| !t.is_from_files())
+        {
+            if fe.session_tickets && u64::from(t.lifetime()) != fe.session_ticket_lifetime.as_secs()
+            {
+                notes.push(format!(
+                    "frontend {:?}: session_ticket_lifetime changed; restart to apply it (the ticket key is kept across reloads)",
+                    fe.name
+                ));
+            }
+        }
+        if old.backlog != fe.backlog {
+            notes.push(format!(
+                "frontend {:?}: backlog changed; applies to addresses bound from now on (restart to apply it to the others)",
+                fe.name
+            ));
+        }
+        // state_dir and ocsp stay as started: the tasks that write there were started with them.
+        let mut fe = fe.clone();
+        fe.state_dir.clone_from(&old.state_dir);
+        fe.ocsp = old.ocsp;
+        let (ctx, dropped) = self.frontends[i].load(&fe, other)?;
+        if dropped && !other {
+            notes.push(format!(
+                "frontend {:?}: client certificate trust changed; sessions and tickets issued before were invalidated",
+                fe.name
+            ));
+        }
+        Ok(Next::Reload(i, Box::new(fe), Box::new(ctx)))
+    }
+
+    /// Puts the planned frontends in service, in the new configuration's order; the others
+    /// are gone (their certificate gauges with them).
+    fn apply(&mut self, next: Vec<Next>) {
+        let mut old: Vec<Option<Live>> = std::mem::take(&mut self.frontends)
+            .into_iter()
+            .map(Some)
+            .collect();
+        for n in next {
+            let live = match n {
+                Next::Keep(i) => old[i].take(),
+                Next::Reload(i, fe, ctx) => old[i].take().map(|mut l| {
+                    l.install(
+                        &fe,
+                        &ctx,
+                        &self.metrics,
+                        self.started.certificate_expiry_warning,
+                    );
+                    l
+                }),
+                Next::Add(fe, ctx) => {
+                    tracing::info!(frontend = %fe.name, "frontend added");
+                    Some(Live::start(&fe, &ctx, self.workers, &self.metrics))
+                }
+            };
+            self.frontends.extend(live);
+        }
+        for gone in old.into_iter().flatten() {
+            tracing::info!(frontend = %gone.cfg.name, "frontend removed; its connections carry on");
+            self.metrics.set_certificates(&gone.cfg.name, Vec::new());
+        }
+    }
+
+    fn frontend_of<'a>(&'a self, n: &'a Next) -> &'a Frontend {
+        match n {
+            Next::Keep(i) => &self.frontends[*i].cfg,
+            Next::Reload(_, fe, _) | Next::Add(fe, _) => fe,
+        }
+    }
+
+    fn bindings(&self) -> std::sync::MutexGuard<'_, Bindings> {
+        self.bindings.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn addresses(&self) -> Vec<(String, SocketAddr)> {
+        self.bindings().addresses()
+    }
+
+    fn rewrite_ready_file(&self) {
+        let Some((path, metrics)) = &self.ready_file else {
+            return;
+        };
+        let mut lines: Vec<SocketAddr> = self.addresses().into_iter().map(|(_, a)| a).collect();
+        lines.extend(metrics);
+        if let Err(e) = crate::server::bindings::write_ready_file(path, &lines) {
+            tracing::warn!(error = %e, "cannot rewrite the ready file");
+        }
+    }
+
+    /// Loads frontend `name`'s certificates again with the settings in force, for that frontend
+    /// alone: an ACME renewal stored a new certificate. The same checks and swap as a reload.
+    pub fn refresh(&mut self, name: &str) -> Result<()> {
+        let Some(i) = self.frontends.iter().position(|l| l.cfg.name == name) else {
+            return Ok(());
+        };
+        let fe = self.frontends[i].cfg.clone();
+        let (ctx, trust_changed) = self.frontends[i].load(&fe, false)?;
+        self.may_apply()?;
+        let live = &mut self.frontends[i];
+        if trust_changed {
+            tracing::warn!(frontend = %fe.name, "client certificate trust changed on disk; sessions and tickets issued before were invalidated");
+        }
+        live.install(
+            &fe,
+            &ctx,
+            &self.metrics,
+            self.started.certificate_expiry_warning,
+        );
+        Ok(())
+    }
+}
+
+/// The certificate gauges' view of what a frontend serves.
+pub(crate) fn cert_records(fe: &Frontend, tls: &TlsContext) -> Vec<metrics::CertRecord> {
+    tls.certs
+        .iter()
+        .map(|c| metrics::CertRecord {
+            path: c.path.display().to_string(),
+            subject: c.subject.clone(),
+            not_after: c.not_after,
+            managed: matches!(fe.certs, CertSource::Acme(_)),
+            staple: c.staple.map(|v| (v.this_update, v.next_update)),
+        })
+        .collect()
+}
+
+/// A frontend's ACME settings, if it uses ACME.
+fn acme_settings(fe: &Frontend) -> Option<&crate::config::Acme> {
+    match &fe.certs {
+        CertSource::Acme(a) => Some(a),
+        _ => None,
+    }
+}
+
+/// Global keys whose new value differs from the running one and that a reload cannot apply.
+fn global_changes(old: &Config, new: &Config) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    let mut check = |changed: bool, key: &'static str| {
+        if changed {
+            v.push(key);
+        }
+    };
+    check(old.workers != new.workers, "workers");
+    check(old.pin_cpus != new.pin_cpus, "pin_cpus");
+    check(old.log_format != new.log_format, "log_format");
+    check(
+        old.log_queue_lines != new.log_queue_lines,
+        "log_queue_lines",
+    );
+    check(old.metrics_listen != new.metrics_listen, "metrics_listen");
+    check(old.state_dir != new.state_dir, "state_dir");
+    // Privileges are dropped once, at start: a reload runs as the user already.
+    check(old.user != new.user, "user");
+    check(old.group != new.group, "group");
+    check(old.allow_root != new.allow_root, "allow_root");
+    v
+}

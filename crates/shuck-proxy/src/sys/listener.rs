@@ -1,0 +1,93 @@
+//! Listening sockets: one per worker per address, with SO_REUSEPORT so the kernel spreads new
+//! connections over workers without a shared accept lock (the stud/nginx shared-nothing model).
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::sys::sockopt;
+
+/// Makes `accept()` return a connection only once its client has sent something (its
+/// ClientHello, or a load balancer's PROXY header), or after `wait` with nothing: a client that
+/// connects and stays silent (a port scan, a TCP health check) costs no descriptor, task or
+/// wake-up until then, and `accept()` hands the rest over with their first bytes already
+/// readable. Zero turns it off. The kernel rounds up to whole SYN-ACK retransmissions.
+pub fn set_defer_accept(socket: &std::net::TcpListener, wait: Duration) -> io::Result<()> {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    // The kernel reads an int: a larger value would wrap to "off" (config caps it at 60 s).
+    let secs = libc::c_int::try_from(secs).unwrap_or(libc::c_int::MAX);
+    sockopt::set_tcp_defer_accept(socket, secs)
+}
+
+pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        // So "[::]:443" and "0.0.0.0:443" can both be listed, each with its own socket.
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_tcp_nodelay(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
+    Ok(socket.into())
+}
+
+/// True when something already listens on `addr` (another shuck, or a forgotten instance):
+/// with SO_REUSEPORT our bind would succeed anyway and the kernel would split connections
+/// between the two, so the caller warns. Binding without SO_REUSEPORT (but with SO_REUSEADDR, so
+/// TIME_WAIT leftovers do not count) fails exactly in that case.
+pub fn in_use(addr: SocketAddr) -> bool {
+    let probe = || -> io::Result<()> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        if addr.is_ipv6() {
+            socket.set_only_v6(true)?;
+        }
+        socket.set_reuse_address(true)?;
+        socket.bind(&addr.into())
+    };
+    matches!(probe(), Err(e) if e.kind() == io::ErrorKind::AddrInUse)
+}
+
+/// Accept errors that mean "this one connection went away": retry at once.
+pub fn is_connection_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    /// The connection stage sets no TCP_NODELAY on accepted sockets: it relies on Linux copying
+    /// it from the listening socket, which this checks.
+    #[test]
+    fn accepted_sockets_inherit_tcp_nodelay() {
+        let listener = super::bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        listener.set_nonblocking(false).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = std::net::TcpStream::connect(addr).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        assert!(socket2::SockRef::from(&accepted).tcp_nodelay().unwrap());
+    }
+
+    /// The option reaches the kernel in whole seconds (rounded up, then to the kernel's
+    /// retransmission steps), and zero turns it off.
+    #[test]
+    fn defer_accept_is_set_in_seconds_and_zero_clears_it() {
+        use crate::sys::sockopt::tcp_defer_accept;
+        use std::time::Duration;
+        let listener = super::bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        assert_eq!(tcp_defer_accept(&listener).unwrap(), 0);
+        super::set_defer_accept(&listener, Duration::from_millis(300)).unwrap();
+        assert!(tcp_defer_accept(&listener).unwrap() >= 1);
+        super::set_defer_accept(&listener, Duration::ZERO).unwrap();
+        assert_eq!(tcp_defer_accept(&listener).unwrap(), 0);
+    }
+}
