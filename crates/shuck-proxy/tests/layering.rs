@@ -294,7 +294,7 @@ const LAYERS: [&[&str]; 10] = [
         "conn::relay",
     ],
     &["conn::conn_error"],
-    &["obs::metrics", "conn::proxy_out", "conn::demo"],
+    &["obs::metrics", "conn::backend_header", "conn::demo"],
     &["server::worker"],
     &["conn::connection", "server::bindings"],
     &["server::accept"],

@@ -19,7 +19,7 @@ pub(crate) enum ConnError {
     #[error("{0}")]
     BackendConnect(#[from] ConnectError),
     #[error("PROXY header too large (client certificate?): {0}")]
-    ProxyHeaderOut(#[from] EncodeError),
+    BackendHeader(#[from] EncodeError),
     #[error("{0}")]
     Relay(#[from] RelayError),
 }
@@ -223,7 +223,7 @@ impl ConnError {
             ConnError::Handshake(HandshakeError::Timeout(_)) => Reason::HandshakeTimeout,
             ConnError::BackendConnect(ConnectError::Unreachable { .. }) => Reason::BackendConnect,
             ConnError::BackendConnect(ConnectError::NoDescriptors(_)) => Reason::NoDescriptors,
-            ConnError::ProxyHeaderOut(_) => Reason::BackendHeader,
+            ConnError::BackendHeader(_) => Reason::BackendHeader,
             ConnError::Relay(RelayError::Backend(_) | RelayError::BackendAborted(_)) => {
                 Reason::BackendRelay
             }

@@ -1,7 +1,7 @@
 //! One client connection as a pipeline of stages, each taking and returning values:
 //!
 //! `proxy_in::arrive → tls::hello::read_client_hello → tls::handshake::finish →
-//! backend connect → proxy_out::header → relay` (or the demo page after the handshake).
+//! backend connect → backend_header::header → relay` (or the demo page after the handshake).
 //!
 //! Any stage may end the connection with a [`ConnError`]; its metric and its one log line are
 //! written once, at the end, by [`record_end`]. The line names the frontend, the client, the
@@ -19,22 +19,22 @@ use tracing::Level;
 use crate::backend::{BackendPool, Lease};
 use crate::certs::acme;
 use crate::config::ConnectionLogFormat;
+use crate::conn::backend_header::{self, UniqueId};
 use crate::conn::conn_error::{ConnError, Loudness, Reason};
 use crate::conn::demo;
 use crate::conn::proxy_in::{self, Arrival};
-use crate::conn::proxy_out::{self, UniqueId};
 use crate::conn::relay::{self, Moved, RelayError};
 use crate::mem::buf_pool::PooledBuf;
 use crate::obs::log_limit;
 use crate::obs::metrics::FrontendMetrics;
-use crate::server::worker::{FrontendRt, Worker};
+use crate::server::worker::{Worker, WorkerFrontend};
 use crate::tls::handshake::{self, ClientCert, Negotiated, Summary};
 use crate::tls::handshake_error::Deadline;
 use crate::tls::hello::{self, Hello};
 use crate::tls::stream::{Ktls, TlsStream};
 
 /// What the log line at the end says about the connection, filled in as stages complete.
-struct Trace<'a> {
+struct AccessRecord<'a> {
     /// The socket's peer until a PROXY header names the real client.
     client: SocketAddr,
     balancer: Option<SocketAddr>,
@@ -51,7 +51,7 @@ struct Trace<'a> {
     connect_ms: Option<u64>,
 }
 
-impl Trace<'_> {
+impl AccessRecord<'_> {
     fn since_accept(&self) -> u64 {
         u64::try_from(self.accepted.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
@@ -60,13 +60,13 @@ impl Trace<'_> {
 /// Serves one accepted connection to its end.
 pub(crate) async fn handle(
     worker: Rc<Worker>,
-    fe: Rc<FrontendRt>,
+    fe: Rc<WorkerFrontend>,
     tcp: TcpStream,
     peer: SocketAddr,
 ) {
     let started = Instant::now();
     let _active = ActiveGuard::new(&fe.metrics);
-    let mut trace = Trace {
+    let mut trace = AccessRecord {
         client: peer,
         balancer: None,
         summary: None,
@@ -95,10 +95,10 @@ pub(crate) async fn handle(
 /// fn's future is as large as its largest stage; a slowloris connection paid for all of them.)
 async fn pipeline<'a>(
     worker: &Worker,
-    fe: &'a FrontendRt,
+    fe: &'a WorkerFrontend,
     tcp: TcpStream,
     peer: SocketAddr,
-    trace: &mut Trace<'a>,
+    trace: &mut AccessRecord<'a>,
 ) -> Result<(), ConnError> {
     let (read, mut arrival) = Box::pin(arrive_with_hello(fe, tcp, peer, trace)).await?;
     let Some(mut hs) = Box::pin(handshake_stage(worker, fe, read)).await? else {
@@ -124,10 +124,10 @@ struct HelloRead {
 
 /// The PROXY header (when expected) and the ClientHello.
 async fn arrive_with_hello<'a>(
-    fe: &'a FrontendRt,
+    fe: &'a WorkerFrontend,
     mut tcp: TcpStream,
     peer: SocketAddr,
-    trace: &mut Trace<'a>,
+    trace: &mut AccessRecord<'a>,
 ) -> Result<(HelloRead, Arrival), ConnError> {
     let cfg = &fe.cfg;
     // No TCP_NODELAY here: Linux copies it from the listening socket (`listener::bind` sets it).
@@ -146,7 +146,7 @@ async fn arrive_with_hello<'a>(
 /// an ACME validator's, answered here.
 async fn handshake_stage(
     worker: &Worker,
-    fe: &FrontendRt,
+    fe: &WorkerFrontend,
     read: HelloRead,
 ) -> Result<Option<Negotiated>, ConnError> {
     if let Some(challenge) = &fe.acme_challenge {
@@ -174,7 +174,7 @@ async fn handshake_stage(
 
 /// Whether anything will show the client's server name: the demo page, a connection log line,
 /// a PROXY header's authority.
-fn keeps_sni(worker: &Worker, fe: &FrontendRt) -> bool {
+fn keeps_sni(worker: &Worker, fe: &WorkerFrontend) -> bool {
     let cfg = &fe.cfg;
     fe.backends.is_none()
         || worker.log_connections()
@@ -184,10 +184,10 @@ fn keeps_sni(worker: &Worker, fe: &FrontendRt) -> bool {
 /// The stages after the handshake: the backend (or the demo page), the PROXY header, the relay.
 async fn serve_negotiated<'a>(
     worker: &Worker,
-    fe: &'a FrontendRt,
+    fe: &'a WorkerFrontend,
     hs: &mut Negotiated,
     arrival: &mut Arrival,
-    trace: &mut Trace<'a>,
+    trace: &mut AccessRecord<'a>,
 ) -> Result<(), ConnError> {
     let cfg = &fe.cfg;
     let Some(pool) = &fe.backends else {
@@ -201,10 +201,10 @@ async fn serve_negotiated<'a>(
         // Counted as passed on: only now is there a backend to pass it to.
         fe.metrics.client_certs_unverified.inc();
     }
-    if proxy_out::makes_unique_id(cfg, arrival.passthrough.as_deref()) {
+    if backend_header::makes_unique_id(cfg, arrival.passthrough.as_deref()) {
         trace.unique_id = UniqueId::new(worker.id, worker.next_connection());
     }
-    let prefix = proxy_out::header(cfg, hs, arrival, trace.unique_id.as_bytes())?;
+    let prefix = backend_header::header(cfg, hs, arrival, trace.unique_id.as_bytes())?;
     arrival.passthrough = None;
     // Nothing asks rustls about the handshake from here on.
     hs.stream
@@ -237,7 +237,7 @@ async fn connect_backend<'p>(
 /// close_notify) to the other, as HAProxy does: an orderly close would let the peer take a cut
 /// stream for a complete one. An idle timeout cuts both where they stand.
 async fn relay_to(
-    fe: &FrontendRt,
+    fe: &WorkerFrontend,
     tls: &mut TlsStream,
     mut upstream: TcpStream,
     prefix: Option<(PooledBuf, usize)>,
@@ -265,7 +265,7 @@ async fn relay_to(
 /// The built-in page describing the connection, in place of a backend.
 async fn serve_demo(
     worker: &Worker,
-    fe: &FrontendRt,
+    fe: &WorkerFrontend,
     hs: &mut Negotiated,
     client: SocketAddr,
 ) -> Result<(), ConnError> {
@@ -324,8 +324,8 @@ fn count_handshake(m: &FrontendMetrics, hs: &Negotiated) {
 /// worth a warning get a short one within the per-worker rate limit, routine ends a debug line.
 fn record_end(
     worker: &Worker,
-    fe: &FrontendRt,
-    trace: &Trace<'_>,
+    fe: &WorkerFrontend,
+    trace: &AccessRecord<'_>,
     error: Option<&ConnError>,
     took: Duration,
 ) {
@@ -364,7 +364,7 @@ fn record_end(
 struct Line<'a> {
     frontend: &'a str,
     worker: usize,
-    trace: &'a Trace<'a>,
+    trace: &'a AccessRecord<'a>,
     reason: Option<Reason>,
     error: Option<&'a ConnError>,
     ms: u64,

@@ -26,12 +26,22 @@ enum State {
     Done,
 }
 
-/// Maps a pump's read error and write error to the side at fault.
-type Blame = (fn(io::Error) -> RelayError, fn(io::Error) -> RelayError);
+/// Which side a pump's failed read, and its failed write, are the fault of.
+#[derive(Clone, Copy)]
+struct Blame {
+    read: fn(io::Error) -> RelayError,
+    write: fn(io::Error) -> RelayError,
+}
 
 /// The up pump reads the client and writes the backend; the down pump the other way round.
-const UP: Blame = (RelayError::ClientAborted, RelayError::Backend);
-const DOWN: Blame = (RelayError::BackendAborted, RelayError::Client);
+const UP: Blame = Blame {
+    read: RelayError::ClientAborted,
+    write: RelayError::Backend,
+};
+const DOWN: Blame = Blame {
+    read: RelayError::BackendAborted,
+    write: RelayError::Client,
+};
 
 /// Which end of a pump failed: its reader or its writer.
 enum PumpError {
@@ -116,10 +126,10 @@ impl Pump {
             return Ok(());
         }
         match self.poll(cx, reader, writer, moved, other_done) {
-            Poll::Ready(Err(PumpError::Read(e))) => Err(blame.0(e)),
+            Poll::Ready(Err(PumpError::Read(e))) => Err((blame.read)(e)),
             Poll::Ready(Err(PumpError::Write(e))) => {
                 self.abandon();
-                write_error.get_or_insert(blame.1(e));
+                write_error.get_or_insert((blame.write)(e));
                 Ok(())
             }
             _ => Ok(()),

@@ -48,7 +48,7 @@ pub struct Server {
     /// them in place.
     shared: Arc<worker::Shared>,
     /// Where the ACME renewal tasks say a frontend's certificate changed.
-    renewed: (UnboundedSender<String>, Option<UnboundedReceiver<String>>),
+    renewed: Renewals,
     /// Started by an upgrade: the old process waits to hear this one is listening.
     predecessor: Inherited,
     /// Stops this process's metrics endpoint once a new process serves it (an upgrade).
@@ -66,6 +66,13 @@ impl MetricsHandover {
     pub fn hand_over(&self) {
         self.0.notify_one();
     }
+}
+
+/// Where the renewal and staple tasks announce the frontend whose certificate they renewed,
+/// and the receiving end, until the caller takes it.
+struct Renewals {
+    announce: UnboundedSender<String>,
+    updates: Option<UnboundedReceiver<String>>,
 }
 
 /// Names of frontends whose certificate was just renewed (ACME), for the caller to load with
@@ -145,8 +152,11 @@ impl Server {
             limit,
             shared,
             renewed: {
-                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-                (tx, Some(rx))
+                let (announce, updates) = tokio::sync::mpsc::unbounded_channel();
+                Renewals {
+                    announce,
+                    updates: Some(updates),
+                }
             },
             predecessor: std::mem::take(inherited),
             metrics_handover: Arc::new(Notify::new()),
@@ -160,7 +170,10 @@ impl Server {
             self.frontends.clone(),
             self.bindings.clone(),
             self.metrics.clone(),
-            (self.limit.clone(), self.fd_limit),
+            reload::Capacity {
+                limit: self.limit.clone(),
+                fd_limit: self.fd_limit,
+            },
             self.shared.clone(),
         )
     }
@@ -178,7 +191,7 @@ impl Server {
 
     /// Where renewed certificates are announced (once; `None` after the first call).
     pub fn certificate_updates(&mut self) -> Option<CertificateUpdates> {
-        self.renewed.1.take().map(CertificateUpdates)
+        self.renewed.updates.take().map(CertificateUpdates)
     }
 
     /// A staple to keep current per certificate file of each `ocsp = "fetch"` frontend.
@@ -280,10 +293,10 @@ impl Server {
         rt.spawn(watch_expiry(self.metrics.clone(), self.shared.clone()));
         rt.spawn(drop_lapsed_staples(
             self.metrics.clone(),
-            self.renewed.0.clone(),
+            self.renewed.announce.clone(),
         ));
         for job in staple_jobs {
-            rt.spawn(staple_refresh::run(job, self.renewed.0.clone()));
+            rt.spawn(staple_refresh::run(job, self.renewed.announce.clone()));
         }
         for fe in &c.frontends {
             if let CertSource::Acme(acme) = &fe.certs {
@@ -291,7 +304,7 @@ impl Server {
                     frontend: fe.name.clone(),
                     acme: (**acme).clone(),
                 };
-                rt.spawn(acme::renewal::run(job, self.renewed.0.clone()));
+                rt.spawn(acme::renewal::run(job, self.renewed.announce.clone()));
             }
         }
         // Everything is bound and running: `shuck check` compares with what serves, not with a

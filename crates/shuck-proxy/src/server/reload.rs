@@ -217,6 +217,12 @@ enum Next {
     Add(Box<Frontend>, Box<TlsContext>),
 }
 
+/// `max_connections` as it applies now, and the open-files limit that caps it.
+pub(crate) struct Capacity {
+    pub(crate) limit: Arc<ConnectionLimit>,
+    pub(crate) fd_limit: u64,
+}
+
 /// A handle to apply a new configuration while running (SIGHUP) or load one frontend's
 /// certificates again (a renewal).
 pub struct Reloader {
@@ -227,8 +233,7 @@ pub struct Reloader {
     workers: usize,
     bindings: Arc<Mutex<Bindings>>,
     metrics: Arc<Metrics>,
-    /// `max_connections` as it applies now, and the open-files limit that caps it.
-    limit: (Arc<ConnectionLimit>, u64),
+    capacity: Capacity,
     /// The access log's settings, `shutdown_grace` and the expiry lead time.
     shared: Arc<Shared>,
     /// Rewritten when the listening addresses change (`--ready-file`), with the metrics address.
@@ -243,11 +248,11 @@ impl Reloader {
         frontends: Vec<Live>,
         bindings: Arc<Mutex<Bindings>>,
         metrics: Arc<Metrics>,
-        limit: (Arc<ConnectionLimit>, u64),
+        capacity: Capacity,
         shared: Arc<Shared>,
     ) -> Reloader {
         Reloader {
-            limit,
+            capacity,
             shared,
             workers: started.workers,
             started,
@@ -344,7 +349,7 @@ impl Reloader {
     /// it) and those the workers read from `Shared`; `started` then says what runs, for `shuck
     /// check` and the next reload.
     fn apply_globals(&mut self, new: &Config, max_connections: usize) {
-        let was = self.limit.0.set_max(max_connections);
+        let was = self.capacity.limit.set_max(max_connections);
         if was != max_connections {
             tracing::info!(was, now = max_connections, "max_connections changed");
         }
@@ -390,7 +395,7 @@ impl Reloader {
     fn max_connections_for(&self, configured: usize, next: &[Next]) -> Result<usize> {
         let addresses = next.iter().map(|n| self.frontend_of(n).listen.len()).sum();
         let reserved = limits::reserved_fds(self.workers, addresses);
-        limits::effective_max_connections(configured, self.limit.1, reserved)
+        limits::effective_max_connections(configured, self.capacity.fd_limit, reserved)
     }
 
     /// What becomes of running frontend `i` given its new settings `fe`.

@@ -104,11 +104,11 @@ impl Worker {
 }
 
 /// What one worker knows about one frontend.
-pub(crate) struct FrontendRt {
+pub(crate) struct WorkerFrontend {
     pub(crate) cfg: Arc<Frontend>,
     /// This worker's TLS configuration; replaced whole on reload.
     pub(crate) tls: TlsSlot,
-    /// `None` means the built-in demo backend. Shared with the next `FrontendRt` while its
+    /// `None` means the built-in demo backend. Shared with the next `WorkerFrontend` while its
     /// [`PoolSettings`] stay the same, so a reload that changes something else keeps the
     /// backends' health and connection counts.
     pub(crate) backends: Option<Rc<BackendPool>>,
@@ -150,14 +150,14 @@ impl<'a> PoolSettings<'a> {
     }
 }
 
-impl FrontendRt {
+impl WorkerFrontend {
     /// The frontend as `cfg` says, keeping `previous`'s backend pool when its settings are
     /// the same.
     fn new(
         cfg: Arc<Frontend>,
         tls: TlsSlot,
         metrics: FrontendMetrics,
-        previous: Option<&FrontendRt>,
+        previous: Option<&WorkerFrontend>,
     ) -> Self {
         let settings = PoolSettings::of(&cfg);
         let backends = match previous {
@@ -170,7 +170,7 @@ impl FrontendRt {
                 .ok(),
             _ => None,
         };
-        FrontendRt {
+        WorkerFrontend {
             cfg,
             tls,
             backends,
@@ -188,7 +188,7 @@ pub(crate) type SettingsSlot = Arc<ArcSwap<Frontend>>;
 /// when it is accepted, and keeps them to its end (a reload never changes a connection midway).
 pub(crate) struct FrontendSlot {
     settings: SettingsSlot,
-    current: RefCell<Rc<FrontendRt>>,
+    current: RefCell<Rc<WorkerFrontend>>,
 }
 
 impl FrontendSlot {
@@ -201,20 +201,20 @@ impl FrontendSlot {
         let cfg = settings.load_full();
         let handles = metrics.for_frontend(&cfg.name, worker);
         FrontendSlot {
-            current: RefCell::new(Rc::new(FrontendRt::new(cfg, tls, handles, None))),
+            current: RefCell::new(Rc::new(WorkerFrontend::new(cfg, tls, handles, None))),
             settings,
         }
     }
 
     /// The frontend as a connection accepted now sees it: rebuilt when a reload stored new
     /// settings, around the same backend pool unless the pool's own settings changed.
-    pub(crate) fn current(&self) -> Rc<FrontendRt> {
+    pub(crate) fn current(&self) -> Rc<WorkerFrontend> {
         let want = self.settings.load();
         let now = self.current.borrow().clone();
         if Arc::ptr_eq(&now.cfg, &want) {
             return now;
         }
-        let next = Rc::new(FrontendRt::new(
+        let next = Rc::new(WorkerFrontend::new(
             Arc::clone(&want),
             now.tls.clone(),
             now.metrics.clone(),
