@@ -1,23 +1,22 @@
 //! `shuck bench` and `shuck speed` through the library (`cli::load_report`, `cli::speed_report`):
 //! closed-loop TLS 1.2 resumption, IPv6 with ALPN and SNI, failures per started step, errors that
 //! name their cause or flag, and the crypto speed table. The server is the engine started
-//! in-process (crates/shuck-proxy/tests/harness), the backend shuck-bench's own. The end-to-end
+//! in-process (crates/shuck-test-support/src/harness.rs), the backend shuck-bench's own. The end-to-end
 //! run through the `shuck` binary (plots, compare, --server-pid, speed --bench-json) is
-//! crates/shuck/tests/bench.rs.
+//! crates/shuck/tests/it/bench.rs.
 
 // Helpers outside #[test] functions too: a panic there is the test's failure report.
 #![allow(clippy::unwrap_used)]
 
-#[path = "../../shuck-proxy/tests/harness/mod.rs"]
-mod harness;
+use shuck_test_support::harness;
 
 use std::net::SocketAddr;
 
 use clap::Parser;
-use harness::pki::{Key, Pki};
 use harness::Running;
 use shuck_bench::cli::{load_report, speed_report, RunArgs, SpeedArgs};
 use shuck_bench::speed;
+use shuck_test_support::pki::{Key, Pki};
 
 /// `shuck bench`'s arguments, parsed as the binary parses them.
 #[derive(Parser)]

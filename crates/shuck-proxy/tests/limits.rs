@@ -2,15 +2,15 @@
 //! the kernel backlog, is one limit for all workers and changes on reload; the demo backend drops a client that
 //! stalls mid-request.
 
-mod harness;
+use shuck_test_support::harness;
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use harness::pki::{connector, toml_path, Key, Pki};
 use harness::Running;
 use rustls::pki_types::ServerName;
+use shuck_test_support::pki::{connector, toml_path, Key, Pki};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;

@@ -3,12 +3,12 @@
 //! SHA-256; half-close in both directions; the PROXY header bytes; and aborts (a reset on either
 //! side, an idle timeout) reaching the other side as resets.
 
-mod harness;
+use shuck_test_support::harness;
 
-use harness::pki::{client_config, connector, toml_path, Key, Pki};
 use harness::Running;
 use rustls::pki_types::ServerName;
 use sha2::{Digest, Sha256};
+use shuck_test_support::pki::{client_config, connector, toml_path, Key, Pki};
 use std::future::Future;
 use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -413,7 +413,7 @@ async fn proxy_protocol_headers_carry_the_client_address() {
 /// A backend that breaks off mid-answer with a reset must not look like a finished answer to the
 /// client: shuck resets the client connection too (no close_notify, no FIN), so a client that
 /// tolerates a missing close_notify still learns that the response is cut (curl's view of it:
-/// crates/shuck/tests/relay.rs).
+/// crates/shuck/tests/it/relay.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_reset_reaches_the_client_as_a_reset() {
     let pki = Pki::new();

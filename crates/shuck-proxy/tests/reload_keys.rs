@@ -9,14 +9,14 @@
 //! expects, and `shuck check`'s prediction (`running::changes`) must agree with what the reload
 //! did.
 
-mod harness;
+use shuck_test_support::harness;
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 
-use harness::pki::{toml_path, Key, Pki};
 use harness::{config, Running};
 use shuck_proxy::running::{self, Applies};
+use shuck_test_support::pki::{toml_path, Key, Pki};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Expect {

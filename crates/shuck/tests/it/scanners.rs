@@ -5,12 +5,10 @@
 //! certificate too. sslyze comes from PyPI and testssl.sh from Debian (`.ci/run` installs both);
 //! the tests fail, not skip, without them.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::process::{run_bounded, HttpBackend, Shuck};
+use shuck_test_support::process::{run_bounded, HttpBackend, Shuck};
 
 /// Runs the openssl CLI, which must succeed.
 fn openssl(dir: &Path, args: &[&str]) {

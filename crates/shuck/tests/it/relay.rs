@@ -2,15 +2,13 @@
 //! tests (payloads, half-close, PROXY headers, resets, idle timeout) run the engine in-process:
 //! crates/shuck-proxy/tests/relay.rs.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 
-use common::clients::curl_at;
-use common::pki::{toml_path, Key, Pki};
-use common::process::Shuck;
+use shuck_test_support::clients::curl_at;
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::Shuck;
 
 /// A backend that breaks off mid-answer with a reset must not look like a finished answer to
 /// curl, which accepts a TCP close without close_notify as an end: shuck resets the client

@@ -1,11 +1,9 @@
 //! Running under systemd: the sd_notify messages (a fake notify socket stands in for systemd).
 
-mod common;
-
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
-use common::process::Shuck;
+use shuck_test_support::process::Shuck;
 
 /// Every message received within `bound` until one contains `until`, newline-joined.
 fn receive_until(socket: &UnixDatagram, until: &str, bound: Duration) -> String {
@@ -60,7 +58,7 @@ fn sd_notify_says_ready_reloading_and_stopping() {
 /// /usr/bin/shuck; the man page is the package's).
 #[test]
 fn the_unit_file_verifies() {
-    let analyze = common::peers::require("systemd-analyze", "systemd");
+    let analyze = shuck_test_support::peers::require("systemd-analyze", "systemd");
     let unit = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../contrib/shuck.service"
@@ -69,10 +67,10 @@ fn the_unit_file_verifies() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("shuck.service");
     let local = unit
-        .replace("/usr/bin/shuck", common::process::SHUCK)
+        .replace("/usr/bin/shuck", &shuck_test_support::process::SHUCK)
         .replace("man:shuck(1) ", "");
     std::fs::write(&path, local).expect("write unit");
-    let out = common::process::run_bounded(
+    let out = shuck_test_support::process::run_bounded(
         std::process::Command::new(analyze).arg("verify").arg(&path),
         b"",
         60,

@@ -1,17 +1,15 @@
 //! The command line: `shuck check` on good and broken configurations, start-up errors that name
 //! the file or key (exit 1, no panic), help text, and a clean stop on SIGTERM.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-use common::clients::{read_all_bounded, s_client, sum, wait_metric};
-use common::pki::{toml_path, Key, Pki};
-use common::process::{run_bounded, Shuck, SHUCK};
+use shuck_test_support::clients::{read_all_bounded, s_client, sum, wait_metric};
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::{run_bounded, Shuck, SHUCK};
 
 fn shuck(args: &[&str]) -> (i32, String, String) {
-    let out = run_bounded(Command::new(SHUCK).args(args), b"", 60);
+    let out = run_bounded(Command::new(&*SHUCK).args(args), b"", 60);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -453,7 +451,7 @@ fn certificate_expiry_is_warned_about_as_configured_and_exported() {
     let shuck = Shuck::start(&config("30days"));
     let log = shuck.wait_log("soon.pem (CN=soon.test) expires in");
     assert!(log.contains("frontend0"), "{log}");
-    let metrics = common::clients::scrape(shuck.addrs[1]);
+    let metrics = shuck_test_support::clients::scrape(shuck.addrs[1]);
     let line = metrics
         .lines()
         .find(|l| l.starts_with("shuck_certificate_not_after_timestamp_seconds{"))
@@ -517,12 +515,12 @@ fn a_reload_changes_the_log_level() {
 /// must read a file nobody cannot read is refused cleanly while the old certificate keeps serving.
 #[test]
 fn started_as_root_the_workers_run_as_the_configured_user() {
-    if !common::process::running_as_root() {
+    if !shuck_test_support::process::running_as_root() {
         eprintln!("not root: the privilege drop cannot be exercised here (CI runs as root)");
         return;
     }
     let out = run_bounded(
-        Command::new(SHUCK).args(["serve", "--self-signed", "--listen", "127.0.0.1:0"]),
+        Command::new(&*SHUCK).args(["serve", "--self-signed", "--listen", "127.0.0.1:0"]),
         b"",
         30,
     );

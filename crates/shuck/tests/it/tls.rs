@@ -1,11 +1,9 @@
 //! Real clients (curl, openssl s_client) through shuck to a real backend: protocol versions, key
 //! types, SNI policies, ALPN and the ECDSA/RSA choice, each asserted on what the client negotiated.
 
-mod common;
-
-use common::clients::{cpu_has_aes, curl, field, s_client};
-use common::pki::{toml_path, Key, Pki};
-use common::process::{run_bounded, HttpBackend, Shuck};
+use shuck_test_support::clients::{cpu_has_aes, curl, field, s_client};
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::{run_bounded, HttpBackend, Shuck};
 
 /// One frontend with ECDSA (default), RSA, wildcard and dual ECDSA+RSA certificates.
 fn setup(extra: &str) -> (Pki, HttpBackend, Shuck) {
@@ -646,13 +644,13 @@ fn refusals_use_the_standard_alerts() {
             "SSL alert number 70",
         );
     }
-    let metrics = common::clients::wait_metric(
+    let metrics = shuck_test_support::clients::wait_metric(
         shuck.addrs[1],
         "shuck_handshake_failures_total",
         &["reason=\"incompatible\""],
         2,
     );
-    let failed = |reason: &str| common::clients::handshake_failures(&metrics, reason);
+    let failed = |reason: &str| shuck_test_support::clients::handshake_failures(&metrics, reason);
     assert_eq!(failed("incompatible"), 2, "{metrics}");
     assert_eq!(failed("no_certificate"), 1, "{metrics}");
 }

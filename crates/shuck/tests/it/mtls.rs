@@ -2,16 +2,14 @@
 //! and with foreign, revoked or forged certificates; what the backend learns of them through the
 //! PROXY v2 SSL TLV (read by a raw backend); CRLs, reloads and resumption.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::clients::{curl, s_client, sum, wait_metric};
-use common::pki::{toml_path, Key, Pki};
-use common::process::{HttpBackend, Shuck};
-use common::tlv_backend::{first_cert_der, ssl_subs, text, tlv, walk_v2, RawBackend};
+use shuck_test_support::clients::{curl, s_client, sum, wait_metric};
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::{HttpBackend, Shuck};
+use shuck_test_support::tlv_backend::{first_cert_der, ssl_subs, text, tlv, walk_v2, RawBackend};
 
 /// curl to tlv.test presenting the client certificate (and key) in the bundle `cert`.
 fn curl_with_cert(pki: &Pki, shuck: &Shuck, cert: &std::path::Path) -> std::process::Output {

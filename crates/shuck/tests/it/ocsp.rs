@@ -5,8 +5,6 @@
 //! stay on loopback: the responder's logic is OpenSSL's, run once per request (`-reqin`,
 //! `-respout`), behind a small HTTP listener on 127.0.0.1.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -15,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::pki::{toml_path, Pki};
-use common::process::{run_bounded, Shuck};
+use shuck_test_support::pki::{toml_path, Pki};
+use shuck_test_support::process::{run_bounded, Shuck};
 
 const NAME: &str = "stapled.test";
 const SERIAL: u64 = 0x1234;
@@ -232,7 +230,7 @@ fn ocsp_file_is_stapled_checked_and_reloaded_on_sighup() {
     let shuck = Shuck::start(&config);
     assert_eq!(staple_status(shuck.addr()), "good");
     let staple_age = || {
-        common::clients::scrape(shuck.addrs[1])
+        shuck_test_support::clients::scrape(shuck.addrs[1])
             .lines()
             .find(|l| l.starts_with("shuck_ocsp_staple_age_seconds{"))
             .and_then(|l| l.rsplit(' ').next()?.parse::<i64>().ok())

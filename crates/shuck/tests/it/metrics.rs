@@ -1,13 +1,13 @@
 //! The Prometheus endpoint: counters move with real traffic (curl, openssl, garbage), per worker.
 
-mod common;
-
 use std::io::Write;
 use std::net::TcpStream;
 
-use common::clients::{curl, curl_at, read_all_bounded, s_client, scrape, sum, wait_metric};
-use common::pki::{connector, toml_path, Key, Pki};
-use common::process::{run_bounded, HttpBackend, Shuck};
+use shuck_test_support::clients::{
+    curl, curl_at, read_all_bounded, s_client, scrape, sum, wait_metric,
+};
+use shuck_test_support::pki::{connector, toml_path, Key, Pki};
+use shuck_test_support::process::{run_bounded, HttpBackend, Shuck};
 
 #[test]
 fn counters_follow_real_traffic() {

@@ -9,7 +9,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub const SHUCK: &str = env!("CARGO_BIN_EXE_shuck");
+/// The `shuck` binary cargo built beside the running test (its executable is in
+/// `target/<profile>/deps/`, the binary in `target/<profile>/`): what cargo's
+/// `CARGO_BIN_EXE_shuck` names, found at run time since a library cannot read that.
+pub static SHUCK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    dir.join("shuck").to_string_lossy().into_owned()
+});
 
 /// A running `shuck serve`, killed on drop.
 pub struct Shuck {
@@ -70,12 +80,12 @@ impl Shuck {
         let ready = dir.path().join("ready");
         let log = dir.path().join("shuck.log");
         let mut cmd = match nofile {
-            None => Command::new(SHUCK),
+            None => Command::new(&*SHUCK),
             Some(n) => {
                 let mut c = Command::new("sh");
                 c.arg("-c")
                     .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
-                    .arg(SHUCK);
+                    .arg(&*SHUCK);
                 c
             }
         };
@@ -359,7 +369,7 @@ impl BenchBackend {
     pub fn start(size: u64) -> BenchBackend {
         let dir = tempfile::tempdir().expect("tempdir");
         let ready = dir.path().join("ready");
-        let child = Command::new(SHUCK)
+        let child = Command::new(&*SHUCK)
             .args(["bench", "backend", "--listen", "127.0.0.1:0", "--size"])
             .arg(size.to_string())
             .arg("--ready-file")

@@ -2,16 +2,14 @@
 //! from files shared by a fleet, and a Redis store shared by hosts. Real `openssl s_client`
 //! sessions (`-sess_out` / `-sess_in`), asserted on what the client reports ("Reused").
 
-mod common;
-
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use common::clients::{s_client, scrape, sum};
-use common::pki::{toml_path, Key, Pki};
-use common::process::{rss_kib, HttpBackend, Shuck, SHUCK};
+use shuck_test_support::clients::{s_client, scrape, sum};
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::{rss_kib, HttpBackend, Shuck, SHUCK};
 
 const WORKERS: usize = 4;
 /// Enough connections that, spread by the kernel's SO_REUSEPORT hash, every one of the four
@@ -192,7 +190,7 @@ fn hex(bytes: &[u8]) -> String {
 
 /// `shuck ticket-key ARGS`, which must succeed.
 fn ticket_key(args: &[&str]) {
-    let out = Command::new(SHUCK)
+    let out = Command::new(&*SHUCK)
         .arg("ticket-key")
         .args(args)
         .output()
@@ -333,7 +331,7 @@ fn assert_keys_hidden(
     names: &[String],
     lines: &[String],
 ) {
-    let check = Command::new(SHUCK)
+    let check = Command::new(&*SHUCK)
         .args(["check", "--config"])
         .arg(config)
         .output()
@@ -439,7 +437,7 @@ impl Redis {
     /// `redis-server` without persistence and with `listen` (its listening options), waiting
     /// until `ready` connects.
     fn spawn(listen: &[&str], what: &str, ready: impl Fn() -> bool) -> std::process::Child {
-        let bin = common::peers::require("redis-server", "redis-server");
+        let bin = shuck_test_support::peers::require("redis-server", "redis-server");
         let child = Command::new(bin)
             .args(listen)
             .args(["--save", "", "--appendonly", "no"])

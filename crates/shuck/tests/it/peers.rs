@@ -3,15 +3,13 @@
 //! Expected values are what curl itself measured (its local and remote address), never copies
 //! of shuck's output. HAProxy and nginx must be installed; .ci/run installs them.
 
-mod common;
-
-use common::clients::curl_at;
-use common::peers::{
+use shuck_test_support::clients::curl_at;
+use shuck_test_support::peers::{
     echo_fields, haproxy_echo, haproxy_front, ipv6_loopback, nginx_echo, split_curl, Peer,
     SendProxy, CURL_ENDS, V4, V6,
 };
-use common::pki::{toml_path, Key, Pki};
-use common::process::{run_bounded, Shuck};
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::{run_bounded, Shuck};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::process::Command;
@@ -34,7 +32,7 @@ fn request(
     pki: &Pki,
     at: SocketAddr,
     context: &dyn Fn() -> String,
-) -> (HashMap<String, String>, common::peers::CurlEnds) {
+) -> (HashMap<String, String>, shuck_test_support::peers::CurlEnds) {
     let out = curl_at(pki, at, NAME, "/", &["-w", CURL_ENDS]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -2,16 +2,14 @@
 //! untrusted PROXY headers refused and counted; received TLVs passed on only from listed
 //! balancers; the one-frontend flags. What the backend receives is read by a raw backend.
 
-mod common;
-
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use common::clients::{curl, read_all_bounded, sum, wait_metric};
-use common::pki::{connector, toml_path, Key, Pki};
-use common::process::Shuck;
-use common::tlv_backend::{text, tlv, walk_v2, RawBackend};
+use shuck_test_support::clients::{curl, read_all_bounded, sum, wait_metric};
+use shuck_test_support::pki::{connector, toml_path, Key, Pki};
+use shuck_test_support::process::Shuck;
+use shuck_test_support::tlv_backend::{text, tlv, walk_v2, RawBackend};
 
 /// Sends `bytes` (and optionally closes the write side), then waits for shuck to close the
 /// connection without sending anything; returns what came back.

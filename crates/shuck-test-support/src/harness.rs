@@ -5,9 +5,6 @@
 //!
 //! Only the engine's lasting public API is used: `config::{RawConfig, Origin}` and
 //! `server::Server` (`prepare`, `run`, `metrics_addr`, `reloader`).
-#![allow(dead_code)] // each test file uses a different part of the harness
-
-pub mod pki;
 
 use std::net::SocketAddr;
 use std::thread::JoinHandle;

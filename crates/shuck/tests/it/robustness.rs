@@ -4,18 +4,16 @@
 //! backs off. max_connections and the demo page's stall timeout are tested in-process:
 //! crates/shuck-proxy/tests/limits.rs.
 
-mod common;
-
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::clients::{curl_at, read_all_bounded, sum, wait_metric};
-use common::pki::{connector, toml_path, Key, Pki};
-use common::process::{HttpBackend, Shuck};
 use rustls::pki_types::ServerName;
+use shuck_test_support::clients::{curl_at, read_all_bounded, sum, wait_metric};
+use shuck_test_support::pki::{connector, toml_path, Key, Pki};
+use shuck_test_support::process::{HttpBackend, Shuck};
 use tokio::io::AsyncWriteExt;
 
 /// One `[[frontend]]` per (extra keys, backend TOML value), all with the same certificate.
@@ -268,7 +266,7 @@ fn client_hellos_up_to_rustls_64_kib_are_served_and_larger_ones_get_illegal_para
         3,
     );
     assert_eq!(
-        common::clients::handshake_failures(&text, "malformed"),
+        shuck_test_support::clients::handshake_failures(&text, "malformed"),
         3,
         "{text}"
     );
@@ -380,7 +378,7 @@ fn closes_before_and_during_the_handshake_are_told_apart() {
         &["reason=\"client_abort\""],
         2,
     );
-    let failures = |reason: &str| common::clients::handshake_failures(&text, reason);
+    let failures = |reason: &str| shuck_test_support::clients::handshake_failures(&text, reason);
     assert_eq!(failures("client_abort"), 2, "{text}");
     assert_eq!(failures("other"), 0, "{text}");
     assert_good_request(&pki, addr);
@@ -604,23 +602,23 @@ fn a_low_open_files_limit_caps_connections_instead_of_failing_them() {
     assert_eq!(active(&text), 15, "{text}");
     // And no more, a moment later: the rest stay in the backlog.
     std::thread::sleep(Duration::from_millis(300));
-    let text = common::clients::scrape(metrics);
+    let text = shuck_test_support::clients::scrape(metrics);
     assert_eq!(active(&text), 15, "{text}");
     drop(held);
     // Once they are gone, service resumes; nothing was blamed on the backend.
     assert_good_request(&pki, shuck.addrs[0]);
-    let text = common::clients::scrape(metrics);
+    let text = shuck_test_support::clients::scrape(metrics);
     let sum = |name: &str| sum(&text, name, &[]);
     assert_eq!(sum("shuck_backend_errors_total"), 0, "{text}");
     assert_eq!(sum("shuck_resource_errors_total"), 0, "{text}");
     assert_eq!(sum("shuck_accept_errors_total"), 0, "{text}");
     shuck.assert_alive();
 
-    let out = common::process::run_bounded(
+    let out = shuck_test_support::process::run_bounded(
         std::process::Command::new("sh").arg("-c").arg(format!(
             "ulimit -n 64 && exec {} serve --self-signed --listen 127.0.0.1:0 {}",
-            common::process::SHUCK,
-            common::process::as_root_allowed().join(" ")
+            &*shuck_test_support::process::SHUCK,
+            shuck_test_support::process::as_root_allowed().join(" ")
         )),
         b"",
         30,
@@ -707,7 +705,7 @@ fn a_silent_connection_is_accepted_only_once_it_speaks() {
         accepted(total, &format!("{defer}: while silent"));
         // A while later, still the same (the kernel holds the silent one back).
         std::thread::sleep(Duration::from_millis(500));
-        let text = common::clients::scrape(metrics);
+        let text = shuck_test_support::clients::scrape(metrics);
         let now = sum(&text, "shuck_connections_accepted_total", &[]);
         assert_eq!(now, total, "{defer}: still silent: {text}");
         // The first bytes of a TLS record: now it reaches shuck.

@@ -3,8 +3,6 @@
 //! dies, and inputs without bounds. Each test drives the real binary on loopback, bounded in
 //! time, and counts what a client would see.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -13,9 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::clients::{sum, wait_metric};
-use common::pki::{toml_path, Key, Pki};
-use common::process::{as_root_allowed, wait_ready, Shuck, SHUCK};
+use shuck_test_support::clients::{sum, wait_metric};
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::{as_root_allowed, wait_ready, Shuck, SHUCK};
 
 /// One request for the demo page with a rustls client; true when the answer came.
 fn demo_request(config: &Arc<rustls::ClientConfig>, addr: SocketAddr) -> bool {
@@ -37,7 +35,7 @@ fn demo_request(config: &Arc<rustls::ClientConfig>, addr: SocketAddr) -> bool {
 
 /// `n` demo requests from `threads` clients at once; how many failed.
 fn requests(pki: &Pki, addr: SocketAddr, n: usize, threads: usize) -> usize {
-    let config = Arc::new(common::pki::client_config(pki));
+    let config = Arc::new(shuck_test_support::pki::client_config(pki));
     let failed = Arc::new(AtomicUsize::new(0));
     let next = Arc::new(AtomicUsize::new(0));
     let handles: Vec<_> = (0..threads)
@@ -78,7 +76,7 @@ struct Proc {
 
 impl Proc {
     fn start(args: &[&str], stderr: Stdio, dir: &Path) -> Proc {
-        Self::start_from(Path::new(SHUCK), args, stderr, dir)
+        Self::start_from(Path::new(&*SHUCK), args, stderr, dir)
     }
 
     /// Started from the binary at `exe` (what `kill -USR2` starts again).
@@ -288,7 +286,7 @@ fn start_with_silent_dns(config: &Path, dir: &Path) -> (Child, Vec<SocketAddr>, 
             "sh",
         ])
         .arg(&resolv)
-        .arg(SHUCK)
+        .arg(&*SHUCK)
         .args(["serve", "--config"])
         .arg(config)
         .args(as_root_allowed())
@@ -322,13 +320,13 @@ fn wait_file(p: &Path, needle: &str, bound: Duration) -> String {
 /// over); and TERM is acted on at once while the lookup still hangs.
 #[test]
 fn a_reload_stuck_on_dns_is_abandoned_and_never_holds_a_stop() {
-    if !common::process::running_as_root() {
+    if !shuck_test_support::process::running_as_root() {
         eprintln!("skipped: needs root for a mount namespace with its own resolv.conf");
         return;
     }
     let _silent = std::net::UdpSocket::bind("127.0.0.77:53").expect("bind the silent DNS server");
     let pki = Pki::new();
-    let backend = common::process::HttpBackend::start();
+    let backend = shuck_test_support::process::HttpBackend::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("shuck.toml");
     let good = config_with(
@@ -423,8 +421,8 @@ fn devices_and_fifos_are_refused_at_once() {
         )
         .expect("config");
         let t = Instant::now();
-        let out = common::process::run_bounded(
-            Command::new(SHUCK).arg("check").arg("--config").arg(&cfg),
+        let out = shuck_test_support::process::run_bounded(
+            Command::new(&*SHUCK).arg("check").arg("--config").arg(&cfg),
             b"",
             20,
         );
@@ -464,7 +462,7 @@ struct Load {
 
 impl Load {
     fn start(pki: &Pki, addr: SocketAddr, threads: usize) -> Load {
-        let config = Arc::new(common::pki::client_config(pki));
+        let config = Arc::new(shuck_test_support::pki::client_config(pki));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (ok, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let threads = (0..threads)
@@ -608,7 +606,7 @@ impl ToUpgrade {
     fn start(global: &str) -> ToUpgrade {
         Self::start_in(
             tempfile::tempdir().expect("tempdir"),
-            Path::new(SHUCK),
+            Path::new(&*SHUCK),
             global,
         )
     }
@@ -760,7 +758,7 @@ fn a_new_process_whose_predecessor_died_names_itself_in_the_pid_file() {
 fn a_new_binary_that_never_becomes_ready_is_killed_and_reaped() {
     let dir = tempfile::tempdir().expect("tempdir");
     let exe = dir.path().join("shuck-bin");
-    std::fs::copy(SHUCK, &exe).expect("copy the binary");
+    std::fs::copy(&*SHUCK, &exe).expect("copy the binary");
     let mut old = ToUpgrade::start_in(dir, &exe, "upgrade_timeout = \"1s\"");
     let (pki, dir) = (&old.pki, old.dir.path().to_path_buf());
     let old_pid = old.pid();
@@ -820,7 +818,7 @@ fn a_stop_of_the_new_process_within_upgrade_confirm_stops_the_service() {
 
 /// The certificate `--self-signed` serves, as `openssl s_client` prints it.
 fn served_certificate(addr: SocketAddr) -> String {
-    let out = common::process::run_bounded(
+    let out = shuck_test_support::process::run_bounded(
         Command::new("openssl")
             .args(["s_client", "-connect"])
             .arg(addr.to_string()),

@@ -4,15 +4,13 @@
 //! and nothing the client sent is lost. The figures the tests print (`--nocapture`) are the ones
 //! quoted in docs/reliability.md.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::clients::{sum, wait_metric};
-use common::pki::{toml_path, Key, Pki};
-use common::process::{rss_kib, HttpBackend, Shuck};
+use shuck_test_support::clients::{sum, wait_metric};
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::{rss_kib, HttpBackend, Shuck};
 
 /// Raises this test process's open-files soft limit to its hard limit (the clients need one per
 /// connection).
@@ -35,7 +33,7 @@ fn blocking_client(
     pki: &Pki,
     tcp: TcpStream,
 ) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
-    let config = common::pki::connector(pki).config().clone();
+    let config = shuck_test_support::pki::connector(pki).config().clone();
     let name = rustls::pki_types::ServerName::try_from("rel.test").expect("name");
     let conn = rustls::ClientConnection::new(config, name).expect("client");
     rustls::StreamOwned::new(conn, tcp)
@@ -259,7 +257,13 @@ fn a_black_hole_backend_ends_at_connect_timeout() {
     std::thread::sleep(Duration::from_millis(200));
     let shuck = Shuck::start(&one_frontend(&pki, backend, "connect_timeout = \"1s\""));
     let started = Instant::now();
-    let out = common::clients::curl_at(&pki, shuck.addr(), "rel.test", "/", &["--max-time", "20"]);
+    let out = shuck_test_support::clients::curl_at(
+        &pki,
+        shuck.addr(),
+        "rel.test",
+        "/",
+        &["--max-time", "20"],
+    );
     let took = started.elapsed();
     assert!(
         !out.status.success(),
@@ -293,7 +297,7 @@ fn bench_round(
     secs: u32,
 ) -> serde_json::Value {
     let secs = secs.to_string();
-    let mut cmd = std::process::Command::new(common::process::SHUCK);
+    let mut cmd = std::process::Command::new(&*shuck_test_support::process::SHUCK);
     cmd.args(["bench", &target.to_string(), "--ca"])
         .arg(ca)
         .args([
@@ -308,7 +312,7 @@ fn bench_round(
             "--json",
             "--quiet",
         ]);
-    let out = common::process::run_bounded(&mut cmd, b"", 60);
+    let out = shuck_test_support::process::run_bounded(&mut cmd, b"", 60);
     assert!(
         out.status.success(),
         "shuck bench: {}",
@@ -329,7 +333,7 @@ fn a_compressed_soak_keeps_memory_flat() {
     const ROUNDS: usize = 9;
     const WARM_UP: usize = 3;
     let pki = Pki::new();
-    let backend = common::process::BenchBackend::start(1024);
+    let backend = shuck_test_support::process::BenchBackend::start(1024);
     let shuck = Shuck::start(&one_frontend(
         &pki,
         backend.addr,

@@ -25,6 +25,12 @@ pub enum Key {
     Ed25519,
 }
 
+impl Default for Pki {
+    fn default() -> Pki {
+        Pki::new()
+    }
+}
+
 impl Pki {
     pub fn new() -> Pki {
         let dir = tempfile::tempdir().expect("tempdir");

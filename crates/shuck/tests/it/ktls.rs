@@ -11,16 +11,14 @@
 //! Where the kernel lacks kTLS, the same configuration must fall back to shuck's own records:
 //! `ktls_falls_back_where_the_kernel_has_no_tls` runs on this machine's own kernel.
 
-mod common;
-
 use std::fs::Permissions;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::clients::{curl, sum, wait_metric};
-use common::pki::{toml_path, Key, Pki};
-use common::process::{run_bounded, HttpBackend, Shuck, SHUCK};
+use shuck_test_support::clients::{curl, sum, wait_metric};
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::{run_bounded, HttpBackend, Shuck, SHUCK};
 
 /// Where `.ci/run` left the guest's kernel (`vmlinuz`) and modules (`modules/NN-name.ko`).
 fn vm_dir() -> PathBuf {
@@ -103,7 +101,7 @@ fn build_root(root: &Path, vm: &Path) {
         let m = m.expect("module").path();
         copy(&m, &root.join("modules").join(m.file_name().expect("name")));
     }
-    strip_into(Path::new(SHUCK), &root.join("shuck"));
+    strip_into(Path::new(&*SHUCK), &root.join("shuck"));
     let tools = [Path::new("/usr/bin/curl"), Path::new("/usr/bin/openssl")];
     for t in tools {
         copy(t, &root.join(t.strip_prefix("/").expect("absolute")));
@@ -112,7 +110,7 @@ fn build_root(root: &Path, vm: &Path) {
     // client no command-line tool can be.
     let me = std::env::current_exe().expect("test binary");
     strip_into(&me, &root.join("ktls-client"));
-    for bin in [Path::new(SHUCK), &me].into_iter().chain(tools) {
+    for bin in [Path::new(&*SHUCK), &me].into_iter().chain(tools) {
         for lib in libraries(bin) {
             let to = root.join(lib.strip_prefix("/").expect("absolute"));
             std::fs::create_dir_all(to.parent().expect("parent")).expect("mkdir");
@@ -180,7 +178,7 @@ fn ktls_falls_back_where_the_kernel_has_no_tls() {
         toml_path(&cert)
     ));
     let check = run_bounded(
-        Command::new(SHUCK)
+        Command::new(&*SHUCK)
             .arg("check")
             .arg("--config")
             .arg(shuck.config_path()),

@@ -6,17 +6,15 @@
 // Helpers outside #[test] functions too: a panic there is the test's failure report.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::pki::{Key, Pki};
-use common::process::{run_bounded, BenchBackend, Shuck, SHUCK};
+use shuck_test_support::pki::{Key, Pki};
+use shuck_test_support::process::{run_bounded, BenchBackend, Shuck, SHUCK};
 
 /// `shuck <sub> args…`, bounded at `secs`: (success, stdout, stderr).
 fn shuck_sub(sub: &str, args: &[&str], secs: u64) -> (bool, String, String) {
-    let mut c = Command::new(SHUCK);
+    let mut c = Command::new(&*SHUCK);
     c.arg(sub).args(args);
     let out = run_bounded(&mut c, b"", secs);
     (
@@ -273,8 +271,8 @@ fn a_rustls_client_resumes_every_way_on_every_worker_and_the_cache_stays_bounded
             "{mode}: {resumed} of {ok} resumed"
         );
     }
-    let text = common::clients::scrape(shuck.addrs[1]);
-    let sum = |name, labels: &[&str]| common::clients::sum(&text, name, labels);
+    let text = shuck_test_support::clients::scrape(shuck.addrs[1]);
+    let sum = |name, labels: &[&str]| shuck_test_support::clients::sum(&text, name, labels);
     let id_full = sum(
         "shuck_handshakes_total",
         &["kind=\"full\"", "version=\"TLSv1.2\""],
@@ -533,7 +531,7 @@ fn an_upgrade_under_load_fails_no_connection_and_the_old_process_drains() {
 /// jump between two processes' values. The connection it drains is still answered.
 #[test]
 fn after_an_upgrade_only_the_new_process_answers_scrapes() {
-    use common::clients::{scrape, sum, wait_metric};
+    use shuck_test_support::clients::{scrape, sum, wait_metric};
     let Upgradable {
         pki,
         _backend,
@@ -697,12 +695,12 @@ fn reloads_add_and_remove_frontends_and_addresses_without_failing_a_connection()
         shuck.wait_log_count("reloaded certificates", 2 * round + 1);
         let listed = std::fs::read_to_string(&ready).unwrap();
         assert_eq!(listed, format!("{p1}\n{a2}\n{a3}\n"), "round {round}");
-        let on_a2 = common::clients::curl_at(&pki, a2, "r.test", "/", &[]);
+        let on_a2 = shuck_test_support::clients::curl_at(&pki, a2, "r.test", "/", &[]);
         assert!(on_a2.status.success(), "{on_a2:?}");
-        let on_b = common::clients::curl_at(&pki, a3, "b.test", "/", &[]);
+        let on_b = shuck_test_support::clients::curl_at(&pki, a3, "b.test", "/", &[]);
         assert!(on_b.status.success(), "{on_b:?}");
         // b serves its own certificate, which does not name r.test.
-        let wrong = common::clients::curl_at(&pki, a3, "r.test", "/", &[]);
+        let wrong = shuck_test_support::clients::curl_at(&pki, a3, "r.test", "/", &[]);
         assert!(!wrong.status.success(), "{wrong:?}");
         let open = OpenConnection::open(a2, &pki.ca_path(), dir.path());
 
@@ -733,7 +731,7 @@ fn reloads_add_and_remove_frontends_and_addresses_without_failing_a_connection()
     assert!(refused_soon(a2), "a's new address was left open: {log}");
     assert_eq!(std::fs::read_to_string(&ready).unwrap(), format!("{p1}\n"));
     drop(squatter);
-    let after = common::clients::curl_at(&pki, p1, "r.test", "/", &[]);
+    let after = shuck_test_support::clients::curl_at(&pki, p1, "r.test", "/", &[]);
     assert!(after.status.success(), "{after:?}");
 }
 
@@ -790,6 +788,6 @@ fn a_reload_cannot_give_a_kept_frontends_address_to_another() {
     for want in ["would be listened on by frontends", "fetching", "other"] {
         assert!(line.contains(want), "{want}: {line}");
     }
-    let served = common::clients::curl_at(&pki, shuck.addr(), "r.test", "/", &[]);
+    let served = shuck_test_support::clients::curl_at(&pki, shuck.addr(), "r.test", "/", &[]);
     assert!(served.status.success(), "{served:?}");
 }

@@ -6,8 +6,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use super::pki::Pki;
-use super::process::{run_bounded, Shuck};
+use crate::pki::Pki;
+use crate::process::{run_bounded, Shuck};
 
 /// `curl` through shuck: `name` is resolved to shuck's address, verified against the test CA.
 pub fn curl(pki: &Pki, shuck: &Shuck, name: &str, path: &str, extra: &[&str]) -> Output {

@@ -2,17 +2,15 @@
 //! TLS-ALPN-01 on shuck's listener; names resolve to 127.0.0.1 through pebble-challtestsrv's DNS.
 //! `cargo test --workspace acme` runs these.
 
-mod common;
-
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::peers::require;
-use common::pki::{toml_path, Key, Pki};
-use common::process::{run_bounded, Shuck};
+use shuck_test_support::peers::require;
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::{run_bounded, Shuck};
 
 /// The name the tests order a certificate for; pebble's DNS answers 127.0.0.1 for any name.
 const NAME: &str = "shop.acme.test";

@@ -1,0 +1,21 @@
+//! shuck's integration tests, one binary (one link of tokio, rustls and aws-lc instead of one per
+//! area), a module per area. The helpers they share are the `shuck-test-support` crate.
+
+mod accept_proxy;
+mod acme;
+#[cfg(feature = "bench")]
+mod bench;
+mod cli;
+mod faults;
+mod ktls;
+mod metrics;
+mod mtls;
+mod ocsp;
+mod peers;
+mod relay;
+mod reliability;
+mod robustness;
+mod scanners;
+mod sessions;
+mod systemd;
+mod tls;
