@@ -289,8 +289,9 @@ fn applies(key: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, Str
         };
     }
     match setting {
-        // The addresses already bound keep their backlog.
-        Some("ocsp" | "backlog") => Applies::Restart,
+        // The frontend gains or loses tasks of its own (its `ocsp` or `acme` changed): the
+        // reload keeps it as it runs. And the addresses already bound keep their backlog.
+        None | Some("ocsp" | "backlog") => Applies::Restart,
         // Random ticket keys keep the lifetime they were made with; keys from files do not.
         Some("session_ticket_lifetime") => {
             let random = of(old, "resumption")
