@@ -47,6 +47,10 @@ struct Outcome {
     error: Option<rustls::Error>,
     /// The first bytes (up to five) of the record it failed on (shuck's side only).
     failed_header: Vec<u8>,
+    /// Where its processing stopped, in bytes delivered (see `Seen::done`).
+    done: usize,
+    /// Part of a handshake message was held when it failed (shuck's side).
+    holding_fragment: bool,
 }
 
 /// How the reading ended.
@@ -70,6 +74,8 @@ impl Outcome {
             sent: observe::read(Traffic::new(suite, server_secret), &seen.sent),
             error,
             failed_header: seen.failed_header.clone(),
+            done: seen.done,
+            holding_fragment: seen.holding_fragment,
         }
     }
 
@@ -83,9 +89,10 @@ impl Outcome {
             })
             .collect();
         format!(
-            "{} bytes read, {:?} ({:?}), sent {sent:?}",
+            "{} bytes read, {:?} at byte {} ({:?}), sent {sent:?}",
             self.data.len(),
             self.end,
+            self.done,
             self.error
         )
     }

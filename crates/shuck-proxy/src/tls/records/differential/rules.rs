@@ -13,12 +13,21 @@ const BAD_RECORD_MAC: u8 = 20;
 const RECORD_OVERFLOW: u8 = 22;
 const DECODE_ERROR: u8 = 50;
 
-/// What is compared of an outcome, once rule 1 has been applied.
-#[derive(Debug, PartialEq, Eq)]
+/// What is compared of an outcome, once rule 1 has been applied; `done` only by the rules
+/// (where each side stopped).
+#[derive(Debug)]
 struct Compared {
     data: Vec<u8>,
     end: EndKind,
     sent: Vec<Sent>,
+    done: usize,
+    holding_fragment: bool,
+}
+
+impl PartialEq for Compared {
+    fn eq(&self, other: &Compared) -> bool {
+        (&self.data, self.end, &self.sent) == (&other.data, other.end, &other.sent)
+    }
 }
 
 impl Compared {
@@ -27,6 +36,8 @@ impl Compared {
             data: o.data.clone(),
             end: o.end,
             sent: without_trailing_key_updates(&o.sent),
+            done: o.done,
+            holding_fragment: o.holding_fragment,
         }
     }
 }
@@ -173,23 +184,41 @@ impl Stricter {
                         rest == before && matches!(last, Sent::Alert(2, a) if theirs.contains(a))
                     }))
         };
-        // rustls waits for the rest of a handshake message shuck refused by its first bytes,
-        // and then fails on the same record or one after it (no data can come between).
-        let rest_of_message =
-            || t.data == o.data && t.end != EndKind::CloseNotify && t.sent.starts_with(before);
+        // rustls waits for the rest of a handshake message shuck refused by its first bytes
+        // (so it has not discarded the record shuck refused: a rustls that took that message
+        // whole and read on would have), and may then fail on that record or one after it (no
+        // data can come between).
+        let rest_of_message = || {
+            t.data == o.data
+                && t.sent.starts_with(before)
+                && match t.end {
+                    EndKind::Open => t.done <= o.done,
+                    EndKind::Failed => true,
+                    EndKind::CloseNotify => false,
+                }
+        };
+        // rustls reads on past the record shuck refused: if it fails, it is no earlier (unless
+        // a handshake message was being joined, where rustls' count of bytes done stays at the
+        // message's start).
+        let reads_on = || {
+            t.data.starts_with(&o.data)
+                && t.sent.starts_with(before)
+                && (t.end != EndKind::Failed || t.done >= o.done || o.holding_fragment)
+        };
         match self {
             // rustls reads on past the record shuck refused.
             Stricter::OuterType
             | Stricter::OuterVersion
             | Stricter::EmptyHandshakeRecord
-            | Stricter::KeyUpdatesWithoutData => {
-                t.data.starts_with(&o.data) && t.sent.starts_with(before)
-            }
+            | Stricter::KeyUpdatesWithoutData => reads_on(),
             Stricter::UnknownInnerType => same_record(&[DECODE_ERROR]),
             // rustls waits for the whole record below its own limit and fails to open it.
             Stricter::RecordOverflow => {
                 same_record(&[DECODE_ERROR, BAD_RECORD_MAC])
-                    || (t.end == EndKind::Open && t.data == o.data && t.sent.starts_with(before))
+                    || (t.end == EndKind::Open
+                        && t.done <= o.done
+                        && t.data == o.data
+                        && t.sent.starts_with(before))
             }
             Stricter::InnerChangeCipherSpec => same_record(&[UNEXPECTED_MESSAGE]),
             Stricter::KeyUpdateLength

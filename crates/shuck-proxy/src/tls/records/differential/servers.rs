@@ -25,6 +25,13 @@ pub(super) struct Seen {
     /// The first bytes (up to a header's five) of the record reading failed on (shuck's
     /// side only).
     pub(super) failed_header: Vec<u8>,
+    /// Bytes delivered whose processing is done: on failure, where the record that failed
+    /// starts (shuck), or what rustls had discarded (which stays at the start of a handshake
+    /// message it is still joining).
+    pub(super) done: usize,
+    /// Part of a handshake message was held when reading failed (shuck's side): rustls' own
+    /// `done` then stays at that message's first record.
+    pub(super) holding_fragment: bool,
 }
 
 impl Seen {
@@ -34,6 +41,8 @@ impl Seen {
             sent: Vec::new(),
             end: End::Open,
             failed_header: Vec::new(),
+            done: 0,
+            holding_fragment: false,
         }
     }
 }
@@ -41,6 +50,7 @@ impl Seen {
 pub(super) struct Ours {
     records: Records,
     received: Vec<u8>,
+    delivered: usize,
     pub(super) seen: Seen,
 }
 
@@ -49,6 +59,7 @@ impl Ours {
         Ours {
             records: Records::take_over(server).expect("take over"),
             received: Vec::new(),
+            delivered: 0,
             seen: Seen::new(),
         }
     }
@@ -59,7 +70,9 @@ impl Ours {
             return;
         }
         self.received.extend_from_slice(bytes);
+        self.delivered += bytes.len();
         loop {
+            self.seen.done = self.delivered - self.received.len();
             match self.records.open(&mut self.received) {
                 Ok(Opened::Incomplete) => return,
                 Ok(Opened::Record { len, content }) => {
@@ -75,6 +88,7 @@ impl Ours {
                         self.seen.sent.extend_from_slice(&out[..n]);
                     }
                     self.seen.failed_header = self.received.iter().take(5).copied().collect();
+                    self.seen.holding_fragment = self.records.holds_fragment();
                     self.seen.end = End::Failed(e.error);
                     return;
                 }
@@ -154,6 +168,7 @@ impl Theirs {
         loop {
             let (discard, next) = self.one_state(&mut write);
             self.received.drain(..discard);
+            self.seen.done += discard;
             match next {
                 Next::Again => {}
                 Next::Wait => return,

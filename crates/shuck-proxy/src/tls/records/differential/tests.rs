@@ -376,6 +376,8 @@ fn records_differential_rules_compare_what_they_should() {
         sent: vec![Sent::Data(b"x".to_vec()), Sent::Alert(2, 10)],
         error: Some(rustls::Error::DecryptError),
         failed_header: vec![23, 3, 3, 0, 20],
+        done: 0,
+        holding_fragment: false,
     };
     assert!(agree(&base, &base.clone()));
     let trailing = Outcome {
