@@ -371,6 +371,8 @@ impl Kernel {
         };
         let size = sockopt::ktls_info_size(cipher).unwrap_or(0);
         self.sealed = sockopt::ktls_tx_seq(tcp, size)?;
+        // A record the kernel still holds open may later close over bytes counted before
+        // this read and forgotten with it: at most one record short, within the margin of 2.
         self.written_since = 0;
         Ok(self.sealed.saturating_add(upcoming) >= due)
     }
@@ -411,15 +413,14 @@ impl Kernel {
     }
 }
 
-/// A KeyUpdate's new keys refused: the connection's error, and a warning the first time (an
-/// operator should know that clients' KeyUpdates end connections on this kernel).
 /// The alert for a record the kernel refused to open, by its errno (`tls_rx_msg_size` and
 /// the decryption in net/tls/tls_sw.c): EMSGSIZE, a record longer than TLS allows
 /// (record_overflow, RFC 8446 §5.2); EINVAL, an outer version other than 3.3 (decode_error,
-/// as shuck's own layer answers a wrong version); EBADMSG, a record that did not open, or
-/// shorter than its tag, or with no content type in its inner plaintext (bad_record_mac: the
-/// kernel gives the three one errno, so the all-zero plaintext that shuck's own layer answers
-/// with unexpected_message gets bad_record_mac here). Other errors are the socket's own.
+/// as shuck's own layer answers a major version other than 3; for 3.x it says
+/// bad_record_mac); EBADMSG, a record that did not open, or shorter than its tag, or with no
+/// content type in its inner plaintext (bad_record_mac: the kernel gives the three one errno,
+/// so the all-zero plaintext that shuck's own layer answers with unexpected_message gets
+/// bad_record_mac here). Other errors are the socket's own.
 fn kernel_refusal(e: &io::Error) -> Option<RecordError> {
     match e.raw_os_error()? {
         libc::EBADMSG => Some(RecordError::bad_mac()),
@@ -435,6 +436,8 @@ fn kernel_refusal(e: &io::Error) -> Option<RecordError> {
     }
 }
 
+/// A KeyUpdate's new keys refused: the connection's error, and a warning the first time (an
+/// operator should know that clients' KeyUpdates end connections on this kernel).
 fn rekey_refused(whose: &str, e: &io::Error) -> io::Error {
     once(&REKEY_REFUSED, || {
         tracing::warn!(error = %e, "ktls: this kernel's kTLS cannot be rekeyed: a connection whose client sends a KeyUpdate ends (noted once; set ktls = false to keep such connections)");
