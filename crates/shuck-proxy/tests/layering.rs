@@ -8,7 +8,8 @@
 //!   one thing for this (a parent declares and re-exports its children, which use what it
 //!   holds), so only edges between modules neither of which contains the other count.
 //! - Imports go down the layers of `LAYERS`, whose entries are full paths: an entry covers the
-//!   module it names and everything under it that has no entry of its own.
+//!   module it names and everything under it that has no entry of its own. Here too a module
+//!   and its own children are one: a child may use what its parent holds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -43,8 +44,10 @@ fn module_of(src: &Path, file: &Path) -> Option<Vec<String>> {
     Some(parts)
 }
 
+/// The code before an inline `mod tests { ... }` at the end of a file (a `mod tests;` that
+/// names a file is a declaration like any other, with code after it).
 fn without_tests(code: &str) -> &str {
-    code.find("#[cfg(test)]\nmod tests")
+    code.find("#[cfg(test)]\nmod tests {")
         .map_or(code, |i| &code[..i])
 }
 

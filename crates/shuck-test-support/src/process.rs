@@ -9,16 +9,28 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The `shuck` binary cargo built beside the running test (its executable is in
-/// `target/<profile>/deps/`, the binary in `target/<profile>/`): what cargo's
-/// `CARGO_BIN_EXE_shuck` names, found at run time since a library cannot read that.
+/// The `shuck` binary the tests drive: `SHUCK_BIN` if set, else the one cargo built beside the
+/// running test (its executable is in `target/<profile>/deps/`, the binary in
+/// `target/<profile>/`), what cargo's `CARGO_BIN_EXE_shuck` names, found at run time since a
+/// library cannot read that. Checked to exist, so a different layout fails with its path.
 pub static SHUCK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps");
-    dir.join("shuck").to_string_lossy().into_owned()
+    let path = std::env::var_os("SHUCK_BIN").map_or_else(
+        || {
+            let exe = std::env::current_exe().expect("the test's own path");
+            let dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("target/<profile>/deps");
+            dir.join("shuck")
+        },
+        PathBuf::from,
+    );
+    assert!(
+        path.is_file(),
+        "no shuck binary at {} (set SHUCK_BIN to its path)",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
 });
 
 /// A running `shuck serve`, killed on drop.

@@ -23,7 +23,8 @@ pub fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
 
 /// Writes `bytes` to `path` (mode 0600) atomically: a temporary file of a unique name in the
 /// same directory (two processes, old and new during an upgrade, may write the same file at
-/// once), synced, renamed over the old one, the directory synced.
+/// once), synced, renamed over the old one, the directory synced. A crash between the two
+/// leaves a `.shuck-*` file behind, which nothing reads and which may be deleted.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     ensure_private_dir(dir)?;
