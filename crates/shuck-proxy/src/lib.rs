@@ -28,10 +28,10 @@ pub use sys::{notify, pid_file, upgrade};
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use crate::tls::records::differential::{check, compare, Disagreement};
+    pub use crate::tls::stream::records::differential::{check, compare, Disagreement};
 }
 
 pub use error::{Error, Result};
 pub use obs::metrics::{set_build_info, BuildInfo};
 /// A new random ticket key as a key file holds it (`shuck ticket-key`).
-pub use tls::ticket_keys::generate as new_ticket_key;
+pub use sessions::ticket_keys::generate as new_ticket_key;

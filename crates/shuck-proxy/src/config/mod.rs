@@ -235,7 +235,7 @@ pub struct Frontend {
     /// before handing it to `accept()` anyway (zero: off).
     pub defer_accept: Duration,
     /// Kernel TLS: the kernel protects a TLS 1.3 connection's records once the handshake is
-    /// done, where it can (`tls::ktls`).
+    /// done, where it can (`tls::stream::ktls`).
     pub ktls: bool,
     /// Who protects a TLS 1.3 connection's records after the handshake (`record_layer`).
     pub record_layer: RecordLayer,

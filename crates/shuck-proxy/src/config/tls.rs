@@ -18,7 +18,7 @@ const MAX_TICKET_LIFETIME: Duration = Duration::from_secs(7 * 86_400);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum RecordLayer {
-    /// shuck's own (`tls::records`, on the keys rustls hands over): a few hundred bytes per
+    /// shuck's own (`tls::stream::records`, on the keys rustls hands over): a few hundred bytes per
     /// idle connection, and the way to kTLS.
     #[default]
     Shuck,

@@ -7,7 +7,7 @@ use crate::backend::ConnectError;
 use crate::conn::proxy_in::HeaderError;
 use crate::conn::relay::RelayError;
 use crate::proto::proxy_protocol::{DecodeError, EncodeError};
-use crate::tls::handshake_error::HandshakeError;
+use crate::tls::handshake::error::HandshakeError;
 
 /// A connection's early end, with what the log line needs to explain it.
 #[derive(Debug, thiserror::Error)]

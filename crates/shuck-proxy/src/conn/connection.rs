@@ -1,6 +1,6 @@
 //! One client connection as a pipeline of stages, each taking and returning values:
 //!
-//! `proxy_in::arrive → tls::hello::read_client_hello → tls::handshake::finish →
+//! `proxy_in::arrive → tls::handshake::hello::read_client_hello → tls::handshake::finish →
 //! backend connect → backend_header::header → relay` (or the demo page after the handshake).
 //!
 //! Any stage may end the connection with a [`ConnError`]; its metric and its one log line are
@@ -28,9 +28,9 @@ use crate::mem::buf_pool::PooledBuf;
 use crate::obs::log_limit;
 use crate::obs::metrics::FrontendMetrics;
 use crate::server::worker::{Worker, WorkerFrontend};
+use crate::tls::handshake::error::Deadline;
+use crate::tls::handshake::hello::{self, Hello};
 use crate::tls::handshake::{self, ClientCert, Negotiated, Summary};
-use crate::tls::handshake_error::Deadline;
-use crate::tls::hello::{self, Hello};
 use crate::tls::stream::{Ktls, TlsStream};
 
 /// What the log line at the end says about the connection, filled in as stages complete.

@@ -20,11 +20,11 @@ use crate::obs::metrics::{self, Metrics};
 use crate::server::bindings::{Bindings, FrontendSlots};
 use crate::server::running::{self, runs_tasks};
 use crate::server::worker::Shared;
+use crate::sessions::cache::SessionCache;
 use crate::sessions::session_store::{SharedStore, StoreCounters};
+use crate::sessions::tickets::Ticketer;
 use crate::sys::limits::{self, ConnectionLimit};
 use crate::sys::upgrade::Inherited;
-use crate::tls::sessions::SessionCache;
-use crate::tls::tickets::Ticketer;
 use crate::tls::{Carried, TlsContext};
 
 /// One frontend in service and what a reload carries over for it.

@@ -1,5 +1,5 @@
 //! AES-256-GCM sealing with random nonces, the key random or derived by HKDF-SHA256: what session
-//! tickets (`tls::tickets`) and sessions in a remote store (`session_store`) are sealed with.
+//! tickets (`sessions::tickets`) and sessions in a remote store (`session_store`) are sealed with.
 //! A sealed value is `nonce (12) | ciphertext | tag (16)`; the associated data binds it to where
 //! it belongs (a ticket key and resumption domain, a store key).
 

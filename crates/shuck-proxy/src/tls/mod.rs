@@ -4,18 +4,8 @@
 pub(crate) mod certs;
 pub(crate) mod client_auth;
 pub(crate) mod handshake;
-pub(crate) mod handshake_error;
-pub(crate) mod hello;
-pub(crate) mod hello_fields;
-pub(crate) mod ktls;
-pub(crate) mod records;
-pub(crate) mod remote;
-pub(crate) mod resumption;
-pub(crate) mod sessions;
 pub(crate) mod sni;
 pub(crate) mod stream;
-pub(crate) mod ticket_keys;
-pub(crate) mod tickets;
 
 use std::sync::Arc;
 
@@ -24,10 +14,11 @@ use rustls::ServerConfig;
 
 use crate::config::{Acme, CertSource, Frontend, OcspMode, SniFallback, UntilIssued};
 use crate::error::{Error, Result};
+use crate::sessions::cache::{SessionCache, SessionCounters};
+use crate::sessions::remote::{RemoteSessions, Resumes};
 use crate::sessions::session_store::{SharedStore, StoreCounters, Target};
+use crate::sessions::{resumption, ticket_keys, tickets};
 use certs::LoadedCert;
-use remote::{RemoteSessions, Resumes};
-use sessions::{SessionCache, SessionCounters};
 use sni::{SniResolver, WorkerResolver};
 
 /// What a frontend's TLS keeps from one load to the next (a reload): the ticket keys, so tickets

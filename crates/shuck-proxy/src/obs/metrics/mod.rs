@@ -16,9 +16,9 @@ mod process;
 pub use http::{serve, Phase};
 
 use crate::conn::conn_error::{CountedIn, Reason};
+use crate::sessions::cache::SessionCounters;
+use crate::sessions::resumption::Mechanism;
 use crate::sessions::session_store::{latency_histogram, StoreCounters};
-use crate::tls::resumption::Mechanism;
-use crate::tls::sessions::SessionCounters;
 use prometheus_client::metrics::histogram::Histogram;
 
 type Labels = Vec<(&'static str, String)>;

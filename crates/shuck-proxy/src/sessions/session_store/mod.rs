@@ -1,7 +1,7 @@
 //! A session store shared by the hosts of a fleet: Redis (`session_store`), reached from each
 //! worker over its own multiplexed connection. This module knows Redis, sealing and failure
 //! handling, not TLS: it fetches and stores opaque values under keys it is given
-//! (`tls::remote` decides which, from the ClientHello).
+//! (`sessions::remote` decides which, from the ClientHello).
 //!
 //! Never a stalled handshake: a fetch waits at most `session_store_timeout`; writes leave
 //! through a bounded queue per worker (dropped and counted when full); repeated failures open a

@@ -15,6 +15,9 @@
 //! before waiting on a read. A client that stops reading mid-download can hold that buffer, not
 //! one record's, until idle_timeout.
 
+pub(crate) mod ktls;
+pub(crate) mod records;
+
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
@@ -30,8 +33,8 @@ use crate::config::RecordLayer;
 use crate::mem::buf_pool::{BATCH_BUF_SIZE, RECORD_BUF_SIZE};
 use crate::mem::buf_queue::BufQueue;
 
-use super::ktls::{self, HandOver, Kernel};
-use super::records::Records;
+use ktls::{HandOver, Kernel};
+use records::Records;
 
 // By layer: while rustls has the records, and once shuck protects them itself.
 mod own_layer;

@@ -1,4 +1,4 @@
-//! The stream once shuck protects a TLS 1.3 connection's records itself (`tls::records`): writes
+//! The stream once shuck protects a TLS 1.3 connection's records itself (`tls::stream::records`): writes
 //! sealed into the send queue, reads opened in place in the receive queue.
 
 use std::io;
@@ -8,7 +8,7 @@ use tokio::io::ReadBuf;
 
 use super::{tls_error, too_large, Layer, Mode, ReadEnd, Step, TlsStream};
 use crate::mem::buf_queue::BufQueue;
-use crate::tls::records::{self, Content, Opened, Records};
+use crate::tls::stream::records::{self, Content, Opened, Records};
 
 impl TlsStream {
     /// One step of shuck's own record layer: a write or close_notify sealed into the send

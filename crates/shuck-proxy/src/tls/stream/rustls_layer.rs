@@ -9,7 +9,7 @@ use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, Insufficien
 use super::{tls_error, too_large, Fed, Layer, Mode, ReadEnd, Step, TlsStream};
 use crate::config::RecordLayer;
 use crate::mem::buf_queue::BufQueue;
-use crate::tls::records::Records;
+use crate::tls::stream::records::Records;
 
 impl TlsStream {
     /// One call to rustls over the records received, acting on the state it returns; on error

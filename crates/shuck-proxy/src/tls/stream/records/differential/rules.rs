@@ -6,7 +6,7 @@ use rustls::{ContentType, Error, InvalidMessage, PeerMisbehaved};
 
 use super::observe::Sent;
 use super::{EndKind, Outcome};
-use crate::tls::records::OUTER_TYPE;
+use crate::tls::stream::records::OUTER_TYPE;
 
 const UNEXPECTED_MESSAGE: u8 = 10;
 const BAD_RECORD_MAC: u8 = 20;

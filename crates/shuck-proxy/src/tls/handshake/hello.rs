@@ -4,7 +4,7 @@
 //! at all: a close before the first byte is a health check or a scan, one after it an abort.
 //! Every byte read is kept, in an allocation that grows with them (a client that sends a byte a
 //! minute pins no more than twice what it sent, and never more than the limit): the handshake
-//! replays them into the connection that serves the client ([`super::stream::TlsStream`]).
+//! replays them into the connection that serves the client ([`crate::tls::stream::TlsStream`]).
 //!
 //! Every refusal is answered with an alert: rustls' own, or one of ours where rustls' acceptor
 //! leaves none (a hello too large, a first record that is no handshake).
@@ -16,7 +16,7 @@ use rustls::InvalidMessage;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::handshake_error::{
+use super::error::{
     is_abort, refusal, Deadline, HandshakeError, ALERT_HANDSHAKE_FAILURE, ALERT_PROTOCOL_VERSION,
 };
 use crate::mem::buf_queue::QUEUE_MAX;

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use rustls::server::StoresServerSessions;
 
-use super::hello_fields;
-use super::sessions::SessionCache;
+use super::cache::SessionCache;
 use crate::sessions::session_store::{Fetched, WorkerStore};
+use crate::tls::handshake::hello_fields;
 
 /// A value fetched for the connection being handshaken: its key (as rustls will ask) and value.
 #[derive(Debug)]

@@ -5,7 +5,7 @@
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
 
-use crate::tls::records::{Content, Opened, Records, MAX_SEAL_OVERHEAD, OVERHEAD};
+use crate::tls::stream::records::{Content, Opened, Records, MAX_SEAL_OVERHEAD, OVERHEAD};
 
 /// How a server's reading ended, if it did.
 #[derive(Debug, Clone, PartialEq)]

@@ -360,7 +360,7 @@ impl Records {
     }
 
     /// A record that brings the reader no data, by its content type: an empty one, an alert, a
-    /// KeyUpdate. Also what kTLS hands over (`tls::ktls`), where the kernel has opened it.
+    /// KeyUpdate. Also what kTLS hands over (`tls::stream::ktls`), where the kernel has opened it.
     pub(crate) fn control(
         &mut self,
         typ: ContentType,
@@ -585,7 +585,7 @@ impl Records {
         self.tx_limit
     }
 
-    /// One direction's keys as the kernel takes them (`tls::ktls`).
+    /// One direction's keys as the kernel takes them (`tls::stream::ktls`).
     pub(crate) fn key_view(&self, direction: Direction) -> KeyView<'_> {
         let keys = match direction {
             Direction::Tx => &self.tx,

@@ -197,7 +197,7 @@ pub(super) fn handshake(suite: CipherSuite) -> Handshaken {
 
 /// Runs the server over what it received; whether its handshake is done. (Also the
 /// handshake of `records::tests`.)
-pub(in crate::tls::records) fn serve(
+pub(in crate::tls::stream::records) fn serve(
     server: &mut UnbufferedServerConnection,
     received: &mut Vec<u8>,
     out: &mut Vec<u8>,

@@ -1,7 +1,11 @@
-//! The TLS handshake stage. [`super::hello::read_client_hello`] has taken the ClientHello off
+//! The TLS handshake stage. [`hello::read_client_hello`] has taken the ClientHello off
 //! the socket; [`finish`] completes the handshake with the worker's configuration and returns
 //! what was negotiated as a value: the stream, the certificate served, the client certificate's
 //! verdict.
+
+pub(crate) mod error;
+pub(crate) mod hello;
+pub(crate) mod hello_fields;
 
 use std::future::poll_fn;
 use std::io;
@@ -11,16 +15,16 @@ use rustls::{CommonState, HandshakeKind, ServerConfig};
 use tokio::io::AsyncWriteExt;
 use tokio_rustls::StartHandshake;
 
-use super::certs::ServedCert;
-use super::client_auth::Lenient;
-use super::handshake_error::{refusal, Deadline, HandshakeError, ALERT_HANDSHAKE_FAILURE};
-use super::hello::Hello;
-use super::remote::Prefetched;
-use super::resumption::Mechanism;
-use super::sni::Choice;
-use super::stream::TlsStream;
-use super::WorkerTls;
 use crate::proto::tls_params as params;
+use crate::sessions::remote::Prefetched;
+use crate::sessions::resumption::Mechanism;
+use crate::tls::certs::ServedCert;
+use crate::tls::client_auth::Lenient;
+use crate::tls::sni::Choice;
+use crate::tls::stream::TlsStream;
+use crate::tls::WorkerTls;
+use error::{refusal, Deadline, HandshakeError, ALERT_HANDSHAKE_FAILURE};
+use hello::Hello;
 
 /// What the handshake settled, the stream included.
 pub(crate) struct Negotiated {

@@ -2,7 +2,7 @@
 //! follow each KeyUpdate it sends.
 
 use super::traffic::Traffic;
-use crate::tls::records::HEADER_LEN;
+use crate::tls::stream::records::HEADER_LEN;
 
 /// One message the client read from a server.
 #[derive(Debug, Clone, PartialEq, Eq)]
