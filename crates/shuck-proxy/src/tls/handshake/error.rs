@@ -5,6 +5,7 @@
 use std::io;
 use std::time::Duration;
 
+use rustls::AlertDescription;
 use tokio::time::Instant;
 
 /// Why a handshake did not finish.
@@ -74,18 +75,13 @@ pub(crate) fn is_abort(e: &io::Error) -> bool {
     )
 }
 
-/// The alert for a client with nothing in common with us.
-pub(crate) const ALERT_HANDSHAKE_FAILURE: u8 = 40;
-/// The alert for a client whose versions are all older than ours.
-pub(crate) const ALERT_PROTOCOL_VERSION: u8 = 70;
-
 /// A fatal alert as a plaintext record, sent before anything is encrypted; `record_version` is
 /// the record layer's version the client can read (0x0301 for TLS 1.0).
-pub(crate) fn refusal(description: u8, record_version: u16) -> [u8; 7] {
+pub(crate) fn refusal(description: AlertDescription, record_version: u16) -> [u8; 7] {
     const ALERT: u8 = 0x15;
     const FATAL: u8 = 2;
     let [v0, v1] = record_version.to_be_bytes();
-    [ALERT, v0, v1, 0, 2, FATAL, description]
+    [ALERT, v0, v1, 0, 2, FATAL, u8::from(description)]
 }
 
 /// One deadline for the whole handshake, shared by both stages.

@@ -12,13 +12,11 @@
 use std::io;
 
 use rustls::server::{Accepted, AcceptedAlert, Acceptor};
-use rustls::InvalidMessage;
+use rustls::{AlertDescription, InvalidMessage};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::error::{
-    is_abort, refusal, Deadline, HandshakeError, ALERT_HANDSHAKE_FAILURE, ALERT_PROTOCOL_VERSION,
-};
+use super::error::{is_abort, refusal, Deadline, HandshakeError};
 use crate::mem::buf_queue::QUEUE_MAX;
 
 /// The ClientHello limit: the bytes a hello's records may take on the wire, their 5-byte
@@ -99,7 +97,7 @@ async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Accepted, Handsh
                 // that can do no better than TLS 1.1 is told protocol_version.
                 let version = head.record_version().unwrap_or(0x0301);
                 let _ = tcp
-                    .write_all(&refusal(ALERT_PROTOCOL_VERSION, version))
+                    .write_all(&refusal(AlertDescription::ProtocolVersion, version))
                     .await;
                 return Err(HandshakeError::OldProtocol(v));
             }
@@ -108,7 +106,7 @@ async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Accepted, Handsh
         // unexpected_message, as OpenSSL answers, where rustls' acceptor says decode_error.
         if head.first_message_type().is_some_and(|t| t != CLIENT_HELLO) {
             let _ = tcp
-                .write_all(&refusal(ALERT_UNEXPECTED_MESSAGE, TLS12))
+                .write_all(&refusal(AlertDescription::UnexpectedMessage, TLS12))
                 .await;
             return Err(HandshakeError::Tls(error));
         }
@@ -123,7 +121,7 @@ async fn accept(tcp: &mut TcpStream, head: &mut Head) -> Result<Accepted, Handsh
 /// theirs.
 async fn too_large(tcp: &mut TcpStream, head: &Head) -> HandshakeError {
     let _ = tcp
-        .write_all(&refusal(ALERT_ILLEGAL_PARAMETER, TLS12))
+        .write_all(&refusal(AlertDescription::IllegalParameter, TLS12))
         .await;
     HandshakeError::HelloTooLarge {
         received: head.seen,
@@ -132,17 +130,17 @@ async fn too_large(tcp: &mut TcpStream, head: &Head) -> HandshakeError {
 
 /// The alert for an error rustls' acceptor queued none for (one found while it joins records,
 /// or a first message that is no handshake), by the error's type.
-fn unanswered(error: &rustls::Error) -> u8 {
+fn unanswered(error: &rustls::Error) -> AlertDescription {
     use rustls::Error as E;
     match error {
-        E::InvalidMessage(_) => ALERT_DECODE_ERROR,
+        E::InvalidMessage(_) => AlertDescription::DecodeError,
         // A record out of place: another type between a hello's fragments, a run of empty ones.
         E::InappropriateMessage { .. }
         | E::InappropriateHandshakeMessage { .. }
-        | E::PeerMisbehaved(_) => ALERT_UNEXPECTED_MESSAGE,
-        E::PeerIncompatible(_) => ALERT_HANDSHAKE_FAILURE,
-        E::PeerSentOversizedRecord => ALERT_RECORD_OVERFLOW,
-        _ => ALERT_INTERNAL_ERROR,
+        | E::PeerMisbehaved(_) => AlertDescription::UnexpectedMessage,
+        E::PeerIncompatible(_) => AlertDescription::HandshakeFailure,
+        E::PeerSentOversizedRecord => AlertDescription::RecordOverflow,
+        _ => AlertDescription::InternalError,
     }
 }
 
@@ -168,11 +166,6 @@ async fn send_alert(tcp: &TcpStream, alert: &mut AcceptedAlert) -> bool {
 const TLS12: u16 = 0x0303;
 const HANDSHAKE: u8 = 0x16;
 const CLIENT_HELLO: u8 = 1;
-const ALERT_UNEXPECTED_MESSAGE: u8 = 10;
-const ALERT_RECORD_OVERFLOW: u8 = 22;
-const ALERT_ILLEGAL_PARAMETER: u8 = 47;
-const ALERT_DECODE_ERROR: u8 = 50;
-const ALERT_INTERNAL_ERROR: u8 = 80;
 
 /// `Head::note`'s refusal, told from the socket's errors by its type.
 #[derive(Debug, thiserror::Error)]

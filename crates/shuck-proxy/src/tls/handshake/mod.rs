@@ -23,7 +23,7 @@ use crate::tls::client_auth::Lenient;
 use crate::tls::sni::Choice;
 use crate::tls::stream::TlsStream;
 use crate::tls::WorkerTls;
-use error::{refusal, Deadline, HandshakeError, ALERT_HANDSHAKE_FAILURE};
+use error::{refusal, Deadline, HandshakeError};
 use hello::Hello;
 
 /// What the handshake settled, the stream included.
@@ -92,7 +92,7 @@ pub(crate) async fn finish(
             // rustls would answer access_denied, which scanners and clients read as a policy
             // refusal; when nothing fits, the standard answer (OpenSSL's) is handshake_failure.
             stream.discard_pending();
-            let alert = refusal(ALERT_HANDSHAKE_FAILURE, 0x0303);
+            let alert = refusal(rustls::AlertDescription::HandshakeFailure, 0x0303);
             let _ = tokio::time::timeout_at(deadline.at, write_raw(&stream, &alert)).await;
             return Err(HandshakeError::NoCertificate);
         }
