@@ -41,40 +41,77 @@ pub struct Shuck {
     dir: tempfile::TempDir,
 }
 
+/// How to start a shuck under test: a configuration file (or none: flags only), more
+/// arguments, an open-files limit it cannot raise, environment variables. `Shuck::start` is
+/// the common case.
+#[derive(Debug, Default)]
+pub struct Start {
+    config: Option<String>,
+    args: Vec<String>,
+    nofile: Option<u32>,
+    env: Vec<(String, String)>,
+}
+
+impl Start {
+    /// `--config` with this TOML, written to the test's directory.
+    #[must_use]
+    pub fn config(mut self, toml: &str) -> Start {
+        self.config = Some(toml.to_string());
+        self
+    }
+
+    /// More arguments to `shuck serve` (flags alone, without `config`, serve the one-frontend
+    /// flags).
+    #[must_use]
+    pub fn args(mut self, args: &[&str]) -> Start {
+        self.args.extend(args.iter().map(|a| (*a).to_string()));
+        self
+    }
+
+    /// The open-files limit (soft and hard) set first, so shuck cannot raise it.
+    #[must_use]
+    pub fn nofile(mut self, n: u32) -> Start {
+        self.nofile = Some(n);
+        self
+    }
+
+    /// An environment variable for shuck.
+    #[must_use]
+    pub fn env(mut self, key: &str, value: &str) -> Start {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Starts it and waits for the ready file.
+    pub fn run(self) -> Shuck {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut args = Vec::new();
+        if let Some(config) = &self.config {
+            let cfg = dir.path().join("shuck.toml");
+            std::fs::write(&cfg, config).expect("write config");
+            args.push("--config".to_string());
+            args.push(cfg.to_str().expect("utf-8 path").to_string());
+        }
+        args.extend(self.args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        Shuck::spawn(dir, &args, self.nofile, &env)
+    }
+}
+
 impl Shuck {
     /// Starts `shuck serve --config <toml>` and waits for the ready file.
     pub fn start(config: &str) -> Shuck {
-        Self::start_args(config, &[])
+        Shuck::with().config(config).run()
     }
 
-    pub fn start_args(config: &str, extra: &[&str]) -> Shuck {
-        Self::start_limited(config, extra, None)
-    }
-
-    /// Like `start_args`, with the open-files limit (soft and hard) set to `nofile` first, so
-    /// shuck cannot raise it.
-    pub fn start_limited(config: &str, extra: &[&str], nofile: Option<u32>) -> Shuck {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let cfg = dir.path().join("shuck.toml");
-        std::fs::write(&cfg, config).expect("write config");
-        let cfg = cfg.to_str().expect("utf-8 path").to_string();
-        let mut args = vec!["--config", &cfg];
-        args.extend(extra);
-        Self::spawn(dir, &args, nofile, &[])
-    }
-
-    /// Like `start`, with these environment variables set for shuck.
-    pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> Shuck {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let cfg = dir.path().join("shuck.toml");
-        std::fs::write(&cfg, config).expect("write config");
-        let cfg = cfg.to_str().expect("utf-8 path").to_string();
-        Self::spawn(dir, &["--config", &cfg], None, env)
-    }
-
-    /// `shuck serve ARGS --ready-file ...`, without a configuration file.
-    pub fn start_flags(args: &[&str]) -> Shuck {
-        Self::spawn(tempfile::tempdir().expect("tempdir"), args, None, &[])
+    /// Any other start: `Shuck::with().args(..).nofile(..).run()`.
+    pub fn with() -> Start {
+        Start::default()
     }
 
     fn spawn(

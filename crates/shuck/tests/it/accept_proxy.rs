@@ -212,13 +212,15 @@ fn received_tlvs_pass_on_only_from_listed_balancers_and_never_a_client_certifica
 fn accept_proxy_flag_shows_the_announced_client_on_the_demo_page() {
     let pki = Pki::new();
     let cert = pki.leaf("s.pem", "s", &["pp.test"], Key::EcdsaP256);
-    let shuck = Shuck::start_flags(&[
-        "--cert",
-        cert.to_str().expect("path"),
-        "--listen",
-        "127.0.0.1:0",
-        "--accept-proxy",
-    ]);
+    let shuck = Shuck::with()
+        .args(&[
+            "--cert",
+            cert.to_str().expect("path"),
+            "--listen",
+            "127.0.0.1:0",
+            "--accept-proxy",
+        ])
+        .run();
     let page = tls_after_header(
         &pki,
         shuck.addr(),
@@ -233,15 +235,17 @@ fn accept_proxy_flag_shows_the_announced_client_on_the_demo_page() {
     // --accept-proxy-from: a peer outside the list is closed before its header is read, one
     // inside is served.
     for (from, served) in [("192.0.2.0/24", false), ("127.0.0.0/8", true)] {
-        let shuck = Shuck::start_flags(&[
-            "--cert",
-            cert.to_str().expect("path"),
-            "--listen",
-            "127.0.0.1:0",
-            "--accept-proxy",
-            "--accept-proxy-from",
-            from,
-        ]);
+        let shuck = Shuck::with()
+            .args(&[
+                "--cert",
+                cert.to_str().expect("path"),
+                "--listen",
+                "127.0.0.1:0",
+                "--accept-proxy",
+                "--accept-proxy-from",
+                from,
+            ])
+            .run();
         let header = b"PROXY TCP4 203.0.113.9 198.51.100.7 40000 443\r\n";
         if served {
             let page = tls_after_header(&pki, shuck.addr(), header, "/");

@@ -79,16 +79,18 @@ fn open_loop_ramp_against_shuck_resumes_k_minus_1_of_k_and_writes_plots() {
     let pki = Pki::new();
     let bundle = pki.leaf("leaf.pem", "bench.test", &["bench.test"], Key::EcdsaP256);
     let backend = BenchBackend::start(1024);
-    let shuck = Shuck::start_flags(&[
-        "--cert",
-        bundle.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-        "--backend",
-        &backend.addr.to_string(),
-        "--workers",
-        "1",
-    ]);
+    let shuck = Shuck::with()
+        .args(&[
+            "--cert",
+            bundle.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--backend",
+            &backend.addr.to_string(),
+            "--workers",
+            "1",
+        ])
+        .run();
     let out = tempfile::tempdir().unwrap();
     let target = shuck.addr().to_string();
     let pid = shuck.pid().to_string();
@@ -458,7 +460,10 @@ impl Upgradable {
             backend.addr,
             cert.display()
         );
-        let shuck = Shuck::start_args(&config, &["--pid-file", pid_file.to_str().unwrap()]);
+        let shuck = Shuck::with()
+            .config(&config)
+            .args(&["--pid-file", pid_file.to_str().unwrap()])
+            .run();
         Upgradable {
             pki,
             _backend: backend,

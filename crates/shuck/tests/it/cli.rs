@@ -261,13 +261,13 @@ fn weak_rsa_keys_are_refused() {
 fn json_logs_carry_the_failure_reason() {
     let pki = Pki::new();
     let cert = pki.leaf("j.pem", "j", &["j.test"], Key::EcdsaP256);
-    let s = Shuck::start_args(
-        &format!(
+    let s = Shuck::with()
+        .config(&format!(
             "[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
             toml_path(&cert)
-        ),
-        &["--log-format", "json"],
-    );
+        ))
+        .args(&["--log-format", "json"])
+        .run();
     let mut c = std::net::TcpStream::connect(s.addr()).expect("connect");
     std::io::Write::write_all(&mut c, b"not tls at all\r\n\r\n").expect("write");
     let _ = read_all_bounded(&mut c);
@@ -477,10 +477,10 @@ fn version_names_the_commit_and_the_pid_file_lives_as_long_as_the_process() {
     );
     let dir = tempfile::tempdir().expect("tempdir");
     let pid_file = dir.path().join("shuck.pid");
-    let shuck = Shuck::start_args(
-        "[[frontend]]\nlisten = \"127.0.0.1:0\"\nself_signed = true\n",
-        &["--pid-file", pid_file.to_str().expect("path")],
-    );
+    let shuck = Shuck::with()
+        .config("[[frontend]]\nlisten = \"127.0.0.1:0\"\nself_signed = true\n")
+        .args(&["--pid-file", pid_file.to_str().expect("path")])
+        .run();
     let written = std::fs::read_to_string(&pid_file).expect("pid file");
     assert_eq!(written.trim(), shuck.pid().to_string());
     let (status, log) = shuck.stop();
@@ -541,7 +541,9 @@ fn started_as_root_the_workers_run_as_the_configured_user() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let cfg = dir.path().join("shuck.toml");
     std::fs::write(&cfg, &config).expect("config");
-    let shuck = Shuck::start_flags(&["--config", cfg.to_str().expect("path")]);
+    let shuck = Shuck::with()
+        .args(&["--config", cfg.to_str().expect("path")])
+        .run();
     let log = shuck.wait_log("dropped privileges");
     let uids: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", shuck.pid()))
         .expect("tasks")

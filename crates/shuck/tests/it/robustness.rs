@@ -582,7 +582,7 @@ fn a_low_open_files_limit_caps_connections_instead_of_failing_them() {
         &[("defer_accept = \"0s\"", format!("\"{}\"", b.addr))],
         "workers = 1\nmetrics_listen = \"127.0.0.1:0\"",
     );
-    let mut shuck = Shuck::start_limited(&cfg, &[], Some(100));
+    let mut shuck = Shuck::with().config(&cfg).nofile(100).run();
     let log = shuck.wait_log("starting");
     assert!(log.contains("fd_limit=100"), "{log}");
     // (100 - 69 reserved for one worker on one address) / 2 descriptors a connection.

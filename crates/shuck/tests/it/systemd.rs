@@ -30,7 +30,10 @@ fn sd_notify_says_ready_reloading_and_stopping() {
     let path = dir.path().join("notify.sock");
     let socket = UnixDatagram::bind(&path).expect("bind notify socket");
     let config = "[[frontend]]\nlisten = \"127.0.0.1:0\"\nself_signed = true\n";
-    let shuck = Shuck::start_with_env(config, &[("NOTIFY_SOCKET", path.to_str().expect("path"))]);
+    let shuck = Shuck::with()
+        .config(config)
+        .env("NOTIFY_SOCKET", path.to_str().expect("path"))
+        .run();
     let ready = receive_until(&socket, "READY=1", Duration::from_secs(10));
     assert!(ready.contains("STATUS=listening on 1 addresses"), "{ready}");
 

@@ -261,7 +261,9 @@ fn ipv6_listener_serves_curl() {
 
 #[test]
 fn self_signed_demo_backend_describes_the_connection() {
-    let shuck = Shuck::start_flags(&["--self-signed", "--listen", "127.0.0.1:0", "--workers", "1"]);
+    let shuck = Shuck::with()
+        .args(&["--self-signed", "--listen", "127.0.0.1:0", "--workers", "1"])
+        .run();
     let out = run_bounded(
         std::process::Command::new("curl")
             .args([
@@ -310,10 +312,10 @@ fn demo_page_tls13(shuck: &Shuck) -> String {
 #[test]
 fn the_record_layer_is_shucks_by_default_and_rustls_when_asked() {
     let flags = ["--self-signed", "--listen", "127.0.0.1:0", "--workers", "1"];
-    let body = demo_page_tls13(&Shuck::start_flags(&flags));
+    let body = demo_page_tls13(&Shuck::with().args(&flags).run());
     assert!(body.contains("records: shuck"), "{body}");
     let rustls = [&flags[..], &["--record-layer", "rustls"]].concat();
-    let body = demo_page_tls13(&Shuck::start_flags(&rustls));
+    let body = demo_page_tls13(&Shuck::with().args(&rustls).run());
     assert!(body.contains("records: rustls"), "{body}");
     let file = "workers = 1\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nself_signed = true\n";
     let shuck = Shuck::start(file);

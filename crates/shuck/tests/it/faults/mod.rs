@@ -481,7 +481,9 @@ fn served_certificate(addr: SocketAddr) -> String {
 /// test does not see a new one at every reload.
 #[test]
 fn the_self_signed_certificate_survives_a_reload() {
-    let shuck = Shuck::start_flags(&["--self-signed", "--listen", "127.0.0.1:0"]);
+    let shuck = Shuck::with()
+        .args(&["--self-signed", "--listen", "127.0.0.1:0"])
+        .run();
     let before = served_certificate(shuck.addr());
     shuck.signal("HUP");
     shuck.wait_log("reloaded certificates and configuration");

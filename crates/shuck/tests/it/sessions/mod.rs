@@ -400,7 +400,7 @@ fn nginx_key_files_given_as_flags_are_shared_and_the_first_encrypts() {
         for k in keys {
             args.extend(["--ticket-keys", k.to_str().expect("utf-8")]);
         }
-        Shuck::start_flags(&args)
+        Shuck::with().args(&args).run()
     };
     let behind = start(&[&old]);
     let ahead = start(&[&new, &old]);
