@@ -274,13 +274,12 @@ const LAYERS: [&[&str]; 11] = [
         "sys::state_files",
         "sys::notify",
         "sys::files",
-        "sys::pid_file",
         "sys::clock",
         "sys::sockopt",
         "tls::handshake::hello_fields",
     ],
     &[
-        "sys::upgrade",
+        "sys::pid_file",
         "config",
         "obs::logging",
         "sys::limits",
@@ -288,7 +287,7 @@ const LAYERS: [&[&str]; 11] = [
         "mem::buf_queue",
         "sys::listener",
     ],
-    &["sessions"],
+    &["sessions", "sys::upgrade"],
     &[
         "tls",
         "certs::acme",

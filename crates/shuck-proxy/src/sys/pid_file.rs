@@ -2,7 +2,6 @@
 //! temporary file in the same directory, renamed over it: during an upgrade the old and the new
 //! process may both write), and removed at exit only by the process whose PID it holds.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug)]
@@ -38,21 +37,8 @@ pub fn name_in(path: &Path, pid: u32) -> Result<(), String> {
 }
 
 fn write_pid(path: &Path, pid: u32) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".shuck-pid-")
-        .tempfile_in(dir)?;
-    writeln!(tmp, "{pid}")?;
-    // 0644, as pid files are: the temporary file was made 0600.
-    std::fs::set_permissions(
-        tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o644),
-    )?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    // 0644, as pid files are.
+    crate::sys::state_files::replace(path, format!("{pid}\n").as_bytes(), 0o644)
 }
 
 impl Drop for PidFile {

@@ -21,21 +21,38 @@ pub fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Writes `bytes` to `path` (mode 0600) atomically: a temporary file of a unique name in the
-/// same directory (two processes, old and new during an upgrade, may write the same file at
-/// once), synced, renamed over the old one, the directory synced. A crash between the two
-/// leaves a `.shuck-*` file behind, which nothing reads and which may be deleted.
+/// Writes `bytes` to `path` (mode 0600) atomically, in a directory kept private (0700).
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    ensure_private_dir(dir)?;
+    ensure_private_dir(directory_of(path))?;
+    replace(path, bytes, 0o600)
+}
+
+/// Replaces `path` with `bytes` (mode `mode`) atomically: a temporary file of a unique name in
+/// the same directory (two processes, old and new during an upgrade, may write the same file
+/// at once), synced, renamed over the old one, the directory synced. A crash between the two
+/// leaves a `.shuck-*` file behind, which nothing reads and which may be deleted. Also the pid
+/// file's writer (`pid_file`).
+pub fn replace(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = directory_of(path);
     // tempfile creates it 0600.
     let mut tmp = tempfile::Builder::new()
         .prefix(".shuck-")
         .tempfile_in(dir)?;
     tmp.write_all(bytes)?;
+    if mode != 0o600 {
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(mode))?;
+    }
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     File::open(dir).and_then(|d| d.sync_all())
+}
+
+/// The directory a file is in (`.` for a bare file name).
+fn directory_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
 }
 
 #[cfg(test)]
