@@ -250,7 +250,7 @@ fn rows(f: &Files) -> Vec<Row> {
             "backend_cooldown = \"1s\"".into(),
             Applied,
         ),
-        frontend("backlog", String::new(), "backlog = 64".into(), Restart),
+        frontend("backlog", String::new(), "backlog = 64".into(), Applied),
         frontend(
             "defer_accept",
             String::new(),
@@ -344,7 +344,7 @@ fn rows(f: &Files) -> Vec<Row> {
             "session_ticket_lifetime",
             String::new(),
             "session_ticket_lifetime = \"1h\"".into(),
-            Restart,
+            Applied,
         ),
         frontend(
             "session_store",
@@ -417,14 +417,11 @@ fn outcome(
         .filter(|k| before.get(*k) != want.get(*k))
         .collect();
     let applied = !changed.is_empty() && changed.iter().all(|k| in_force.get(*k) == want.get(*k));
-    // Named and kept as it runs; or, for the keys a reload applies in part, named (`backlog`
-    // reaches addresses bound from now on, a random ticket key keeps the lifetime it was made
-    // with while the session cache takes the new one).
+    // Named and kept as it runs.
     let kept = changed.iter().all(|k| in_force.get(*k) == before.get(*k));
-    let partly = ["backlog", "session_ticket_lifetime"].contains(&row.key);
     match (applied, named) {
         (true, false) => Ok(Expect::Applied),
-        (_, true) if kept || partly => Ok(Expect::Restart),
+        (_, true) if kept => Ok(Expect::Restart),
         (_, true) => Err(format!(
             "named as needing a restart, yet new connections get the new value: {notes:?}"
         )),

@@ -123,7 +123,7 @@ impl RawAcme {
 pub(super) fn check_names_unique(frontends: &[super::Frontend]) -> Result<(), KeyError> {
     let mut seen: Vec<(&str, &str)> = Vec::new();
     for fe in frontends {
-        let super::CertSource::Acme(acme) = &fe.certs else {
+        let Some(acme) = fe.acme() else {
             continue;
         };
         for name in &acme.names {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::section::{OnChange, Section};
 use super::{defaults, duration_or, key_err, KeyError, OneOrMany, RawFrontend};
 
 /// Backends per frontend; the backend pool's health snapshot is a 128-bit mask.
@@ -21,11 +22,22 @@ pub enum Backend {
     Tcp(Vec<BackendAddr>),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct BackendAddr {
     /// As written, for logs.
     pub name: String,
     pub addr: SocketAddr,
+}
+
+/// The address, and the name it was given when that was a host name.
+impl fmt::Debug for BackendAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.name == self.addr.to_string() {
+            write!(f, "{}", self.addr)
+        } else {
+            write!(f, "{} ({})", self.name, self.addr)
+        }
+    }
 }
 
 /// How a worker picks the backend for a new connection. Backends in cooldown are tried last
@@ -50,14 +62,25 @@ impl fmt::Display for BackendPolicy {
     }
 }
 
-pub(super) struct BackendSection {
-    pub backend: Backend,
+/// `backend`, `backend_policy`, `connect_timeout`, `backend_cooldown`: what a frontend's
+/// backend pool is built from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backends {
+    pub target: Backend,
     pub policy: BackendPolicy,
+    pub connect_timeout: Duration,
     pub cooldown: Duration,
 }
 
+/// A new pool for new connections: its health and counts start afresh, so workers keep the old
+/// pool while this section is unchanged (`server::worker`).
+impl Section for Backends {
+    const KEY: &'static str = "backend";
+    const ON_CHANGE: OnChange = OnChange::NewConnections;
+}
+
 impl RawFrontend {
-    pub(super) fn validate_backend(&self) -> Result<BackendSection, KeyError> {
+    pub(super) fn validate_backend(&self) -> Result<Backends, KeyError> {
         let backend = match self.backend.clone().map(OneOrMany::into_vec) {
             None => Backend::Demo,
             Some(v) if v.is_empty() => Backend::Demo,
@@ -87,9 +110,10 @@ impl RawFrontend {
             self.backend_cooldown.as_deref(),
             defaults::BACKEND_COOLDOWN,
         )?;
-        Ok(BackendSection {
-            backend,
+        Ok(Backends {
+            target: backend,
             policy: self.backend_policy.unwrap_or_default(),
+            connect_timeout: self.validate_connect_timeout()?,
             cooldown,
         })
     }

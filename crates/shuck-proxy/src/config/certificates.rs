@@ -6,17 +6,19 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::acme::Acme;
+use super::section::{OnChange, Section};
 use super::{key_err, resolve_path, resolve_paths, KeyError, RawFrontend};
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CertSource {
     SelfSigned,
     Files {
         paths: Vec<PathBuf>,
         default: Option<PathBuf>,
     },
-    /// Obtained and renewed from an ACME CA; a temporary self-signed one until the first arrives.
-    Acme(Box<Acme>),
+    /// Obtained and renewed from an ACME CA, as the frontend's `acme` section says; a temporary
+    /// self-signed one until the first arrives.
+    Acme,
 }
 
 /// Where OCSP staples come from (`ocsp`).
@@ -42,10 +44,18 @@ pub enum SniFallback {
     Reject,
 }
 
-pub(super) struct Certificates {
+/// `certificates`, `self_signed`, `default_certificate`, `unknown_sni`, `missing_sni`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Certificates {
     pub source: CertSource,
     pub unknown_sni: SniFallback,
     pub missing_sni: SniFallback,
+}
+
+/// Files are read again on every reload, whether their names changed or not.
+impl Section for Certificates {
+    const KEY: &'static str = "certificates";
+    const ON_CHANGE: OnChange = OnChange::NewConnections;
 }
 
 impl RawFrontend {
@@ -54,7 +64,7 @@ impl RawFrontend {
         name: &str,
         base: Option<&Path>,
         state_dir: &Path,
-    ) -> Result<Certificates, KeyError> {
+    ) -> Result<(Certificates, Option<Box<Acme>>), KeyError> {
         let paths: Vec<PathBuf> = resolve_paths(base, self.certificates.as_ref());
         if let Some(acme) = &self.acme {
             if !paths.is_empty() || self.self_signed.unwrap_or(false) {
@@ -63,11 +73,13 @@ impl RawFrontend {
                     "cannot be combined with certificates or self_signed: choose one",
                 ));
             }
-            return Ok(Certificates {
-                source: CertSource::Acme(Box::new(acme.validate(name, base, state_dir)?)),
+            let acme = acme.validate(name, base, state_dir)?;
+            let certs = Certificates {
+                source: CertSource::Acme,
                 unknown_sni: self.unknown_sni.unwrap_or(SniFallback::Default),
                 missing_sni: self.missing_sni.unwrap_or(SniFallback::Default),
-            });
+            };
+            return Ok((certs, Some(Box::new(acme))));
         }
         let source =
             match (self.self_signed.unwrap_or(false), paths.is_empty()) {
@@ -90,10 +102,11 @@ impl RawFrontend {
                         .map(|p| resolve_path(base, p)),
                 },
             };
-        Ok(Certificates {
+        let certs = Certificates {
             source,
             unknown_sni: self.unknown_sni.unwrap_or(SniFallback::Default),
             missing_sni: self.missing_sni.unwrap_or(SniFallback::Default),
-        })
+        };
+        Ok((certs, None))
     }
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::section::{OnChange, Section};
 use super::{key_err, resolve_path, resolve_paths, KeyError, RawFrontend};
 
 /// Whether clients must present a certificate (mutual TLS).
@@ -35,17 +36,24 @@ impl fmt::Display for ClientAuth {
     }
 }
 
-pub(super) struct ClientAuthSection {
+/// `client_auth`, `client_ca`, `client_crl`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientAuthSettings {
     pub mode: ClientAuth,
     pub ca: Option<PathBuf>,
     pub crls: Vec<PathBuf>,
+}
+
+impl Section for ClientAuthSettings {
+    const KEY: &'static str = "client_auth";
+    const ON_CHANGE: OnChange = OnChange::NewConnections;
 }
 
 impl RawFrontend {
     pub(super) fn validate_client_auth(
         &self,
         base: Option<&Path>,
-    ) -> Result<ClientAuthSection, KeyError> {
+    ) -> Result<ClientAuthSettings, KeyError> {
         let mode = self.client_auth.unwrap_or_default();
         let ca = self.client_ca.clone().map(|p| resolve_path(base, p));
         let crls: Vec<PathBuf> = resolve_paths(base, self.client_crl.as_ref());
@@ -61,7 +69,7 @@ impl RawFrontend {
                 "client_ca",
                 "missing: client_auth needs the CA bundle (PEM) client certificates chain to",
             )),
-            _ => Ok(ClientAuthSection { mode, ca, crls }),
+            _ => Ok(ClientAuthSettings { mode, ca, crls }),
         }
     }
 }

@@ -139,7 +139,7 @@ pub(super) fn check_metrics_listen_free(
     frontends: &[Frontend],
 ) -> Result<(), KeyError> {
     if let Some(m) = metrics.filter(|m| m.port() != 0) {
-        if let Some(fe) = frontends.iter().find(|f| f.listen.contains(&m)) {
+        if let Some(fe) = frontends.iter().find(|f| f.listen.addrs.contains(&m)) {
             return Err(key_err(
                 "metrics_listen",
                 format!("{m} is also a listen address of frontend {:?}", fe.name),
@@ -147,4 +147,95 @@ pub(super) fn check_metrics_listen_free(
         }
     }
     Ok(())
+}
+
+/// One global key: how it shows in `running.toml` and `shuck check`, and whether a reload
+/// applies it. The one declaration the reload's notes and `shuck check` read.
+pub struct GlobalKey {
+    pub key: &'static str,
+    /// Applied by a reload (otherwise named as needing a restart).
+    pub on_reload: bool,
+    /// Recorded in `running.toml`: not the keys serve's flags may set, which `shuck check`
+    /// cannot see, nor those that act once at start (privileges).
+    pub recorded: bool,
+    pub value: fn(&Config) -> String,
+}
+
+const fn key(
+    key: &'static str,
+    on_reload: bool,
+    recorded: bool,
+    value: fn(&Config) -> String,
+) -> GlobalKey {
+    GlobalKey {
+        key,
+        on_reload,
+        recorded,
+        value,
+    }
+}
+
+fn duration(d: std::time::Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+/// Every global key. `log_level` is applied by the `shuck` binary's reload (the log filter
+/// belongs to the process's subscriber), not by the engine.
+pub const GLOBAL_KEYS: &[GlobalKey] = &[
+    key("workers", false, true, |c| c.workers.to_string()),
+    key("pin_cpus", false, true, |c| c.pin_cpus.to_string()),
+    key("max_connections", true, true, |c| {
+        c.max_connections.to_string()
+    }),
+    key("shutdown_grace", true, true, |c| duration(c.shutdown_grace)),
+    key("reload_timeout", true, true, |c| duration(c.reload_timeout)),
+    key("upgrade_confirm", true, true, |c| {
+        duration(c.upgrade_confirm)
+    }),
+    key("upgrade_timeout", true, true, |c| {
+        duration(c.upgrade_timeout)
+    }),
+    key("log_format", false, false, |c| {
+        format!("{:?}", c.log_format)
+    }),
+    key("log_queue_lines", false, true, |c| {
+        c.log_queue_lines.to_string()
+    }),
+    key("log_level", true, false, |c| c.log_level.clone()),
+    key("log_connections", true, false, |c| {
+        c.log_connections.to_string()
+    }),
+    key("connection_log_format", true, true, |c| {
+        format!("{:?}", c.connection_log_format)
+    }),
+    key("metrics_listen", false, true, |c| {
+        format!("{:?}", c.metrics_listen)
+    }),
+    key("certificate_expiry_warning", true, true, |c| {
+        duration(c.certificate_expiry_warning)
+    }),
+    key("state_dir", false, true, |c| {
+        c.state_dir.display().to_string()
+    }),
+    // Privileges are dropped once, at start: a reload runs as the user already.
+    key("user", false, false, |c| format!("{:?}", c.user)),
+    key("group", false, false, |c| format!("{:?}", c.group)),
+    key("allow_root", false, false, |c| c.allow_root.to_string()),
+];
+
+/// Whether a reload applies the global key `key` (None: no such key).
+pub fn on_reload(key: &str) -> Option<bool> {
+    GLOBAL_KEYS
+        .iter()
+        .find(|k| k.key == key)
+        .map(|k| k.on_reload)
+}
+
+/// The global keys whose value differs in `new` and that a reload cannot apply.
+pub fn needing_a_restart(old: &Config, new: &Config) -> Vec<&'static str> {
+    GLOBAL_KEYS
+        .iter()
+        .filter(|k| !k.on_reload && (k.value)(old) != (k.value)(new))
+        .map(|k| k.key)
+        .collect()
 }

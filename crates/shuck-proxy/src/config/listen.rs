@@ -4,16 +4,26 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use super::section::{OnChange, Section};
 use super::{defaults, duration_or, key_err, Frontend, KeyError, OneOrMany, RawFrontend};
 
 /// The longest `defer_accept`: the kernel counts it in SYN-ACK retransmissions, and a client
 /// that connects and says nothing for longer is better served by `handshake_timeout`.
 const MAX_DEFER_ACCEPT: Duration = Duration::from_secs(60);
 
-pub(super) struct Listen {
+/// `listen`, `backlog`, `defer_accept`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listen {
     pub addrs: Vec<SocketAddr>,
     pub backlog: u32,
     pub defer_accept: Duration,
+}
+
+/// Addresses added are bound and those removed closed; `backlog` and `defer_accept` are set
+/// again on every address kept.
+impl Section for Listen {
+    const KEY: &'static str = "listen";
+    const ON_CHANGE: OnChange = OnChange::NewConnections;
 }
 
 impl RawFrontend {
@@ -67,8 +77,8 @@ impl RawFrontend {
 /// No two frontends may listen on one address: SO_REUSEPORT would let both bind it and the
 /// kernel would silently split clients between them. Port 0 picks a fresh port each time.
 pub(super) fn check_not_shared(fe: &Frontend, earlier: &[Frontend]) -> Result<(), KeyError> {
-    for addr in fe.listen.iter().filter(|a| a.port() != 0) {
-        if let Some(other) = earlier.iter().find(|f| f.listen.contains(addr)) {
+    for addr in fe.listen.addrs.iter().filter(|a| a.port() != 0) {
+        if let Some(other) = earlier.iter().find(|f| f.listen.addrs.contains(addr)) {
             return Err(key_err(
                 "listen",
                 format!("{addr} is already used by frontend {:?}", other.name),

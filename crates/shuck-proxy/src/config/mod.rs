@@ -3,7 +3,7 @@
 //! here, so a typo is reported once, at start, with the key that holds it.
 //!
 //! One file per section of a frontend, each with its keys' validated types and the function that
-//! checks them: `listen`, `backend`, `certificates`, `tls` (protocols, cipher suites, groups,
+//! checks them (`frontend` puts them together and says how a change to each applies): `listen`, `backend`, `certificates`, `tls` (protocols, cipher suites, groups,
 //! ALPN, resumption), `timeouts`, `client_auth`, `proxy` (sending and accepting PROXY headers).
 //! `global` holds the keys outside `[[frontend]]`. Checks that span sections live in
 //! [`check_section_combinations`].
@@ -13,8 +13,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rustls::crypto::SupportedKxGroup;
-use rustls::{SupportedCipherSuite, SupportedProtocolVersion};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
@@ -25,21 +23,27 @@ mod acme;
 pub mod backend;
 mod certificates;
 mod client_auth;
-mod global;
+pub mod frontend;
+pub mod global;
 mod listen;
 mod proxy;
+mod section;
 mod sessions;
 mod timeouts;
 mod tls;
 
 pub use acme::{Acme, AcmeKey, UntilIssued};
-pub use backend::{Backend, BackendAddr, BackendPolicy, MAX_BACKENDS};
-pub use certificates::{CertSource, OcspMode, SniFallback};
-pub use client_auth::ClientAuth;
+pub use backend::{Backend, BackendAddr, BackendPolicy, Backends, MAX_BACKENDS};
+pub use certificates::{CertSource, Certificates, OcspMode, SniFallback};
+pub use client_auth::{ClientAuth, ClientAuthSettings};
+pub use frontend::{AcmeSettings, Frontend, OnChange, Section, SectionChange};
 pub use global::ConnectionLogFormat;
 pub use global::{LogFormat, MAX_CONNECTIONS_LIMIT};
-pub use proxy::{AcceptProxy, ProxyProtocol, ProxyTlvs};
-pub use tls::RecordLayer;
+pub use listen::Listen;
+pub use proxy::{AcceptProxy, Proxy, ProxyProtocol, ProxyTlvs};
+pub use sessions::Resumption;
+pub use timeouts::Timeouts;
+pub use tls::{Alpn, Groups, RecordLayer, Records, Suites, Tls, Versions};
 
 /// Where a configuration came from, for messages ("shuck.toml" or "command line").
 #[derive(Debug, Clone)]
@@ -206,60 +210,6 @@ pub struct Config {
     pub frontends: Vec<Frontend>,
 }
 
-#[derive(Debug, Clone)]
-pub struct Frontend {
-    pub name: String,
-    /// Whether the file named it (unnamed frontends are named by position, so a reload cannot
-    /// tell one from another that took its place).
-    pub named: bool,
-    pub listen: Vec<SocketAddr>,
-    pub backend: Backend,
-    pub backend_policy: BackendPolicy,
-    pub certs: CertSource,
-    /// Where OCSP staples for the certificates come from.
-    pub ocsp: OcspMode,
-    /// The global `state_dir` (fetched staples are kept there).
-    pub state_dir: PathBuf,
-    pub unknown_sni: SniFallback,
-    pub missing_sni: SniFallback,
-    pub versions: Vec<&'static SupportedProtocolVersion>,
-    pub ciphersuites: Vec<SupportedCipherSuite>,
-    pub groups: Vec<&'static dyn SupportedKxGroup>,
-    pub alpn: Vec<Vec<u8>>,
-    pub handshake_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub connect_timeout: Duration,
-    pub backend_cooldown: Duration,
-    pub backlog: u32,
-    /// TCP_DEFER_ACCEPT: how long the kernel holds a connection whose client has sent nothing
-    /// before handing it to `accept()` anyway (zero: off).
-    pub defer_accept: Duration,
-    /// Kernel TLS: the kernel protects a TLS 1.3 connection's records once the handshake is
-    /// done, where it can (`tls::stream::ktls`).
-    pub ktls: bool,
-    /// Who protects a TLS 1.3 connection's records after the handshake (`record_layer`).
-    pub record_layer: RecordLayer,
-    /// The PROXY header sent to the backend, if any.
-    pub proxy_protocol: Option<Version>,
-    /// TLVs of v2 headers to the backend (none for v1).
-    pub proxy_tlvs: ProxyTlvs,
-    pub accept_proxy: Option<AcceptProxy>,
-    pub client_auth: ClientAuth,
-    /// CA bundle that client certificates must chain to (set when `client_auth` is optional or
-    /// required; may be absent with optional_no_ca, where every certificate then fails with 20).
-    pub client_ca: Option<PathBuf>,
-    pub client_crls: Vec<PathBuf>,
-    pub session_cache_size: usize,
-    pub session_tickets: bool,
-    /// Random ticket keys rotate this often (a ticket stays valid one to two lifetimes); with
-    /// key files, a ticket is refused once this old.
-    pub session_ticket_lifetime: Duration,
-    /// Ticket keys from files shared by a fleet, instead of random ones.
-    pub ticket_keys: Option<TicketKeyFiles>,
-    /// A store shared by hosts for sessions by ID (Redis).
-    pub session_store: Option<SessionStoreSettings>,
-}
-
 /// A configuration value refused: the key that holds it (for a frontend's keys, prefixed with
 /// the frontend by [`KeyError::in_frontend`]) and why.
 #[derive(Debug, thiserror::Error)]
@@ -347,49 +297,35 @@ impl RawFrontend {
     ) -> Result<Frontend, KeyError> {
         let listen = self.validate_listen()?;
         let backend = self.validate_backend()?;
-        let certs = self.validate_certificates(name, base, state_dir)?;
-        let tls = self.validate_tls(matches!(backend.backend, Backend::Demo))?;
-        let record_layer = self.validate_record_layer()?;
+        let (certs, acme) = self.validate_certificates(name, base, state_dir)?;
+        let tls = self.validate_tls(matches!(backend.target, Backend::Demo))?;
+        let records = self.validate_record_layer()?;
         let timeouts = self.validate_timeouts()?;
-        let client = self.validate_client_auth(base)?;
+        let client_auth = self.validate_client_auth(base)?;
         let send = self.validate_send_proxy()?;
-        let accept_proxy = self.validate_accept_proxy()?;
-        let ticket_keys = self.validate_ticket_keys(base, tls.session_tickets)?;
+        let accept = self.validate_accept_proxy()?;
+        let resumption = self.validate_resumption(base)?;
         let session_store = self.validate_session_store(base)?;
-        check_section_combinations(&backend.backend, &send, &client)?;
+        check_section_combinations(&backend.target, &send, &client_auth)?;
         Ok(Frontend {
             name: name.to_string(),
             named: self.name.is_some(),
-            listen: listen.addrs,
-            backend: backend.backend,
-            backend_policy: backend.policy,
-            certs: certs.source,
-            ocsp: self.ocsp.unwrap_or_default(),
             state_dir: state_dir.to_path_buf(),
-            unknown_sni: certs.unknown_sni,
-            missing_sni: certs.missing_sni,
-            versions: tls.versions,
-            ciphersuites: tls.ciphersuites,
-            groups: tls.groups,
-            alpn: tls.alpn,
-            handshake_timeout: timeouts.handshake,
-            idle_timeout: timeouts.idle,
-            connect_timeout: timeouts.connect,
-            backend_cooldown: backend.cooldown,
-            backlog: listen.backlog,
-            defer_accept: listen.defer_accept,
-            ktls: self.ktls.unwrap_or(false),
-            record_layer,
-            proxy_protocol: send.version,
-            proxy_tlvs: send.tlvs,
-            accept_proxy,
-            client_auth: client.mode,
-            client_ca: client.ca,
-            client_crls: client.crls,
-            session_cache_size: tls.session_cache_size,
-            session_tickets: tls.session_tickets,
-            session_ticket_lifetime: tls.session_ticket_lifetime,
-            ticket_keys,
+            listen,
+            backend,
+            certs,
+            acme: AcmeSettings(acme),
+            ocsp: self.ocsp.unwrap_or_default(),
+            tls,
+            records,
+            timeouts,
+            proxy: Proxy {
+                send: send.version,
+                tlvs: send.tlvs,
+                accept,
+            },
+            client_auth,
+            resumption,
             session_store,
         })
     }
@@ -399,7 +335,7 @@ impl RawFrontend {
 fn check_section_combinations(
     backend: &Backend,
     send: &proxy::SendProxy,
-    client: &client_auth::ClientAuthSection,
+    client: &ClientAuthSettings,
 ) -> Result<(), KeyError> {
     if send.version.is_some() && matches!(backend, Backend::Demo) {
         return Err(key_err(

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::section::{OnChange, Section};
 use super::{defaults, duration_or, key_err, KeyError, RawFrontend};
 use crate::proto::proxy_protocol::{tlv, Version};
 
@@ -123,6 +124,22 @@ impl AcceptProxy {
         };
         self.from.is_empty() || self.from.iter().any(|n| n.contains(&peer))
     }
+}
+
+/// `proxy_protocol`, `proxy_protocol_tlvs`, `proxy_client_cert_tlv`, `accept_proxy`,
+/// `accept_proxy_from`, `proxy_header_timeout`: PROXY headers sent and accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proxy {
+    /// The header sent to the backend, if any.
+    pub send: Option<Version>,
+    /// TLVs of v2 headers to the backend (none for v1).
+    pub tlvs: ProxyTlvs,
+    pub accept: Option<AcceptProxy>,
+}
+
+impl Section for Proxy {
+    const KEY: &'static str = "proxy_protocol";
+    const ON_CHANGE: OnChange = OnChange::NewConnections;
 }
 
 /// The validated sending side: which header, if any, and its TLVs.

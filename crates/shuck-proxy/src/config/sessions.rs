@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::section::{OnChange, Section};
 use super::{duration_or, key_err, resolve_path, resolve_paths, KeyError, RawFrontend};
 
 /// How long a handshake waits for the store before going on without it.
@@ -32,6 +33,26 @@ impl std::fmt::Display for TicketKeyFormat {
             TicketKeyFormat::Haproxy => "haproxy",
         })
     }
+}
+
+/// `session_cache_size`, `session_tickets`, `session_ticket_lifetime`, `session_ticket_keys`,
+/// `session_ticket_key_format`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resumption {
+    pub cache_size: usize,
+    pub tickets: bool,
+    /// Random ticket keys rotate this often (a ticket stays valid one to two lifetimes); with
+    /// key files, a ticket is refused once this old.
+    pub ticket_lifetime: Duration,
+    /// Ticket keys from files shared by a fleet, instead of random ones.
+    pub ticket_keys: Option<TicketKeyFiles>,
+}
+
+/// The session cache and random ticket keys are kept and take the new size and lifetime; key
+/// files are read again.
+impl Section for Resumption {
+    const KEY: &'static str = "resumption";
+    const ON_CHANGE: OnChange = OnChange::NewConnections;
 }
 
 /// `session_ticket_keys`: the files, read when TLS is loaded (start, reload, `shuck check`).
@@ -71,7 +92,7 @@ impl RawFrontend {
 }
 
 /// `session_store`: where sessions by ID are shared across hosts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct SessionStoreSettings {
     /// `redis://…`, `rediss://…` or `unix:/path` (as the redis crate reads it).
     pub url: String,
@@ -79,6 +100,17 @@ pub struct SessionStoreSettings {
     pub timeout: Duration,
     /// The file holding the key that seals stored sessions (shared by the fleet).
     pub key: PathBuf,
+}
+
+/// Without the URL's password: this is what logs and `running.toml` show.
+impl std::fmt::Debug for SessionStoreSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionStoreSettings")
+            .field("url", &self.url_for_display())
+            .field("timeout", &self.timeout)
+            .field("key", &self.key)
+            .finish()
+    }
 }
 
 impl SessionStoreSettings {

@@ -20,12 +20,12 @@ fn durations_and_defaults() {
     .unwrap();
     assert_eq!(c.workers, 3);
     let f = &c.frontends[0];
-    assert_eq!(f.idle_timeout, Duration::from_secs(300));
-    assert_eq!(f.handshake_timeout, defaults::HANDSHAKE_TIMEOUT);
-    assert_eq!(f.listen.len(), 2);
-    assert!(f.listen[1].is_ipv6());
-    assert!(matches!(f.backend, Backend::Demo));
-    assert_eq!(f.alpn, vec![b"http/1.1".to_vec()]);
+    assert_eq!(f.timeouts.idle, Duration::from_secs(300));
+    assert_eq!(f.timeouts.handshake, defaults::HANDSHAKE_TIMEOUT);
+    assert_eq!(f.listen.addrs.len(), 2);
+    assert!(f.listen.addrs[1].is_ipv6());
+    assert!(matches!(f.backend.target, Backend::Demo));
+    assert_eq!(*f.tls.alpn, vec![b"http/1.1".to_vec()]);
 }
 
 #[test]
@@ -144,8 +144,8 @@ fn bad_values_name_their_key() {
     )
     .expect("optional_no_ca without client_ca")
     .frontends[0];
-    assert_eq!(fe.client_auth, ClientAuth::OptionalNoCa);
-    assert_eq!(fe.client_ca, None);
+    assert_eq!(fe.client_auth.mode, ClientAuth::OptionalNoCa);
+    assert_eq!(fe.client_auth.ca, None);
     assert!(parse("workers = 1\n")
         .unwrap_err()
         .to_string()
@@ -156,7 +156,7 @@ fn bad_values_name_their_key() {
 fn backend_policy_defaults_to_round_robin_and_needs_a_backend() {
     let one = "[[frontend]]\nself_signed = true\nbackend = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\n";
     let fe = &parse(one).unwrap().frontends[0];
-    assert_eq!(fe.backend_policy, BackendPolicy::RoundRobin);
+    assert_eq!(fe.backend.policy, BackendPolicy::RoundRobin);
     for (text, want) in [
         (
             "backend_policy = \"round_robin\"\n",
@@ -168,7 +168,7 @@ fn backend_policy_defaults_to_round_robin_and_needs_a_backend() {
         ),
     ] {
         let fe = &parse(&format!("{one}{text}")).unwrap().frontends[0];
-        assert_eq!(fe.backend_policy, want, "{text}");
+        assert_eq!(fe.backend.policy, want, "{text}");
     }
     for text in [
         "[[frontend]]\nself_signed = true\nbackend_policy = \"least_connections\"\n",

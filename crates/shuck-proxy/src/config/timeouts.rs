@@ -1,14 +1,21 @@
 //! How long a client may take: the TLS handshake, silence on an open connection, and each
-//! connection attempt to a backend.
+//! connection attempt to a backend (kept in the backend section, whose pool uses it).
 
 use std::time::Duration;
 
+use super::section::{OnChange, Section};
 use super::{defaults, duration_or, key_err, KeyError, RawFrontend};
 
-pub(super) struct Timeouts {
+/// `handshake_timeout`, `idle_timeout` (`connect_timeout` is the backend pool's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
     pub handshake: Duration,
     pub idle: Duration,
-    pub connect: Duration,
+}
+
+impl Section for Timeouts {
+    const KEY: &'static str = "timeouts";
+    const ON_CHANGE: OnChange = OnChange::NewConnections;
 }
 
 impl RawFrontend {
@@ -24,21 +31,24 @@ impl RawFrontend {
                 self.idle_timeout.as_deref(),
                 defaults::IDLE_TIMEOUT,
             )?,
-            connect: duration_or(
-                "connect_timeout",
-                self.connect_timeout.as_deref(),
-                defaults::CONNECT_TIMEOUT,
-            )?,
         };
-        for (key, d) in [
-            ("handshake_timeout", t.handshake),
-            ("idle_timeout", t.idle),
-            ("connect_timeout", t.connect),
-        ] {
+        for (key, d) in [("handshake_timeout", t.handshake), ("idle_timeout", t.idle)] {
             if d.is_zero() {
                 return Err(key_err(key, "must be longer than 0s"));
             }
         }
         Ok(t)
+    }
+
+    pub(super) fn validate_connect_timeout(&self) -> Result<Duration, KeyError> {
+        let d = duration_or(
+            "connect_timeout",
+            self.connect_timeout.as_deref(),
+            defaults::CONNECT_TIMEOUT,
+        )?;
+        if d.is_zero() {
+            return Err(key_err("connect_timeout", "must be longer than 0s"));
+        }
+        Ok(d)
     }
 }

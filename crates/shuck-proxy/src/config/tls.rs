@@ -1,11 +1,13 @@
 //! What the TLS handshake may negotiate (protocol versions, cipher suites, key-exchange groups,
-//! ALPN) and how sessions resume (session cache, tickets).
+//! ALPN), who protects records after it, and how sessions resume (session cache, tickets).
 
 use std::time::Duration;
 
 use rustls::crypto::SupportedKxGroup;
 use rustls::{SupportedCipherSuite, SupportedProtocolVersion};
 
+use super::section::{OnChange, Section};
+use super::sessions::Resumption;
 use super::{defaults, duration_or, key_err, KeyError, RawFrontend};
 use crate::proto::tls_params as params;
 
@@ -35,19 +37,121 @@ impl RecordLayer {
     }
 }
 
-pub(super) struct Tls {
-    pub versions: Vec<&'static SupportedProtocolVersion>,
-    pub ciphersuites: Vec<SupportedCipherSuite>,
-    pub groups: Vec<&'static dyn SupportedKxGroup>,
-    pub alpn: Vec<Vec<u8>>,
-    pub session_cache_size: usize,
-    pub session_tickets: bool,
-    pub session_ticket_lifetime: Duration,
+/// `protocols`, `ciphersuites`, `groups`, `alpn`: what a handshake may negotiate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tls {
+    pub versions: Versions,
+    pub ciphersuites: Suites,
+    pub groups: Groups,
+    pub alpn: Alpn,
 }
+
+impl Section for Tls {
+    const KEY: &'static str = "tls";
+    const ON_CHANGE: OnChange = OnChange::NewConnections;
+}
+
+/// `record_layer`, `ktls`: who protects a TLS 1.3 connection's records after the handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Records {
+    pub layer: RecordLayer,
+    /// Kernel TLS: the kernel protects the records once the handshake is done, where it can
+    /// (`tls::stream::ktls`).
+    pub ktls: bool,
+}
+
+impl Section for Records {
+    const KEY: &'static str = "record_layer";
+    const ON_CHANGE: OnChange = OnChange::NewConnections;
+}
+
+/// Protocol versions, compared and shown by version.
+#[derive(Clone)]
+pub struct Versions(pub Vec<&'static SupportedProtocolVersion>);
+
+/// Cipher suites, shown by name.
+#[derive(Clone, PartialEq)]
+pub struct Suites(pub Vec<SupportedCipherSuite>);
+
+/// Key-exchange groups, compared and shown by name.
+#[derive(Clone)]
+pub struct Groups(pub Vec<&'static dyn SupportedKxGroup>);
+
+/// ALPN protocol names, shown as text.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Alpn(pub Vec<Vec<u8>>);
+
+impl PartialEq for Versions {
+    fn eq(&self, other: &Self) -> bool {
+        self.0
+            .iter()
+            .map(|v| v.version)
+            .eq(other.0.iter().map(|v| v.version))
+    }
+}
+
+impl PartialEq for Groups {
+    fn eq(&self, other: &Self) -> bool {
+        self.0
+            .iter()
+            .map(|g| g.name())
+            .eq(other.0.iter().map(|g| g.name()))
+    }
+}
+
+impl std::fmt::Debug for Versions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|v| v.version))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Suites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(SupportedCipherSuite::suite))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Groups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|g| g.name()))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Alpn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|p| String::from_utf8_lossy(p)))
+            .finish()
+    }
+}
+
+macro_rules! deref_to_vec {
+    ($($t:ty => $item:ty),*) => {$(
+        impl std::ops::Deref for $t {
+            type Target = Vec<$item>;
+            fn deref(&self) -> &Vec<$item> {
+                &self.0
+            }
+        }
+    )*};
+}
+
+deref_to_vec!(
+    Versions => &'static SupportedProtocolVersion,
+    Suites => SupportedCipherSuite,
+    Groups => &'static dyn SupportedKxGroup,
+    Alpn => Vec<u8>
+);
 
 impl RawFrontend {
     /// `record_layer`, and `ktls` with it: the kernel takes the keys shuck's layer holds.
-    pub(super) fn validate_record_layer(&self) -> Result<RecordLayer, KeyError> {
+    pub(super) fn validate_record_layer(&self) -> Result<Records, KeyError> {
         let layer = self.record_layer.unwrap_or_default();
         if layer == RecordLayer::Rustls && self.ktls == Some(true) {
             return Err(key_err(
@@ -55,7 +159,10 @@ impl RawFrontend {
                 "needs record_layer = \"shuck\" (the kernel takes over the keys shuck's record layer holds)",
             ));
         }
-        Ok(layer)
+        Ok(Records {
+            layer,
+            ktls: self.ktls.unwrap_or(false),
+        })
     }
 
     /// `demo_backend`: the frontend has no `backend`, which changes the ALPN default.
@@ -79,15 +186,25 @@ impl RawFrontend {
         params::check_groups_cover_versions(&groups, &versions)
             .map_err(|m| key_err("groups", m))?;
         Ok(Tls {
-            versions,
-            ciphersuites,
-            groups,
-            alpn: self.validate_alpn(demo_backend)?,
-            session_cache_size: self
+            versions: Versions(versions),
+            ciphersuites: Suites(ciphersuites),
+            groups: Groups(groups),
+            alpn: Alpn(self.validate_alpn(demo_backend)?),
+        })
+    }
+
+    pub(super) fn validate_resumption(
+        &self,
+        base: Option<&std::path::Path>,
+    ) -> Result<Resumption, KeyError> {
+        let tickets = self.session_tickets.unwrap_or(true);
+        Ok(Resumption {
+            cache_size: self
                 .session_cache_size
                 .unwrap_or(defaults::SESSION_CACHE_SIZE),
-            session_tickets: self.session_tickets.unwrap_or(true),
-            session_ticket_lifetime: self.validate_ticket_lifetime()?,
+            tickets,
+            ticket_lifetime: self.validate_ticket_lifetime()?,
+            ticket_keys: self.validate_ticket_keys(base, tickets)?,
         })
     }
 

@@ -19,7 +19,7 @@ pub(crate) fn makes_unique_id(cfg: &Frontend, passthrough: Option<&[u8]>) -> boo
             .flatten()
             .any(|(k, _)| k == tlv::UNIQUE_ID)
     });
-    cfg.proxy_tlvs.unique_id && !received
+    cfg.proxy.tlvs.unique_id && !received
 }
 
 /// The header for this connection in a buffer (with room behind it for the client's first
@@ -30,10 +30,10 @@ pub(crate) fn header(
     arrival: &Arrival,
     unique_id: Option<&[u8]>,
 ) -> Result<Option<(PooledBuf, usize)>, EncodeError> {
-    let Some(version) = cfg.proxy_protocol else {
+    let Some(version) = cfg.proxy.send else {
         return Ok(None);
     };
-    let want = &cfg.proxy_tlvs;
+    let want = &cfg.proxy.tlvs;
     let conn = hs.conn();
     let peer_cert = conn
         .and_then(CommonState::peer_certificates)

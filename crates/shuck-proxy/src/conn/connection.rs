@@ -131,11 +131,11 @@ async fn arrive_with_hello<'a>(
 ) -> Result<(HelloRead, Arrival), ConnError> {
     let cfg = &fe.cfg;
     // No TCP_NODELAY here: Linux copies it from the listening socket (`listener::bind` sets it).
-    let want_local = cfg.proxy_protocol.is_some();
-    let arrival = proxy_in::arrive(&mut tcp, peer, cfg.accept_proxy.as_ref(), want_local).await?;
+    let want_local = cfg.proxy.send.is_some();
+    let arrival = proxy_in::arrive(&mut tcp, peer, cfg.proxy.accept.as_ref(), want_local).await?;
     count_arrival(&fe.metrics, &arrival);
     (trace.client, trace.balancer) = (arrival.client, arrival.balancer);
-    let deadline = Deadline::after(cfg.handshake_timeout);
+    let deadline = Deadline::after(cfg.timeouts.handshake);
     let hello = hello::read_client_hello(tcp, deadline).await?;
     let read = HelloRead { hello, deadline };
     Ok((read, arrival))
@@ -178,7 +178,7 @@ fn keeps_sni(worker: &Worker, fe: &WorkerFrontend) -> bool {
     let cfg = &fe.cfg;
     fe.backends.is_none()
         || worker.log_connections()
-        || (cfg.proxy_protocol.is_some() && cfg.proxy_tlvs.authority)
+        || (cfg.proxy.send.is_some() && cfg.proxy.tlvs.authority)
 }
 
 /// The stages after the handshake: the backend (or the demo page), the PROXY header, the relay.
@@ -194,7 +194,7 @@ async fn serve_negotiated<'a>(
         trace.backend = Some("demo");
         return serve_demo(worker, fe, hs, arrival.client).await;
     };
-    let (upstream, lease) = connect_backend(pool, &mut hs.stream, cfg.handshake_timeout).await?;
+    let (upstream, lease) = connect_backend(pool, &mut hs.stream, cfg.timeouts.handshake).await?;
     trace.backend = Some(lease.name());
     trace.connect_ms = Some(trace.since_accept());
     if matches!(hs.client_cert, ClientCert::Unverified(_)) {
@@ -208,7 +208,7 @@ async fn serve_negotiated<'a>(
     arrival.passthrough = None;
     // Nothing asks rustls about the handshake from here on.
     hs.stream
-        .take_over_records(cfg.ktls)
+        .take_over_records(cfg.records.ktls)
         .map_err(|e| ConnError::Relay(RelayError::ClientAborted(e)))?;
     let (moved, res) = relay_to(fe, &mut hs.stream, upstream, prefix).await;
     count_ktls(&fe.metrics, &hs.stream);
@@ -247,7 +247,7 @@ async fn relay_to(
         m.bytes_up.inc_by(d.up);
         m.bytes_down.inc_by(d.down);
     };
-    let idle = fe.cfg.idle_timeout;
+    let idle = fe.cfg.timeouts.idle;
     // The header goes out with the client's first bytes when they have arrived, in one segment.
     let (moved, res) = relay::relay_with_prefix(tls, &mut upstream, idle, prefix, count).await;
     match &res {
@@ -275,9 +275,9 @@ async fn serve_demo(
         worker: worker.id,
     };
     let summary = Summary::of(hs);
-    let idle = fe.cfg.idle_timeout;
+    let idle = fe.cfg.timeouts.idle;
     hs.stream
-        .take_over_records(fe.cfg.ktls)
+        .take_over_records(fe.cfg.records.ktls)
         .map_err(|e| ConnError::Relay(RelayError::ClientAborted(e)))?;
     let body = demo::page(&summary, who, hs.stream.records_by());
     // Boxed: the demo's state would otherwise enlarge every connection's future, relay ones too.

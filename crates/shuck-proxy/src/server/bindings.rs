@@ -96,7 +96,7 @@ impl Bindings {
         refuse_shared(frontends)?;
         let mut added = Vec::new();
         for fe in frontends {
-            for (index, &want) in fe.listen.iter().enumerate() {
+            for (index, &want) in fe.listen.addrs.iter().enumerate() {
                 if self.position(&fe.name, want).is_some() {
                     continue;
                 }
@@ -123,7 +123,8 @@ impl Bindings {
 
     /// Starts accepting on what `prepared` bound (for the frontend of each, from `slots`),
     /// closes every address not listed in `frontends`, and gives every address its frontend's
-    /// `defer_accept` (kept, moved and handed-over ones too: nothing can fail from here).
+    /// `defer_accept` and `backlog` (kept, moved and handed-over ones too: nothing can fail from
+    /// here).
     pub(crate) fn commit(
         &mut self,
         prepared: Prepared,
@@ -133,7 +134,7 @@ impl Bindings {
         let listed = |b: &Bound| {
             frontends
                 .iter()
-                .any(|f| f.name == b.frontend && f.listen.contains(&b.want))
+                .any(|f| f.name == b.frontend && f.listen.addrs.contains(&b.want))
         };
         let (keep, gone): (Vec<Bound>, Vec<Bound>) =
             std::mem::take(&mut self.live).into_iter().partition(listed);
@@ -167,6 +168,7 @@ impl Bindings {
             if let Some(f) = frontends.iter().find(|f| f.name == b.frontend) {
                 b.index = f
                     .listen
+                    .addrs
                     .iter()
                     .position(|a| *a == b.want)
                     .unwrap_or(b.index);
@@ -179,7 +181,7 @@ impl Bindings {
                 .map(|i| (i, b.index))
         };
         self.live.sort_by_key(order);
-        self.apply_defer_accept(frontends);
+        self.apply_socket_options(frontends);
     }
 
     /// Each address listened on, with its frontend, in configuration order.
@@ -219,16 +221,19 @@ impl Bindings {
         self.metrics = None;
     }
 
-    /// Sets each address's `defer_accept` from its frontend in `frontends` (the option applies
-    /// to a listening socket at any time).
-    fn apply_defer_accept(&self, frontends: &[&Frontend]) {
+    /// Sets each address's `defer_accept` and `backlog` from its frontend in `frontends` (both
+    /// apply to a listening socket at any time: `listen()` again only resizes its queue).
+    fn apply_socket_options(&self, frontends: &[&Frontend]) {
         for b in &self.live {
             let Some(fe) = frontends.iter().find(|f| f.name == b.frontend) else {
                 continue;
             };
             for socket in &b.sockets {
-                if let Err(e) = listener::set_defer_accept(socket, fe.defer_accept) {
+                if let Err(e) = listener::set_defer_accept(socket, fe.listen.defer_accept) {
                     tracing::warn!(frontend = %b.frontend, addr = %b.addr, error = %e, "cannot set defer_accept");
+                }
+                if let Err(e) = listener::set_backlog(socket, fe.listen.backlog) {
+                    tracing::warn!(frontend = %b.frontend, addr = %b.addr, error = %e, "cannot set backlog");
                 }
             }
         }
@@ -249,7 +254,7 @@ impl Bindings {
         let staying = |b: &Bound| {
             frontends
                 .iter()
-                .any(|f| f.name == b.frontend && f.listen.contains(&b.want))
+                .any(|f| f.name == b.frontend && f.listen.addrs.contains(&b.want))
         };
         let Some(b) = self.live.iter().find(|b| b.addr == want && !staying(b)) else {
             return Ok(Vec::new());
@@ -278,10 +283,10 @@ impl Bindings {
         // another frontend are shared with what still runs, and this may yet fail; they take
         // the new value in `apply_defer_accept`, after the commit.
         let bind = |addr| {
-            listener::bind(addr, fe.backlog)
+            listener::bind(addr, fe.listen.backlog)
                 .and_then(|s| {
-                    if !fe.defer_accept.is_zero() {
-                        listener::set_defer_accept(&s, fe.defer_accept)?;
+                    if !fe.listen.defer_accept.is_zero() {
+                        listener::set_defer_accept(&s, fe.listen.defer_accept)?;
                     }
                     Ok(s)
                 })
@@ -340,8 +345,11 @@ pub(crate) fn write_ready_file(path: &Path, addrs: &[SocketAddr]) -> Result<()> 
 /// hold one the new file gives to another): the kernel would split connections between them.
 fn refuse_shared(frontends: &[&Frontend]) -> Result<()> {
     for (i, fe) in frontends.iter().enumerate() {
-        for addr in fe.listen.iter().filter(|a| a.port() != 0) {
-            if let Some(other) = frontends[i + 1..].iter().find(|o| o.listen.contains(addr)) {
+        for addr in fe.listen.addrs.iter().filter(|a| a.port() != 0) {
+            if let Some(other) = frontends[i + 1..]
+                .iter()
+                .find(|o| o.listen.addrs.contains(addr))
+            {
                 return Err(Error::Reload(format!(
                     "{addr} would be listened on by frontends {:?} and {:?} (a frontend that needs a restart keeps the addresses it runs with)",
                     fe.name, other.name

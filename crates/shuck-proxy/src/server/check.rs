@@ -3,8 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::config::{
-    AcmeKey, Backend, BackendPolicy, CertSource, ClientAuth, Config, Frontend, OcspMode,
-    SniFallback,
+    AcmeKey, Backend, BackendPolicy, ClientAuth, Config, Frontend, OcspMode, SniFallback,
 };
 use crate::error::Result;
 use crate::proto::tls_params as params;
@@ -24,7 +23,7 @@ pub fn report(config: &Config) -> Result<Report> {
     write_globals(&mut s, config);
     for fe in &config.frontends {
         let tls = TlsContext::load(fe)?;
-        let listen: Vec<String> = fe.listen.iter().map(ToString::to_string).collect();
+        let listen: Vec<String> = fe.listen.addrs.iter().map(ToString::to_string).collect();
         let _ = writeln!(s, "\nfrontend {:?}", fe.name);
         let _ = writeln!(s, "  listen: {}", listen.join(", "));
         write_backend(&mut s, fe);
@@ -44,7 +43,7 @@ pub fn report(config: &Config) -> Result<Report> {
                 c.names.join(" ")
             );
             write_staple(&mut s, fe, c, now);
-            if !matches!(fe.certs, CertSource::Acme(_)) {
+            if fe.acme().is_none() {
                 warnings.extend(c.warnings(now, config.certificate_expiry_warning));
             }
         }
@@ -93,7 +92,7 @@ fn write_staple(s: &mut String, fe: &Frontend, c: &certs::LoadedCert, now: i64) 
 
 /// Where the certificate comes from and what is stored (never the account or keys).
 fn write_acme(s: &mut String, fe: &Frontend) {
-    let CertSource::Acme(acme) = &fe.certs else {
+    let Some(acme) = fe.acme() else {
         return;
     };
     let _ = writeln!(
@@ -115,7 +114,7 @@ fn write_acme(s: &mut String, fe: &Frontend) {
 }
 
 fn write_backend(s: &mut String, fe: &Frontend) {
-    match &fe.backend {
+    match &fe.backend.target {
         Backend::Demo => {
             let _ = writeln!(s, "  backend: built-in demo page");
         }
@@ -131,7 +130,7 @@ fn write_backend(s: &mut String, fe: &Frontend) {
                     }
                 })
                 .collect();
-            let policy = match fe.backend_policy {
+            let policy = match fe.backend.policy {
                 BackendPolicy::RoundRobin => "round-robin",
                 BackendPolicy::LeastConnections => "least connections",
             };
@@ -142,8 +141,8 @@ fn write_backend(s: &mut String, fe: &Frontend) {
 
 /// PROXY headers sent to the backend and accepted from load balancers.
 fn write_proxy(s: &mut String, fe: &Frontend) {
-    if let Some(version) = fe.proxy_protocol {
-        let tlv_names = fe.proxy_tlvs.names();
+    if let Some(version) = fe.proxy.send {
+        let tlv_names = fe.proxy.tlvs.names();
         let _ = writeln!(
             s,
             "  proxy_protocol: {} to the backend{}",
@@ -155,7 +154,7 @@ fn write_proxy(s: &mut String, fe: &Frontend) {
             }
         );
     }
-    if let Some(ap) = &fe.accept_proxy {
+    if let Some(ap) = &fe.proxy.accept {
         let from: Vec<String> = ap.from.iter().map(ToString::to_string).collect();
         let _ = writeln!(
             s,
@@ -171,21 +170,21 @@ fn write_proxy(s: &mut String, fe: &Frontend) {
 }
 
 fn write_client_auth(s: &mut String, fe: &Frontend) {
-    if fe.client_auth == ClientAuth::None {
+    if fe.client_auth.mode == ClientAuth::None {
         return;
     }
     let _ = writeln!(
         s,
         "  client certificates: {} ({}{})",
-        fe.client_auth,
-        fe.client_ca.as_ref().map_or_else(
+        fe.client_auth.mode,
+        fe.client_auth.ca.as_ref().map_or_else(
             || "no CA: every certificate is passed on unverified".to_string(),
             |ca| format!("CA {}", ca.display())
         ),
-        if fe.client_crls.is_empty() {
+        if fe.client_auth.crls.is_empty() {
             String::new()
         } else {
-            format!(", {} CRL file(s)", fe.client_crls.len())
+            format!(", {} CRL file(s)", fe.client_auth.crls.len())
         }
     );
 }
@@ -199,23 +198,36 @@ fn write_tls(s: &mut String, fe: &Frontend) {
     let _ = writeln!(
         s,
         "  unknown SNI: {}; missing SNI: {}",
-        fallback(fe.unknown_sni),
-        fallback(fe.missing_sni)
+        fallback(fe.certs.unknown_sni),
+        fallback(fe.certs.missing_sni)
     );
     let versions: Vec<&str> = fe
+        .tls
         .versions
         .iter()
         .map(|v| params::version_name(v.version))
         .collect();
     // Only the suites of enabled versions: the others can never be chosen.
     let suites: Vec<&str> = fe
+        .tls
         .ciphersuites
         .iter()
-        .filter(|c| fe.versions.iter().any(|v| v.version == c.version().version))
+        .filter(|c| {
+            fe.tls
+                .versions
+                .iter()
+                .any(|v| v.version == c.version().version)
+        })
         .map(|c| params::suite_name(*c))
         .collect();
-    let groups: Vec<&str> = fe.groups.iter().map(|g| params::group_name(*g)).collect();
+    let groups: Vec<&str> = fe
+        .tls
+        .groups
+        .iter()
+        .map(|g| params::group_name(*g))
+        .collect();
     let alpn: Vec<String> = fe
+        .tls
         .alpn
         .iter()
         .map(|p| String::from_utf8_lossy(p).into_owned())
@@ -238,13 +250,13 @@ fn write_resumption(s: &mut String, fe: &Frontend, tls: &TlsContext) {
     let _ = writeln!(
         s,
         "  resumption: session cache {} per process, tickets {}",
-        fe.session_cache_size,
+        fe.resumption.cache_size,
         match &tls.ticketer {
             Some(t) => format!("on ({})", t.describe()),
             None => "off".into(),
         }
     );
-    if let Some(files) = &fe.ticket_keys {
+    if let Some(files) = &fe.resumption.ticket_keys {
         let paths: Vec<String> = files
             .paths
             .iter()
@@ -267,23 +279,23 @@ fn write_timeouts(s: &mut String, fe: &Frontend) {
     let _ = writeln!(
         s,
         "  timeouts: handshake {}, idle {}, connect {}; backlog {}",
-        humantime::format_duration(fe.handshake_timeout),
-        humantime::format_duration(fe.idle_timeout),
-        humantime::format_duration(fe.connect_timeout),
-        fe.backlog
+        humantime::format_duration(fe.timeouts.handshake),
+        humantime::format_duration(fe.timeouts.idle),
+        humantime::format_duration(fe.backend.connect_timeout),
+        fe.listen.backlog
     );
 }
 
 /// With `ktls`, whether this kernel lists the `tls` upper-layer protocol now (Linux loads the
 /// module on first use where it can, so "not listed" is a warning, not an error).
 fn write_ktls(s: &mut String, fe: &Frontend) {
-    if fe.record_layer == crate::config::RecordLayer::Rustls {
+    if fe.records.layer == crate::config::RecordLayer::Rustls {
         let _ = writeln!(
             s,
             "  record_layer: rustls protects the records for each connection's whole life"
         );
     }
-    if !fe.ktls {
+    if !fe.records.ktls {
         return;
     }
     let listed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
@@ -343,13 +355,13 @@ fn write_reload_changes(s: &mut String, config: &Config) {
         let _ = match (&c.old, &c.new) {
             (None, Some(_)) => writeln!(s, "  {how}: {} added", c.key),
             (Some(_), None) => writeln!(s, "  {how}: {} removed", c.key),
-            (old, new) => writeln!(
-                s,
-                "  {how}: {}: {} -> {}",
-                c.key,
-                old.as_deref().unwrap_or_default(),
-                new.as_deref().unwrap_or_default()
-            ),
+            (old, new) => {
+                let (old, new) = (old.as_deref().unwrap_or(""), new.as_deref().unwrap_or(""));
+                for (field, old, new) in running::differing_fields(old, new) {
+                    let _ = writeln!(s, "  {how}: {}{field}: {old} -> {new}", c.key);
+                }
+                Ok(())
+            }
         };
     }
 }

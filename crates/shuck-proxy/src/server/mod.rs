@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 
 use crate::certs::{acme, staple_refresh};
-use crate::config::{CertSource, Config, Frontend, OcspMode};
+use crate::config::{Config, Frontend, OcspMode};
 use crate::error::{Error, Result};
 use crate::obs::metrics::{self, Metrics};
 use crate::server::bindings::{write_ready_file, Bindings, Control, METRICS};
@@ -115,7 +115,11 @@ impl Server {
             tracing::warn!("{w}");
         }
         // Before any socket is touched: an upgrade's sockets are shared with the old process.
-        let addresses = config.frontends.iter().map(|fe| fe.listen.len()).sum();
+        let addresses = config
+            .frontends
+            .iter()
+            .map(|fe| fe.listen.addrs.len())
+            .sum();
         let reserved = limits::reserved_fds(config.workers, addresses);
         let limit = limits::ConnectionLimit::new(limits::effective_max_connections(
             config.max_connections,
@@ -201,9 +205,9 @@ impl Server {
             if fe.ocsp != OcspMode::Fetch {
                 continue;
             }
-            let files: Vec<PathBuf> = match &fe.certs {
-                CertSource::Acme(acme) => vec![acme.bundle.clone()],
-                _ => tls.certs.iter().map(|c| c.path.clone()).collect(),
+            let files: Vec<PathBuf> = match fe.acme() {
+                Some(acme) => vec![acme.bundle.clone()],
+                None => tls.certs.iter().map(|c| c.path.clone()).collect(),
             };
             jobs.extend(files.into_iter().map(|certificate| staple_refresh::Job {
                 frontend: fe.name.clone(),
@@ -299,10 +303,10 @@ impl Server {
             rt.spawn(staple_refresh::run(job, self.renewed.announce.clone()));
         }
         for fe in &c.frontends {
-            if let CertSource::Acme(acme) = &fe.certs {
+            if let Some(acme) = fe.acme() {
                 let job = acme::renewal::Job {
                     frontend: fe.name.clone(),
-                    acme: (**acme).clone(),
+                    acme: acme.clone(),
                 };
                 rt.spawn(acme::renewal::run(job, self.renewed.announce.clone()));
             }
@@ -426,7 +430,7 @@ fn bind_metrics(
 fn make_state_dirs(config: &Config) -> Result<()> {
     for fe in &config.frontends {
         let mut dirs = Vec::new();
-        if let CertSource::Acme(acme) = &fe.certs {
+        if let Some(acme) = fe.acme() {
             dirs.push(acme.dir.clone());
         }
         if fe.ocsp == OcspMode::Fetch {

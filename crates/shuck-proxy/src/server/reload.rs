@@ -12,13 +12,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use rustls::server::ProducesTickets;
 
-use crate::config::{CertSource, Config, Frontend};
+use crate::config::{global, Config, Frontend, OnChange};
 use crate::error::{Error, Result};
 use crate::obs::metrics::{self, Metrics};
 use crate::server::bindings::{Bindings, FrontendSlots};
-use crate::server::running::{self, runs_tasks};
+use crate::server::running;
 use crate::server::worker::Shared;
 use crate::sessions::cache::SessionCache;
 use crate::sessions::session_store::{SharedStore, StoreCounters};
@@ -96,7 +95,7 @@ impl Live {
             store_counters: self.store_counters.clone(),
         };
         if !fresh {
-            let keep = self.ticketer.clone().filter(|_| fe.session_tickets);
+            let keep = self.ticketer.clone().filter(|_| fe.resumption.tickets);
             let ctx = TlsContext::load_keeping(fe, carried(keep, self.sessions.clone()))?;
             if ctx.client_trust == self.client_trust {
                 return Ok((ctx, false));
@@ -115,20 +114,23 @@ impl Live {
         warn_within: Duration,
     ) {
         let now = crate::sys::clock::unix_now();
-        if !matches!(fe.certs, CertSource::Acme(_)) {
+        if fe.acme().is_none() {
             for w in ctx.certs.iter().flat_map(|c| c.warnings(now, warn_within)) {
                 tracing::warn!("{w}");
             }
         }
         metrics.set_certificates(&fe.name, cert_records(fe, ctx));
         ctx.sessions
-            .reconfigure(fe.session_cache_size, fe.session_ticket_lifetime);
+            .reconfigure(fe.resumption.cache_size, fe.resumption.ticket_lifetime);
         self.sessions.clone_from(&ctx.sessions);
         for (w, slot) in self.slots.tls.iter().enumerate() {
             slot.store(ctx.worker_config(w));
         }
         self.store.clone_from(&ctx.store);
         self.client_trust = ctx.client_trust;
+        if let Some(t) = ctx.ticketer.as_ref().filter(|t| !t.is_from_files()) {
+            t.set_lifetime(fe.resumption.ticket_lifetime.as_secs());
+        }
         self.ticketer.clone_from(&ctx.ticketer);
         // Every setting reaches new connections from now on: the workers read this slot when
         // they accept. They keep their backend pools unless the pool's own settings changed
@@ -141,8 +143,8 @@ impl Live {
 /// A frontend's TLS before anything carries over: a new ticket key, an empty session cache.
 pub(crate) fn load_new(fe: &Frontend, metrics: &Metrics) -> Result<TlsContext> {
     let sessions = SessionCache::new(
-        fe.session_cache_size,
-        fe.session_ticket_lifetime,
+        fe.resumption.cache_size,
+        fe.resumption.ticket_lifetime,
         metrics.session_counters(&fe.name),
     );
     TlsContext::load_keeping(
@@ -291,7 +293,7 @@ impl Reloader {
 
     /// Applies `new`; returns notes about changes that were not applied.
     pub fn reload(&mut self, new: &Config) -> Result<Vec<String>> {
-        let mut notes: Vec<String> = global_changes(&self.started, new)
+        let mut notes: Vec<String> = global::needing_a_restart(&self.started, new)
             .into_iter()
             .map(|key| format!("{key} changed; restart to apply it"))
             .collect();
@@ -299,7 +301,7 @@ impl Reloader {
         for fe in &new.frontends {
             match self.frontends.iter().position(|l| l.cfg.name == fe.name) {
                 Some(i) => next.push(self.plan_reload(i, fe, &mut notes)?),
-                None if runs_tasks(fe) => notes.push(format!(
+                None if fe.runs_tasks() => notes.push(format!(
                     "frontend {:?} is new and uses ACME or OCSP fetching: restart (or upgrade) to add it",
                     fe.name
                 )),
@@ -313,7 +315,7 @@ impl Reloader {
             let kept = next
                 .iter()
                 .any(|n| matches!(n, Next::Keep(k) | Next::Reload(k, ..) if *k == i));
-            if !kept && runs_tasks(&live.cfg) {
+            if !kept && live.cfg.runs_tasks() {
                 notes.push(format!("frontend {:?} is no longer configured but uses ACME or OCSP fetching: restart (or upgrade) to remove it", live.cfg.name));
                 next.push(Next::Keep(i));
             }
@@ -393,7 +395,10 @@ impl Reloader {
     /// `configured` as the descriptors serve it with the addresses listened on after the reload
     /// (each keeps descriptors back); an error, before anything is bound, if they leave no room.
     fn max_connections_for(&self, configured: usize, next: &[Next]) -> Result<usize> {
-        let addresses = next.iter().map(|n| self.frontend_of(n).listen.len()).sum();
+        let addresses = next
+            .iter()
+            .map(|n| self.frontend_of(n).listen.addrs.len())
+            .sum();
         let reserved = limits::reserved_fds(self.workers, addresses);
         limits::effective_max_connections(configured, self.capacity.fd_limit, reserved)
     }
@@ -405,51 +410,34 @@ impl Reloader {
         // frontend, which must not resume the sessions of the one that stood there; and when
         // either has tasks of its own, keeping one as it runs would serve one site's settings in
         // the other's place.
-        let other = !fe.named && old.listen != fe.listen;
-        if other && (runs_tasks(old) || runs_tasks(fe)) {
+        let other = !fe.named && old.listen.addrs != fe.listen.addrs;
+        if other && (old.runs_tasks() || fe.runs_tasks()) {
             return Err(Error::Reload(format!(
                 "the unnamed frontend {:?} changed its addresses and uses ACME or OCSP fetching (before or now): give the frontends names so a reload can tell them apart",
                 fe.name
             )));
         }
-        // The renewal task keeps the settings it started with: another name list or CA would
-        // serve a temporary certificate nobody orders a replacement for.
-        if acme_settings(old) != acme_settings(fe) {
+        let changes = old.changes(fe);
+        let kept_whole = changes.iter().find_map(|c| match c.on_change {
+            OnChange::RestartFrontend(why) => Some((c.key, why)),
+            _ => None,
+        });
+        if let Some((key, why)) = kept_whole {
             notes.push(format!(
-                "frontend {:?}: acme changed; not reloaded, restart to apply it",
+                "frontend {:?}: {key} changed; not reloaded, restart to apply it ({why})",
                 fe.name
             ));
             return Ok(Next::Keep(i));
         }
-        if old.ocsp != fe.ocsp {
-            notes.push(format!(
-                "frontend {:?}: ocsp changed; restart to apply it (its fetch tasks follow the settings shuck started with)",
-                fe.name
-            ));
-        }
-        if let Some(t) = self.frontends[i]
-            .ticketer
-            .as_ref()
-            .filter(|t| !t.is_from_files())
-        {
-            if fe.session_tickets && u64::from(t.lifetime()) != fe.session_ticket_lifetime.as_secs()
-            {
+        for c in &changes {
+            if let OnChange::Restart(why) = c.on_change {
                 notes.push(format!(
-                    "frontend {:?}: session_ticket_lifetime changed; restart to apply it (the ticket key is kept across reloads)",
-                    fe.name
+                    "frontend {:?}: {} changed; restart to apply it ({why})",
+                    fe.name, c.key
                 ));
             }
         }
-        if old.backlog != fe.backlog {
-            notes.push(format!(
-                "frontend {:?}: backlog changed; applies to addresses bound from now on (restart to apply it to the others)",
-                fe.name
-            ));
-        }
-        // state_dir and ocsp stay as started: the tasks that write there were started with them.
-        let mut fe = fe.clone();
-        fe.state_dir.clone_from(&old.state_dir);
-        fe.ocsp = old.ocsp;
+        let fe = old.keeping_what_needs_a_restart(fe.clone());
         let (ctx, dropped) = self.frontends[i].load(&fe, other)?;
         if dropped && !other {
             notes.push(format!(
@@ -549,40 +537,8 @@ pub(crate) fn cert_records(fe: &Frontend, tls: &TlsContext) -> Vec<metrics::Cert
             path: c.path.display().to_string(),
             subject: c.subject.clone(),
             not_after: c.not_after,
-            managed: matches!(fe.certs, CertSource::Acme(_)),
+            managed: fe.acme().is_some(),
             staple: c.staple.map(|v| (v.this_update, v.next_update)),
         })
         .collect()
-}
-
-/// A frontend's ACME settings, if it uses ACME.
-fn acme_settings(fe: &Frontend) -> Option<&crate::config::Acme> {
-    match &fe.certs {
-        CertSource::Acme(a) => Some(a),
-        _ => None,
-    }
-}
-
-/// Global keys whose new value differs from the running one and that a reload cannot apply.
-fn global_changes(old: &Config, new: &Config) -> Vec<&'static str> {
-    let mut v = Vec::new();
-    let mut check = |changed: bool, key: &'static str| {
-        if changed {
-            v.push(key);
-        }
-    };
-    check(old.workers != new.workers, "workers");
-    check(old.pin_cpus != new.pin_cpus, "pin_cpus");
-    check(old.log_format != new.log_format, "log_format");
-    check(
-        old.log_queue_lines != new.log_queue_lines,
-        "log_queue_lines",
-    );
-    check(old.metrics_listen != new.metrics_listen, "metrics_listen");
-    check(old.state_dir != new.state_dir, "state_dir");
-    // Privileges are dropped once, at start: a reload runs as the user already.
-    check(old.user != new.user, "user");
-    check(old.group != new.group, "group");
-    check(old.allow_root != new.allow_root, "allow_root");
-    v
 }

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Backend, CertSource, Config, Frontend, OcspMode};
+use crate::config::frontend::{on_change_of, OnChange, SECTIONS};
+use crate::config::{global, Config, Frontend};
 
 /// The file under `state_dir`.
 const FILE: &str = "running.toml";
@@ -69,29 +70,9 @@ pub fn read(state_dir: &Path) -> Option<(PathBuf, Snapshot)> {
 /// Every setting, by a key naming it (`workers`, `frontend "web" listen`), as text.
 pub fn settings(c: &Config) -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
-    let mut put = |k: &str, v: String| {
-        m.insert(k.to_string(), v);
-    };
-    put("workers", c.workers.to_string());
-    put("pin_cpus", c.pin_cpus.to_string());
-    put("max_connections", c.max_connections.to_string());
-    put("shutdown_grace", duration(c.shutdown_grace));
-    put("reload_timeout", duration(c.reload_timeout));
-    put("upgrade_confirm", duration(c.upgrade_confirm));
-    put("upgrade_timeout", duration(c.upgrade_timeout));
-    put("log_queue_lines", c.log_queue_lines.to_string());
-    // Not log_format, log_level or log_connections: serve's flags may set them, which `shuck
-    // check` does not see; nor user, group or allow_root, which act once, at start.
-    put(
-        "connection_log_format",
-        format!("{:?}", c.connection_log_format),
-    );
-    put("metrics_listen", format!("{:?}", c.metrics_listen));
-    put(
-        "certificate_expiry_warning",
-        duration(c.certificate_expiry_warning),
-    );
-    put("state_dir", c.state_dir.display().to_string());
+    for k in global::GLOBAL_KEYS.iter().filter(|k| k.recorded) {
+        m.insert(k.key.to_string(), (k.value)(c));
+    }
     for fe in &c.frontends {
         frontend_settings(fe, &mut m);
     }
@@ -99,144 +80,17 @@ pub fn settings(c: &Config) -> BTreeMap<String, String> {
 }
 
 fn frontend_settings(fe: &Frontend, m: &mut BTreeMap<String, String>) {
-    let mut put = |k: &str, v: String| {
-        let key = if k.is_empty() {
-            format!("frontend {:?}", fe.name)
-        } else {
-            format!("frontend {:?} {k}", fe.name)
-        };
-        m.insert(key, v);
-    };
+    let whole = format!("frontend {:?}", fe.name);
     // The frontend itself: whether it has tasks of its own decides if a reload may add it.
-    put(
-        "",
-        if runs_tasks(fe) {
-            "with ACME or OCSP fetching"
-        } else {
-            "configured"
-        }
-        .into(),
-    );
-    put("listen", join(fe.listen.iter()));
-    put(
-        "backend",
-        match &fe.backend {
-            Backend::Demo => "the built-in demo page".into(),
-            Backend::Tcp(v) => join(v.iter().map(|b| &b.name)),
-        },
-    );
-    put("backend_policy", format!("{:?}", fe.backend_policy));
-    put(
-        "certificates",
-        match &fe.certs {
-            CertSource::SelfSigned => "self-signed".into(),
-            CertSource::Files { paths, default } => format!(
-                "{} (default {:?})",
-                join(paths.iter().map(|p| p.display())),
-                default
-            ),
-            CertSource::Acme(_) => "ACME".into(),
-        },
-    );
-    if let CertSource::Acme(a) = &fe.certs {
-        put(
-            "acme",
-            format!(
-                "names {}, directory {}, key {:?}, contact {}, until_issued {:?}",
-                a.names.join(" "),
-                a.directory,
-                a.key,
-                a.contact.join(" "),
-                a.until_issued
-            ),
-        );
+    let kind = if fe.runs_tasks() {
+        "with ACME or OCSP fetching"
+    } else {
+        "configured"
+    };
+    m.insert(whole.clone(), kind.into());
+    for (key, value) in fe.rendered_sections() {
+        m.insert(format!("{whole} {key}"), value);
     }
-    put("ocsp", format!("{:?}", fe.ocsp));
-    for (k, v) in tls_settings(fe) {
-        put(k, v);
-    }
-}
-
-/// A frontend's TLS, timeouts, PROXY and resumption settings.
-fn tls_settings(fe: &Frontend) -> Vec<(&'static str, String)> {
-    let mut v = Vec::new();
-    let mut put = |k: &'static str, value: String| v.push((k, value));
-    put(
-        "sni",
-        format!("unknown {:?}, missing {:?}", fe.unknown_sni, fe.missing_sni),
-    );
-    put(
-        "versions",
-        join(fe.versions.iter().map(|v| format!("{:?}", v.version))),
-    );
-    put(
-        "ciphersuites",
-        join(fe.ciphersuites.iter().map(|s| format!("{:?}", s.suite()))),
-    );
-    put(
-        "groups",
-        join(fe.groups.iter().map(|g| format!("{:?}", g.name()))),
-    );
-    put(
-        "alpn",
-        join(
-            fe.alpn
-                .iter()
-                .map(|p| String::from_utf8_lossy(p).into_owned()),
-        ),
-    );
-    put(
-        "timeouts",
-        format!(
-            "handshake {}, idle {}, connect {}, backend_cooldown {}",
-            duration(fe.handshake_timeout),
-            duration(fe.idle_timeout),
-            duration(fe.connect_timeout),
-            duration(fe.backend_cooldown)
-        ),
-    );
-    put("backlog", fe.backlog.to_string());
-    put("defer_accept", duration(fe.defer_accept));
-    put("ktls", fe.ktls.to_string());
-    put("record_layer", fe.record_layer.as_str().to_string());
-    put(
-        "proxy_protocol",
-        format!("{:?} {:?}", fe.proxy_protocol, fe.proxy_tlvs),
-    );
-    put("accept_proxy", format!("{:?}", fe.accept_proxy));
-    put(
-        "client_auth",
-        format!(
-            "{:?}, ca {:?}, crls {:?}",
-            fe.client_auth, fe.client_ca, fe.client_crls
-        ),
-    );
-    put(
-        "resumption",
-        format!(
-            "cache {}, tickets {}, keys {:?}",
-            fe.session_cache_size, fe.session_tickets, fe.ticket_keys
-        ),
-    );
-    put(
-        "session_ticket_lifetime",
-        duration(fe.session_ticket_lifetime),
-    );
-    put(
-        "session_store",
-        fe.session_store.as_ref().map_or_else(
-            || "none".into(),
-            |s| {
-                format!(
-                    "{}, timeout {}, key {}",
-                    s.url_for_display(),
-                    duration(s.timeout),
-                    s.key.display()
-                )
-            },
-        ),
-    );
-    v
 }
 
 /// What differs between `old` (what runs) and `new`, and how each change would take effect.
@@ -253,32 +107,17 @@ pub fn changes(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -
         .collect()
 }
 
-/// How a change of `key` takes effect: what `reload::Reloader` applies and what it leaves.
+/// How a change of `key` takes effect: what `reload::Reloader` applies and what it leaves, from
+/// the same declarations (`config::global::ON_RELOAD`, `config::frontend::SECTIONS`).
 fn applies(key: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Applies {
-    // Global keys: these reload; the others wait for a restart.
-    const RELOADED: [&str; 7] = [
-        "max_connections",
-        "shutdown_grace",
-        "reload_timeout",
-        "upgrade_confirm",
-        "upgrade_timeout",
-        "connection_log_format",
-        "certificate_expiry_warning",
-    ];
-    let Some((frontend, setting)) = frontend_key(key) else {
-        return if RELOADED.contains(&key) {
-            Applies::Reload
-        } else {
-            Applies::Restart
+    let Some((frontend, section)) = frontend_key(key) else {
+        return match global::on_reload(key) {
+            Some(true) => Applies::Reload,
+            _ => Applies::Restart,
         };
     };
-    let of = |m: &BTreeMap<String, String>, s: &str| m.get(&format!("{frontend} {s}")).cloned();
     let whole = |m: &BTreeMap<String, String>| m.get(frontend).cloned();
     let tasks = |v: Option<String>| v.is_some_and(|v| v.starts_with("with ACME"));
-    // A frontend whose `acme` changed is kept as it runs, all of it.
-    if whole(old).is_some() && whole(new).is_some() && of(old, "acme") != of(new, "acme") {
-        return Applies::Restart;
-    }
     // A frontend added or removed: all of it as the frontend itself, not if it renews
     // certificates or fetches staples.
     if whole(old).is_none() || whole(new).is_none() {
@@ -288,21 +127,20 @@ fn applies(key: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, Str
             Applies::Reload
         };
     }
-    match setting {
-        // The frontend gains or loses tasks of its own (its `ocsp` or `acme` changed): the
-        // reload keeps it as it runs. And the addresses already bound keep their backlog.
-        None | Some("ocsp" | "backlog") => Applies::Restart,
-        // Random ticket keys keep the lifetime they were made with; keys from files do not.
-        Some("session_ticket_lifetime") => {
-            let random = of(old, "resumption")
-                .is_some_and(|r| r.contains("tickets true") && r.ends_with("keys None"));
-            if random {
-                Applies::Restart
-            } else {
-                Applies::Reload
-            }
-        }
-        _ => Applies::Reload,
+    // A frontend one of whose sections keeps the whole frontend as it runs.
+    let kept_whole = SECTIONS.iter().any(|(k, on)| {
+        let of = |m: &BTreeMap<String, String>| m.get(&format!("{frontend} {k}")).cloned();
+        matches!(on, OnChange::RestartFrontend(_)) && of(old) != of(new)
+    });
+    let restart = match section {
+        // The frontend gains or loses tasks of its own (its `ocsp` or `acme` changed).
+        None => true,
+        Some(s) => !matches!(on_change_of(s), Some(OnChange::NewConnections)),
+    };
+    if kept_whole || restart {
+        Applies::Restart
+    } else {
+        Applies::Reload
     }
 }
 
@@ -317,18 +155,49 @@ fn frontend_key(key: &str) -> Option<(&str, Option<&str>)> {
     }
 }
 
-/// Whether the frontend has tasks of its own (ACME renewal, OCSP fetching) that start with the
-/// process: adding or removing it takes a restart.
-pub(crate) fn runs_tasks(fe: &Frontend) -> bool {
-    matches!(fe.certs, CertSource::Acme(_)) || fe.ocsp == OcspMode::Fetch
+/// The fields that differ between two renderings of a section (`Name { a: 1, b: [2, 3] }`), as
+/// (".a", old, new); the whole values under "" when either is not such a struct or their
+/// fields differ in name.
+pub fn differing_fields<'a>(old: &'a str, new: &'a str) -> Vec<(String, &'a str, &'a str)> {
+    match (struct_fields(old), struct_fields(new)) {
+        (Some(a), Some(b)) if a.iter().map(|f| f.0).eq(b.iter().map(|f| f.0)) => a
+            .into_iter()
+            .zip(b)
+            .filter(|(x, y)| x.1 != y.1)
+            .map(|((name, x), (_, y))| (format!(".{name}"), x, y))
+            .collect(),
+        _ => vec![(String::new(), old, new)],
+    }
 }
 
-fn duration(d: std::time::Duration) -> String {
-    humantime::format_duration(d).to_string()
+/// The top-level fields of a derived `Debug` rendering of a struct, in order.
+fn struct_fields(text: &str) -> Option<Vec<(&str, &str)>> {
+    let body = text.strip_suffix(" }")?;
+    let body = &body[body.find(" { ")? + 3..];
+    let mut fields = Vec::new();
+    let (mut depth, mut quoted, mut start) = (0i32, false, 0);
+    let bytes = body.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'"' if i == 0 || bytes[i - 1] != b'\\' => quoted = !quoted,
+            b'(' | b'[' | b'{' if !quoted => depth += 1,
+            b')' | b']' | b'}' if !quoted => depth -= 1,
+            b',' if !quoted && depth == 0 => {
+                fields.push(field(&body[start..i])?);
+                start = i + 2;
+            }
+            _ => {}
+        }
+    }
+    fields.push(field(body.get(start..)?)?);
+    Some(fields)
 }
 
-fn join<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
-    items.map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+fn field(text: &str) -> Option<(&str, &str)> {
+    let (name, value) = text.split_once(": ")?;
+    name.chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        .then_some((name, value))
 }
 
 #[cfg(test)]
@@ -367,6 +236,27 @@ mod tests {
         ];
         assert_eq!(got, want.map(|(k, a)| (k.to_string(), a)));
         assert!(changes(&old, &old).is_empty());
+    }
+
+    #[test]
+    fn differing_fields_name_only_what_changed() {
+        let old = r#"Listen { addrs: [127.0.0.1:1, 127.0.0.1:2], backlog: 16, note: "a, b" }"#;
+        let new = r#"Listen { addrs: [127.0.0.1:1, 127.0.0.1:2], backlog: 64, note: "a, c" }"#;
+        assert_eq!(
+            differing_fields(old, new),
+            [
+                (".backlog".to_string(), "16", "64"),
+                (".note".to_string(), "\"a, b\"", "\"a, c\"")
+            ]
+        );
+        assert_eq!(
+            differing_fields("Round", "Least"),
+            [(String::new(), "Round", "Least")]
+        );
+        assert_eq!(
+            differing_fields("Some(A { x: 1 })", "None"),
+            [(String::new(), "Some(A { x: 1 })", "None")]
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use arc_swap::ArcSwap;
 
 use crate::backend::BackendPool;
 use crate::certs::acme::challenge;
-use crate::config::{Backend, BackendPolicy, CertSource, Config, ConnectionLogFormat, Frontend};
+use crate::config::{Backend, Backends, CertSource, Config, ConnectionLogFormat, Frontend};
 use crate::obs::metrics::{FrontendMetrics, Metrics};
 use crate::tls::{self, TlsSlot};
 
@@ -108,8 +108,8 @@ pub(crate) struct WorkerFrontend {
     pub(crate) cfg: Arc<Frontend>,
     /// This worker's TLS configuration; replaced whole on reload.
     pub(crate) tls: TlsSlot,
-    /// `None` means the built-in demo backend. Shared with the next `WorkerFrontend` while its
-    /// [`PoolSettings`] stay the same, so a reload that changes something else keeps the
+    /// `None` means the built-in demo backend. Shared with the next `WorkerFrontend` while the
+    /// frontend's backend section stays the same, so a reload that changes something else keeps the
     /// backends' health and connection counts.
     pub(crate) backends: Option<Rc<BackendPool>>,
     pub(crate) metrics: FrontendMetrics,
@@ -117,36 +117,16 @@ pub(crate) struct WorkerFrontend {
     pub(crate) acme_challenge: Option<Arc<rustls::ServerConfig>>,
 }
 
-/// What a frontend's backend pool is built from: the one section of a frontend whose change
-/// costs more than new connections seeing it (a new pool, health and counts afresh).
-#[derive(PartialEq)]
-struct PoolSettings<'a> {
-    backend: &'a Backend,
-    policy: BackendPolicy,
-    connect_timeout: Duration,
-    cooldown: Duration,
-}
-
-impl<'a> PoolSettings<'a> {
-    fn of(cfg: &'a Frontend) -> PoolSettings<'a> {
-        PoolSettings {
-            backend: &cfg.backend,
-            policy: cfg.backend_policy,
-            connect_timeout: cfg.connect_timeout,
-            cooldown: cfg.backend_cooldown,
-        }
-    }
-
-    fn pool(&self) -> Option<Rc<BackendPool>> {
-        match self.backend {
-            Backend::Demo => None,
-            Backend::Tcp(addrs) => Some(Rc::new(BackendPool::new(
-                addrs.clone(),
-                self.policy,
-                self.connect_timeout,
-                self.cooldown,
-            ))),
-        }
+/// The backend pool `backends` asks for (`None`: the built-in demo page).
+fn new_pool(backends: &Backends) -> Option<Rc<BackendPool>> {
+    match &backends.target {
+        Backend::Demo => None,
+        Backend::Tcp(addrs) => Some(Rc::new(BackendPool::new(
+            addrs.clone(),
+            backends.policy,
+            backends.connect_timeout,
+            backends.cooldown,
+        ))),
     }
 }
 
@@ -159,13 +139,12 @@ impl WorkerFrontend {
         metrics: FrontendMetrics,
         previous: Option<&WorkerFrontend>,
     ) -> Self {
-        let settings = PoolSettings::of(&cfg);
         let backends = match previous {
-            Some(p) if PoolSettings::of(&p.cfg) == settings => p.backends.clone(),
-            _ => settings.pool(),
+            Some(p) if p.cfg.backend == cfg.backend => p.backends.clone(),
+            _ => new_pool(&cfg.backend),
         };
-        let acme_challenge = match &cfg.certs {
-            CertSource::Acme(_) => challenge::server_config(tls::provider_for(&cfg))
+        let acme_challenge = match &cfg.certs.source {
+            CertSource::Acme => challenge::server_config(tls::provider_for(&cfg))
                 .inspect_err(|e| tracing::error!(frontend = %cfg.name, error = %e, "cannot answer ACME challenges"))
                 .ok(),
             _ => None,

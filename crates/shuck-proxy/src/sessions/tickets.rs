@@ -14,6 +14,7 @@
 //! between one and two lifetimes. File keys: every key of the file decrypts, one encrypts, and a
 //! ticket is refused once it is `lifetime` old, whatever keys the file still holds.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -71,7 +72,8 @@ struct KeySet {
 
 pub struct Ticketer {
     keys: ArcSwap<KeySet>,
-    lifetime_secs: u64,
+    /// Changed in place by a reload (`set_lifetime`).
+    lifetime_secs: AtomicU64,
     /// With keys from files (which never rotate here: a ticket's age is checked instead): how
     /// many keys, which one encrypts (counted from 1) and the files' format, for `shuck check`.
     from_files: Option<(usize, usize, TicketKeyFormat)>,
@@ -82,7 +84,7 @@ pub struct Ticketer {
 impl std::fmt::Debug for Ticketer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ticketer")
-            .field("lifetime_secs", &self.lifetime_secs)
+            .field("lifetime_secs", &self.lifetime_secs())
             .field("from_files", &self.from_files)
             .finish_non_exhaustive()
     }
@@ -100,7 +102,7 @@ impl Ticketer {
                 rotate_at: unix_now().unsigned_abs() + lifetime_secs,
                 others_until: 0,
             }),
-            lifetime_secs,
+            lifetime_secs: AtomicU64::new(lifetime_secs),
             from_files: None,
             domain,
         }))
@@ -135,10 +137,33 @@ impl Ticketer {
                 rotate_at: u64::MAX,
                 others_until: u64::MAX,
             }),
-            lifetime_secs: lifetime_secs.max(1),
+            lifetime_secs: AtomicU64::new(lifetime_secs.max(1)),
             from_files: Some((keys.keys.len(), keys.encrypting + 1, keys.format)),
             domain,
         }))
+    }
+
+    fn lifetime_secs(&self) -> u64 {
+        self.lifetime_secs.load(Ordering::Relaxed)
+    }
+
+    /// A reload's new `session_ticket_lifetime` for random keys, which are kept across reloads
+    /// so tickets issued before still resume: the next rotation comes no later than one new
+    /// lifetime from now, and tickets carry the new lifetime from now on.
+    pub fn set_lifetime(&self, lifetime_secs: u64) {
+        let lifetime_secs = lifetime_secs.max(1);
+        if self.lifetime_secs.swap(lifetime_secs, Ordering::Relaxed) == lifetime_secs {
+            return;
+        }
+        let due = unix_now().unsigned_abs() + lifetime_secs;
+        self.keys.rcu(|k| {
+            Arc::new(KeySet {
+                current: Arc::clone(&k.current),
+                others: k.others.clone(),
+                rotate_at: k.rotate_at.min(due),
+                others_until: k.others_until,
+            })
+        });
     }
 
     /// True when the keys came from files (a reload reads them again rather than keep these).
@@ -148,7 +173,7 @@ impl Ticketer {
 
     /// What `shuck check` says of the keys (never the keys).
     pub fn describe(&self) -> String {
-        let life = humantime::format_duration(std::time::Duration::from_secs(self.lifetime_secs));
+        let life = humantime::format_duration(std::time::Duration::from_secs(self.lifetime_secs()));
         match self.from_files {
             None => format!("random keys rotating every {life}"),
             Some((n, enc, format)) => format!(
@@ -173,10 +198,10 @@ impl Ticketer {
                 Some(fresh) => Arc::new(KeySet {
                     current: Arc::new(fresh),
                     others: vec![Arc::clone(&old.current)],
-                    rotate_at: now + self.lifetime_secs,
+                    rotate_at: now + self.lifetime_secs(),
                     // The old key issued tickets until `old.rotate_at`; each gets one lifetime
                     // beyond that, however late this rotation happens.
-                    others_until: old.rotate_at + self.lifetime_secs,
+                    others_until: old.rotate_at + self.lifetime_secs(),
                 }),
                 // No randomness: keep the old key rather than stop issuing tickets.
                 None => Arc::clone(old),
@@ -214,7 +239,7 @@ impl Ticketer {
             .find(|k| k.name == name)?;
         let mut buf = key.key.open(&self.aad(&key.name), sealed)?;
         let issued = u64::from_be_bytes(buf.get(..ISSUED_LEN)?.try_into().ok()?);
-        if self.from_files.is_some() && now.saturating_sub(issued) >= self.lifetime_secs {
+        if self.from_files.is_some() && now.saturating_sub(issued) >= self.lifetime_secs() {
             return None;
         }
         buf.drain(..ISSUED_LEN);
@@ -228,7 +253,7 @@ impl ProducesTickets for Ticketer {
     }
 
     fn lifetime(&self) -> u32 {
-        u32::try_from(self.lifetime_secs).unwrap_or(u32::MAX)
+        u32::try_from(self.lifetime_secs()).unwrap_or(u32::MAX)
     }
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
@@ -259,6 +284,30 @@ mod tests {
             other.decrypt(&c).is_none(),
             "another ticketer's keys do not open it"
         );
+    }
+
+    #[test]
+    fn a_shorter_lifetime_brings_the_next_rotation_in_and_keeps_the_key() {
+        let t = Ticketer::new(3600, [7; 32]).unwrap();
+        let now = unix_now().unsigned_abs();
+        let before = t.encrypt_at(b"before", now).unwrap();
+        t.set_lifetime(60);
+        assert_eq!(t.lifetime(), 60);
+        // Tickets issued before the change still open: the key is kept.
+        assert_eq!(t.decrypt_at(&before, now + 1).unwrap(), b"before");
+        // The next rotation comes within the new lifetime, not the old one.
+        let after = t.encrypt_at(b"after", now + 120).unwrap();
+        assert_ne!(
+            before[..NAME_LEN],
+            after[..NAME_LEN],
+            "rotated by now + 120 s"
+        );
+        // A longer lifetime does not postpone a rotation already due sooner.
+        let t = Ticketer::new(60, [7; 32]).unwrap();
+        let first = t.encrypt_at(b"a", now).unwrap();
+        t.set_lifetime(3600);
+        let later = t.encrypt_at(b"b", now + 120).unwrap();
+        assert_ne!(first[..NAME_LEN], later[..NAME_LEN]);
     }
 
     #[test]

@@ -21,6 +21,12 @@ pub fn set_defer_accept(socket: &std::net::TcpListener, wait: Duration) -> io::R
     sockopt::set_tcp_defer_accept(socket, secs)
 }
 
+/// Resizes a listening socket's accept queue: `listen()` on a socket already listening keeps
+/// the connections queued and takes the new size.
+pub fn set_backlog(socket: &std::net::TcpListener, backlog: u32) -> io::Result<()> {
+    socket2::SockRef::from(socket).listen(i32::try_from(backlog).unwrap_or(i32::MAX))
+}
+
 pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     if addr.is_ipv6() {
@@ -89,5 +95,29 @@ mod tests {
         assert!(tcp_defer_accept(&listener).unwrap() >= 1);
         super::set_defer_accept(&listener, Duration::ZERO).unwrap();
         assert_eq!(tcp_defer_accept(&listener).unwrap(), 0);
+    }
+
+    /// The queue size `ss` reports for a listening socket (its Send-Q column).
+    fn queue_size(port: u16) -> u32 {
+        let out = std::process::Command::new("ss")
+            .args(["-ltnH", &format!("sport = :{port}")])
+            .output()
+            .expect("ss (iproute2)");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        fields
+            .get(2)
+            .and_then(|f| f.parse().ok())
+            .unwrap_or_else(|| panic!("ss said {text:?}"))
+    }
+
+    /// A reload's new `backlog` reaches a socket already listening.
+    #[test]
+    fn the_backlog_of_a_listening_socket_can_be_changed() {
+        let listener = super::bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert_eq!(queue_size(port), 16);
+        super::set_backlog(&listener, 77).unwrap();
+        assert_eq!(queue_size(port), 77);
     }
 }

@@ -31,15 +31,15 @@ pub struct Verifier {
 /// The verifier for `fe`, or `None` when client certificates are not asked for.
 pub fn verifier(fe: &Frontend, provider: &Arc<CryptoProvider>) -> Result<Option<Verifier>> {
     let mut digest = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
-    digest.update(fe.client_auth.to_string().as_bytes());
-    let strict = match (fe.client_auth, fe.client_ca.as_deref()) {
+    digest.update(fe.client_auth.mode.to_string().as_bytes());
+    let strict = match (fe.client_auth.mode, fe.client_auth.ca.as_deref()) {
         (ClientAuth::None, _) => return Ok(None),
         (_, Some(ca)) => Some(strict_verifier(fe, ca, provider, &mut digest)?),
         (_, None) => None,
     };
     let mut trust_digest = [0u8; 32];
     trust_digest.copy_from_slice(digest.finish().as_ref());
-    if fe.client_auth == ClientAuth::OptionalNoCa {
+    if fe.client_auth.mode == ClientAuth::OptionalNoCa {
         let lenient = Arc::new(Lenient {
             strict,
             algorithms: provider.signature_verification_algorithms,
@@ -67,7 +67,7 @@ fn strict_verifier(
 ) -> Result<Arc<dyn ClientCertVerifier>> {
     let roots = load_roots(ca, digest)?;
     let mut crls = Vec::new();
-    for path in &fe.client_crls {
+    for path in &fe.client_auth.crls {
         crls.extend(load_crls(path, digest)?);
     }
     // Revocation is checked along the whole chain, as nginx and HAProxy do: a CRL from the root
@@ -80,7 +80,7 @@ fn strict_verifier(
             .with_crls(crls)
             .allow_unknown_revocation_status()
             .enforce_revocation_expiration();
-    if fe.client_auth != ClientAuth::Required {
+    if fe.client_auth.mode != ClientAuth::Required {
         builder = builder.allow_unauthenticated();
     }
     builder.build().map_err(|e| Error::Cert {

@@ -74,8 +74,8 @@ pub struct TlsContext {
 
 pub fn provider_for(fe: &Frontend) -> CryptoProvider {
     CryptoProvider {
-        cipher_suites: fe.ciphersuites.clone(),
-        kx_groups: fe.groups.clone(),
+        cipher_suites: fe.tls.ciphersuites.to_vec(),
+        kx_groups: fe.tls.groups.to_vec(),
         ..rustls::crypto::aws_lc_rs::default_provider()
     }
 }
@@ -163,14 +163,16 @@ impl TlsContext {
         let ticketer = carried.ticketer;
         let provider = Arc::new(provider_for(fe));
         let mut refusing = false;
-        let (certs, default_index) = match &fe.certs {
-            CertSource::SelfSigned => (vec![certs::self_signed(&provider)?], 0),
-            CertSource::Acme(acme) => {
+        let (certs, default_index) = match (&fe.certs.source, fe.acme()) {
+            (_, Some(acme)) => {
                 let (cert, refuse) = acme_certificate(acme, &provider)?;
                 refusing = refuse;
                 (vec![cert], 0)
             }
-            CertSource::Files { paths, default } => {
+            (CertSource::SelfSigned | CertSource::Acme, None) => {
+                (vec![certs::self_signed(&provider)?], 0)
+            }
+            (CertSource::Files { paths, default }, None) => {
                 let files = certs::expand_paths(paths)?;
                 let loaded = files
                     .iter()
@@ -200,7 +202,7 @@ impl TlsContext {
         let (unknown_sni, missing_sni) = if refusing {
             (SniFallback::Reject, SniFallback::Reject)
         } else {
-            (fe.unknown_sni, fe.missing_sni)
+            (fe.certs.unknown_sni, fe.certs.missing_sni)
         };
         let resolver = Arc::new(SniResolver::new(
             &certs,
@@ -215,7 +217,7 @@ impl TlsContext {
         let client_verifier = client_auth::verifier(fe, &provider)?;
         let client_trust = client_verifier.as_ref().map(|v| v.trust_digest);
         let builder = ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&fe.versions)
+            .with_protocol_versions(&fe.tls.versions)
             .map_err(tls_err)?;
         let (builder, client_check) = match client_verifier {
             Some(v) => (
@@ -225,15 +227,15 @@ impl TlsContext {
             None => (builder.with_no_client_auth(), None),
         };
         let mut template = builder.with_cert_resolver(resolver.clone());
-        template.alpn_protocols.clone_from(&fe.alpn);
+        template.alpn_protocols.clone_from(&fe.tls.alpn);
         // With shuck's record layer, shuck protects a TLS 1.3 connection's records itself after
         // the handshake (`records`); rustls hands the traffic keys over only when this allows
         // it. The stream reads it back to know which layer the records go to.
-        template.enable_secret_extraction = fe.record_layer == crate::config::RecordLayer::Shuck;
+        template.enable_secret_extraction = fe.records.layer == crate::config::RecordLayer::Shuck;
         // Server preference: the server knows which cipher is cheap on its CPU.
         template.ignore_client_order = true;
         let domain = resumption_domain(&certs, client_trust);
-        let ticketer = if fe.session_tickets {
+        let ticketer = if fe.resumption.tickets {
             let t = ticketer_for(fe, ticketer, domain).map_err(|e| match e {
                 TicketerError::Keys(e) => e,
                 TicketerError::Tls(source) => tls_err(source),
@@ -249,8 +251,8 @@ impl TlsContext {
             // Resized by the reload once every frontend has loaded (nothing changes before).
             Some(cache) => cache,
             None => SessionCache::new(
-                fe.session_cache_size,
-                fe.session_ticket_lifetime,
+                fe.resumption.cache_size,
+                fe.resumption.ticket_lifetime,
                 SessionCounters::default(),
             ),
         };
@@ -269,9 +271,9 @@ impl TlsContext {
         };
         let resumes = Resumes {
             domain,
-            lifetime: fe.session_ticket_lifetime,
-            tls13: fe.versions.contains(&&rustls::version::TLS13),
-            tickets: fe.session_tickets,
+            lifetime: fe.resumption.ticket_lifetime,
+            tls13: fe.tls.versions.contains(&&rustls::version::TLS13),
+            tickets: fe.resumption.tickets,
         };
         Ok(TlsContext {
             certs,
@@ -336,8 +338,8 @@ fn ticketer_for(
     carried: Option<Arc<tickets::Ticketer>>,
     domain: [u8; 32],
 ) -> std::result::Result<Arc<tickets::Ticketer>, TicketerError> {
-    let lifetime = fe.session_ticket_lifetime.as_secs();
-    if let Some(files) = &fe.ticket_keys {
+    let lifetime = fe.resumption.ticket_lifetime.as_secs();
+    if let Some(files) = &fe.resumption.ticket_keys {
         let keys = ticket_keys::read(&files.paths, files.format).map_err(TicketerError::Keys)?;
         return tickets::Ticketer::from_files(&keys, lifetime, domain).map_err(TicketerError::Tls);
     }

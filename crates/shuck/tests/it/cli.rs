@@ -620,8 +620,11 @@ fn check_says_what_a_reload_would_change() {
     let out = check();
     for want in [
         format!("pid {}", running.pid()),
-        format!("a reload applies: frontend \"web\" listen: 127.0.0.1:0 -> {first}, {free}"),
-        "a reload applies: frontend \"web\" backend: 127.0.0.1:1 -> 127.0.0.1:2".into(),
+        format!(
+            "a reload applies: frontend \"web\" listen.addrs: [127.0.0.1:0] -> [{first}, {free}]"
+        ),
+        "a reload applies: frontend \"web\" backend.target: Tcp([127.0.0.1:1]) -> Tcp([127.0.0.1:2])"
+            .into(),
         "needs a restart: workers: 2 -> 3".into(),
     ] {
         assert!(out.contains(&want), "missing {want:?}: {out}");
