@@ -7,6 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use shuck_test_support::clients::{curl, read_all_bounded, sum, wait_metric};
+use shuck_test_support::configs::{Config, Frontend};
 use shuck_test_support::pki::{connector, toml_path, Key, Pki};
 use shuck_test_support::process::Shuck;
 use shuck_test_support::tlv_backend::{text, tlv, walk_v2, RawBackend};
@@ -22,17 +23,26 @@ fn refused(addr: SocketAddr, bytes: &[u8], close_write: bool) -> Vec<u8> {
     read_all_bounded(&mut s)
 }
 
+/// A file with `frontend` and a metrics endpoint.
+fn with_metrics(frontend: Frontend) -> String {
+    Config::new()
+        .set("metrics_listen", "127.0.0.1:0")
+        .frontend(frontend)
+        .to_string()
+}
+
 #[test]
 fn accept_proxy_refuses_bad_headers_and_counts_them() {
     let pki = Pki::new();
     let cert = pki.leaf("s.pem", "s", &["pp.test"], Key::EcdsaP256);
     let backend = RawBackend::start();
-    let shuck = Shuck::start(&format!(
-        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\n\
-         certificates = {}\naccept_proxy = true\nproxy_header_timeout = \"1s\"\nproxy_protocol = \"v1\"\n",
-        backend.addr,
-        toml_path(&cert)
-    ));
+    let frontend = Frontend::new()
+        .backend(backend.addr)
+        .certificates(&[cert])
+        .set("accept_proxy", true)
+        .set("proxy_header_timeout", "1s")
+        .set("proxy_protocol", "v1");
+    let shuck = Shuck::start(&with_metrics(frontend));
     let a = shuck.addr();
     // A TLS client that sends no header: its ClientHello is refused on the first byte.
     let direct = curl(&pki, &shuck, "pp.test", "/", &[]);
@@ -101,12 +111,12 @@ fn accept_proxy_from_closes_peers_outside_the_list() {
     let pki = Pki::new();
     let cert = pki.leaf("s.pem", "s", &["pp.test"], Key::EcdsaP256);
     let backend = RawBackend::start();
-    let shuck = Shuck::start(&format!(
-        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\n\
-         certificates = {}\naccept_proxy = true\naccept_proxy_from = [\"192.0.2.0/24\", \"2001:db8::/32\"]\n",
-        backend.addr,
-        toml_path(&cert)
-    ));
+    let frontend = Frontend::new()
+        .backend(backend.addr)
+        .certificates(&[cert])
+        .set("accept_proxy", true)
+        .set("accept_proxy_from", ["192.0.2.0/24", "2001:db8::/32"]);
+    let shuck = Shuck::start(&with_metrics(frontend));
     assert!(refused(
         shuck.addr(),
         b"PROXY TCP4 203.0.113.9 198.51.100.7 40000 443\r\n",

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shuck_test_support::clients::{curl, s_client, sum, wait_metric};
+use shuck_test_support::configs::{Config, Frontend};
 use shuck_test_support::pki::{toml_path, Key, Pki};
 use shuck_test_support::process::{HttpBackend, Shuck};
 use shuck_test_support::tlv_backend::{first_cert_der, ssl_subs, text, tlv, walk_v2, RawBackend};
@@ -22,16 +23,29 @@ fn curl_with_cert(pki: &Pki, shuck: &Shuck, cert: &std::path::Path) -> std::proc
     )
 }
 
-fn mtls_frontend(pki: &Pki, backend: SocketAddr, client_auth: &str, tlvs: &str) -> Shuck {
+fn mtls_frontend(pki: &Pki, backend: SocketAddr, client_auth: &str, tlvs: &[&str]) -> Shuck {
     let cert = pki.leaf("server.pem", "server", &["tlv.test"], Key::EcdsaP256);
-    Shuck::start(&format!(
-        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\n\
-         certificates = {}\nalpn = [\"http/1.1\"]\nciphersuites = [\"TLS_AES_256_GCM_SHA384\", \"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384\"]\n\
-         proxy_protocol = \"v2\"\nproxy_protocol_tlvs = {tlvs}\n\
-         client_auth = \"{client_auth}\"\nclient_ca = {}\n",
-        toml_path(&cert),
-        toml_path(&pki.ca_path())
-    ))
+    let frontend = Frontend::new()
+        .backend(backend)
+        .certificates(&[cert])
+        .set("alpn", ["http/1.1"])
+        .set(
+            "ciphersuites",
+            [
+                "TLS_AES_256_GCM_SHA384",
+                "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+            ],
+        )
+        .set("proxy_protocol", "v2")
+        .set("proxy_protocol_tlvs", tlvs)
+        .set("client_auth", client_auth)
+        .set("client_ca", pki.ca_path());
+    Shuck::start(
+        &Config::new()
+            .set("metrics_listen", "127.0.0.1:0")
+            .frontend(frontend)
+            .to_string(),
+    )
 }
 
 #[test]
@@ -43,7 +57,7 @@ fn ssl_tlvs_and_the_client_certificate_reach_the_backend() {
         &pki,
         backend.addr,
         "required",
-        r#"["alpn", "authority", "ssl", "client_cert", "crc32c"]"#,
+        &["alpn", "authority", "ssl", "client_cert", "crc32c"],
     );
     let out = curl(
         &pki,
@@ -88,7 +102,7 @@ fn resumed_sessions_still_carry_the_whole_ssl_tlv() {
     let pki = Pki::new();
     let client = pki.leaf("client.pem", "client one", &[], Key::EcdsaP256);
     let backend = RawBackend::start();
-    let shuck = mtls_frontend(&pki, backend.addr, "required", r#"["ssl"]"#);
+    let shuck = mtls_frontend(&pki, backend.addr, "required", &["ssl"]);
     let c = client.to_str().expect("path");
     for (proto, version, cipher) in [
         ("-tls1_3", "TLSv1.3", "TLS_AES_256_GCM_SHA384"),
@@ -177,7 +191,7 @@ fn client_auth_required_refuses_clients_without_a_valid_certificate() {
     // A backend that reads the PROXY v2 header (an HTTP-only one would answer the header's first
     // CRLF and close on the unread request, resetting the connection).
     let backend = RawBackend::start();
-    let shuck = mtls_frontend(&pki, backend.addr, "required", "[]");
+    let shuck = mtls_frontend(&pki, backend.addr, "required", &[]);
 
     let none = curl(&pki, &shuck, "tlv.test", "/", &[]);
     assert!(!none.status.success(), "served without a certificate");
@@ -217,7 +231,7 @@ fn client_auth_optional_serves_anonymous_clients_and_tells_the_backend() {
     let other_ca = Pki::new();
     let stranger = other_ca.leaf("stranger.pem", "stranger", &[], Key::EcdsaP256);
     let backend = RawBackend::start();
-    let shuck = mtls_frontend(&pki, backend.addr, "optional", r#"["ssl"]"#);
+    let shuck = mtls_frontend(&pki, backend.addr, "optional", &["ssl"]);
 
     let anon = curl(&pki, &shuck, "tlv.test", "/", &[]);
     assert!(
@@ -361,7 +375,7 @@ fn optional_no_ca_still_needs_proof_of_the_private_key() {
     let victim = pki.client("victim.pem", "victim", 4001);
     let thief = pki.client("thief.pem", "thief", 4002);
     let backend = RawBackend::start();
-    let shuck = mtls_frontend(&pki, backend.addr, "optional_no_ca", r#"["ssl"]"#);
+    let shuck = mtls_frontend(&pki, backend.addr, "optional_no_ca", &["ssl"]);
 
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&victim)

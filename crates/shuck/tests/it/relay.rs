@@ -7,7 +7,8 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use shuck_test_support::clients::curl_at;
-use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::configs::{Config, Frontend};
+use shuck_test_support::pki::{Key, Pki};
 use shuck_test_support::process::Shuck;
 
 /// A backend that breaks off mid-answer with a reset must not look like a finished answer to
@@ -30,10 +31,11 @@ fn curl_reports_an_answer_cut_by_a_backend_reset_as_a_failure() {
         }
     });
     let cert = pki.leaf("relay.pem", "relay", &["relay.test"], Key::EcdsaP256);
-    let shuck = Shuck::start(&format!(
-        "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = {}\n",
-        toml_path(&cert)
-    ));
+    let shuck = Shuck::start(
+        &Config::new()
+            .frontend(Frontend::new().backend(backend).certificates(&[cert]))
+            .to_string(),
+    );
     let out = curl_at(&pki, shuck.addr(), "relay.test", "/", &[]);
     assert!(
         !out.status.success(),

@@ -3,6 +3,7 @@
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
+use shuck_test_support::configs::{Config, Frontend};
 use shuck_test_support::process::Shuck;
 
 /// Every message received within `bound` until one contains `until`, newline-joined.
@@ -29,9 +30,11 @@ fn sd_notify_says_ready_reloading_and_stopping() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("notify.sock");
     let socket = UnixDatagram::bind(&path).expect("bind notify socket");
-    let config = "[[frontend]]\nlisten = \"127.0.0.1:0\"\nself_signed = true\n";
+    let config = Config::new()
+        .frontend(Frontend::new().self_signed())
+        .to_string();
     let shuck = Shuck::with()
-        .config(config)
+        .config(&config)
         .env("NOTIFY_SOCKET", path.to_str().expect("path"))
         .run();
     let ready = receive_until(&socket, "READY=1", Duration::from_secs(10));
