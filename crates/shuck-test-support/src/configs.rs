@@ -10,7 +10,7 @@
 //! assert!(toml.contains("[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"127.0.0.1:8080\"\n"));
 //! ```
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::path::Path;
 
 /// A value as TOML writes it.
@@ -99,7 +99,9 @@ fn quoted(s: &str) -> String {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04X}", u32::from(c));
+            }
             c => out.push(c),
         }
     }
