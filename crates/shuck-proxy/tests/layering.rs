@@ -270,7 +270,7 @@ const LAYERS: [&[&str]; 11] = [
         "mem::buf_pool",
         "obs::log_limit",
         "sessions::sealing",
-        "certs::ocsp",
+        "certs::x509",
         "sys::state_files",
         "sys::notify",
         "sys::files",
@@ -280,6 +280,7 @@ const LAYERS: [&[&str]; 11] = [
     ],
     &[
         "sys::pid_file",
+        "certs::ocsp",
         "config",
         "obs::logging",
         "sys::limits",

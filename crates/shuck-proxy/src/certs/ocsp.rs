@@ -6,13 +6,14 @@
 //! valid now). A client trusts a staple only as far as it checks it; many do not check at all, so
 //! shuck never staples what it has not checked.
 //!
-//! Parsing is RustCrypto's `x509-ocsp` (with `der`); certificates are read with x509-parser;
+//! Parsing is RustCrypto's `x509-ocsp` (with `der`); certificates are read with x509-cert (`certs::x509`);
 //! signatures are checked with rustls' own table of aws-lc-rs algorithms. The signed bytes are
 //! sliced from the response as received, never re-encoded (DER re-encoding of a parsed value may
 //! differ from what was signed).
 
 use std::time::Duration;
 
+use super::x509::X509;
 use aws_lc_rs::digest::{digest, Algorithm, SHA1_FOR_LEGACY_USE_ONLY, SHA256};
 use x509_cert::der::asn1::{AnyRef, BitStringRef, Null, OctetString};
 use x509_cert::der::oid::db::{rfc5912, rfc6960};
@@ -22,7 +23,6 @@ use x509_cert::spki::AlgorithmIdentifierOwned;
 use x509_ocsp::{
     CertId, CertStatus, OcspResponse, OcspResponseStatus, Request, ResponseData, TbsRequest,
 };
-use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension, X509Certificate};
 
 /// Clocks differ: a thisUpdate up to this far ahead is accepted.
 const CLOCK_SKEW: i64 = 300;
@@ -148,14 +148,12 @@ pub fn verify(
     })
 }
 
-fn parse(der: &[u8]) -> Result<X509Certificate<'_>, OcspError> {
-    X509Certificate::from_der(der)
-        .map(|(_, c)| c)
-        .map_err(|e| OcspError::Certificate(e.to_string()))
+fn parse(der: &[u8]) -> Result<X509, OcspError> {
+    X509::parse(der).map_err(|e| OcspError::Certificate(e.to_string()))
 }
 
 /// Whether `id` names `leaf` as issued by `issuer` (SHA-1 or SHA-256 hashes, as the id says).
-fn is_for(id: &CertId, leaf: &X509Certificate<'_>, issuer: &X509Certificate<'_>) -> bool {
+fn is_for(id: &CertId, leaf: &X509, issuer: &X509) -> bool {
     let alg: &'static Algorithm = if id.hash_algorithm.oid == rfc5912::ID_SHA_1 {
         &SHA1_FOR_LEGACY_USE_ONLY
     } else if id.hash_algorithm.oid == rfc5912::ID_SHA_256 {
@@ -163,11 +161,11 @@ fn is_for(id: &CertId, leaf: &X509Certificate<'_>, issuer: &X509Certificate<'_>)
     } else {
         return false;
     };
-    let name = digest(alg, issuer.subject().as_raw());
-    let key = digest(alg, &issuer.public_key().subject_public_key.data);
+    let name = digest(alg, &issuer.subject_der());
+    let key = digest(alg, issuer.public_key_bits());
     id.issuer_name_hash.as_bytes() == name.as_ref()
         && id.issuer_key_hash.as_bytes() == key.as_ref()
-        && SerialNumber::new(leaf.raw_serial()).is_ok_and(|s| s == id.serial_number)
+        && SerialNumber::new(leaf.serial()).is_ok_and(|s| s == id.serial_number)
 }
 
 /// A SIGNED{} structure as received: the signed bytes, the algorithm, the signature and (for a
@@ -213,18 +211,7 @@ impl<'a> Signed<'a> {
 /// A certificate's public key: its algorithm identifier's contents and the key bytes.
 fn public_key(cert_der: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     let cert = parse(cert_der).ok()?;
-    let mut r = SliceReader::new(cert.public_key().raw).ok()?;
-    let (alg, key) = r
-        .sequence(|s| {
-            let alg = AnyRef::decode(s)?.value().to_vec();
-            let key = BitStringRef::decode(s)?
-                .as_bytes()
-                .map(<[u8]>::to_vec)
-                .unwrap_or_default();
-            Ok((alg, key))
-        })
-        .ok()?;
-    Some((alg, key))
+    Some((cert.public_key_algorithm(), cert.public_key_bits().to_vec()))
 }
 
 /// Whether `signature` over `message` with `algorithm` verifies under the key of `signer_der`.
@@ -270,14 +257,10 @@ fn is_delegated_responder(der: &[u8], issuer: &[u8], now: i64) -> bool {
     let Ok(cert) = parse(der) else {
         return false;
     };
-    let eku = cert
-        .extended_key_usage()
-        .ok()
-        .flatten()
-        .is_some_and(|e| e.value.ocsp_signing);
-    let valid = cert.validity().not_before.timestamp() <= now
-        && now < cert.validity().not_after.timestamp();
-    eku && valid
+    let (not_before, not_after) = cert.validity();
+    let valid = not_before <= now && now < not_after;
+    cert.may_sign_ocsp()
+        && valid
         && Signed::split(der).is_ok_and(|c| signed_by(issuer, c.algorithm, c.tbs, c.signature))
 }
 
@@ -292,11 +275,9 @@ pub fn request(leaf: &[u8], issuer: &[u8]) -> Result<Vec<u8>, OcspError> {
             oid: rfc5912::ID_SHA_1,
             parameters: Some(Null.into()),
         },
-        issuer_name_hash: octets(digest(alg, issuer.subject().as_raw()).as_ref())?,
-        issuer_key_hash: octets(
-            digest(alg, &issuer.public_key().subject_public_key.data).as_ref(),
-        )?,
-        serial_number: SerialNumber::new(leaf.raw_serial()).map_err(malformed)?,
+        issuer_name_hash: octets(digest(alg, &issuer.subject_der()).as_ref())?,
+        issuer_key_hash: octets(digest(alg, issuer.public_key_bits()).as_ref())?,
+        serial_number: SerialNumber::new(leaf.serial()).map_err(malformed)?,
     };
     let tbs_request = TbsRequest {
         request_list: vec![Request {
@@ -315,24 +296,7 @@ pub fn request(leaf: &[u8], issuer: &[u8]) -> Result<Vec<u8>, OcspError> {
 
 /// The OCSP responder named in the certificate's Authority Information Access, if any.
 pub fn responder_url(leaf: &[u8]) -> Option<String> {
-    let cert = parse(leaf).ok()?;
-    let url = cert
-        .iter_extensions()
-        .find_map(|ext| match ext.parsed_extension() {
-            ParsedExtension::AuthorityInfoAccess(aia) => {
-                aia.iter()
-                    .find_map(|ad| match (&ad.access_method, &ad.access_location) {
-                        (m, GeneralName::URI(u))
-                            if *m == x509_parser::oid_registry::OID_PKIX_ACCESS_DESCRIPTOR_OCSP =>
-                        {
-                            Some((*u).to_string())
-                        }
-                        _ => None,
-                    })
-            }
-            _ => None,
-        });
-    url
+    parse(leaf).ok()?.ocsp_url()
 }
 
 /// POSTs `request` to the responder at `url` (http://), within `timeout`.

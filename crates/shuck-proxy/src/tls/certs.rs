@@ -9,9 +9,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 use rustls::SignatureAlgorithm;
-use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
-use x509_parser::public_key::PublicKey;
 
+use crate::certs::x509::{PublicKeyKind, X509};
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,19 +181,18 @@ pub fn from_parts(
         path: path.to_path_buf(),
         message,
     };
-    let parsed: Vec<X509Certificate<'_>> = chain
+    let parsed: Vec<X509> = chain
         .iter()
         .enumerate()
         .map(|(i, der)| {
-            X509Certificate::from_der(der)
-                .map(|(_, c)| c)
+            X509::parse(der)
                 .map_err(|e| bad(format!("certificate #{} is not valid X.509: {e}", i + 1)))
         })
         .collect::<Result<_>>()?;
     // Chain order: each certificate must be issued by the next one. Clients that get the chain
     // out of order fail with confusing errors, so this is checked here rather than left to them.
     for i in 0..parsed.len().saturating_sub(1) {
-        if parsed[i].issuer().as_raw() != parsed[i + 1].subject().as_raw() {
+        if parsed[i].issuer_der() != parsed[i + 1].subject_der() {
             return Err(bad(format!(
                 "chain out of order: certificate #{} ({}) is issued by {}, but certificate #{} is {}; \
                  put the leaf first, then each issuer in turn",
@@ -207,10 +205,10 @@ pub fn from_parts(
         }
     }
     let leaf = &parsed[0];
-    let (key_bits, is_rsa) = match leaf.public_key().parsed() {
-        Ok(PublicKey::RSA(rsa)) => (rsa.key_size(), true),
-        Ok(PublicKey::EC(ec)) => (ec.key_size(), false),
-        _ => (0, false),
+    let (key_bits, is_rsa) = match leaf.public_key() {
+        PublicKeyKind::Rsa { bits } => (bits, true),
+        PublicKeyKind::Ec { bits } => (bits, false),
+        PublicKeyKind::Other => (0, false),
     };
     // Checked from the certificate, before the key is loaded: the crypto library refuses weak
     // RSA keys with a message that does not say why.
@@ -219,27 +217,18 @@ pub fn from_parts(
             "RSA key of {key_bits} bits: use 2048 to 8192 bits"
         )));
     }
-    let mut names = Vec::new();
-    if let Ok(Some(san)) = leaf.subject_alternative_name() {
-        for n in &san.value.general_names {
-            if let GeneralName::DNSName(d) = n {
-                names.push(d.to_ascii_lowercase());
-            }
-        }
-    }
+    let mut names = leaf.dns_names();
     if names.is_empty() {
         // Pre-SAN certificates: fall back to the common name, as clients once did.
-        for cn in leaf.subject().iter_common_name() {
-            if let Ok(s) = cn.as_str() {
-                names.push(s.to_ascii_lowercase());
-            }
-        }
+        names = leaf
+            .common_names()
+            .iter()
+            .map(|n| n.to_ascii_lowercase())
+            .collect();
     }
-    let sig_oid = &leaf.signature_algorithm.algorithm;
-    let sig_alg = x509_parser::objects::oid2sn(sig_oid, x509_parser::objects::oid_registry())
-        .map_or_else(|_| sig_oid.to_id_string(), str::to_string);
-    let subject = leaf.subject().to_string();
-    let not_after = leaf.validity().not_after.timestamp();
+    let sig_alg = leaf.signature_algorithm();
+    let subject = leaf.subject();
+    let (_, not_after) = leaf.validity();
     drop(parsed);
 
     let signing_key = provider

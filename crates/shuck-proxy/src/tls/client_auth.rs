@@ -13,7 +13,6 @@ use rustls::pki_types::{CertificateDer, CertificateRevocationListDer};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
-use x509_parser::prelude::{FromDer, X509Certificate};
 
 use super::certs::pem_problem;
 use crate::config::{ClientAuth, Frontend};
@@ -255,7 +254,9 @@ fn load_crls(
 
 /// The subject common name of a client certificate (first CN), for the PROXY SSL TLV.
 pub fn subject_cn(der: &[u8]) -> Option<String> {
-    let (_, cert) = X509Certificate::from_der(der).ok()?;
-    let cn = cert.subject().iter_common_name().next()?;
-    cn.as_str().ok().map(str::to_string)
+    crate::certs::x509::X509::parse(der)
+        .ok()?
+        .common_names()
+        .into_iter()
+        .next()
 }

@@ -115,7 +115,7 @@ pub fn server_config(provider: CryptoProvider) -> Result<Arc<ServerConfig>, rust
 #[cfg(test)]
 mod tests {
     use super::*;
-    use x509_parser::prelude::{FromDer, X509Certificate};
+    use x509_cert::der::Decode;
 
     #[test]
     fn a_published_challenge_carries_the_digest_and_goes_away_when_dropped() {
@@ -127,16 +127,19 @@ mod tests {
             .get("challenge.example")
             .cloned()
             .expect("pending");
-        let (_, cert) = X509Certificate::from_der(&key.cert[0]).expect("x509");
+        let cert = x509_cert::Certificate::from_der(&key.cert[0]).expect("x509");
         let ext = cert
-            .extensions()
+            .tbs_certificate
+            .extensions
             .iter()
-            .find(|e| e.oid.to_id_string() == "1.3.6.1.5.5.7.1.31")
+            .flatten()
+            .find(|e| e.extn_id.to_string() == "1.3.6.1.5.5.7.1.31")
             .expect("acmeIdentifier");
         assert!(ext.critical);
         // An OCTET STRING (tag 4, length 32) holding the digest.
-        assert_eq!(ext.value[..2], [4, 32]);
-        assert_eq!(&ext.value[2..], &digest);
+        let value = ext.extn_value.as_bytes();
+        assert_eq!(value[..2], [4, 32]);
+        assert_eq!(&value[2..], &digest);
         drop(published);
         assert!(PENDING.load().get("challenge.example").is_none());
     }

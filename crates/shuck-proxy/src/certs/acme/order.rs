@@ -144,26 +144,20 @@ async fn why_invalid(order: &mut instant_acme::Order) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use x509_parser::prelude::FromDer;
+    use x509_cert::der::Decode;
 
     #[test]
     fn requests_are_for_the_names_with_a_new_key_of_the_kind_asked() {
         let names = vec!["a.example".to_string(), "b.example".to_string()];
         for kind in [AcmeKey::Ecdsa, AcmeKey::Rsa] {
             let (csr, key) = request(&names, kind).expect("request");
-            let (_, parsed) =
-                x509_parser::certification_request::X509CertificationRequest::from_der(&csr)
-                    .expect("CSR");
+            let parsed = x509_cert::request::CertReq::from_der(&csr).expect("CSR");
             let pem = key.serialize_pem();
             assert!(pem.contains("PRIVATE KEY"));
             let want_rsa = kind == AcmeKey::Rsa;
             assert_eq!(
-                parsed
-                    .certification_request_info
-                    .subject_pki
-                    .algorithm
-                    .algorithm
-                    == x509_parser::oid_registry::OID_PKCS1_RSAENCRYPTION,
+                parsed.info.public_key.algorithm.oid
+                    == x509_cert::der::oid::db::rfc5912::RSA_ENCRYPTION,
                 want_rsa
             );
         }

@@ -9,9 +9,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use rustls::pki_types::pem::PemObject as _;
-use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
 use super::AcmeError;
+use crate::certs::x509::X509;
 use crate::sys::state_files;
 
 /// The account file for a CA directory (one account per directory, shared by frontends).
@@ -49,19 +49,12 @@ impl Stored {
         let der = rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
             .next()?
             .ok()?;
-        let (_, leaf) = X509Certificate::from_der(&der).ok()?;
-        let mut names = Vec::new();
-        if let Ok(Some(san)) = leaf.subject_alternative_name() {
-            for n in &san.value.general_names {
-                if let GeneralName::DNSName(d) = n {
-                    names.push(d.to_ascii_lowercase());
-                }
-            }
-        }
+        let leaf = X509::parse(&der).ok()?;
+        let (not_before, not_after) = leaf.validity();
         Some(Stored {
-            not_before: leaf.validity().not_before.timestamp(),
-            not_after: leaf.validity().not_after.timestamp(),
-            names,
+            not_before,
+            not_after,
+            names: leaf.dns_names(),
         })
     }
 
