@@ -50,6 +50,11 @@ pub struct Start {
     args: Vec<String>,
     nofile: Option<u32>,
     env: Vec<(String, String)>,
+    /// Started as root, do not add `--allow-root` (the test sees what a root start does).
+    as_root_does: bool,
+    /// Started as this user and group instead (through `setpriv`), as an operator without root
+    /// would.
+    user: Option<(String, String)>,
 }
 
 impl Start {
@@ -82,6 +87,21 @@ impl Start {
         self
     }
 
+    /// Without the `--allow-root` the tests add when they run as root: shuck does what it does
+    /// when an operator starts it as root.
+    #[must_use]
+    pub fn as_root_does(mut self) -> Start {
+        self.as_root_does = true;
+        self
+    }
+
+    /// Started as `user` and `group` (no supplementary groups), through `setpriv`.
+    #[must_use]
+    pub fn as_user(mut self, user: &str, group: &str) -> Start {
+        self.user = Some((user.to_string(), group.to_string()));
+        self
+    }
+
     /// Starts it and waits for the ready file.
     pub fn run(self) -> Shuck {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -99,8 +119,20 @@ impl Start {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        Shuck::spawn(dir, &args, self.nofile, &env)
+        let how = How {
+            nofile: self.nofile,
+            allow_root: !self.as_root_does && self.user.is_none(),
+            user: self.user,
+        };
+        Shuck::spawn(dir, &args, &how, &env)
     }
+}
+
+/// How the process is started.
+struct How {
+    nofile: Option<u32>,
+    allow_root: bool,
+    user: Option<(String, String)>,
 }
 
 impl Shuck {
@@ -114,12 +146,7 @@ impl Shuck {
         Start::default()
     }
 
-    fn spawn(
-        dir: tempfile::TempDir,
-        args: &[&str],
-        nofile: Option<u32>,
-        env: &[(&str, &str)],
-    ) -> Shuck {
+    fn spawn(dir: tempfile::TempDir, args: &[&str], how: &How, env: &[(&str, &str)]) -> Shuck {
         if running_as_root() {
             // A shuck that drops root (`user`) writes its ready file as that user.
             use std::os::unix::fs::PermissionsExt;
@@ -128,20 +155,36 @@ impl Shuck {
         }
         let ready = dir.path().join("ready");
         let log = dir.path().join("shuck.log");
-        let mut cmd = match nofile {
-            None => Command::new(&*SHUCK),
-            Some(n) => {
+        let mut cmd = match (how.nofile, &how.user) {
+            (None, None) => Command::new(&*SHUCK),
+            (Some(n), None) => {
                 let mut c = Command::new("sh");
                 c.arg("-c")
                     .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
                     .arg(&*SHUCK);
                 c
             }
+            (_, Some((user, group))) => {
+                let mut c = Command::new("setpriv");
+                c.args([
+                    &format!("--reuid={user}"),
+                    &format!("--regid={group}"),
+                    "--clear-groups",
+                    "--",
+                ])
+                .arg(&*SHUCK);
+                c
+            }
+        };
+        let allow_root: &[&str] = if how.allow_root {
+            as_root_allowed()
+        } else {
+            &[]
         };
         let child = cmd
             .arg("serve")
             .args(args)
-            .args(as_root_allowed())
+            .args(allow_root)
             .arg("--ready-file")
             .arg(&ready)
             // The configuration's log_level decides (info unless a test sets it), not the

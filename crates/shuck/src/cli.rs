@@ -201,7 +201,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "GROUP", requires = "user")]
     pub group: Option<String>,
 
-    /// Run as root without --user (refused otherwise).
+    /// Keep root when started as root without --user (otherwise the workers run as the `shuck`
+    /// user, or `nobody`).
     #[arg(long)]
     pub allow_root: bool,
 

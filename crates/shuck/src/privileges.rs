@@ -1,6 +1,8 @@
 //! Dropping root: `user`/`group` (or `--user`/`--group`) are applied once the listening sockets
 //! are bound, the certificates and keys read and the state directories made, before any worker
-//! starts. Without them, running as root is refused unless `allow_root` says so. Under systemd the
+//! starts. Started as root without them, shuck does what nginx does: it becomes an unprivileged
+//! user anyway (the `shuck` system user when the package made one, otherwise `nobody`) and says
+//! so in one log line; `allow_root` keeps root. Under systemd the
 //! better way is no root at all: `User=` (or `DynamicUser=`) with
 //! `AmbientCapabilities=CAP_NET_BIND_SERVICE` (contrib/shuck.service).
 //!
@@ -36,15 +38,16 @@ impl RunAs {
         }
     }
 
-    /// Becomes the configured user, or checks that running as root was allowed.
+    /// Becomes the configured user, or (started as root without one, unless `allow_root`) the
+    /// default one.
     pub fn apply(&self) -> Result<(), String> {
         let euid = unistd::geteuid();
-        let Some(name) = &self.user else {
-            if euid.is_root() && !self.allow_root {
-                return Err("refusing to run as root: set user (and group) to drop privileges once the ports are bound and the keys read, or allow_root = true (--allow-root); under systemd prefer User= with AmbientCapabilities=CAP_NET_BIND_SERVICE".into());
-            }
-            return Ok(());
+        let (name, by_default) = match &self.user {
+            Some(name) => (name.clone(), false),
+            None if euid.is_root() && !self.allow_root => (default_user()?, true),
+            None => return Ok(()),
         };
+        let name = &name;
         let user = User::from_name(name)
             .map_err(|e| format!("user {name:?}: {e}"))?
             .ok_or_else(|| format!("user {name:?} does not exist"))?;
@@ -77,9 +80,26 @@ impl RunAs {
         if unistd::setuid(Uid::from_raw(0)).is_ok() {
             return Err("root could be regained after dropping privileges: refusing to run".into());
         }
-        tracing::info!(user = %name, uid = %user.uid, gid = %gid, "dropped privileges");
+        if by_default {
+            tracing::info!(user = %name, uid = %user.uid, gid = %gid, "started as root with no user configured: dropped privileges, the workers run as {name}; set user (and group) to choose who, or allow_root = true to keep root");
+        } else {
+            tracing::info!(user = %name, uid = %user.uid, gid = %gid, "dropped privileges");
+        }
         Ok(())
     }
+}
+
+/// Who a root start without `user` becomes: the first of these that exists.
+const DEFAULT_USERS: [&str; 2] = ["shuck", "nobody"];
+
+fn default_user() -> Result<String, String> {
+    DEFAULT_USERS
+        .iter()
+        .find(|n| matches!(User::from_name(n), Ok(Some(_))))
+        .map(|n| (*n).to_string())
+        .ok_or_else(|| {
+            "started as root with no user configured, and neither a \"shuck\" nor a \"nobody\" user exists: set user, or allow_root = true to keep root".to_string()
+        })
 }
 
 /// Gives a state directory and what is in it to the user it will be written by.

@@ -510,24 +510,91 @@ fn a_reload_changes_the_log_level() {
     shuck.wait_log("DEBUG");
 }
 
-/// As root: without `user` shuck refuses to serve (unless allow_root); with `user = "nobody"` its
-/// workers run as nobody once the keys are read, the certificate is served, and a reload that
-/// must read a file nobody cannot read is refused cleanly while the old certificate keeps serving.
+/// The uid of every thread of process `pid` (real, from /proc).
+fn thread_uids(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .flatten()
+        .map(|t| std::fs::read_to_string(t.path().join("status")).unwrap_or_default())
+        .filter_map(|s| {
+            let line = s.lines().find(|l| l.starts_with("Uid:"))?;
+            line.split_whitespace().nth(1).map(str::to_string)
+        })
+        .collect()
+}
+
+/// The demo page over HTTPS, certificate unchecked (self-signed): the HTTP status curl got.
+fn demo_status(addr: std::net::SocketAddr) -> String {
+    let out = run_bounded(
+        Command::new("curl").args([
+            "-sk",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &format!("https://{addr}/"),
+        ]),
+        b"",
+        20,
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The README's first command, `shuck serve --self-signed`, serves the demo page when started as
+/// root and when started as an ordinary user. As root with no `user`, it does what nginx does:
+/// the workers run unprivileged (the `shuck` system user when there is one, otherwise nobody),
+/// said in one log line.
+#[test]
+fn the_readme_command_serves_as_root_and_as_an_ordinary_user() {
+    if !shuck_test_support::process::running_as_root() {
+        eprintln!("not root: a root start cannot be exercised here (CI runs as root)");
+        return;
+    }
+    let readme = ["--self-signed", "--listen", "127.0.0.1:0"];
+    let (name, uid) = match nix_user("shuck") {
+        Some(uid) => ("shuck", uid),
+        None => ("nobody", "65534".to_string()),
+    };
+    let root = Shuck::with().args(&readme).as_root_does().run();
+    let log = root.wait_log(&format!("the workers run as {name}"));
+    assert_eq!(log.matches("started as root").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("dropped privileges").count(),
+        1,
+        "one line: {log}"
+    );
+    let uids = thread_uids(root.pid());
+    assert!(uids.len() >= 2, "main thread and workers: {uids:?}");
+    assert!(uids.iter().all(|u| *u == uid), "{uids:?}\n{log}");
+    assert_eq!(demo_status(root.addr()), "200", "{log}");
+
+    let user = Shuck::with()
+        .args(&readme)
+        .as_user("nobody", "nogroup")
+        .run();
+    let uids = thread_uids(user.pid());
+    assert!(uids.iter().all(|u| u == "65534"), "{uids:?}");
+    assert_eq!(demo_status(user.addr()), "200", "{}", user.log_text());
+    assert!(!user.log_text().contains("started as root"));
+}
+
+/// The uid of the user called `name`, if there is one (from `id`).
+fn nix_user(name: &str) -> Option<String> {
+    let out = run_bounded(Command::new("id").args(["-u", name]), b"", 10);
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// As root with `user = "nobody"`: the workers run as nobody once the keys are read, the
+/// certificate is served, and a reload that must read a file nobody cannot read is refused
+/// cleanly while the old certificate keeps serving.
 #[test]
 fn started_as_root_the_workers_run_as_the_configured_user() {
     if !shuck_test_support::process::running_as_root() {
         eprintln!("not root: the privilege drop cannot be exercised here (CI runs as root)");
         return;
     }
-    let out = run_bounded(
-        Command::new(&*SHUCK).args(["serve", "--self-signed", "--listen", "127.0.0.1:0"]),
-        b"",
-        30,
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
-    assert!(err.contains("refusing to run as root"), "{err}");
-
     let pki = Pki::new();
     // Root's alone: nobody cannot read the bundle.
     let cert = pki.leaf("root-only.pem", "root-only", &["priv.test"], Key::EcdsaP256);
@@ -545,24 +612,9 @@ fn started_as_root_the_workers_run_as_the_configured_user() {
         .args(&["--config", cfg.to_str().expect("path")])
         .run();
     let log = shuck.wait_log("dropped privileges");
-    let uids: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", shuck.pid()))
-        .expect("tasks")
-        .flatten()
-        .map(|t| std::fs::read_to_string(t.path().join("status")).unwrap_or_default())
-        .filter_map(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(str::to_string)
-        })
-        .collect();
+    let uids = thread_uids(shuck.pid());
     assert!(uids.len() >= 3, "main thread and two workers: {uids:?}");
-    for uid in &uids {
-        assert_eq!(
-            uid.split_whitespace().nth(1),
-            Some("65534"),
-            "{uids:?}\n{log}"
-        );
-    }
+    assert!(uids.iter().all(|u| u == "65534"), "{uids:?}\n{log}");
     let served = || {
         let (_, out) = s_client(&pki, shuck.addr(), Some("priv.test"), &[]);
         out.contains("CN = root-only") && out.contains("Verify return code: 0 (ok)")
