@@ -36,13 +36,29 @@ pub(crate) struct BackendPool {
 pub(crate) struct Lease<'p> {
     pool: &'p BackendPool,
     index: usize,
+    /// How long the connect that succeeded took (zero until then).
+    connected_in: Duration,
 }
 
 impl<'p> Lease<'p> {
     fn take(pool: &'p BackendPool, index: usize) -> Lease<'p> {
         let open = &pool.open[index];
         open.set(open.get() + 1);
-        Lease { pool, index }
+        Lease {
+            pool,
+            index,
+            connected_in: Duration::ZERO,
+        }
+    }
+
+    /// The backend's position in the pool (and in the configuration's list).
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
+    /// How long the TCP connect to this backend took.
+    pub(crate) fn connected_in(&self) -> Duration {
+        self.connected_in
     }
 
     /// The backend as written in the configuration.
@@ -124,8 +140,9 @@ impl BackendPool {
             let b = &self.addrs[i];
             // Counted and passed before the wait: connections choosing while this one connects
             // (a burst of handshakes finishing together) see it and go elsewhere.
-            let lease = Lease::take(self, i);
+            let mut lease = Lease::take(self, i);
             self.chooser.chose(i, n);
+            let started = Instant::now();
             let res =
                 match tokio::time::timeout(self.connect_timeout, connect::connect(b.addr)).await {
                     Ok(r) => r,
@@ -137,6 +154,7 @@ impl BackendPool {
             match res {
                 Ok(s) => {
                     self.down_until[i].set(None);
+                    lease.connected_in = started.elapsed();
                     return Ok((s, lease));
                 }
                 Err(e) if out_of_descriptors(&e) => return Err(ConnectError::NoDescriptors(e)),

@@ -106,6 +106,8 @@ async fn pipeline<'a>(
         return Ok(());
     };
     trace.handshake_ms = Some(trace.since_accept());
+    let resumed = hs.conn().is_some_and(handshake::resumed);
+    fe.metrics.handshake_took(resumed, trace.accepted.elapsed());
     if worker.log_connections() {
         // Now, while rustls still has the connection (the relay takes the records over).
         trace.summary = Some(Box::new(Summary::of(&hs)));
@@ -197,6 +199,9 @@ async fn serve_negotiated<'a>(
     let (upstream, lease) = connect_backend(pool, &mut hs.stream, cfg.timeouts.handshake).await?;
     trace.backend = Some(lease.name());
     trace.connect_ms = Some(trace.since_accept());
+    if let Some(h) = fe.backend_connect_times.get(lease.index()) {
+        h.observe(lease.connected_in().as_secs_f64());
+    }
     if matches!(hs.client_cert, ClientCert::Unverified(_)) {
         // Counted as passed on: only now is there a backend to pass it to.
         fe.metrics.client_certs_unverified.inc();

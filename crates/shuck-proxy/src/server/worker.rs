@@ -113,6 +113,8 @@ pub(crate) struct WorkerFrontend {
     /// backends' health and connection counts.
     pub(crate) backends: Option<Rc<BackendPool>>,
     pub(crate) metrics: FrontendMetrics,
+    /// One connect-time histogram per backend of the pool, in its order.
+    pub(crate) backend_connect_times: Vec<prometheus_client::metrics::histogram::Histogram>,
     /// With ACME: what a TLS-ALPN-01 validator's handshake is served with.
     pub(crate) acme_challenge: Option<Arc<rustls::ServerConfig>>,
 }
@@ -149,11 +151,18 @@ impl WorkerFrontend {
                 .ok(),
             _ => None,
         };
+        let backend_connect_times = match &cfg.backend.target {
+            Backend::Demo => Vec::new(),
+            Backend::Tcp(addrs) => metrics
+                .backend_connects()
+                .for_backends(addrs.iter().map(|b| b.name.as_str())),
+        };
         WorkerFrontend {
             cfg,
             tls,
             backends,
             metrics,
+            backend_connect_times,
             acme_challenge,
         }
     }

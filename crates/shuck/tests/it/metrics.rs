@@ -108,6 +108,75 @@ fn counters_follow_real_traffic() {
     assert!(not_found.starts_with("HTTP/1.1 404"), "{not_found}");
 }
 
+/// The two latencies as histograms: every handshake (full and resumed) is timed once, under
+/// its kind, and every connection that reached the backend has its connect timed, under that
+/// backend; each histogram's buckets add up to its count.
+#[test]
+fn handshakes_and_backend_connects_are_timed_as_histograms() {
+    let pki = Pki::new();
+    let cert = pki.leaf("h.pem", "h", &["h.test"], Key::EcdsaP256);
+    let b = HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "workers = 2\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n",
+        b.addr,
+        toml_path(&cert)
+    ));
+    let (web, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+    for i in 0..5 {
+        assert!(curl(&pki, &shuck, "h.test", &format!("/{i}"), &[])
+            .status
+            .success());
+    }
+    // One full handshake and five resumed ones (TLS 1.2, so the session ID resumes at once).
+    let (_, out) = s_client(&pki, web, Some("h.test"), &["-reconnect", "-tls1_2"]);
+    assert!(out.contains("Reused, TLSv1.2"), "{out}");
+    let handshakes = |kind: &str| {
+        sum(
+            &wait_metric(
+                metrics,
+                "shuck_backend_connect_duration_seconds_count",
+                &[],
+                11,
+            ),
+            "shuck_handshakes_total",
+            &[&format!("kind=\"{kind}\"")],
+        )
+    };
+    let (full, resumed) = (handshakes("full"), handshakes("resumed"));
+    assert!(full >= 6 && resumed >= 1, "full {full}, resumed {resumed}");
+    let text = scrape(metrics);
+    for kind in ["full", "resumed"] {
+        let k = format!("kind=\"{kind}\"");
+        let count = sum(&text, "shuck_handshake_duration_seconds_count", &[&k]);
+        let want = if kind == "full" { full } else { resumed };
+        assert_eq!(count, want, "{kind}: {text}");
+        let inf = sum(
+            &text,
+            "shuck_handshake_duration_seconds_bucket",
+            &[&k, "le=\"+Inf\""],
+        );
+        assert_eq!(inf, count, "{text}");
+    }
+    let backend = format!("backend=\"{}\"", b.addr);
+    let connects = sum(
+        &text,
+        "shuck_backend_connect_duration_seconds_count",
+        &[&backend],
+    );
+    assert_eq!(
+        connects,
+        full + resumed,
+        "every connection reached the backend: {text}"
+    );
+    // A loopback connect is far under a second: the 1.024 s bucket holds them all.
+    let fast = sum(
+        &text,
+        "shuck_backend_connect_duration_seconds_bucket",
+        &[&backend, "le=\"1.024\""],
+    );
+    assert_eq!(fast, connects, "{text}");
+}
+
 #[test]
 fn a_flood_of_bad_handshakes_is_counted_in_full_but_logged_sparingly() {
     let pki = Pki::new();

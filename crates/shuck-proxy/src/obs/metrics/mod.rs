@@ -22,6 +22,15 @@ use crate::sessions::session_store::{latency_histogram, StoreCounters};
 use prometheus_client::metrics::histogram::Histogram;
 
 type Labels = Vec<(&'static str, String)>;
+type DurationFamily = Family<Labels, Histogram, fn() -> Histogram>;
+
+/// Buckets for the latencies operators ask of a terminator first (a handshake, a backend
+/// connect): 0.5 ms doubling to 8.2 s.
+fn duration_histogram() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.000_5, 2.0, 15,
+    ))
+}
 
 /// All metric families of the process.
 #[derive(Debug)]
@@ -52,6 +61,8 @@ pub struct Metrics {
     store_writes: Family<Labels, Counter>,
     store_latency: Family<Labels, Histogram, fn() -> Histogram>,
     store_breaker_open: Family<Labels, Gauge>,
+    handshake_duration: DurationFamily,
+    backend_connect_duration: DurationFamily,
     /// The certificates served now: expiry and OCSP staples.
     certificates: CertificateGauges,
 }
@@ -76,6 +87,35 @@ pub struct FrontendMetrics {
     /// Connections that asked for kTLS (`ktls = true`), by where their records were protected.
     pub ktls_kernel: Counter,
     pub ktls_user_space: Counter,
+    /// From accept to the end of the handshake, full and resumed.
+    handshake_durations: [Histogram; 2],
+    /// This worker's backend-connect histograms are taken per backend when its pool is built.
+    backend_connects: BackendConnects,
+}
+
+/// Where one worker's per-backend connect histograms come from.
+#[derive(Debug, Clone)]
+pub struct BackendConnects {
+    family: DurationFamily,
+    frontend: String,
+    worker: String,
+}
+
+impl BackendConnects {
+    /// One histogram per backend, in the order given (at start and reload, not per connection:
+    /// the label lookup takes the family's lock).
+    pub(crate) fn for_backends<'a>(&self, names: impl Iterator<Item = &'a str>) -> Vec<Histogram> {
+        names
+            .map(|b| {
+                let l: Labels = vec![
+                    ("frontend", self.frontend.clone()),
+                    ("worker", self.worker.clone()),
+                    ("backend", b.to_string()),
+                ];
+                self.family.get_or_create(&l).clone()
+            })
+            .collect()
+    }
 }
 
 impl FrontendMetrics {
@@ -85,6 +125,15 @@ impl FrontendMetrics {
         if let Some(m) = resumed_by {
             self.resumptions[m as usize - 1].inc();
         }
+    }
+
+    /// Times a handshake, from accept to its end.
+    pub(crate) fn handshake_took(&self, resumed: bool, took: Duration) {
+        self.handshake_durations[usize::from(resumed)].observe(took.as_secs_f64());
+    }
+
+    pub(crate) fn backend_connects(&self) -> &BackendConnects {
+        &self.backend_connects
     }
 
     /// Counts a connection that ended early, in the family its reason belongs to.
@@ -126,6 +175,8 @@ impl Metrics {
             store_writes: Family::default(),
             store_latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             store_breaker_open: Family::default(),
+            handshake_duration: Family::new_with_constructor(duration_histogram),
+            backend_connect_duration: Family::new_with_constructor(duration_histogram),
             certificates: CertificateGauges::default(),
             registry: Registry::default(),
             process: Registry::default(),
@@ -208,6 +259,7 @@ impl Metrics {
         );
         register_process_wide(&mut registry);
         register_session_families(&mut registry, &m);
+        register_latencies(&mut registry, &m);
         m.certificates.register(&mut registry);
         let mut process = Registry::default();
         process.register_collector(Box::new(process::ProcessCollector));
@@ -304,6 +356,16 @@ impl Metrics {
             client_certs_unverified: get(&self.client_certs_unverified, &base()),
             ktls_kernel: get(&self.ktls, &with("records", "kernel")),
             ktls_user_space: get(&self.ktls, &with("records", "user_space")),
+            handshake_durations: ["full", "resumed"].map(|kind| {
+                self.handshake_duration
+                    .get_or_create(&with("kind", kind))
+                    .clone()
+            }),
+            backend_connects: BackendConnects {
+                family: self.backend_connect_duration.clone(),
+                frontend: frontend.to_string(),
+                worker: worker.to_string(),
+            },
         }
     }
 
@@ -393,9 +455,20 @@ fn build_labels() -> Vec<(&'static str, String)> {
     ]
 }
 
-/// A handle out of a family. The family's read guard must be dropped before the next lookup, which
-/// may need the write lock; a function boundary makes sure of that (a guard living to the end of a
-/// struct literal would deadlock).
+/// The two latencies operators ask of a terminator first, as histograms.
+fn register_latencies(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "handshake_duration_seconds",
+        "From accept to the end of the TLS handshake (the access log's handshake_ms: the PROXY header and the ClientHello's arrival included), by kind (full or resumed)",
+        m.handshake_duration.clone(),
+    );
+    registry.register(
+        "backend_connect_duration_seconds",
+        "TCP connect to the backend that answered, from its attempt's start",
+        m.backend_connect_duration.clone(),
+    );
+}
+
 /// The families of session resumption: the process cache and the remote store.
 fn register_session_families(registry: &mut Registry, m: &Metrics) {
     registry.register(
@@ -430,6 +503,9 @@ fn register_session_families(registry: &mut Registry, m: &Metrics) {
     );
 }
 
+/// A handle out of a family. The family's read guard must be dropped before the next lookup, which
+/// may need the write lock; a function boundary makes sure of that (a guard living to the end of a
+/// struct literal would deadlock).
 fn get<M: Clone + Default>(f: &Family<Labels, M>, l: &Labels) -> M {
     f.get_or_create(l).clone()
 }
