@@ -35,6 +35,12 @@ pub enum Command {
     /// Measure this machine's per-core crypto speed and predict handshakes/s and bulk MB/s.
     #[cfg(feature = "bench")]
     Speed(shuck_bench::cli::SpeedArgs),
+    /// Print the version; with --verbose also the commit, features, rustls and aws-lc versions,
+    /// the allocator, the compiler, and whether this kernel has kTLS.
+    Version {
+        #[arg(short, long)]
+        verbose: bool,
+    },
     /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
     Completions {
         #[arg(value_enum)]

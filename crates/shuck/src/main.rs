@@ -14,6 +14,7 @@ mod upgrading;
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
@@ -47,6 +48,10 @@ fn main() -> ExitCode {
             std::io::Write::write_all(&mut std::io::stdout(), &script)
                 .map_err(|e| format!("cannot write the completions: {e}"))
         }
+        Command::Version { verbose } => {
+            print!("{}", version_text(verbose));
+            Ok(())
+        }
         Command::Man => clap_mangen::Man::new(Cli::command())
             .render(&mut std::io::stdout())
             .map_err(|e| format!("cannot write the manual page: {e}")),
@@ -58,6 +63,53 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `shuck version`: one line, or with `verbose` what a bug report needs about the build and this
+/// machine.
+fn version_text(verbose: bool) -> String {
+    let first = format!(
+        "shuck {} (commit {})\n",
+        env!("CARGO_PKG_VERSION"),
+        env!("SHUCK_COMMIT")
+    );
+    if !verbose {
+        return first;
+    }
+    let features = features();
+    let allocator = if features.contains(&"jemalloc") {
+        "jemalloc"
+    } else {
+        "system (glibc malloc)"
+    };
+    let ktls = match shuck_proxy::kernel_has_tls() {
+        Ok(()) => "this kernel has it (ktls = true hands TLS 1.3 records to it)".to_string(),
+        Err(e) => format!("not on this kernel: {e}"),
+    };
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_or_else(|_| "unknown".into(), |s| s.trim().to_string());
+    let lines = [
+        ("features", features.join(",")),
+        ("rustls", env!("SHUCK_RUSTLS_VERSION").to_string()),
+        (
+            "aws-lc-rs",
+            format!(
+                "{} (aws-lc-sys {})",
+                env!("SHUCK_AWS_LC_RS_VERSION"),
+                env!("SHUCK_AWS_LC_SYS_VERSION")
+            ),
+        ),
+        ("allocator", allocator.to_string()),
+        ("compiler", env!("SHUCK_RUSTC_VERSION").to_string()),
+        ("target", env!("SHUCK_TARGET").to_string()),
+        ("kernel", kernel),
+        ("kTLS", ktls),
+    ];
+    let mut out = first;
+    for (k, v) in lines {
+        let _ = writeln!(out, "{k}: {v}");
+    }
+    out
 }
 
 /// The features this binary was built with, for `shuck_build_info`.

@@ -687,3 +687,46 @@ fn check_says_what_a_reload_would_change() {
     assert!(out.contains("needs a restart: workers: 2 -> 3"), "{out}");
     assert!(!out.contains("a reload applies"), "{out}");
 }
+
+/// `shuck version` is `shuck --version`; `--verbose` names what a bug report needs, each from
+/// its source: the lock file's rustls, the features, and kTLS as the kernel lists its
+/// upper-layer protocols.
+#[test]
+fn version_verbose_names_the_build_and_whether_the_kernel_has_ktls() {
+    let run = |args: &[&str]| {
+        let out = run_bounded(Command::new(&*SHUCK).args(args), b"", 30);
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let short = run(&["version"]);
+    assert_eq!(short, run(&["--version"]));
+    let verbose = run(&["version", "--verbose"]);
+    assert!(verbose.starts_with(&short), "{verbose}");
+    let field = |k: &str| {
+        verbose
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}: ")))
+            .unwrap_or_else(|| panic!("no {k}: {verbose}"))
+            .to_string()
+    };
+    let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.lock"))
+        .expect("Cargo.lock");
+    let rustls = field("rustls");
+    assert!(
+        lock.contains(&format!("name = \"rustls\"\nversion = \"{rustls}\"")),
+        "{rustls} is not the locked rustls"
+    );
+    assert_eq!(
+        field("features").split(',').any(|f| f == "jemalloc"),
+        cfg!(feature = "jemalloc")
+    );
+    assert_eq!(field("allocator") == "jemalloc", cfg!(feature = "jemalloc"));
+    // After shuck's probe the kernel lists "tls" among its upper-layer protocols exactly when it
+    // has kTLS (the probe loads the module if there is one).
+    let ulps = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp").unwrap_or_default();
+    assert_eq!(
+        field("kTLS").starts_with("this kernel has it"),
+        ulps.split_whitespace().any(|u| u == "tls"),
+        "{verbose}\nulps: {ulps}"
+    );
+}

@@ -132,6 +132,21 @@ fn drain_wait(looks: u8) -> Duration {
     Duration::from_millis(4 << looks.min(4)).min(Duration::from_millis(50))
 }
 
+/// Whether this kernel takes TLS on a TCP connection (`shuck version --verbose`): the TLS
+/// upper-layer protocol set on a loopback connection made for the question, as a connection's
+/// hand-over sets it (which loads module `tls` if the kernel has it as a module).
+pub fn kernel_has_tls() -> Result<(), String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let client = std::net::TcpStream::connect(listener.local_addr().map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let _server = listener.accept().map_err(|e| e.to_string())?;
+    match setsockopt(&client, TcpUlp::default(), b"tls") {
+        Ok(()) => Ok(()),
+        Err(Errno::ENOENT) => Err("no TLS upper-layer protocol (module `tls`)".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 impl Kernel {
     /// Hands the keys of `records` to the kernel for `tcp`. Call only where nothing received is
     /// left unopened and nothing sealed unsent, and before our close_notify.
