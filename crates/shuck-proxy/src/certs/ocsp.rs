@@ -161,7 +161,7 @@ fn is_for(id: &CertId, leaf: &X509, issuer: &X509) -> bool {
     } else {
         return false;
     };
-    let name = digest(alg, &issuer.subject_der());
+    let name = digest(alg, issuer.subject_der());
     let key = digest(alg, issuer.public_key_bits());
     id.issuer_name_hash.as_bytes() == name.as_ref()
         && id.issuer_key_hash.as_bytes() == key.as_ref()
@@ -275,7 +275,7 @@ pub fn request(leaf: &[u8], issuer: &[u8]) -> Result<Vec<u8>, OcspError> {
             oid: rfc5912::ID_SHA_1,
             parameters: Some(Null.into()),
         },
-        issuer_name_hash: octets(digest(alg, &issuer.subject_der()).as_ref())?,
+        issuer_name_hash: octets(digest(alg, issuer.subject_der()).as_ref())?,
         issuer_key_hash: octets(digest(alg, issuer.public_key_bits()).as_ref())?,
         serial_number: SerialNumber::new(leaf.serial()).map_err(malformed)?,
     };

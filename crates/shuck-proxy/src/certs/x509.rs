@@ -11,8 +11,14 @@ use x509_cert::ext::pkix::{AuthorityInfoAccessSyntax, ExtendedKeyUsage, SubjectA
 use x509_cert::name::Name;
 use x509_cert::Certificate;
 
-/// A parsed certificate.
-pub struct X509(Certificate);
+/// A parsed certificate, with its issuer and subject names as the bytes they were encoded with:
+/// OCSP hashes those and issuers are matched by them, and `der` re-encodes a name's sets in
+/// sorted order, which may differ from a CA's bytes.
+pub struct X509 {
+    cert: Certificate,
+    issuer_der: Vec<u8>,
+    subject_der: Vec<u8>,
+}
 
 /// What the certificate's public key is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,21 +30,27 @@ pub enum PublicKeyKind {
 
 impl X509 {
     pub fn parse(der: &[u8]) -> Result<X509, x509_cert::der::Error> {
-        Certificate::from_der(der).map(X509)
+        let cert = Certificate::from_der(der)?;
+        let (issuer_der, subject_der) = raw_names(der)?;
+        Ok(X509 {
+            cert,
+            issuer_der,
+            subject_der,
+        })
     }
 
     fn tbs(&self) -> &x509_cert::TbsCertificate {
-        &self.0.tbs_certificate
+        &self.cert.tbs_certificate
     }
 
     /// The subject as the DER bytes it was encoded with (what issuer names are compared by and
     /// OCSP hashes).
-    pub fn subject_der(&self) -> Vec<u8> {
-        self.tbs().subject.to_der().unwrap_or_default()
+    pub fn subject_der(&self) -> &[u8] {
+        &self.subject_der
     }
 
-    pub fn issuer_der(&self) -> Vec<u8> {
-        self.tbs().issuer.to_der().unwrap_or_default()
+    pub fn issuer_der(&self) -> &[u8] {
+        &self.issuer_der
     }
 
     /// The subject as text (RFC 4514: `CN=a.test,O=Example`).
@@ -107,8 +119,9 @@ impl X509 {
     pub fn public_key(&self) -> PublicKeyKind {
         let spki = &self.tbs().subject_public_key_info;
         if spki.algorithm.oid == rfc5912::RSA_ENCRYPTION {
-            return rsa_modulus_bits(spki.subject_public_key.raw_bytes())
-                .map_or(PublicKeyKind::Other, |bits| PublicKeyKind::Rsa { bits });
+            // A modulus that does not decode counts as 0 bits, which the size check refuses.
+            let bits = rsa_modulus_bits(spki.subject_public_key.raw_bytes()).unwrap_or(0);
+            return PublicKeyKind::Rsa { bits };
         }
         if spki.algorithm.oid == rfc5912::ID_EC_PUBLIC_KEY {
             let curve = spki
@@ -128,15 +141,18 @@ impl X509 {
     }
 
     /// The signature algorithm's name (`ecdsa-with-SHA256`, `sha256WithRSAEncryption`,
-    /// `ED25519`), or its OID when it has none.
+    /// `ed25519`), or its OID when it has none: what the PROXY v2 SSL TLV carries.
     pub fn signature_algorithm(&self) -> String {
-        let oid = &self.0.signature_algorithm.oid;
-        // OpenSSL's names for these, as before; the OID database says "id-Ed25519".
-        if *oid == rfc8410::ID_ED_25519 {
-            return "ED25519".into();
-        }
-        if *oid == rfc8410::ID_ED_448 {
-            return "ED448".into();
+        let oid = &self.cert.signature_algorithm.oid;
+        // The names shuck sent before it read certificates with x509-cert (oid-registry's),
+        // where const-oid's database differs, so backends see the same values.
+        let kept = [
+            (rfc8410::ID_ED_25519, "ed25519"),
+            (rfc8410::ID_ED_448, "ed448"),
+            (rfc5912::ID_RSASSA_PSS, "rsassa-pss"),
+        ];
+        if let Some((_, name)) = kept.iter().find(|(o, _)| o == oid) {
+            return (*name).to_string();
         }
         DB.by_oid(oid)
             .map_or_else(|| oid.to_string(), str::to_string)
@@ -162,6 +178,38 @@ impl X509 {
             Ok(Some((_, eku))) if eku.0.contains(&rfc5280::ID_KP_OCSP_SIGNING)
         )
     }
+}
+
+/// The issuer's and the subject's DER bytes as they appear in `der` (a Certificate).
+fn raw_names(der: &[u8]) -> Result<(Vec<u8>, Vec<u8>), x509_cert::der::Error> {
+    use x509_cert::der::{Tag, TagNumber};
+    let mut reader = SliceReader::new(der)?;
+    reader.sequence(|cert| {
+        let names = cert.sequence(|tbs| {
+            // version [0] EXPLICIT, when present; then serialNumber and signature.
+            if tbs.peek_tag()?
+                == (Tag::ContextSpecific {
+                    constructed: true,
+                    number: TagNumber::N0,
+                })
+            {
+                tbs.tlv_bytes()?;
+            }
+            tbs.tlv_bytes()?;
+            tbs.tlv_bytes()?;
+            let issuer = tbs.tlv_bytes()?.to_vec();
+            tbs.tlv_bytes()?; // validity
+            let subject = tbs.tlv_bytes()?.to_vec();
+            while !tbs.is_finished() {
+                tbs.tlv_bytes()?;
+            }
+            Ok((issuer, subject))
+        })?;
+        while !cert.is_finished() {
+            cert.tlv_bytes()?;
+        }
+        Ok(names)
+    })
 }
 
 /// The common names of `name`, in order (UTF8String, PrintableString or IA5String values).
@@ -230,7 +278,7 @@ mod tests {
                 PublicKeyKind::Ec { bits: 384 },
                 "ecdsa-with-SHA384",
             ),
-            (&rcgen::PKCS_ED25519, PublicKeyKind::Other, "ED25519"),
+            (&rcgen::PKCS_ED25519, PublicKeyKind::Other, "ed25519"),
             (
                 &rcgen::PKCS_RSA_SHA256,
                 PublicKeyKind::Rsa { bits: 2048 },
@@ -245,6 +293,8 @@ mod tests {
             assert_eq!(c.signature_algorithm(), sig);
             assert!(c.subject().contains("CN=leaf one"), "{}", c.subject());
             assert_eq!(c.subject_der(), c.issuer_der(), "self-signed");
+            // The raw bytes are the name's encoding (rcgen writes DER, so they agree here).
+            assert_eq!(c.subject_der(), c.tbs().subject.to_der().unwrap());
             let (from, to) = c.validity();
             assert!(from < to);
             assert!(c.ocsp_url().is_none());

@@ -281,7 +281,7 @@ impl Bindings {
     ) -> Result<Bound> {
         // defer_accept on fresh sockets only: those handed over (an upgrade) or moving from
         // another frontend are shared with what still runs, and this may yet fail; they take
-        // the new value in `apply_defer_accept`, after the commit.
+        // the new value in `apply_socket_options`, after the commit.
         let bind = |addr| {
             listener::bind(addr, fe.listen.backlog)
                 .and_then(|s| {

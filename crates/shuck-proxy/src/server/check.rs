@@ -322,6 +322,15 @@ fn write_reload_changes(s: &mut String, config: &Config) {
         );
         return;
     };
+    if running.format != running::FORMAT {
+        let _ = writeln!(
+            s,
+            "\n{} was written by another version of shuck (pid {}): its settings are not compared; it is rewritten at the next start or reload",
+            path.display(),
+            running.pid
+        );
+        return;
+    }
     let alive = std::path::Path::new(&format!("/proc/{}", running.pid)).exists();
     let _ = writeln!(
         s,

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use crate::config::{global, Config, Frontend, OnChange};
+use crate::config::{global, Certificates, Config, Frontend, OcspMode, OnChange, Section};
 use crate::error::{Error, Result};
 use crate::obs::metrics::{self, Metrics};
 use crate::server::bindings::{Bindings, FrontendSlots};
@@ -133,8 +133,8 @@ impl Live {
         }
         self.ticketer.clone_from(&ctx.ticketer);
         // Every setting reaches new connections from now on: the workers read this slot when
-        // they accept. They keep their backend pools unless the pool's own settings changed
-        // (`worker::PoolSettings`).
+        // they accept. They keep their backend pools unless the frontend's `backend` section
+        // changed.
         self.slots.settings.store(Arc::new(fe.clone()));
         self.cfg = fe.clone();
     }
@@ -436,6 +436,14 @@ impl Reloader {
                     fe.name, c.key
                 ));
             }
+        }
+        // The OCSP fetch tasks were started for the files shuck started with.
+        let certs_changed = changes.iter().any(|c| c.key == Certificates::KEY);
+        if old.ocsp == OcspMode::Fetch && certs_changed {
+            notes.push(format!(
+                "frontend {:?}: certificates changed; staples for files added are fetched from the next restart (the fetch tasks follow the files shuck started with)",
+                fe.name
+            ));
         }
         let fe = old.keeping_what_needs_a_restart(fe.clone());
         let (ctx, dropped) = self.frontends[i].load(&fe, other)?;

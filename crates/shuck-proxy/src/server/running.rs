@@ -14,10 +14,17 @@ use crate::config::{global, Config, Frontend};
 /// The file under `state_dir`.
 const FILE: &str = "running.toml";
 
+/// The shape of the settings recorded, raised whenever their keys or renderings change: a
+/// record in another shape is not compared (every setting would look changed).
+pub const FORMAT: u32 = 2;
+
 /// What a running shuck recorded.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Snapshot {
     pub pid: u32,
+    /// [`FORMAT`] of the shuck that wrote it (absent: the first shape).
+    #[serde(default)]
+    pub format: u32,
     pub settings: BTreeMap<String, String>,
 }
 
@@ -48,6 +55,7 @@ pub fn record(config: &Config) {
     }
     let snapshot = Snapshot {
         pid: std::process::id(),
+        format: FORMAT,
         settings: settings(config),
     };
     let path = config.state_dir.join(FILE);
@@ -108,7 +116,7 @@ pub fn changes(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -
 }
 
 /// How a change of `key` takes effect: what `reload::Reloader` applies and what it leaves, from
-/// the same declarations (`config::global::ON_RELOAD`, `config::frontend::SECTIONS`).
+/// the same declarations (`config::global::GLOBAL_KEYS`, `config::frontend::SECTIONS`).
 fn applies(key: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Applies {
     let Some((frontend, section)) = frontend_key(key) else {
         return match global::on_reload(key) {
@@ -175,11 +183,15 @@ fn struct_fields(text: &str) -> Option<Vec<(&str, &str)>> {
     let body = text.strip_suffix(" }")?;
     let body = &body[body.find(" { ")? + 3..];
     let mut fields = Vec::new();
-    let (mut depth, mut quoted, mut start) = (0i32, false, 0);
-    let bytes = body.as_bytes();
-    for (i, &b) in bytes.iter().enumerate() {
+    let (mut depth, mut quoted, mut escaped, mut start) = (0i32, false, false, 0);
+    for (i, &b) in body.as_bytes().iter().enumerate() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
         match b {
-            b'"' if i == 0 || bytes[i - 1] != b'\\' => quoted = !quoted,
+            b'\\' if quoted => escaped = true,
+            b'"' => quoted = !quoted,
             b'(' | b'[' | b'{' if !quoted => depth += 1,
             b')' | b']' | b'}' if !quoted => depth -= 1,
             b',' if !quoted && depth == 0 => {
@@ -240,13 +252,16 @@ mod tests {
 
     #[test]
     fn differing_fields_name_only_what_changed() {
-        let old = r#"Listen { addrs: [127.0.0.1:1, 127.0.0.1:2], backlog: 16, note: "a, b" }"#;
-        let new = r#"Listen { addrs: [127.0.0.1:1, 127.0.0.1:2], backlog: 64, note: "a, c" }"#;
+        let old =
+            r#"Listen { addrs: [127.0.0.1:1, 127.0.0.1:2], backlog: 16, note: "a, b\\", x: 1 }"#;
+        let new =
+            r#"Listen { addrs: [127.0.0.1:1, 127.0.0.1:2], backlog: 64, note: "a, c\\", x: 2 }"#;
         assert_eq!(
             differing_fields(old, new),
             [
                 (".backlog".to_string(), "16", "64"),
-                (".note".to_string(), "\"a, b\"", "\"a, c\"")
+                (".note".to_string(), r#""a, b\\""#, r#""a, c\\""#),
+                (".x".to_string(), "1", "2")
             ]
         );
         assert_eq!(
@@ -266,6 +281,7 @@ mod tests {
         ));
         let text = toml::to_string(&Snapshot {
             pid: 1,
+            format: FORMAT,
             settings: settings(&c),
         })
         .unwrap();

@@ -686,6 +686,18 @@ fn check_says_what_a_reload_would_change() {
     let out = check();
     assert!(out.contains("needs a restart: workers: 2 -> 3"), "{out}");
     assert!(!out.contains("a reload applies"), "{out}");
+    // A record in another version's shape is not compared (every key would look changed).
+    let text = std::fs::read_to_string(&record).unwrap();
+    let mut older = String::new();
+    for l in text.lines().filter(|l| !l.starts_with("format =")) {
+        older.push_str(l);
+        older.push('\n');
+    }
+    assert_ne!(older, text, "the record names its format: {text}");
+    std::fs::write(&record, older).unwrap();
+    let out = check();
+    assert!(out.contains("written by another version of shuck"), "{out}");
+    assert!(!out.contains("needs a restart"), "{out}");
 }
 
 /// `shuck version` is `shuck --version`; `--verbose` names what a bug report needs, each from
