@@ -35,6 +35,10 @@ pub enum Command {
     /// Measure this machine's per-core crypto speed and predict handshakes/s and bulk MB/s.
     #[cfg(feature = "bench")]
     Speed(shuck_bench::cli::SpeedArgs),
+    /// Convert another terminator's configuration into shuck's (printed; check it with
+    /// `shuck check`).
+    #[command(subcommand)]
+    Import(ImportCommand),
     /// Print the version; with --verbose also the commit, features, rustls and aws-lc versions,
     /// the allocator, the compiler, and whether this kernel has kTLS.
     Version {
@@ -48,6 +52,16 @@ pub enum Command {
     },
     /// Print the manual page (roff), generated from this command line's definition.
     Man,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// A hitch configuration (hitch.conf): print the equivalent shuck.toml, with a comment at
+    /// each option that does not carry over saying why.
+    Hitch {
+        /// The hitch configuration file.
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod cli;
+mod hitch;
 mod logging;
 mod privileges;
 mod reloading;
@@ -48,6 +49,13 @@ fn main() -> ExitCode {
             std::io::Write::write_all(&mut std::io::stdout(), &script)
                 .map_err(|e| format!("cannot write the completions: {e}"))
         }
+        Command::Import(cli::ImportCommand::Hitch { file }) => std::fs::read_to_string(&file)
+            .map_err(|e| format!("{}: {e}", file.display()))
+            .and_then(|text| {
+                hitch::convert(&text, &file.display().to_string())
+                    .map_err(|e| format!("{}: {e}", file.display()))
+            })
+            .map(|toml| print!("{toml}")),
         Command::Version { verbose } => {
             print!("{}", version_text(verbose));
             Ok(())

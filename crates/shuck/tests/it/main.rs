@@ -7,6 +7,7 @@ mod acme;
 mod bench;
 mod cli;
 mod faults;
+mod import;
 mod ktls;
 mod metrics;
 mod mtls;

@@ -1,0 +1,159 @@
+//! `shuck import hitch`: hitch configurations, each first accepted by the real hitch
+//! (`hitch --test`), converted, accepted by `shuck check`, and served.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use shuck_test_support::clients::curl;
+use shuck_test_support::pki::{Key, Pki};
+use shuck_test_support::process::{run_bounded, HttpBackend, Shuck, SHUCK};
+
+/// Debian's hitch package puts its example here (`.ci/run` installs the package).
+const DEBIAN_EXAMPLE: &str = "/usr/share/doc/hitch/examples/hitch.conf.example";
+
+fn hitch_accepts(config: &Path) {
+    let out = run_bounded(
+        Command::new("/usr/sbin/hitch").args(["--test", &format!("--config={}", config.display())]),
+        b"",
+        30,
+    );
+    assert!(
+        out.status.success(),
+        "hitch refuses its own configuration: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `shuck import hitch FILE`, written beside it as shuck.toml.
+fn import(config: &Path) -> (PathBuf, String) {
+    let out = run_bounded(
+        Command::new(&*SHUCK).args(["import", "hitch", config.to_str().expect("path")]),
+        b"",
+        30,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = config.with_file_name("shuck.toml");
+    std::fs::write(&path, &text).expect("write shuck.toml");
+    (path, text)
+}
+
+fn shuck_check(config: &Path) -> String {
+    let out = run_bounded(
+        Command::new(&*SHUCK).args(["check", "--config", config.to_str().expect("path")]),
+        b"",
+        60,
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "shuck check refuses the import: {text}"
+    );
+    text
+}
+
+#[test]
+fn debians_example_converts_to_a_file_shuck_check_accepts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let example = dir.path().join("hitch.conf");
+    std::fs::copy(DEBIAN_EXAMPLE, &example).expect("Debian's hitch.conf.example (package hitch)");
+    let (path, toml) = import(&example);
+    for want in [
+        "workers = 4",
+        "user = \"hitch\"",
+        "listen = [\"0.0.0.0:443\", \"[::]:443\"]",
+        "backend = \"127.0.0.1:6086\"",
+        "proxy_protocol = \"v2\"",
+        "# hitch: daemon = on: shuck stays in the foreground",
+        "self_signed = true",
+    ] {
+        assert!(toml.contains(want), "{want}\n{toml}");
+    }
+    // The user the example names may not exist here; shuck check validates, it does not drop.
+    shuck_check(&path);
+}
+
+/// The configuration the shootout gives hitch (bench/shootout), and one with most of what
+/// hitch.conf(5) offers: hitch accepts both; shuck check accepts their conversions; the first,
+/// served, relays to its backend.
+#[test]
+fn hitch_configurations_are_served_the_same_once_converted() {
+    let pki = Pki::new();
+    let bundle = pki.leaf("bundle.pem", "h", &["hitch.test"], Key::EcdsaP256);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backend = HttpBackend::start();
+    let shootout = format!(
+        "frontend = \"[127.0.0.1]:0\"\nbackend = \"[127.0.0.1]:{}\"\npem-file = \"{}\"\nworkers = 1\ndaemon = off\nuser = \"nobody\"\ngroup = \"nogroup\"\ntls-protos = TLSv1.2 TLSv1.3\n",
+        backend.addr.port(),
+        bundle.display()
+    );
+    let conf = dir.path().join("hitch.conf");
+    std::fs::write(&conf, &shootout).expect("write");
+    hitch_accepts(&conf);
+    let (path, toml) = import(&conf);
+    assert!(
+        toml.contains("protocols = [\"TLS1.2\", \"TLS1.3\"]"),
+        "{toml}"
+    );
+    let summary = shuck_check(&path);
+    assert!(summary.contains("hitch.test"), "{summary}");
+    // Served (as root the test keeps root: the bundle is root's).
+    let shuck = Shuck::with()
+        .config(&toml.replace("user = \"nobody\"\ngroup = \"nogroup\"\n", ""))
+        .run();
+    let out = curl(&pki, &shuck, "hitch.test", "/converted", &[]);
+    assert!(out.status.success(), "{}", shuck.log_text());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("/converted"),
+        "the backend answered: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let ca = pki.ca_path();
+    let rich = format!(
+        "frontend = {{\n  host = \"127.0.0.1\"\n  port = \"0\"\n  sni-nomatch-abort = on\n}}\n\
+         backend = \"[127.0.0.1]:{port}\"\n\
+         pem-file = \"{b}\"\n\
+         alpn-protos = \"h2, http/1.1\"\n\
+         ciphers = \"ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-SHA384\"\n\
+         ciphersuites = \"TLS_AES_256_GCM_SHA384:TLS_AES_128_CCM_SHA256\"\n\
+         ecdh-curve = \"X25519:prime256v1\"\n\
+         write-proxy-v1 = on\n\
+         client-verify = optional\n\
+         client-verify-ca = \"{ca}\"\n\
+         prefer-server-ciphers = on\n\
+         keepalive = 3600\n\
+         log-level = 1\n",
+        port = backend.addr.port(),
+        b = bundle.display(),
+        ca = ca.display()
+    );
+    std::fs::write(&conf, &rich).expect("write");
+    hitch_accepts(&conf);
+    let (path, toml) = import(&conf);
+    for want in [
+        "unknown_sni = \"reject\"",
+        "alpn = [\"h2\", \"http/1.1\"]",
+        "ciphersuites = [\"TLS_AES_256_GCM_SHA384\", \"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256\"]",
+        "groups = [\"X25519\", \"prime256v1\"]",
+        "proxy_protocol = \"v1\"",
+        "client_auth = \"optional\"",
+        "log_level = \"error\"",
+        "# hitch: prefer-server-ciphers = on:",
+        "# hitch: keepalive = 3600:",
+        "ECDHE-ECDSA-AES256-SHA384 left out",
+        "TLS_AES_128_CCM_SHA256",
+    ] {
+        assert!(toml.contains(want), "{want}\n{toml}");
+    }
+    shuck_check(&path);
+}
