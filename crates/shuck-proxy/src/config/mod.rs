@@ -270,6 +270,17 @@ impl RawConfig {
         let frontends = &mut config.frontends;
         for (i, raw) in self.frontends.into_iter().enumerate() {
             let name = raw.name.clone().unwrap_or_else(|| format!("frontend{i}"));
+            // Names go into metric labels and log fields as they are.
+            if name.is_empty()
+                || name
+                    .chars()
+                    .any(|c| c == '"' || c == '\\' || c.is_control())
+            {
+                return Err(key_err(
+                    &format!("frontend[{i}].name"),
+                    format!("{name:?}: a name is not empty and holds no quote, backslash or control character (it labels metrics and log lines)"),
+                ));
+            }
             if frontends.iter().any(|f| f.name == name) {
                 return Err(key_err(
                     &format!("frontend[{i}].name"),

@@ -216,3 +216,18 @@ fn h2_in_front_of_the_demo_page_is_refused() {
         "[[frontend]]\nself_signed = true\nbackend = \"127.0.0.1:1\"\nalpn = [\"h2\"]\n";
     assert!(parse(with_backend).is_ok());
 }
+
+#[test]
+fn a_frontend_name_that_would_break_a_metric_label_is_refused() {
+    for bad in ["we\"b", "a\\b", "line\nbreak", ""] {
+        let text = format!(
+            "[[frontend]]\nname = {}\nself_signed = true\n",
+            toml::Value::String(bad.into())
+        );
+        let err = RawConfig::parse(&text, &Origin::CommandLine)
+            .and_then(|r| r.validate(Origin::CommandLine, None))
+            .expect_err(bad)
+            .to_string();
+        assert!(err.contains("frontend[0].name"), "{err}");
+    }
+}

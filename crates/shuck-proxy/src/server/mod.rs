@@ -243,6 +243,7 @@ impl Server {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .addresses();
+        self.metrics.set_listeners(&bound);
         tracing::info!(
             pid = std::process::id(),
             workers = c.workers,

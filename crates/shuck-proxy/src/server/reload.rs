@@ -339,6 +339,7 @@ impl Reloader {
         if self.addresses() != before {
             self.rewrite_ready_file();
         }
+        self.metrics.set_listeners(&self.addresses());
         self.apply_globals(new, max_connections);
         let mut now = self.started.clone();
         now.log_level.clone_from(&new.log_level);
@@ -547,6 +548,7 @@ pub(crate) fn cert_records(fe: &Frontend, tls: &TlsContext) -> Vec<metrics::Cert
             not_after: c.not_after,
             managed: fe.acme().is_some(),
             staple: c.staple.map(|v| (v.this_update, v.next_update)),
+            names: c.names.clone(),
         })
         .collect()
 }

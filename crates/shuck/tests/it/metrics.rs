@@ -102,7 +102,7 @@ fn counters_follow_real_traffic() {
     }
     let not_found = {
         let mut s = TcpStream::connect(metrics).expect("connect");
-        s.write_all(b"GET / HTTP/1\r\n\r\n").expect("write");
+        s.write_all(b"GET /nope HTTP/1\r\n\r\n").expect("write");
         String::from_utf8(read_all_bounded(&mut s)).expect("utf-8")
     };
     assert!(not_found.starts_with("HTTP/1.1 404"), "{not_found}");
@@ -175,6 +175,131 @@ fn handshakes_and_backend_connects_are_timed_as_histograms() {
         &[&backend, "le=\"1.024\""],
     );
     assert_eq!(fast, connects, "{text}");
+}
+
+/// Headless Chromium (Debian's `chromium`) with a profile of its own, bounded.
+fn chromium(args: &[&str]) -> std::process::Output {
+    let profile = tempfile::tempdir().expect("profile");
+    let mut cmd = std::process::Command::new("chromium");
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        &format!("--user-data-dir={}", profile.path().display()),
+    ])
+    .args(args);
+    run_bounded(&mut cmd, b"", 90)
+}
+
+/// The status page at `/` of the metrics listener, as a browser renders it: the frontend's
+/// listener, certificate, backend, handshakes by kind and version, resumption share and
+/// connections, each the number `/metrics` gives; no external asset; and a screenshot
+/// (target/tmp/status-page.png, shown in docs/configuration.md).
+#[test]
+fn the_status_page_renders_in_chromium_with_the_metrics_numbers() {
+    let pki = Pki::new();
+    let cert = pki.leaf("status.pem", "status", &["status.test"], Key::EcdsaP256);
+    let b = HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n",
+        b.addr,
+        toml_path(&cert)
+    ));
+    let (web, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+    for i in 0..4 {
+        assert!(curl(&pki, &shuck, "status.test", &format!("/{i}"), &[])
+            .status
+            .success());
+    }
+    let (_, out) = s_client(&pki, web, Some("status.test"), &["-reconnect", "-tls1_2"]);
+    assert!(out.contains("Reused"), "{out}");
+    let text = wait_metric(metrics, "shuck_connections_active", &[], 0);
+    let url = format!("http://{metrics}/");
+    let out = chromium(&["--dump-dom", &url]);
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        dom.contains("<h2>frontend web</h2>"),
+        "{dom}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let n = |name: &str, labels: &[&str]| sum(&text, name, labels);
+    let accepted = n("shuck_connections_accepted_total", &[]);
+    assert!(
+        dom.contains(&format!(
+            "<b class=\"open\">0</b> open · {accepted} accepted"
+        )),
+        "{dom}"
+    );
+    for (kind, version) in [
+        ("full", "TLSv1.2"),
+        ("full", "TLSv1.3"),
+        ("resumed", "TLSv1.2"),
+    ] {
+        let want = n(
+            "shuck_handshakes_total",
+            &[
+                &format!("kind=\"{kind}\""),
+                &format!("version=\"{version}\""),
+            ],
+        );
+        assert!(want > 0, "{kind} {version}: {text}");
+    }
+    let row = |kind: &str| {
+        format!(
+            "<tr><th>{kind}</th><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            n(
+                "shuck_handshakes_total",
+                &[&format!("kind=\"{kind}\""), "version=\"TLSv1.2\""]
+            ),
+            n(
+                "shuck_handshakes_total",
+                &[&format!("kind=\"{kind}\""), "version=\"TLSv1.3\""]
+            ),
+        )
+    };
+    assert!(
+        dom.contains(&row("full")) && dom.contains(&row("resumed")),
+        "{dom}"
+    );
+    let resumed = n("shuck_handshakes_total", &["kind=\"resumed\""]) as f64;
+    let all = n("shuck_handshakes_total", &[]) as f64;
+    assert!(
+        dom.contains(&format!(
+            "<b class=\"resumption\">{:.1}%</b>",
+            100.0 * resumed / all
+        )),
+        "{dom}"
+    );
+    assert!(dom.contains(&format!("<li>{web}</li>")), "{dom}");
+    assert!(
+        dom.contains("status.test"),
+        "the certificate's names: {dom}"
+    );
+    let connects = n("shuck_backend_connect_duration_seconds_count", &[]);
+    assert!(
+        dom.contains(&format!(
+            "<tr><td>{}</td><td class=\"num\">{connects}</td>",
+            b.addr
+        )),
+        "{dom}"
+    );
+    assert!(!dom.contains("://"), "no external asset or link: {dom}");
+
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
+    let _ = std::fs::remove_file(&shot);
+    let out = chromium(&[
+        &format!("--screenshot={}", shot.display()),
+        "--window-size=1280,1200",
+        &url,
+    ]);
+    let png = std::fs::read(&shot)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "{} bytes",
+        png.len()
+    );
 }
 
 #[test]

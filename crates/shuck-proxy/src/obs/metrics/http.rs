@@ -1,7 +1,8 @@
 //! The metrics endpoint: plain HTTP on `metrics_listen`, served on the main thread's runtime.
 //! `GET` or `HEAD` of `/metrics` (Prometheus text; a query string is ignored), `/healthz` (200
 //! while the process runs its loops: this endpoint is one of them) and `/readyz` (200 while it
-//! serves, 503 while it starts or drains: what a balancer or a Kubernetes probe asks).
+//! serves, 503 while it starts or drains: what a balancer or a Kubernetes probe asks), and `/`,
+//! the status page (`status`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,18 @@ const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Serves `GET /metrics` over plain HTTP until the task is dropped. Scrapes are rare and cheap,
 /// so this runs on the main thread's runtime, away from the workers.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
+    // The status page's history, sampled while the endpoint serves (and stopped with it).
+    let sampler = {
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(super::status::EVERY);
+            loop {
+                tick.tick().await;
+                metrics.sample_history();
+            }
+        })
+    };
+    let _stop_sampler = AbortOnDrop(sampler);
     let limit = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
     loop {
         let Ok(permit) = limit.clone().acquire_owned().await else {
@@ -36,6 +49,15 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
             let _ = tokio::time::timeout(SCRAPE_TIMEOUT, scrape(s, &metrics)).await;
             drop(permit);
         });
+    }
+}
+
+/// Aborts a task when dropped (the endpoint's own tasks end with it).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -82,7 +104,7 @@ struct Answer {
 }
 
 const TEXT: &str = "text/plain; charset=utf-8";
-const PATHS: &str = "served here: /metrics, /healthz, /readyz\n";
+const PATHS: &str = "served here: / (the status page), /metrics, /healthz, /readyz\n";
 
 fn answer(head: &[u8], metrics: &Metrics) -> Answer {
     let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
@@ -92,7 +114,7 @@ fn answer(head: &[u8], metrics: &Metrics) -> Answer {
         words.next().unwrap_or_default(),
     );
     let path = target.split(|&b| b == b'?').next().unwrap_or_default();
-    let known = matches!(path, b"/metrics" | b"/healthz" | b"/readyz");
+    let known = matches!(path, b"/" | b"/metrics" | b"/healthz" | b"/readyz");
     let head_only = method == b"HEAD";
     if known && !(head_only || method == b"GET") {
         return Answer {
@@ -109,6 +131,7 @@ fn answer(head: &[u8], metrics: &Metrics) -> Answer {
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             metrics.encode(),
         ),
+        b"/" => ("200 OK", "text/html; charset=utf-8", metrics.status_page()),
         b"/healthz" => ("200 OK", TEXT, "ok\n".into()),
         b"/readyz" => match metrics.phase() {
             Phase::Serving => ("200 OK", TEXT, "ready\n".into()),

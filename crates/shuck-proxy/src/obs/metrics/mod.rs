@@ -10,8 +10,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+mod exposition;
 mod http;
 mod process;
+mod status;
 
 pub use http::{serve, Phase};
 
@@ -63,6 +65,10 @@ pub struct Metrics {
     store_breaker_open: Family<Labels, Gauge>,
     handshake_duration: DurationFamily,
     backend_connect_duration: DurationFamily,
+    /// `shuck_listener_info{frontend,address}`: the addresses listened on now.
+    listeners: Family<Labels, Gauge>,
+    /// The last minutes the status page charts.
+    history: std::sync::Mutex<status::History>,
     /// The certificates served now: expiry and OCSP staples.
     certificates: CertificateGauges,
 }
@@ -177,6 +183,8 @@ impl Metrics {
             store_breaker_open: Family::default(),
             handshake_duration: Family::new_with_constructor(duration_histogram),
             backend_connect_duration: Family::new_with_constructor(duration_histogram),
+            listeners: Family::default(),
+            history: std::sync::Mutex::default(),
             certificates: CertificateGauges::default(),
             registry: Registry::default(),
             process: Registry::default(),
@@ -259,7 +267,7 @@ impl Metrics {
         );
         register_process_wide(&mut registry);
         register_session_families(&mut registry, &m);
-        register_latencies(&mut registry, &m);
+        register_latencies_and_listeners(&mut registry, &m);
         m.certificates.register(&mut registry);
         let mut process = Registry::default();
         process.register_collector(Box::new(process::ProcessCollector));
@@ -369,6 +377,43 @@ impl Metrics {
         }
     }
 
+    /// The addresses listened on now, by frontend (at start and after every reload).
+    pub fn set_listeners(&self, addrs: &[(String, std::net::SocketAddr)]) {
+        self.listeners.clear();
+        for (frontend, addr) in addrs {
+            let l: Labels = vec![
+                ("frontend", frontend.clone()),
+                ("address", addr.to_string()),
+            ];
+            self.listeners.get_or_create(&l).set(1);
+        }
+    }
+
+    /// Adds a point to the status page's history, from a scrape of the metrics.
+    pub fn sample_history(&self) {
+        let samples = exposition::samples(&self.encode());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.history
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .record(&samples, now);
+    }
+
+    /// The status page: what a scrape says now, and the history.
+    pub fn status_page(&self) -> String {
+        let samples = exposition::samples(&self.encode());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let history = self
+            .history
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        status::page(&samples, &history, now)
+    }
+
     /// What one frontend serves now (at start, reload, renewal): its certificates' gauges.
     pub fn set_certificates(&self, frontend: &str, records: Vec<CertRecord>) {
         self.certificates.set(frontend, records);
@@ -455,8 +500,14 @@ fn build_labels() -> Vec<(&'static str, String)> {
     ]
 }
 
-/// The two latencies operators ask of a terminator first, as histograms.
-fn register_latencies(registry: &mut Registry, m: &Metrics) {
+/// The two latencies operators ask of a terminator first, as histograms, and the addresses
+/// listened on.
+fn register_latencies_and_listeners(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "listener_info",
+        "The addresses each frontend listens on now (always 1)",
+        m.listeners.clone(),
+    );
     registry.register(
         "handshake_duration_seconds",
         "From accept to the end of the TLS handshake (the access log's handshake_ms: the PROXY header and the ClientHello's arrival included), by kind (full or resumed)",
@@ -503,6 +554,22 @@ fn register_session_families(registry: &mut Registry, m: &Metrics) {
     );
 }
 
+/// A label value as the text format writes it: prometheus-client writes values as given, and a
+/// path or a certificate subject (RFC 4514 escapes with backslashes) may hold `\`, `"` or a
+/// line break.
+fn escaped(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// A handle out of a family. The family's read guard must be dropped before the next lookup, which
 /// may need the write lock; a function boundary makes sure of that (a guard living to the end of a
 /// struct literal would deadlock).
@@ -521,6 +588,8 @@ pub struct CertRecord {
     pub managed: bool,
     /// The stapled OCSP response's thisUpdate and nextUpdate (Unix seconds), if any.
     pub staple: Option<(i64, i64)>,
+    /// The DNS names it serves.
+    pub names: Vec<String>,
 }
 
 /// `shuck_certificate_not_after_timestamp_seconds`, `shuck_ocsp_staple_age_seconds` (set when
@@ -528,6 +597,8 @@ pub struct CertRecord {
 /// file; replaced whole for a frontend when what it serves changes.
 #[derive(Debug, Default)]
 struct CertificateGauges {
+    /// `shuck_certificate_info{frontend,certificate,subject,names}`, always 1.
+    info: Family<Labels, Gauge>,
     not_after: Family<Labels, Gauge>,
     staple_age: Family<Labels, Gauge>,
     staple_next_update: Family<Labels, Gauge>,
@@ -536,6 +607,11 @@ struct CertificateGauges {
 
 impl CertificateGauges {
     fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "certificate_info",
+            "Each served certificate's subject and DNS names, by frontend and certificate file (always 1)",
+            self.info.clone(),
+        );
         registry.register(
             "certificate_not_after_timestamp_seconds",
             "When each served certificate expires (Unix time), by frontend and certificate file",
@@ -556,8 +632,15 @@ impl CertificateGauges {
     fn labels(frontend: &str, r: &CertRecord) -> Labels {
         vec![
             ("frontend", frontend.to_string()),
-            ("certificate", r.path.clone()),
+            ("certificate", escaped(&r.path)),
         ]
+    }
+
+    fn info_labels(frontend: &str, r: &CertRecord) -> Labels {
+        let mut l = Self::labels(frontend, r);
+        l.push(("subject", escaped(&r.subject)));
+        l.push(("names", escaped(&r.names.join(" "))));
+        l
     }
 
     fn set(&self, frontend: &str, records: Vec<CertRecord>) {
@@ -566,12 +649,16 @@ impl CertificateGauges {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         for old in served.get(frontend).into_iter().flatten() {
+            self.info.remove(&Self::info_labels(frontend, old));
             let l = Self::labels(frontend, old);
             self.not_after.remove(&l);
             self.staple_age.remove(&l);
             self.staple_next_update.remove(&l);
         }
         for r in &records {
+            self.info
+                .get_or_create(&Self::info_labels(frontend, r))
+                .set(1);
             let l = Self::labels(frontend, r);
             self.not_after.get_or_create(&l).set(r.not_after);
             if let Some((this, next)) = r.staple {
