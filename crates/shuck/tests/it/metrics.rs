@@ -302,6 +302,67 @@ fn the_status_page_renders_in_chromium_with_the_metrics_numbers() {
     );
 }
 
+/// Every query string in a dashboard, wherever it sits.
+fn exprs(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                match (k.as_str(), v) {
+                    ("expr", serde_json::Value::String(e)) => out.push(e.clone()),
+                    _ => exprs(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| exprs(v, out)),
+        _ => {}
+    }
+}
+
+/// contrib/grafana/shuck.json queries only metrics a running shuck exports: each name in its
+/// expressions is a sample or a family (by its TYPE line) of the scrape.
+#[test]
+fn the_grafana_dashboard_queries_only_metrics_shuck_exports() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../contrib/grafana/shuck.json"
+    );
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("dashboard")).expect("JSON");
+    let mut all = Vec::new();
+    exprs(&dashboard, &mut all);
+    assert!(all.len() >= 15, "{all:?}");
+    let shuck = Shuck::start(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nself_signed = true\n",
+    );
+    let text = scrape(shuck.addrs[1]);
+    let mut names: Vec<&str> = all
+        .iter()
+        .flat_map(|e| e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
+        .filter(|w| w.starts_with("shuck_") || w.starts_with("process_"))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let missing: Vec<&&str> = names
+        .iter()
+        .filter(|n| {
+            let base = ["_bucket", "_count", "_sum", "_total"]
+                .iter()
+                .find_map(|s| n.strip_suffix(s))
+                .unwrap_or(n);
+            !text.lines().any(|l| {
+                l.starts_with(&format!("{n}{{"))
+                    || l.starts_with(&format!("{n} "))
+                    || l.starts_with(&format!("# TYPE {base} "))
+            })
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "queried but not exported: {missing:?}\n{text}"
+    );
+    assert!(names.len() >= 15, "{names:?}");
+}
+
 #[test]
 fn a_flood_of_bad_handshakes_is_counted_in_full_but_logged_sparingly() {
     let pki = Pki::new();
