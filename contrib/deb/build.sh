@@ -10,7 +10,8 @@ root=$(cd "$here/../.." && pwd)
 bin=${1:-$root/target/release/shuck}
 out=${2:-$root/target/deb}
 [ -x "$bin" ] || { echo "no binary at $bin: cargo build --release -p shuck" >&2; exit 1; }
-version=$("$bin" --version | awk '{print $2}')
+# SHUCK_DEB_VERSION: another version for the same binary (the package test's upgrade).
+version=${SHUCK_DEB_VERSION:-$("$bin" --version | awk '{print $2}')}
 arch=$(dpkg --print-architecture)
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
@@ -18,6 +19,7 @@ pkg=$stage/shuck
 install -Dm755 "$bin" "$pkg/usr/bin/shuck"
 install -Dm644 "$root/contrib/shuck.service" "$pkg/lib/systemd/system/shuck.service"
 install -Dm644 "$here/shuck.toml" "$pkg/etc/shuck/shuck.toml"
+install -Dm755 "$here/shuck.init" "$pkg/etc/init.d/shuck"
 install -d "$pkg/usr/share/man/man1" "$pkg/usr/share/doc/shuck"
 "$bin" man | gzip -9n >"$pkg/usr/share/man/man1/shuck.1.gz"
 "$bin" completions bash | install -Dm644 /dev/stdin "$pkg/usr/share/bash-completion/completions/shuck"
@@ -26,12 +28,35 @@ install -d "$pkg/usr/share/man/man1" "$pkg/usr/share/doc/shuck"
 for doc in README.md docs/configuration.md docs/certificates.md docs/reliability.md; do
   gzip -9nc "$root/$doc" >"$pkg/usr/share/doc/shuck/$(basename "$doc").gz"
 done
-cat >"$pkg/usr/share/doc/shuck/copyright" <<COPY
+{
+  cat <<COPY
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: shuck
+
 Files: *
-License: Apache-2.0 OR MIT
+Copyright: 2026 the shuck developers
+License: Apache-2.0 or MIT
+
+License: Apache-2.0
+ On Debian systems the full text is also in /usr/share/common-licenses/Apache-2.0.
 COPY
+  sed -e 's/^$/./' -e 's/^/ /' "$root/LICENSE-APACHE"
+  printf '\nLicense: MIT\n'
+  sed -e 's/^$/./' -e 's/^/ /' "$root/LICENSE-MIT"
+} >"$pkg/usr/share/doc/shuck/copyright"
+cat <<CHANGES | gzip -9n >"$pkg/usr/share/doc/shuck/changelog.Debian.gz"
+shuck ($version) unstable; urgency=medium
+
+  * Built from commit $("$bin" --version | sed -n 's/.*(commit \(.*\))/\1/p').
+
+ -- shuck developers <shuck@example.invalid>  $(date -R -d "@${SOURCE_DATE_EPOCH:-$(date +%s)}")
+CHANGES
+# The versioned library dependencies, as dpkg-shlibdeps finds them for the binary.
+mkdir -p "$stage/debian"
+printf 'Source: shuck\n\nPackage: shuck\nArchitecture: any\n' >"$stage/debian/control"
+shlibs=$(cd "$stage" && dpkg-shlibdeps -O --warnings=0 "shuck/usr/bin/shuck" 2>/dev/null |
+  sed -n 's/^shlibs:Depends=//p')
+[ -n "$shlibs" ] || shlibs=libc6
 install -d "$pkg/DEBIAN"
 installed_kb=$(du -sk --exclude=DEBIAN "$pkg" | cut -f1)
 cat >"$pkg/DEBIAN/control" <<CONTROL
@@ -40,7 +65,7 @@ Version: $version
 Architecture: $arch
 Maintainer: shuck developers <shuck@example.invalid>
 Installed-Size: $installed_kb
-Depends: libc6, adduser
+Depends: $shlibs, adduser
 Section: net
 Priority: optional
 Homepage: https://example.invalid/shuck
@@ -50,7 +75,7 @@ Description: fast, memory-safe TLS terminator
  and HAProxy in front of web servers. ACME certificates, OCSP stapling,
  sessions shared across a fleet, reloads and upgrades without downtime.
 CONTROL
-echo /etc/shuck/shuck.toml >"$pkg/DEBIAN/conffiles"
+printf '/etc/shuck/shuck.toml\n/etc/init.d/shuck\n' >"$pkg/DEBIAN/conffiles"
 install -m755 "$here/postinst" "$here/prerm" "$here/postrm" "$pkg/DEBIAN/"
 mkdir -p "$out"
 deb="$out/shuck_${version}_${arch}.deb"

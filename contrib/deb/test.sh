@@ -1,8 +1,12 @@
 #!/bin/bash
-# Builds the package from BINARY, installs it with dpkg -i, checks what it installed (the example
-# configuration passes `shuck check`, `shuck serve` answers on it and on --self-signed alone,
-# `man shuck` renders, the completions and the unit are in place, the system user exists), then removes it with dpkg -r
-# and checks it is gone. Needs root; leaves nothing installed. .ci/run runs it.
+# Builds the package from BINARY, installs it with dpkg -i and checks what it installed (the example
+# configuration passes `shuck check`, `man shuck` renders, the completions, unit and init script
+# are in place, the system user exists), that the install started the service (serving the
+# example on 127.0.0.1:8443 as the shuck user), that an upgrade of the package upgrades the
+# running process in place with a client loop losing no request, that --self-signed alone
+# serves, that remove stops the service and purge removes configuration and state, and that
+# policy-rc.d (exit 101) or DEB_NO_START=1 keep an install from starting it. Needs root and
+# 127.0.0.1:8443 free; leaves nothing installed. .ci/run runs it.
 #   contrib/deb/test.sh [BINARY]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,8 +18,11 @@ if dpkg -s shuck >/dev/null 2>&1; then
 fi
 work=$(mktemp -d)
 pid=
+policy_added=
 cleanup() {
   [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+  [ -n "$policy_added" ] && rm -f /usr/sbin/policy-rc.d
+  touch "$work/loop.stop" 2>/dev/null || true
   dpkg -P shuck >/dev/null 2>&1 || true
   rm -rf "$work"
 }
@@ -28,6 +35,7 @@ if command -v strip >/dev/null; then
   bin=$work/shuck
 fi
 deb=$(DEB_COMPRESSION=gzip "$here/build.sh" "$bin" "$work")
+pkgversion=$(dpkg-deb -f "$deb" Version)
 # (Outputs are captured before grep -q: under pipefail a writer cut short by grep fails the test.)
 info=$(dpkg-deb --info "$deb")
 grep -q "Package: shuck" <<<"$info" || fail "not a shuck package"
@@ -42,19 +50,45 @@ getent passwd shuck >/dev/null || fail "no shuck system user"
 page=$(MANPAGER=cat man shuck 2>/dev/null || true)
 grep -q "TLS terminator" <<<"$page" || fail "man shuck does not render"
 
-# The installed binary serves the shipped example (as root, told it may: the unit runs it as shuck).
-ready=$work/ready
-/usr/bin/shuck serve --config /etc/shuck/shuck.toml --allow-root --ready-file "$ready" 2>"$work/serve.log" &
-pid=$!
-for _ in $(seq 100); do [ -s "$ready" ] && break; sleep 0.1; done
-[ -s "$ready" ] || fail "shuck serve did not start: $(cat "$work/serve.log")"
-addr=$(head -1 "$ready")
-answer=$(curl -sk --max-time 5 "https://$addr/" || true)
-grep -qi "shuck" <<<"$answer" || fail "no answer from https://$addr/"
-kill "$pid"; wait "$pid" || true; pid=
+# Installed as a service: started on install (no systemd here: through its init script and
+# invoke-rc.d; under systemd the unit), serving the shipped example on 127.0.0.1:8443.
+pidfile=/run/shuck/shuck.pid
+alive() { [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+alive || fail "install did not start the service: $(cat /var/log/shuck/shuck.log 2>/dev/null)"
+first=$(cat "$pidfile")
+answer=$(curl -sk --max-time 5 https://127.0.0.1:8443/ || true)
+grep -qi "shuck" <<<"$answer" || fail "the service does not answer on 127.0.0.1:8443"
+[ "$(stat -c %U "/proc/$first")" = shuck ] || fail "the service does not run as the shuck user"
+
+# An upgrade of the package upgrades the running process in place (SIGUSR2) while a client
+# loop runs: every request answered, a new process serving after it.
+SHUCK_DEB_VERSION="$pkgversion+upgrade1" DEB_COMPRESSION=gzip "$here/build.sh" "$bin" "$work/next" >/dev/null
+next=$(ls "$work"/next/shuck_*.deb)
+: >"$work/loop.out"
+(
+  for _ in $(seq 2000); do
+    [ -e "$work/loop.stop" ] && break
+    curl -sk --max-time 5 -o /dev/null -w '%{http_code}\n' https://127.0.0.1:8443/ >>"$work/loop.out" || echo failed >>"$work/loop.out"
+  done
+) &
+loop=$!
+for _ in $(seq 100); do [ "$(wc -l <"$work/loop.out")" -ge 20 ] && break; sleep 0.05; done
+dpkg -i "$next" >/dev/null || fail "dpkg -i of the upgrade failed"
+for _ in $(seq 100); do [ -s "$pidfile" ] && [ "$(cat "$pidfile")" != "$first" ] && break; sleep 0.1; done
+sleep 1
+touch "$work/loop.stop"
+wait "$loop"
+[ "$(cat "$pidfile")" != "$first" ] || fail "the upgrade left the old process serving"
+! kill -0 "$first" 2>/dev/null || fail "dpkg -i returned before the old process was gone"
+alive || fail "no process after the upgrade: $(tail -20 /var/log/shuck/shuck.log)"
+total=$(wc -l <"$work/loop.out")
+bad=$(grep -vc '^200$' "$work/loop.out" || true)
+[ "$bad" -eq 0 ] || fail "$bad of $total requests failed during the upgrade"
+[ "$total" -ge 40 ] || fail "only $total requests ran across the upgrade"
+echo "package test: upgrade in place, $total requests, none failed"
 
 # And the README's first command, with the flags alone: a self-signed certificate, the demo page.
-rm -f "$ready"
+ready=$work/ready
 /usr/bin/shuck serve --self-signed --listen 127.0.0.1:0 --allow-root --ready-file "$ready" 2>"$work/flags.log" &
 pid=$!
 for _ in $(seq 100); do [ -s "$ready" ] && break; sleep 0.1; done
@@ -63,9 +97,28 @@ answer=$(curl -sk --max-time 5 "https://$(head -1 "$ready")/" || true)
 grep -qi "shuck" <<<"$answer" || fail "no answer from shuck serve --self-signed"
 kill "$pid"; wait "$pid" || true; pid=
 
+last=$(cat "$pidfile")
 dpkg -r shuck >/dev/null || fail "dpkg -r failed"
 [ ! -e /usr/bin/shuck ] || fail "/usr/bin/shuck left behind"
+! kill -0 "$last" 2>/dev/null || fail "remove left the service running"
+! kill -0 "$first" 2>/dev/null || fail "the process from before the upgrade is still running"
 [ -f /etc/shuck/shuck.toml ] || fail "the configuration (a conffile) should stay until purge"
 dpkg -P shuck >/dev/null || fail "dpkg -P failed"
 [ ! -e /etc/shuck/shuck.toml ] || fail "purge left the configuration"
+[ ! -e /var/lib/shuck ] || fail "purge left the state directory"
+
+# policy-rc.d forbidding actions (as in image builds and chroots): installed, not started.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+  chmod +x /usr/sbin/policy-rc.d
+  policy_added=1
+  dpkg -i "$deb" >/dev/null || fail "dpkg -i under policy-rc.d failed"
+  rm -f /usr/sbin/policy-rc.d; policy_added=
+  ! alive || fail "installed under a policy-rc.d that forbids it, the service started"
+  dpkg -P shuck >/dev/null || fail "dpkg -P failed"
+fi
+# DEB_NO_START=1 likewise.
+DEB_NO_START=1 dpkg -i "$deb" >/dev/null || fail "dpkg -i with DEB_NO_START failed"
+! alive || fail "installed with DEB_NO_START=1, the service started"
+dpkg -P shuck >/dev/null || fail "dpkg -P failed"
 echo "package test: ok ($(basename "$deb"))"

@@ -7,6 +7,10 @@ use serde::Deserialize;
 
 use super::{defaults, duration_or, key_err, Config, Frontend, KeyError, Origin, RawConfig};
 
+/// The longest drain: contrib/shuck.service's `TimeoutStopSec=` (3660 s) is set above it, so
+/// systemd never cuts a drain short.
+pub const MAX_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Far above what one machine's descriptors allow; keeps the per-worker semaphore in range.
 pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 24;
 
@@ -53,6 +57,12 @@ impl RawConfig {
             self.shutdown_grace.as_deref(),
             defaults::SHUTDOWN_GRACE,
         )?;
+        if shutdown_grace > MAX_SHUTDOWN_GRACE {
+            return Err(key_err(
+                "shutdown_grace",
+                "at most 1h (contrib/shuck.service's TimeoutStopSec is set above it)",
+            ));
+        }
         let reload_timeout = duration_or(
             "reload_timeout",
             self.reload_timeout.as_deref(),
