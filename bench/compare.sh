@@ -85,7 +85,7 @@ run() {
   local name=$1 port=$2 pid=$3 label=$4; shift 4
   local t0 t1 out conns secs
   t0=$(cpu_ticks "$pid")
-  # -www: one HTTP/1.0 request per connection and a 1 KiB answer, as in the seeds' method.
+  # -www: one HTTP/1.0 request per connection and a 1 KiB answer, as in Bernat's method.
   out=$(taskset -c 1 openssl s_time -connect "127.0.0.1:$port" -time "$SECS" -www / "$@" 2>/dev/null \
         | grep 'connections in .* real seconds')
   t1=$(cpu_ticks "$pid")

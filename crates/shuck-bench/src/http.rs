@@ -5,7 +5,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::stats::Failure;
 
-/// The request line and headers; HTTP/1.0 without keep-alive as in the seeds, HTTP/1.1 for
+/// The request line and headers; HTTP/1.0 without keep-alive as in Bernat's benchmark, HTTP/1.1 for
 /// keep-alive with `Connection: close` on the last request.
 pub fn request(path: &str, host: &str, keepalive: bool, last: bool) -> Vec<u8> {
     let (version, conn) = match (keepalive, last) {

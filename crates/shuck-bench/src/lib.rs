@@ -1,4 +1,4 @@
-//! shuck-bench: the benchmark method of the seed articles (K connections per TLS session, an
+//! shuck-bench: the benchmark method of Vincent Bernat's TLS-termination articles (K connections per TLS session, an
 //! offered-rate ramp, the latency-bounded maximum) as a library behind `shuck bench` and
 //! `shuck speed`.
 #![forbid(unsafe_code)]

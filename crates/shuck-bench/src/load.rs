@@ -129,7 +129,7 @@ async fn transaction(
     let tcp = TcpStream::connect(plan.target)
         .await
         .map_err(|e| (Failure::Connect, e.to_string()))?;
-    // Without it, small answers wait for delayed ACKs (the seeds' 40 ms stud latency).
+    // Without it, small answers wait for delayed ACKs (the 40 ms latency Bernat's stud runs showed).
     let _ = tcp.set_nodelay(true);
     if plan.plain {
         let mut tcp = tcp;
@@ -250,7 +250,7 @@ impl Thread {
     /// Runs one transaction (after `begin`). Attempts and failures count in `step`, the one it
     /// was started (or scheduled) in, so a step's failure ratio is that of its own arrivals
     /// (a timeout seconds later must not land on a later step's ratio). Successes, with their
-    /// latency (from `since`), count in the step in which they ended, as the seeds' Avalanche
+    /// latency (from `since`), count in the step in which they ended, as the Avalanche in Bernat's benchmark
     /// counted per second: a saturated server's successful TPS is what it completed in that
     /// window, not the arrivals it eventually served.
     async fn run_one(self: Rc<Self>, step: usize, since: Instant) {

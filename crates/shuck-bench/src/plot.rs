@@ -1,4 +1,4 @@
-//! Plots in the seeds' style: attempted/successful/failed TPS over time, and latency over time
+//! Plots in the style of Bernat's benchmark: attempted/successful/failed TPS over time, and latency over time
 //! on a log scale with the verdict's mean-latency limit drawn in. SVG and PNG of each.
 
 use std::path::{Path, PathBuf};

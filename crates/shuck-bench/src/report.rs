@@ -63,7 +63,7 @@ pub struct Totals {
     pub successful: u64,
     pub failed: u64,
     pub resumed: u64,
-    /// resumed / successful; the seeds' K requests per session give (K-1)/K.
+    /// resumed / successful; K requests per session, as in Bernat's benchmark, give (K-1)/K.
     pub resumption_ratio: f64,
     pub peak_successful_tps: f64,
     pub bytes: u64,

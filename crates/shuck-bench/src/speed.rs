@@ -76,7 +76,7 @@ pub struct SpeedOptions {
     pub cipher: Cipher,
     /// Cores the prediction is scaled to.
     pub cores: usize,
-    /// Connections per TLS session in the mixed prediction (the seeds' K).
+    /// Connections per TLS session in the mixed prediction (K, as in Bernat's benchmark).
     pub requests_per_session: u32,
 }
 

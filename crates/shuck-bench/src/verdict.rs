@@ -1,4 +1,4 @@
-//! The seeds' pass/fail rule for a rate ramp (round 2): a step passes when fewer than 1 in 1000
+//! The pass/fail rule of Bernat's benchmark for a rate ramp (round 2): a step passes when fewer than 1 in 1000
 //! transactions failed and its mean latency, or the mean of the next 8 steps' means, is at most
 //! 100 ms. The look-ahead forgives a passing latency spike; failures are never forgiven.
 
