@@ -13,7 +13,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 /// Connects to `addr`; the stream returned has Nagle off (small answers would otherwise wait
-/// ~40 ms for an ACK: seed round 2's stud latency).
+/// ~40 ms for an ACK: the stud latency of Bernat's second round).
 pub(super) async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
     let socket = Socket::new(
         Domain::for_address(addr),

@@ -2,7 +2,7 @@
 //!
 //! Memory: a connection holds a copy buffer only while data is in flight. Each read borrows a
 //! buffer from the worker's pool and gives it back when the read would block or once the bytes
-//! are written out, so an idle connection holds none (the seeds' SSL_MODE_RELEASE_BUFFERS lesson).
+//! are written out, so an idle connection holds none (the SSL_MODE_RELEASE_BUFFERS lesson of Bernat's stud benchmarks).
 
 use std::future::{poll_fn, Future};
 use std::io;

@@ -40,7 +40,7 @@ pub fn parse_versions(list: &[String]) -> Result<Vec<&'static SupportedProtocolV
 }
 
 /// True when the CPU has AES and carry-less multiply instructions, so AES-GCM is both faster and
-/// cheaper than ChaCha20-Poly1305 (a seed lesson: the server should pick the cheap strong cipher).
+/// cheaper than ChaCha20-Poly1305 (a lesson of Bernat's benchmarks: the server should pick the cheap strong cipher).
 pub fn cpu_has_aes() -> bool {
     #[cfg(target_arch = "x86_64")]
     {

@@ -94,7 +94,7 @@ fn ssl_tlvs_and_the_client_certificate_reach_the_backend() {
     assert_eq!(tlvs.last().map(|t| t.0), Some(0x03));
 }
 
-/// Most connections in production are resumed (the seeds' K requests per session): a resumed
+/// Most connections in production are resumed (K requests per session, as in Bernat's benchmark): a resumed
 /// one must tell the backend as much as the full handshake did, with CERT_SESS but not
 /// CERT_CONN, since the certificate was shown earlier in the session, not on this connection.
 #[test]
