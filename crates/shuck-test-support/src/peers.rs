@@ -185,6 +185,57 @@ frontend echo
     spawn("haproxy", ip, &|addr, dir| haproxy(addr, dir, &body))
 }
 
+/// HAProxy as a backend on a Unix socket (`bind unix@…` with `accept-proxy`), answering as
+/// [`haproxy_echo`] does. Returns the peer and its socket's path; waits (at most 10 s) until the
+/// socket accepts connections.
+pub fn haproxy_echo_unix() -> (Peer, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("echo.sock");
+    let body = format!(
+        "{HAPROXY_GLOBAL}\
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 20s
+    timeout server 20s
+frontend echo
+    bind unix@{} accept-proxy
+    http-request return status 200 content-type text/plain lf-string \"{HAPROXY_ECHO}\"
+",
+        socket.display()
+    );
+    let log = dir.path().join("haproxy.log");
+    let out = std::fs::File::create(&log).expect("log file");
+    let child = haproxy(SocketAddr::from(([0, 0, 0, 0], 0)), dir.path(), &body)
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("dup log"))
+        .stderr(out)
+        .spawn()
+        .expect("spawn haproxy");
+    let mut peer = Peer {
+        child,
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        name: "haproxy",
+        log,
+        dir,
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        if let Some(st) = peer.child.try_wait().expect("try_wait") {
+            panic!("haproxy exited ({st}):\n{}", peer.describe());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "haproxy not accepting on {} after 10 s:\n{}",
+            socket.display(),
+            peer.describe()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (peer, socket)
+}
+
 #[derive(Clone, Copy, Debug)]
 pub enum SendProxy {
     V1,

@@ -5,16 +5,17 @@
 
 mod connect;
 pub(crate) mod policy;
+mod upstream;
+
+pub(crate) use upstream::Upstream;
 
 use std::cell::Cell;
 use std::io;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpStream;
-
 use crate::config::backend::MAX_BACKENDS;
-use crate::config::BackendAddr;
 use crate::config::BackendPolicy;
+use crate::config::{BackendAddr, Target};
 use policy::Chooser;
 
 // The health snapshot in `order` is a u128 with a bit per backend.
@@ -94,6 +95,16 @@ fn out_of_descriptors(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(ENFILE | EMFILE))
 }
 
+/// A connection to `target`: TCP with Nagle off, or a Unix socket.
+async fn connect_to(target: &Target) -> io::Result<Upstream> {
+    match target {
+        Target::Tcp(addr) => connect::connect(*addr).await.map(Upstream::Tcp),
+        Target::Unix(path) => tokio::net::UnixStream::connect(path)
+            .await
+            .map(Upstream::Unix),
+    }
+}
+
 impl BackendPool {
     pub(crate) fn new(
         addrs: Vec<BackendAddr>,
@@ -132,7 +143,7 @@ impl BackendPool {
         })
     }
 
-    pub(crate) async fn connect(&self) -> Result<(TcpStream, Lease<'_>), ConnectError> {
+    pub(crate) async fn connect(&self) -> Result<(Upstream, Lease<'_>), ConnectError> {
         let mut attempts = Vec::new();
         let now = Instant::now();
         let n = self.addrs.len();
@@ -143,14 +154,13 @@ impl BackendPool {
             let mut lease = Lease::take(self, i);
             self.chooser.chose(i, n);
             let started = Instant::now();
-            let res =
-                match tokio::time::timeout(self.connect_timeout, connect::connect(b.addr)).await {
-                    Ok(r) => r,
-                    Err(_) => Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("connect timed out after {:?}", self.connect_timeout),
-                    )),
-                };
+            let res = match tokio::time::timeout(self.connect_timeout, connect_to(&b.addr)).await {
+                Ok(r) => r,
+                Err(_) => Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("connect timed out after {:?}", self.connect_timeout),
+                )),
+            };
             match res {
                 Ok(s) => {
                     self.down_until[i].set(None);
@@ -180,7 +190,7 @@ mod tests {
         let addrs = (0..n)
             .map(|i| BackendAddr {
                 name: format!("b{i}"),
-                addr: ([127, 0, 0, 1], 1000 + i as u16).into(),
+                addr: Target::Tcp(([127, 0, 0, 1], 1000 + i as u16).into()),
             })
             .collect();
         BackendPool::new(
@@ -227,7 +237,7 @@ mod tests {
             .iter()
             .map(|(name, addr)| BackendAddr {
                 name: (*name).to_string(),
-                addr: *addr,
+                addr: Target::Tcp(*addr),
             })
             .collect();
         BackendPool::new(addrs, policy, Duration::from_secs(2), cooldown)

@@ -1,9 +1,11 @@
-//! Where decrypted connections go: the `backend` addresses (or the built-in demo page), how a
+//! Where decrypted connections go: the `backend` addresses, TCP or `unix:/path` sockets (or the
+//! built-in demo page), how a
 //! worker chooses among them (`backend_policy`) and how failed backends are avoided
 //! (`backend_cooldown`).
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -18,15 +20,31 @@ pub const MAX_BACKENDS: usize = 128;
 pub enum Backend {
     /// The built-in page describing the connection.
     Demo,
-    /// TCP backends, chosen by the frontend's `BackendPolicy`.
-    Tcp(Vec<BackendAddr>),
+    /// Backends, chosen by the frontend's `BackendPolicy`.
+    Servers(Vec<BackendAddr>),
 }
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct BackendAddr {
     /// As written, for logs.
     pub name: String,
-    pub addr: SocketAddr,
+    pub addr: Target,
+}
+
+/// Where a backend listens: a TCP address, or a Unix socket (`unix:/path`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Tcp(a) => write!(f, "{a}"),
+            Target::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
 }
 
 /// The address, and the name it was given when that was a host name.
@@ -80,7 +98,8 @@ impl Section for Backends {
 }
 
 impl RawFrontend {
-    pub(super) fn validate_backend(&self) -> Result<Backends, KeyError> {
+    /// `base`: the configuration file's directory, which a relative `unix:` path is under.
+    pub(super) fn validate_backend(&self, base: Option<&Path>) -> Result<Backends, KeyError> {
         let backend = match self.backend.clone().map(OneOrMany::into_vec) {
             None => Backend::Demo,
             Some(v) if v.is_empty() => Backend::Demo,
@@ -93,10 +112,19 @@ impl RawFrontend {
             Some(v) => {
                 let mut out = Vec::with_capacity(v.len());
                 for name in v {
-                    let addr = resolve(&name).map_err(|m| key_err("backend", m))?;
+                    let addr = match name.strip_prefix("unix:") {
+                        Some("") => {
+                            return Err(key_err(
+                                "backend",
+                                "\"unix:\" names no socket: write unix:/path/to/socket",
+                            ))
+                        }
+                        Some(path) => Target::Unix(super::resolve_path(base, PathBuf::from(path))),
+                        None => Target::Tcp(resolve(&name).map_err(|m| key_err("backend", m))?),
+                    };
                     out.push(BackendAddr { name, addr });
                 }
-                Backend::Tcp(out)
+                Backend::Servers(out)
             }
         };
         if self.backend_policy.is_some() && matches!(backend, Backend::Demo) {

@@ -33,7 +33,7 @@ mod timeouts;
 mod tls;
 
 pub use acme::{Acme, AcmeKey, UntilIssued};
-pub use backend::{Backend, BackendAddr, BackendPolicy, Backends, MAX_BACKENDS};
+pub use backend::{Backend, BackendAddr, BackendPolicy, Backends, Target, MAX_BACKENDS};
 pub use certificates::{CertSource, Certificates, OcspMode, SniFallback};
 pub use client_auth::{ClientAuth, ClientAuthSettings};
 pub use frontend::{AcmeSettings, Frontend, OnChange, Section, SectionChange};
@@ -307,7 +307,7 @@ impl RawFrontend {
         state_dir: &Path,
     ) -> Result<Frontend, KeyError> {
         let listen = self.validate_listen()?;
-        let backend = self.validate_backend()?;
+        let backend = self.validate_backend(base)?;
         let (certs, acme) = self.validate_certificates(name, base, state_dir)?;
         let tls = self.validate_tls(matches!(backend.target, Backend::Demo))?;
         let records = self.validate_record_layer()?;

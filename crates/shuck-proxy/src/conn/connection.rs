@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::Level;
 
-use crate::backend::{BackendPool, Lease};
+use crate::backend::{BackendPool, Lease, Upstream};
 use crate::certs::acme;
 use crate::config::ConnectionLogFormat;
 use crate::conn::backend_header::{self, UniqueId};
@@ -228,7 +228,7 @@ async fn connect_backend<'p>(
     pool: &'p BackendPool,
     tls: &mut TlsStream,
     bound: Duration,
-) -> Result<(TcpStream, Lease<'p>), ConnError> {
+) -> Result<(Upstream, Lease<'p>), ConnError> {
     match pool.connect().await {
         Ok(x) => Ok(x),
         Err(e) => {
@@ -244,7 +244,7 @@ async fn connect_backend<'p>(
 async fn relay_to(
     fe: &WorkerFrontend,
     tls: &mut TlsStream,
-    mut upstream: TcpStream,
+    mut upstream: Upstream,
     prefix: Option<(PooledBuf, usize)>,
 ) -> (Moved, Result<(), RelayError>) {
     let m = &fe.metrics;
@@ -257,10 +257,12 @@ async fn relay_to(
     let (moved, res) = relay::relay_with_prefix(tls, &mut upstream, idle, prefix, count).await;
     match &res {
         Err(RelayError::BackendAborted(_)) => abort(tls.tcp()),
-        Err(RelayError::ClientAborted(_)) => abort(&upstream),
+        // A Unix socket has no abortive close: the backend sees the socket closed (and its
+        // next write fails), the nearest it gets to a reset.
+        Err(RelayError::ClientAborted(_)) => upstream.tcp().into_iter().for_each(abort),
         Err(RelayError::Idle(_)) => {
             abort(tls.tcp());
-            abort(&upstream);
+            upstream.tcp().into_iter().for_each(abort);
         }
         _ => {}
     }

@@ -118,7 +118,7 @@ fn write_backend(s: &mut String, fe: &Frontend) {
         Backend::Demo => {
             let _ = writeln!(s, "  backend: built-in demo page");
         }
-        Backend::Tcp(b) => {
+        Backend::Servers(b) => {
             let list: Vec<String> = b
                 .iter()
                 .map(|b| {

@@ -123,7 +123,7 @@ pub(crate) struct WorkerFrontend {
 fn new_pool(backends: &Backends) -> Option<Rc<BackendPool>> {
     match &backends.target {
         Backend::Demo => None,
-        Backend::Tcp(addrs) => Some(Rc::new(BackendPool::new(
+        Backend::Servers(addrs) => Some(Rc::new(BackendPool::new(
             addrs.clone(),
             backends.policy,
             backends.connect_timeout,
@@ -153,7 +153,7 @@ impl WorkerFrontend {
         };
         let backend_connect_times = match &cfg.backend.target {
             Backend::Demo => Vec::new(),
-            Backend::Tcp(addrs) => metrics
+            Backend::Servers(addrs) => metrics
                 .backend_connects()
                 .for_backends(addrs.iter().map(|b| b.name.as_str())),
         };

@@ -5,8 +5,8 @@
 
 use shuck_test_support::clients::curl_at;
 use shuck_test_support::peers::{
-    echo_fields, haproxy_echo, haproxy_front, ipv6_loopback, nginx_echo, split_curl, Peer,
-    SendProxy, CURL_ENDS, V4, V6,
+    echo_fields, haproxy_echo, haproxy_echo_unix, haproxy_front, ipv6_loopback, nginx_echo,
+    split_curl, Peer, SendProxy, CURL_ENDS, V4, V6,
 };
 use shuck_test_support::pki::{toml_path, Key, Pki};
 use shuck_test_support::process::{run_bounded, Shuck};
@@ -142,6 +142,65 @@ fn client_address_reaches(start: fn(IpAddr) -> Peer, keys: [&str; 4]) {
             }
         }
     }
+}
+
+/// A Unix-socket backend (`backend = "unix:/path"`): HAProxy listening there gets PROXY v1 and
+/// v2 headers naming the client's TCP addresses, as a TCP backend does; a socket nobody
+/// listens on is a backend failure like a refused connect.
+#[test]
+fn a_unix_socket_backend_gets_the_client_address_v1_v2() {
+    let pki = Pki::new();
+    let (peer, socket) = haproxy_echo_unix();
+    for version in ["v1", "v2"] {
+        let cert = pki.leaf("www.pem", "www", &[NAME], Key::EcdsaP256);
+        let shuck = Shuck::start(&format!(
+            "workers = 1\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = {}\n\
+             certificates = {}\nproxy_protocol = \"{version}\"\n",
+            toml_path(std::path::Path::new(&format!("unix:{}", socket.display()))),
+            toml_path(&cert)
+        ));
+        let context = || {
+            format!(
+                "{version}\n{}--- shuck log:\n{}",
+                peer.describe(),
+                shuck.log_text()
+            )
+        };
+        let (fields, ends) = request(&pki, shuck.addr(), &context);
+        assert_eq!(ends.remote, shuck.addr(), "{}", context());
+        assert_ends(&fields, HAPROXY_KEYS, ends.local, ends.remote, &context);
+        assert_eq!(
+            fields.get("rcvd_proxy").map(String::as_str),
+            Some("1"),
+            "{}",
+            context()
+        );
+    }
+    let gone = socket.with_file_name("nobody.sock");
+    let cert = pki.leaf("www.pem", "www", &[NAME], Key::EcdsaP256);
+    let shuck = Shuck::start(&format!(
+        "workers = 1\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = {}\ncertificates = {}\n",
+        toml_path(std::path::Path::new(&format!("unix:{}", gone.display()))),
+        toml_path(&cert)
+    ));
+    let out = curl_at(&pki, shuck.addr(), NAME, "/", &[]);
+    assert!(!out.status.success(), "served without a backend");
+    let text = shuck_test_support::clients::wait_metric(
+        shuck.addrs[1],
+        "shuck_backend_errors_total",
+        &["kind=\"connect\""],
+        1,
+    );
+    assert_eq!(
+        shuck_test_support::clients::sum(
+            &text,
+            "shuck_backend_errors_total",
+            &["kind=\"connect\""]
+        ),
+        1,
+        "{text}\n{}",
+        shuck.log_text()
+    );
 }
 
 #[test]
