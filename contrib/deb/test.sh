@@ -87,6 +87,19 @@ bad=$(grep -vc '^200$' "$work/loop.out" || true)
 [ "$total" -ge 40 ] || fail "only $total requests ran across the upgrade"
 echo "package test: upgrade in place, $total requests, none failed"
 
+# An upgrade whose binary refuses the configuration leaves the running process serving (no
+# restart into an outage).
+SHUCK_DEB_VERSION="$pkgversion+upgrade2" DEB_COMPRESSION=gzip "$here/build.sh" "$bin" "$work/third" >/dev/null
+serving=$(cat "$pidfile")
+cp /etc/shuck/shuck.toml "$work/shuck.toml.good"
+printf 'shutdown_grace = "2h"\n' | cat - "$work/shuck.toml.good" >/etc/shuck/shuck.toml
+dpkg -i "$(ls "$work"/third/shuck_*.deb)" >"$work/third.log" 2>&1 || fail "dpkg -i with a refused configuration failed: $(cat "$work/third.log")"
+grep -q "left serving" "$work/third.log" || fail "the refused upgrade said nothing: $(cat "$work/third.log")"
+[ "$(cat "$pidfile")" = "$serving" ] && kill -0 "$serving" || fail "a refused configuration stopped the service"
+answer=$(curl -sk --max-time 5 https://127.0.0.1:8443/ || true)
+grep -qi "shuck" <<<"$answer" || fail "not serving after an upgrade with a refused configuration"
+cp "$work/shuck.toml.good" /etc/shuck/shuck.toml
+
 # And the README's first command, with the flags alone: a self-signed certificate, the demo page.
 ready=$work/ready
 /usr/bin/shuck serve --self-signed --listen 127.0.0.1:0 --allow-root --ready-file "$ready" 2>"$work/flags.log" &

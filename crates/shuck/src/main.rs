@@ -91,8 +91,8 @@ fn version_text(verbose: bool) -> String {
         "system (glibc malloc)"
     };
     let ktls = match shuck_proxy::kernel_has_tls() {
-        Ok(()) => "this kernel has it (ktls = true hands TLS 1.3 records to it)".to_string(),
-        Err(e) => format!("not on this kernel: {e}"),
+        Ok(()) => "this kernel has it (ktls = true hands TLS 1.3 records to it; an unprivileged service needs module tls loaded at boot)".to_string(),
+        Err(e) => format!("not for this process: {e}"),
     };
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map_or_else(|_| "unknown".into(), |s| s.trim().to_string());

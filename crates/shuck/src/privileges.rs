@@ -12,6 +12,7 @@
 //! parent reading keys for the workers): no process of shuck keeps root while it talks to
 //! clients, at the price of keys the service user can read.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::unistd::{self, Gid, Group, Uid, User};
@@ -68,8 +69,14 @@ impl RunAs {
                 "user = {name:?} needs shuck started as root (it runs as uid {euid})"
             ));
         }
-        for dir in &self.state_dirs {
-            hand_over_tree(dir, user.uid, gid)?;
+        // `nobody` is shared by other daemons: what shuck keeps there (ACME keys) is not given to
+        // it. Without the `shuck` user, a root start keeps state_dir root's (ACME, OCSP fetching
+        // and shuck check's record then need `user`).
+        let shared_user = by_default && name == "nobody";
+        if !shared_user {
+            for dir in &self.state_dirs {
+                hand_over_tree(dir, user.uid, gid)?;
+            }
         }
         // The user's supplementary groups too (a key readable by `ssl-cert`, say).
         let cname =
@@ -81,7 +88,12 @@ impl RunAs {
             return Err("root could be regained after dropping privileges: refusing to run".into());
         }
         if by_default {
-            tracing::info!(user = %name, uid = %user.uid, gid = %gid, "started as root with no user configured: dropped privileges, the workers run as {name}; set user (and group) to choose who, or allow_root = true to keep root");
+            let state = if shared_user {
+                " (state_dir stays root's: nobody is shared by other daemons; ACME and OCSP fetching need user)"
+            } else {
+                ""
+            };
+            tracing::info!(user = %name, uid = %user.uid, gid = %gid, "started as root with no user configured: dropped privileges, the workers run as {name}{state}; set user (and group) to choose who, or allow_root = true to keep root");
         } else {
             tracing::info!(user = %name, uid = %user.uid, gid = %gid, "dropped privileges");
         }
@@ -102,30 +114,125 @@ fn default_user() -> Result<String, String> {
         })
 }
 
-/// Gives a state directory and what is in it to the user it will be written by.
-/// Symbolic links and files with several names are left alone, and nothing is followed (lchown):
-/// the tree may have been written by the unprivileged user, and root must not be steered into
-/// handing over anything else on the system.
+/// Gives a state directory and what is in it to the user it will be written by. Every step goes
+/// through a descriptor opened with `O_NOFOLLOW` relative to its parent's, never through a path:
+/// the tree may have been written by the unprivileged user, who must not be able to swap a
+/// directory for a symbolic link between a check and the `chown` and so steer root into handing
+/// over anything else on the system. Symbolic links, files with several names and anything that
+/// is neither a regular file nor a directory are left alone.
 fn hand_over_tree(path: &Path, uid: Uid, gid: Gid) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return Ok(());
-    };
-    if meta.file_type().is_symlink() {
-        tracing::warn!(path = %path.display(), "a symbolic link in the state directory is left as it is");
-        return Ok(());
-    }
-    if meta.is_file() && meta.nlink() > 1 {
-        tracing::warn!(path = %path.display(), "a file with several names in the state directory is left as it is");
-        return Ok(());
-    }
-    std::os::unix::fs::lchown(path, Some(uid.as_raw()), Some(gid.as_raw()))
-        .map_err(|e| format!("cannot give {} to the service user: {e}", path.display()))?;
-    if meta.is_dir() {
-        let entries = std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        for entry in entries.flatten() {
-            hand_over_tree(&entry.path(), uid, gid)?;
+    use nix::fcntl::open;
+    use nix::sys::stat::Mode;
+    let dir = match open(path, dir_flags(), Mode::empty()) {
+        Ok(fd) => fd,
+        Err(nix::errno::Errno::ENOENT) => return Ok(()),
+        Err(e) => {
+            return Err(format!(
+                "cannot open {} to give it to the service user: {e}",
+                path.display()
+            ))
         }
+    };
+    hand_over_dir(&dir, path, uid, gid)
+}
+
+fn dir_flags() -> nix::fcntl::OFlag {
+    use nix::fcntl::OFlag;
+    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+}
+
+/// Gives the directory open as `dir` (at `shown`, for messages) and its tree to `uid`/`gid`.
+fn hand_over_dir(
+    dir: &std::os::fd::OwnedFd,
+    shown: &Path,
+    uid: Uid,
+    gid: Gid,
+) -> Result<(), String> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::{fstat, Mode, SFlag};
+    let give = |fd: &std::os::fd::OwnedFd, what: &Path| {
+        unistd::fchown(fd, Some(uid), Some(gid))
+            .map_err(|e| format!("cannot give {} to the service user: {e}", what.display()))
+    };
+    give(dir, shown)?;
+    let listing = dir
+        .try_clone()
+        .map_err(|e| format!("{}: {e}", shown.display()))?;
+    let mut entries =
+        nix::dir::Dir::from_fd(listing).map_err(|e| format!("{}: {e}", shown.display()))?;
+    let names: Vec<std::ffi::CString> = entries
+        .iter()
+        .flatten()
+        .map(|e| e.file_name().to_owned())
+        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
+        .collect();
+    for name in names {
+        let here = shown.join(std::ffi::OsStr::from_bytes(name.as_bytes()));
+        // A directory is entered through its own descriptor; anything else is opened without
+        // following a link and without blocking (a FIFO), and given only when it is a regular
+        // file with one name, checked on the descriptor that is then changed.
+        if let Ok(child) = openat(dir, name.as_c_str(), dir_flags(), Mode::empty()) {
+            hand_over_dir(&child, &here, uid, gid)?;
+            continue;
+        }
+        let flags = OFlag::O_RDONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC;
+        let Ok(file) = openat(dir, name.as_c_str(), flags, Mode::empty()) else {
+            tracing::warn!(path = %here.display(), "left as it is in the state directory (a symbolic link, or not a file)");
+            continue;
+        };
+        let st = fstat(&file).map_err(|e| format!("{}: {e}", here.display()))?;
+        let regular = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG;
+        if !regular || st.st_nlink > 1 {
+            tracing::warn!(path = %here.display(), "left as it is in the state directory (not a regular file, or one with several names)");
+            continue;
+        }
+        give(&file, &here)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// The tree is handed over, and nothing it links to: a symbolic link (to a file or a
+    /// directory) and a second name of a file outside stay as they are.
+    #[test]
+    fn only_the_tree_itself_is_handed_over() {
+        if !unistd::geteuid().is_root() {
+            eprintln!("not root: chown cannot be exercised here (CI runs as root)");
+            return;
+        }
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, "root's").unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let s = state.path();
+        std::fs::write(s.join("a"), "a").unwrap();
+        std::fs::create_dir(s.join("sub")).unwrap();
+        std::fs::write(s.join("sub/b"), "b").unwrap();
+        std::os::unix::fs::symlink(&victim, s.join("link")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), s.join("dirlink")).unwrap();
+        std::fs::hard_link(&victim, s.join("hard")).unwrap();
+        let (uid, gid) = (Uid::from_raw(65534), Gid::from_raw(65534));
+        hand_over_tree(s, uid, gid).unwrap();
+        let owner = |p: &Path| std::fs::symlink_metadata(p).unwrap().uid();
+        for p in [s.to_path_buf(), s.join("a"), s.join("sub"), s.join("sub/b")] {
+            assert_eq!(owner(&p), 65534, "{}", p.display());
+        }
+        for p in [
+            victim.clone(),
+            outside.path().to_path_buf(),
+            s.join("link"),
+            s.join("dirlink"),
+        ] {
+            assert_eq!(owner(&p), 0, "{}", p.display());
+        }
+        assert!(hand_over_tree(&s.join("missing"), uid, gid).is_ok());
+    }
 }

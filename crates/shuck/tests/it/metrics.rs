@@ -645,7 +645,9 @@ fn probes_answer_on_the_metrics_listener_and_readiness_ends_with_the_drain() {
     let cert = pki.leaf("p.pem", "p", &["p.test"], Key::EcdsaP256);
     let b = HttpBackend::start();
     let shuck = Shuck::start(&format!(
-        "metrics_listen = \"127.0.0.1:0\"\nshutdown_grace = \"20s\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n",
+        // The half-sent handshake below holds the drain for its handshake_timeout: long enough
+        // for a loaded CI machine (it once took longer than the default 10 s to probe).
+        "metrics_listen = \"127.0.0.1:0\"\nshutdown_grace = \"60s\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\nhandshake_timeout = \"60s\"\n",
         b.addr,
         toml_path(&cert)
     ));

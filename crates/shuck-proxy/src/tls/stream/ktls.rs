@@ -132,9 +132,12 @@ fn drain_wait(looks: u8) -> Duration {
     Duration::from_millis(4 << looks.min(4)).min(Duration::from_millis(50))
 }
 
-/// Whether this kernel takes TLS on a TCP connection (`shuck version --verbose`): the TLS
-/// upper-layer protocol set on a loopback connection made for the question, as a connection's
-/// hand-over sets it (which loads module `tls` if the kernel has it as a module).
+/// Whether this kernel takes TLS on a TCP connection for this process (`shuck version
+/// --verbose`): the TLS upper-layer protocol set on a loopback connection made for the question,
+/// as a connection's hand-over sets it. A kernel with `tls` as a module not loaded yet loads it
+/// here only for a caller with CAP_NET_ADMIN (root), so root may see "yes" where an
+/// unprivileged service would not until the module is loaded (`modprobe tls`, or
+/// /etc/modules-load.d).
 pub fn kernel_has_tls() -> Result<(), String> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let client = std::net::TcpStream::connect(listener.local_addr().map_err(|e| e.to_string())?)
