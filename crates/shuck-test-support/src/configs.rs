@@ -10,7 +10,7 @@
 //! assert!(toml.contains("[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"127.0.0.1:8080\"\n"));
 //! ```
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::path::Path;
 
 /// A value as TOML writes it.
@@ -91,22 +91,9 @@ impl<T: TomlValue> TomlValue for Vec<T> {
     }
 }
 
-/// A TOML basic string: backslashes, quotes and control characters escaped.
+/// A TOML string, as the toml crate writes one.
 fn quoted(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{:04X}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    toml::Value::String(s.to_string()).to_string()
 }
 
 /// One `[[frontend]]`.

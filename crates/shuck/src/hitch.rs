@@ -5,8 +5,6 @@
 //! hitch's file is a list of `key = value` lines, where a value is a quoted string, bare tokens
 //! (`on`, `4`, `TLSv1.2 TLSv1.3`) or a `{ … }` block of the same (a frontend, a pem-file).
 
-use std::fmt::Write as _;
-
 /// A value in a hitch file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Value {
@@ -143,21 +141,9 @@ fn parse(text: &str) -> Result<Vec<(String, Value)>, String> {
     assignments(&toks, &mut 0, false)
 }
 
-/// A TOML basic string.
+/// A TOML string, as the toml crate writes one.
 fn quoted(s: &str) -> String {
-    let mut out = String::from('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{:04X}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    toml::Value::String(s.to_string()).to_string()
 }
 
 fn list(items: &[String]) -> String {
@@ -170,10 +156,22 @@ fn list(items: &[String]) -> String {
 struct Lines(Vec<String>);
 
 impl Lines {
+    /// Sets `key` in the current section (the last `[[frontend]]`, or the top), replacing an
+    /// earlier value there: a frontend's own option overrides the file's, and TOML allows a key
+    /// once.
     fn set(&mut self, key: &str, value: String) {
+        let prefix = format!("{key} = ");
         let mut line = value;
-        line.insert_str(0, &format!("{key} = "));
-        self.0.push(line);
+        line.insert_str(0, &prefix);
+        let start = self
+            .0
+            .iter()
+            .rposition(|l| l == "[[frontend]]")
+            .map_or(0, |i| i + 1);
+        match self.0[start..].iter_mut().find(|l| l.starts_with(&prefix)) {
+            Some(existing) => *existing = line,
+            None => self.0.push(line),
+        }
     }
 
     /// A hitch option that does not carry over, and why.
@@ -337,7 +335,7 @@ fn cipher_suites(ciphers: Option<&Value>, suites: Option<&Value>, out: &mut Line
 
 /// A frontend's options (the file's, then the frontend's own) as shuck keys.
 #[allow(clippy::too_many_lines)] // Reason: one arm per hitch option, in hitch.conf(5)'s order.
-fn frontend_keys(options: &[(String, Value)], out: &mut Lines) {
+fn frontend_keys(options: &[(String, Value)], base: &std::path::Path, out: &mut Lines) {
     let last = |key: &str| options.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v);
     let mut certificates: Vec<String> = Vec::new();
     let mut handled = std::collections::BTreeSet::new();
@@ -364,14 +362,15 @@ fn frontend_keys(options: &[(String, Value)], out: &mut Lines) {
                     }
                 }
             },
-            "pem-dir" => certificates.push(format!("{}/", text.trim_end_matches('/'))),
+            "pem-dir" => {
+                out.note(&format!("hitch: pem-dir = {text}: shuck loads the *.pem files of the directory (hitch: every file, or those pem-dir-glob matches)"));
+                certificates.push(format!("{}/", text.trim_end_matches('/')));
+            }
             "pem-dir-glob" if text == "*.pem" => {}
             "pem-dir-glob" => out.dropped(key, value, "shuck loads every *.pem of a directory"),
-            "backend" if text.starts_with('/') => out.dropped(
-                key,
-                value,
-                "a Unix socket: shuck's backends are TCP addresses for now; until one is set this file serves shuck's demo page",
-            ),
+            "backend" if text.starts_with('/') => {
+                out.set("backend", quoted(&format!("unix:{text}")));
+            }
             "backend" => out.set("backend", quoted(&listen_addresses(text)[0])),
             "alpn-protos" => {
                 let protos: Vec<String> = text
@@ -391,20 +390,26 @@ fn frontend_keys(options: &[(String, Value)], out: &mut Lines) {
                         drop.join(" ")
                     ));
                 }
-                let versions: Vec<String> =
-                    keep.iter().map(|p| p.replace("TLSv", "TLS")).collect();
+                let versions: Vec<String> = keep.iter().map(|p| p.replace("TLSv", "TLS")).collect();
                 if !versions.is_empty() {
                     out.set("protocols", list(&versions));
                 }
             }
-            "ssl" | "tls" => out.dropped(key, value, "deprecated in hitch; shuck speaks TLS 1.2 and 1.3"),
-            "prefer-server-ciphers" => out.dropped(key, value, "shuck always chooses by its own order"),
+            "ssl" | "tls" => out.dropped(
+                key,
+                value,
+                "deprecated in hitch; shuck speaks TLS 1.2 and 1.3",
+            ),
+            "prefer-server-ciphers" => {
+                out.dropped(key, value, "shuck always chooses by its own order");
+            }
             "ecdh-curve" if text == "auto" => {}
             "ecdh-curve" => {
                 let groups: Vec<String> = text.split(':').map(str::to_string).collect();
                 out.set("groups", list(&groups));
             }
             "sni-nomatch-abort" if value.on() => out.set("unknown_sni", quoted("reject")),
+            "sni-nomatch-abort" => out.set("unknown_sni", quoted("default")),
             "client-verify" => {
                 let mode = match text {
                     "required" | "require" => "required",
@@ -417,7 +422,11 @@ fn frontend_keys(options: &[(String, Value)], out: &mut Lines) {
             "write-proxy-v1" if value.on() => out.set("proxy_protocol", quoted("v1")),
             "write-proxy-v2" if value.on() => out.set("proxy_protocol", quoted("v2")),
             "write-proxy-v1" | "write-proxy-v2" | "write-ip" | "proxy-proxy" if !value.on() => {}
-            "write-ip" => out.dropped(key, value, "shuck sends PROXY v1 or v2 headers, not a bare address"),
+            "write-ip" => out.dropped(
+                key,
+                value,
+                "shuck sends PROXY v1 or v2 headers, not a bare address",
+            ),
             "proxy-proxy" => {
                 out.set("accept_proxy", "true".into());
                 out.set("proxy_protocol", quoted("v2"));
@@ -427,7 +436,9 @@ fn frontend_keys(options: &[(String, Value)], out: &mut Lines) {
                 out.set("proxy_protocol_tlvs", "[]".into());
             }
             "backlog" => out.set("backlog", text.to_string()),
-            "enable-tcp-fastopen" | "recv-bufsize" | "send-bufsize" => out.dropped(key, value, "shuck leaves these to the kernel's defaults"),
+            "enable-tcp-fastopen" | "recv-bufsize" | "send-bufsize" => {
+                out.dropped(key, value, "shuck leaves these to the kernel's defaults");
+            }
             "session-cache" => match text.parse::<usize>() {
                 Ok(0) | Err(_) => {}
                 Ok(n) => out.set("session_cache_size", n.to_string()),
@@ -436,21 +447,47 @@ fn frontend_keys(options: &[(String, Value)], out: &mut Lines) {
                 out.set("ocsp", quoted("fetch"));
                 out.note(&format!("hitch: ocsp-dir = {text}: shuck fetches staples itself and keeps them in state_dir/ocsp/"));
             }
-            "ocsp-verify-staple" => out.dropped(key, value, "shuck always checks a staple before serving it"),
-            "ocsp-connect-tmo" | "ocsp-resp-tmo" | "ocsp-refresh-interval" => out.dropped(key, value, "shuck's OCSP fetching times itself from the response's nextUpdate"),
-            "keepalive" => out.dropped(key, value, "shuck sets no TCP keepalive; idle_timeout closes silent connections"),
-            "backend-refresh" => out.dropped(key, value, "shuck resolves backend names at start and on every reload (SIGHUP)"),
+            "ocsp-verify-staple" => {
+                out.dropped(key, value, "shuck always checks a staple before serving it");
+            }
+            "ocsp-connect-tmo" | "ocsp-resp-tmo" | "ocsp-refresh-interval" => out.dropped(
+                key,
+                value,
+                "shuck's OCSP fetching times itself from the response's nextUpdate",
+            ),
+            "keepalive" => out.dropped(
+                key,
+                value,
+                "shuck sets no TCP keepalive; idle_timeout closes silent connections",
+            ),
+            "backend-refresh" => out.dropped(
+                key,
+                value,
+                "shuck resolves backend names at start and on every reload (SIGHUP)",
+            ),
             // Read elsewhere (ciphers with ciphersuites below), or nothing to write.
-            "ciphers" | "ciphersuites" | "sni-nomatch-abort" | "proxy-tlv" | "match-global-certs" => {}
+            "ciphers" | "ciphersuites" | "proxy-tlv" | "match-global-certs" => {}
             _ => out.dropped(key, value, "not known to this converter"),
         }
     }
     cipher_suites(last("ciphers"), last("ciphersuites"), out);
+    // Relative paths were relative to hitch's working directory; the converted file is read
+    // from wherever it is put, so they are made absolute from the hitch file's directory.
+    let certificates: Vec<String> = certificates
+        .into_iter()
+        .map(|c| base.join(&c).display().to_string())
+        .collect();
     if certificates.is_empty() {
         out.note("hitch.conf names no usable pem-file (hitch may take it on its command line): list your bundles in certificates; self-signed until then");
         out.set("self_signed", "true".into());
     } else {
         out.set("certificates", list(&certificates));
+        // hitch serves its last pem-file to a client whose SNI matches none; shuck its first
+        // unless told.
+        let last_file = certificates.iter().rev().find(|c| !c.ends_with('/'));
+        if let Some(last) = last_file.filter(|_| certificates.len() > 1) {
+            out.set("default_certificate", quoted(last));
+        }
     }
     if !handled.contains("backend") {
         out.note("hitch's default backend");
@@ -501,6 +538,9 @@ const PROCESS_KEYS: [&str; 11] = [
 /// The shuck.toml equivalent to the hitch configuration `text`.
 pub fn convert(text: &str, source: &str) -> Result<String, String> {
     let all = parse(text)?;
+    let base = std::path::Path::new(source)
+        .parent()
+        .unwrap_or(std::path::Path::new("."));
     let (process, rest): (Vec<_>, Vec<_>) = all
         .into_iter()
         .partition(|(k, _)| PROCESS_KEYS.contains(&k.as_str()));
@@ -545,7 +585,7 @@ pub fn convert(text: &str, source: &str) -> Result<String, String> {
             .cloned()
             .collect();
         options.extend(fe.options.iter().cloned());
-        frontend_keys(&options, &mut out);
+        frontend_keys(&options, base, &mut out);
     }
     Ok(out.0.join("\n") + "\n")
 }
@@ -585,12 +625,11 @@ mod tests {
     #[test]
     fn what_does_not_carry_over_is_a_comment_saying_why() {
         let out = convert(
-            "backend = \"/run/varnish.sock\"\ndaemon = on\nwrite-ip = on\nciphers = \"HIGH:!aNULL\"\nfoo = bar\n",
+            "daemon = on\nwrite-ip = on\nciphers = \"HIGH:!aNULL\"\nfoo = bar\n",
             "hitch.conf",
         )
         .unwrap();
         for want in [
-            "# hitch: backend = /run/varnish.sock: a Unix socket",
             "# hitch: daemon = on: shuck stays in the foreground",
             "# hitch: write-ip = on:",
             "# hitch: ciphers = HIGH:!aNULL: an OpenSSL cipher string",
@@ -598,7 +637,33 @@ mod tests {
         ] {
             assert!(out.contains(want), "{want}\n{out}");
         }
-        assert!(!out.contains("\nbackend = "), "{out}");
+        let out = convert("backend = \"/run/varnish.sock\"\n", "h").unwrap();
+        assert!(
+            out.contains("backend = \"unix:/run/varnish.sock\""),
+            "{out}"
+        );
+        // A frontend's own option overrides the file's (one key, valid TOML); hitch's default
+        // certificate is its last; relative paths are from the hitch file's directory.
+        let out = convert(
+            "tls-protos = TLSv1.2\npem-file = \"a.pem\"\npem-file = \"/c/b.pem\"\nfrontend = {\n host = \"*\"\n port = \"443\"\n tls-protos = TLSv1.3\n sni-nomatch-abort = off\n}\nsni-nomatch-abort = on\n",
+            "/etc/hitch/hitch.conf",
+        )
+        .unwrap();
+        let parsed: toml::Value = toml::from_str(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+        let fe = &parsed["frontend"][0];
+        assert_eq!(fe["protocols"].as_array().map(Vec::len), Some(1), "{out}");
+        assert_eq!(fe["protocols"][0].as_str(), Some("TLS1.3"), "{out}");
+        assert_eq!(fe["unknown_sni"].as_str(), Some("default"), "{out}");
+        assert_eq!(
+            fe["certificates"][0].as_str(),
+            Some("/etc/hitch/a.pem"),
+            "{out}"
+        );
+        assert_eq!(
+            fe["default_certificate"].as_str(),
+            Some("/c/b.pem"),
+            "{out}"
+        );
         // Debian's hitch is built without its session cache, so only here.
         let out = convert("session-cache = 1000\n", "h").unwrap();
         assert!(out.contains("session_cache_size = 1000"), "{out}");
