@@ -169,6 +169,13 @@ fn rows(f: &Files) -> Vec<Row> {
             "backend = \"127.0.0.1:10\"".into(),
             Applied,
         ),
+        // (Written `backend=` so the base's own `backend = …` line stays.)
+        frontend(
+            "route",
+            String::new(),
+            "[[frontend.route]]\nsni = [\"a.test\"]\nbackend=\"127.0.0.1:11\"".into(),
+            Applied,
+        ),
         frontend(
             "backend_policy",
             String::new(),

@@ -16,6 +16,7 @@ use super::certificates::{Certificates, OcspMode};
 use super::client_auth::ClientAuthSettings;
 use super::listen::Listen;
 use super::proxy::Proxy;
+use super::routes::Routes;
 pub use super::section::{OnChange, Section, SectionVisitor};
 use super::sessions::{Resumption, SessionStoreSettings};
 use super::timeouts::Timeouts;
@@ -71,6 +72,8 @@ frontend_sections! {
     resumption: Resumption,
     /// A store shared by hosts for sessions by ID (Redis).
     session_store: Option<SessionStoreSettings>,
+    /// Other backends by negotiated SNI and ALPN.
+    routes: Routes,
 }
 
 /// `acme = { … }`: the settings ACME renewal runs with.

@@ -27,6 +27,7 @@ pub mod frontend;
 pub mod global;
 mod listen;
 mod proxy;
+pub mod routes;
 mod section;
 mod sessions;
 mod timeouts;
@@ -41,6 +42,7 @@ pub use global::ConnectionLogFormat;
 pub use global::{LogFormat, MAX_CONNECTIONS_LIMIT};
 pub use listen::Listen;
 pub use proxy::{AcceptProxy, Proxy, ProxyProtocol, ProxyTlvs};
+pub use routes::{Route, Routes};
 pub use sessions::Resumption;
 pub use timeouts::Timeouts;
 pub use tls::{Alpn, Groups, RecordLayer, Records, Suites, Tls, Versions};
@@ -147,6 +149,8 @@ pub struct RawFrontend {
     pub session_store: Option<String>,
     pub session_store_timeout: Option<String>,
     pub session_store_key: Option<PathBuf>,
+    #[serde(default, rename = "route")]
+    pub routes: Vec<routes::RawRoute>,
 }
 
 /// Defaults, in one place so docs/configuration.md can be checked against them.
@@ -309,7 +313,10 @@ impl RawFrontend {
         let listen = self.validate_listen()?;
         let backend = self.validate_backend(base)?;
         let (certs, acme) = self.validate_certificates(name, base, state_dir)?;
-        let tls = self.validate_tls(matches!(backend.target, Backend::Demo))?;
+        let routes = self.validate_routes(base)?;
+        // The demo page answers only a frontend without backends or routes.
+        let demo = matches!(backend.target, Backend::Demo) && routes.0.is_empty();
+        let tls = self.validate_tls(demo)?;
         let records = self.validate_record_layer()?;
         let timeouts = self.validate_timeouts()?;
         let client_auth = self.validate_client_auth(base)?;
@@ -317,7 +324,15 @@ impl RawFrontend {
         let accept = self.validate_accept_proxy()?;
         let resumption = self.validate_resumption(base)?;
         let session_store = self.validate_session_store(base)?;
-        check_section_combinations(&backend.target, &send, &client_auth)?;
+        check_section_combinations(demo, &send, &client_auth)?;
+        for (i, r) in routes.0.iter().enumerate() {
+            let route_send = proxy::SendProxy {
+                version: r.send,
+                tlvs: r.tlvs,
+            };
+            check_section_combinations(false, &route_send, &client_auth)
+                .map_err(|e| key_err(&format!("route[{i}].{}", e.key), e.message))?;
+        }
         Ok(Frontend {
             name: name.to_string(),
             named: self.name.is_some(),
@@ -338,17 +353,18 @@ impl RawFrontend {
             client_auth,
             resumption,
             session_store,
+            routes,
         })
     }
 }
 
 /// The rules that tie one section's keys to another's.
 fn check_section_combinations(
-    backend: &Backend,
+    demo: bool,
     send: &proxy::SendProxy,
     client: &ClientAuthSettings,
 ) -> Result<(), KeyError> {
-    if send.version.is_some() && matches!(backend, Backend::Demo) {
+    if send.version.is_some() && demo {
         return Err(key_err(
             "proxy_protocol",
             "needs a backend: the built-in demo backend reads the connection directly",

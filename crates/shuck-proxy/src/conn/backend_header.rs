@@ -3,37 +3,36 @@
 
 use rustls::CommonState;
 
-use crate::config::Frontend;
+use crate::config::ProxyTlvs;
 use crate::conn::proxy_in::Arrival;
 use crate::mem::buf_pool::PooledBuf;
-use crate::proto::proxy_protocol::{self, tlv, Addresses, EncodeError, SslInfo, Tlvs};
+use crate::proto::proxy_protocol::{self, tlv, Addresses, EncodeError, SslInfo, Tlvs, Version};
 use crate::proto::tls_params as params;
 use crate::tls::client_auth;
 use crate::tls::handshake::{self, Negotiated};
 
 /// Whether shuck makes a unique ID for this connection: asked for, and none received from a
 /// load balancer (whose ID is passed on instead, so one request keeps one ID across hops).
-pub(crate) fn makes_unique_id(cfg: &Frontend, passthrough: Option<&[u8]>) -> bool {
+pub(crate) fn makes_unique_id(want: ProxyTlvs, passthrough: Option<&[u8]>) -> bool {
     let received = passthrough.is_some_and(|p| {
         proxy_protocol::tlvs(p)
             .flatten()
             .any(|(k, _)| k == tlv::UNIQUE_ID)
     });
-    cfg.proxy.tlvs.unique_id && !received
+    want.unique_id && !received
 }
 
 /// The header for this connection in a buffer (with room behind it for the client's first
 /// bytes), or `None` when the frontend sends no header.
 pub(crate) fn header(
-    cfg: &Frontend,
+    (send, want): (Option<Version>, &ProxyTlvs),
     hs: &Negotiated,
     arrival: &Arrival,
     unique_id: Option<&[u8]>,
 ) -> Result<Option<(PooledBuf, usize)>, EncodeError> {
-    let Some(version) = cfg.proxy.send else {
+    let Some(version) = send else {
         return Ok(None);
     };
-    let want = &cfg.proxy.tlvs;
     let conn = hs.conn();
     let peer_cert = conn
         .and_then(CommonState::peer_certificates)

@@ -22,6 +22,9 @@ pub(crate) enum ConnError {
     BackendHeader(#[from] EncodeError),
     #[error("{0}")]
     Relay(#[from] RelayError),
+    /// The frontend has routes, none matched, and it has no backend of its own.
+    #[error("no route matches the negotiated server name and ALPN, and the frontend has no backend of its own")]
+    NoRoute,
 }
 
 /// Declares `Reason` and `Reason::ALL` from one list, so no variant can be left out of `ALL`
@@ -71,6 +74,8 @@ reasons! {
     HandshakeClientCertificate,
     HandshakeOther,
     BackendConnect,
+    /// No route matched and the frontend has no backend of its own.
+    NoRoute,
     /// Out of descriptors for the backend connection: ours, not the backend's, problem.
     NoDescriptors,
     /// The PROXY header for the backend could not be built.
@@ -130,6 +135,7 @@ impl Reason {
             Reason::HandshakeClientCertificate => "handshake_client_certificate",
             Reason::HandshakeOther => "handshake_other",
             Reason::BackendConnect => "backend_connect",
+            Reason::NoRoute => "no_route",
             Reason::NoDescriptors => "no_descriptors",
             Reason::BackendHeader => "backend_proxy_header",
             Reason::BackendRelay => "backend_relay",
@@ -164,6 +170,7 @@ impl Reason {
             Reason::HandshakeClientCertificate => Some((HandshakeFailures, "client_certificate")),
             Reason::HandshakeOther => Some((HandshakeFailures, "other")),
             Reason::BackendConnect => Some((BackendErrors, "connect")),
+            Reason::NoRoute => Some((BackendErrors, "no_route")),
             Reason::NoDescriptors => Some((CountedIn::ResourceErrors, "descriptors")),
             Reason::BackendHeader => Some((BackendErrors, "proxy_header")),
             Reason::BackendRelay => Some((BackendErrors, "relay")),
@@ -189,6 +196,7 @@ impl Reason {
             Reason::HandshakeAbandoned => "client closed before sending a ClientHello",
             Reason::HandshakeClientAbort => "client closed during the TLS handshake",
             Reason::BackendConnect => "closing client connection: backend unavailable",
+            Reason::NoRoute => "closing client connection: no route for its server name and ALPN",
             Reason::NoDescriptors => {
                 "closing client connection: out of descriptors (raise the open-files limit)"
             }
@@ -224,6 +232,7 @@ impl ConnError {
             ConnError::BackendConnect(ConnectError::Unreachable { .. }) => Reason::BackendConnect,
             ConnError::BackendConnect(ConnectError::NoDescriptors(_)) => Reason::NoDescriptors,
             ConnError::BackendHeader(_) => Reason::BackendHeader,
+            ConnError::NoRoute => Reason::NoRoute,
             ConnError::Relay(RelayError::Backend(_) | RelayError::BackendAborted(_)) => {
                 Reason::BackendRelay
             }

@@ -18,7 +18,7 @@ use tracing::Level;
 
 use crate::backend::{BackendPool, Lease, Upstream};
 use crate::certs::acme;
-use crate::config::ConnectionLogFormat;
+use crate::config::{ConnectionLogFormat, Route};
 use crate::conn::backend_header::{self, UniqueId};
 use crate::conn::conn_error::{ConnError, Loudness, Reason};
 use crate::conn::demo;
@@ -27,7 +27,7 @@ use crate::conn::relay::{self, Moved, RelayError};
 use crate::mem::buf_pool::PooledBuf;
 use crate::obs::log_limit;
 use crate::obs::metrics::FrontendMetrics;
-use crate::server::worker::{Worker, WorkerFrontend};
+use crate::server::worker::{Worker, WorkerFrontend, WorkerPool};
 use crate::tls::handshake::error::Deadline;
 use crate::tls::handshake::hello::{self, Hello};
 use crate::tls::handshake::{self, ClientCert, Negotiated, Summary};
@@ -42,6 +42,8 @@ struct AccessRecord<'a> {
     /// one does not carry its 104 bytes in its task.
     summary: Option<Box<Summary>>,
     backend: Option<&'a str>,
+    /// The route taken, when one matched.
+    route: Option<&'a str>,
     unique_id: UniqueId,
     moved: Moved,
     /// When the connection was accepted, and how long after it the handshake was done and the
@@ -71,6 +73,7 @@ pub(crate) async fn handle(
         balancer: None,
         summary: None,
         backend: None,
+        route: None,
         unique_id: UniqueId::default(),
         moved: Moved::default(),
         accepted: started,
@@ -179,6 +182,7 @@ async fn handshake_stage(
 fn keeps_sni(worker: &Worker, fe: &WorkerFrontend) -> bool {
     let cfg = &fe.cfg;
     fe.backends.is_none()
+        || !cfg.routes.0.is_empty()
         || worker.log_connections()
         || (cfg.proxy.send.is_some() && cfg.proxy.tlvs.authority)
 }
@@ -192,24 +196,35 @@ async fn serve_negotiated<'a>(
     trace: &mut AccessRecord<'a>,
 ) -> Result<(), ConnError> {
     let cfg = &fe.cfg;
-    let Some(pool) = &fe.backends else {
-        trace.backend = Some("demo");
-        return serve_demo(worker, fe, hs, arrival.client).await;
+    let (route, pool) = match destination(fe, hs) {
+        Destination::Demo => {
+            trace.backend = Some("demo");
+            return serve_demo(worker, fe, hs, arrival.client).await;
+        }
+        Destination::Unmatched => {
+            // An orderly close, bounded, as when no backend answers.
+            let _ = tokio::time::timeout(cfg.timeouts.handshake, hs.stream.shutdown()).await;
+            return Err(ConnError::NoRoute);
+        }
+        Destination::Backends { route, pool } => (route, pool),
     };
-    let (upstream, lease) = connect_backend(pool, &mut hs.stream, cfg.timeouts.handshake).await?;
+    trace.route = route.map(|r| r.name.as_str());
+    let proxy = route.map_or((cfg.proxy.send, &cfg.proxy.tlvs), |r| (r.send, &r.tlvs));
+    let (upstream, lease) =
+        connect_backend(&pool.pool, &mut hs.stream, cfg.timeouts.handshake).await?;
     trace.backend = Some(lease.name());
     trace.connect_ms = Some(trace.since_accept());
-    if let Some(h) = fe.backend_connect_times.get(lease.index()) {
+    if let Some(h) = pool.connect_times.get(lease.index()) {
         h.observe(lease.connected_in().as_secs_f64());
     }
     if matches!(hs.client_cert, ClientCert::Unverified(_)) {
         // Counted as passed on: only now is there a backend to pass it to.
         fe.metrics.client_certs_unverified.inc();
     }
-    if backend_header::makes_unique_id(cfg, arrival.passthrough.as_deref()) {
+    if backend_header::makes_unique_id(*proxy.1, arrival.passthrough.as_deref()) {
         trace.unique_id = UniqueId::new(worker.id, worker.next_connection());
     }
-    let prefix = backend_header::header(cfg, hs, arrival, trace.unique_id.as_bytes())?;
+    let prefix = backend_header::header(proxy, hs, arrival, trace.unique_id.as_bytes())?;
     arrival.passthrough = None;
     // Nothing asks rustls about the handshake from here on.
     hs.stream
@@ -220,6 +235,43 @@ async fn serve_negotiated<'a>(
     trace.moved = moved;
     drop(lease);
     Ok(res?)
+}
+
+/// Where a connection goes once its handshake is done.
+enum Destination<'a> {
+    /// The built-in demo page: a frontend with neither backends nor routes.
+    Demo,
+    /// A route's backends, or the frontend's own (`route` None).
+    Backends {
+        route: Option<&'a Route>,
+        pool: &'a WorkerPool,
+    },
+    /// No route matched, and the frontend has no backends of its own.
+    Unmatched,
+}
+
+/// The first route that matches the server name and ALPN the handshake settled, else the
+/// frontend's own backends.
+fn destination<'a>(fe: &'a WorkerFrontend, hs: &Negotiated) -> Destination<'a> {
+    let routes = &fe.cfg.routes.0;
+    if !routes.is_empty() {
+        let alpn = hs.conn().and_then(rustls::CommonState::alpn_protocol);
+        let found = routes
+            .iter()
+            .zip(&fe.routes)
+            .find(|(r, _)| r.matches(hs.sni.as_deref(), alpn));
+        if let Some((route, pool)) = found {
+            return Destination::Backends {
+                route: Some(route),
+                pool,
+            };
+        }
+    }
+    match &fe.backends {
+        Some(pool) => Destination::Backends { route: None, pool },
+        None if routes.is_empty() => Destination::Demo,
+        None => Destination::Unmatched,
+    }
 }
 
 /// Connects to a backend; without one, the client gets close_notify (an orderly close, not a
@@ -401,7 +453,8 @@ impl Line<'_> {
         event_at!(level,
             frontend = %self.frontend, client = %t.client, worker = self.worker,
             balancer = %Dash(t.balancer), reason = self.reason.map_or("-", Reason::as_str),
-            error = %Dash(self.error), backend = %t.backend.unwrap_or("-"),
+            error = %Dash(self.error), route = %t.route.unwrap_or("-"),
+            backend = %t.backend.unwrap_or("-"),
             up = t.moved.up, down = t.moved.down, ms = self.ms, "{}", self.message());
     }
 
@@ -419,7 +472,8 @@ impl Line<'_> {
             error = %Dash(self.error), protocol = s.map_or("-", |s| s.protocol),
             cipher = s.map_or("-", |s| s.cipher), group = %Dash(s.and_then(|s| s.group)),
             resumed = s.is_some_and(|s| s.resumed), sni = %Dash(s.and_then(|s| s.sni.as_deref())),
-            alpn = %Dash(s.and_then(|s| s.alpn.as_deref())), backend = %t.backend.unwrap_or("-"),
+            alpn = %Dash(s.and_then(|s| s.alpn.as_deref())), route = %t.route.unwrap_or("-"),
+            backend = %t.backend.unwrap_or("-"),
             id = t.unique_id.as_str(), up = t.moved.up, down = t.moved.down,
             handshake_ms = %Dash(t.handshake_ms), connect_ms = %Dash(t.connect_ms), ms = self.ms,
             "{}", self.message());

@@ -115,28 +115,57 @@ fn write_acme(s: &mut String, fe: &Frontend) {
 
 fn write_backend(s: &mut String, fe: &Frontend) {
     match &fe.backend.target {
-        Backend::Demo => {
+        Backend::Demo if fe.routes.0.is_empty() => {
             let _ = writeln!(s, "  backend: built-in demo page");
         }
-        Backend::Servers(b) => {
-            let list: Vec<String> = b
-                .iter()
-                .map(|b| {
-                    // The resolved address, when the name was a host name.
-                    if b.name == b.addr.to_string() {
-                        b.name.clone()
-                    } else {
-                        format!("{} ({})", b.name, b.addr)
-                    }
-                })
-                .collect();
-            let policy = match fe.backend.policy {
-                BackendPolicy::RoundRobin => "round-robin",
-                BackendPolicy::LeastConnections => "least connections",
-            };
-            let _ = writeln!(s, "  backend: {} ({policy})", list.join(", "));
+        Backend::Demo => {
+            let _ = writeln!(s, "  backend: none (a connection no route takes is closed)");
+        }
+        Backend::Servers(_) => {
+            let _ = writeln!(s, "  backend: {}", backends_text(&fe.backend));
         }
     }
+    for (i, r) in fe.routes.0.iter().enumerate() {
+        let mut when = Vec::new();
+        if !r.sni.is_empty() {
+            when.push(format!("sni {}", r.sni.join(" ")));
+        }
+        if !r.alpn.is_empty() {
+            when.push(format!("alpn {}", r.alpn.join(" ")));
+        }
+        let proxy = r.send.map_or_else(String::new, |v| format!(", PROXY {v}"));
+        let _ = writeln!(
+            s,
+            "  route {} {:?}: {} -> {}{proxy}",
+            i + 1,
+            r.name,
+            when.join(" and "),
+            backends_text(&r.backend)
+        );
+    }
+}
+
+/// `a, b (resolved) (policy)`.
+fn backends_text(b: &crate::config::Backends) -> String {
+    let Backend::Servers(list) = &b.target else {
+        return "none".into();
+    };
+    let names: Vec<String> = list
+        .iter()
+        .map(|b| {
+            // The resolved address, when the name was a host name.
+            if b.name == b.addr.to_string() {
+                b.name.clone()
+            } else {
+                format!("{} ({})", b.name, b.addr)
+            }
+        })
+        .collect();
+    let policy = match b.policy {
+        BackendPolicy::RoundRobin => "round-robin",
+        BackendPolicy::LeastConnections => "least connections",
+    };
+    format!("{} ({policy})", names.join(", "))
 }
 
 /// PROXY headers sent to the backend and accepted from load balancers.

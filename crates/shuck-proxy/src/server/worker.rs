@@ -108,28 +108,51 @@ pub(crate) struct WorkerFrontend {
     pub(crate) cfg: Arc<Frontend>,
     /// This worker's TLS configuration; replaced whole on reload.
     pub(crate) tls: TlsSlot,
-    /// `None` means the built-in demo backend. Shared with the next `WorkerFrontend` while the
-    /// frontend's backend section stays the same, so a reload that changes something else keeps the
-    /// backends' health and connection counts.
-    pub(crate) backends: Option<Rc<BackendPool>>,
+    /// The frontend's own backends; `None`: none (the built-in demo page, or with routes, no
+    /// default). Shared with the next `WorkerFrontend` while the frontend's backend section stays
+    /// the same, so a reload that changes something else keeps the backends' health and
+    /// connection counts.
+    pub(crate) backends: Option<WorkerPool>,
+    /// Each route's backends, in the order of `cfg.routes`, kept across reloads the same way.
+    pub(crate) routes: Vec<WorkerPool>,
     pub(crate) metrics: FrontendMetrics,
-    /// One connect-time histogram per backend of the pool, in its order.
-    pub(crate) backend_connect_times: Vec<prometheus_client::metrics::histogram::Histogram>,
     /// With ACME: what a TLS-ALPN-01 validator's handshake is served with.
     pub(crate) acme_challenge: Option<Arc<rustls::ServerConfig>>,
 }
 
-/// The backend pool `backends` asks for (`None`: the built-in demo page).
-fn new_pool(backends: &Backends) -> Option<Rc<BackendPool>> {
-    match &backends.target {
-        Backend::Demo => None,
-        Backend::Servers(addrs) => Some(Rc::new(BackendPool::new(
+/// One set of backends as a worker uses it: the pool, and a connect-time histogram per backend
+/// in its order.
+#[derive(Clone)]
+pub(crate) struct WorkerPool {
+    pub(crate) pool: Rc<BackendPool>,
+    pub(crate) connect_times: Vec<prometheus_client::metrics::histogram::Histogram>,
+}
+
+/// The pool `backends` asks for (`None`: no backend), or `previous` when it was built from the
+/// same settings.
+fn pool_for(
+    route: &str,
+    backends: &Backends,
+    previous: Option<(&Backends, &WorkerPool)>,
+    metrics: &FrontendMetrics,
+) -> Option<WorkerPool> {
+    let Backend::Servers(addrs) = &backends.target else {
+        return None;
+    };
+    if let Some((_, pool)) = previous.filter(|(s, _)| *s == backends) {
+        return Some(pool.clone());
+    }
+    Some(WorkerPool {
+        pool: Rc::new(BackendPool::new(
             addrs.clone(),
             backends.policy,
             backends.connect_timeout,
             backends.cooldown,
-        ))),
-    }
+        )),
+        connect_times: metrics
+            .backend_connects()
+            .for_backends(route, addrs.iter().map(|b| b.name.as_str())),
+    })
 }
 
 impl WorkerFrontend {
@@ -141,28 +164,38 @@ impl WorkerFrontend {
         metrics: FrontendMetrics,
         previous: Option<&WorkerFrontend>,
     ) -> Self {
-        let backends = match previous {
-            Some(p) if p.cfg.backend == cfg.backend => p.backends.clone(),
-            _ => new_pool(&cfg.backend),
-        };
+        let backends = pool_for(
+            "default",
+            &cfg.backend,
+            previous.and_then(|p| Some((&p.cfg.backend, p.backends.as_ref()?))),
+            &metrics,
+        );
+        let routes = cfg
+            .routes
+            .0
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                // Kept only for the same route (its name labels the connect histograms).
+                let before = previous.and_then(|p| {
+                    let was = p.cfg.routes.0.get(i).filter(|w| w.name == r.name)?;
+                    Some((&was.backend, p.routes.get(i)?))
+                });
+                pool_for(&r.name, &r.backend, before, &metrics)
+            })
+            .collect();
         let acme_challenge = match &cfg.certs.source {
             CertSource::Acme => challenge::server_config(tls::provider_for(&cfg))
                 .inspect_err(|e| tracing::error!(frontend = %cfg.name, error = %e, "cannot answer ACME challenges"))
                 .ok(),
             _ => None,
         };
-        let backend_connect_times = match &cfg.backend.target {
-            Backend::Demo => Vec::new(),
-            Backend::Servers(addrs) => metrics
-                .backend_connects()
-                .for_backends(addrs.iter().map(|b| b.name.as_str())),
-        };
         WorkerFrontend {
             cfg,
             tls,
             backends,
+            routes,
             metrics,
-            backend_connect_times,
             acme_challenge,
         }
     }

@@ -374,6 +374,21 @@ fn every_key_is_documented() {
             "docs/configuration.md lacks an entry for {key}"
         );
     }
+    // A route's keys, under `route`.
+    let route = accepted_keys(&pki, "[[frontend]]\n[[frontend.route]]\nno_such_key = 1\n");
+    let section = doc
+        .split("### `route`")
+        .nth(1)
+        .and_then(|s| s.split("\n### ").next())
+        .expect("a route section");
+    for key in &route {
+        assert!(
+            section.contains(&format!("#### `{key}`"))
+                || section.contains(&format!("`{key}`,"))
+                || section.contains(&format!(", `{key}`")),
+            "the route section lacks an entry for {key}"
+        );
+    }
 }
 
 #[test]

@@ -16,6 +16,7 @@ mod peers;
 mod relay;
 mod reliability;
 mod robustness;
+mod routes;
 mod scanners;
 mod sessions;
 mod systemd;

@@ -110,12 +110,17 @@ pub struct BackendConnects {
 impl BackendConnects {
     /// One histogram per backend, in the order given (at start and reload, not per connection:
     /// the label lookup takes the family's lock).
-    pub(crate) fn for_backends<'a>(&self, names: impl Iterator<Item = &'a str>) -> Vec<Histogram> {
+    pub(crate) fn for_backends<'a>(
+        &self,
+        route: &str,
+        names: impl Iterator<Item = &'a str>,
+    ) -> Vec<Histogram> {
         names
             .map(|b| {
                 let l: Labels = vec![
                     ("frontend", self.frontend.clone()),
                     ("worker", self.worker.clone()),
+                    ("route", route.to_string()),
                     ("backend", b.to_string()),
                 ];
                 self.family.get_or_create(&l).clone()
@@ -515,7 +520,7 @@ fn register_latencies_and_listeners(registry: &mut Registry, m: &Metrics) {
     );
     registry.register(
         "backend_connect_duration_seconds",
-        "TCP connect to the backend that answered, from its attempt's start",
+        "Connect to the backend that answered, from its attempt's start, by route (default: the frontend's own backends)",
         m.backend_connect_duration.clone(),
     );
 }

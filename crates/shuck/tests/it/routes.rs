@@ -1,0 +1,145 @@
+//! Routes (`[[frontend.route]]`) with real peers: curl picks the server name and the ALPN
+//! protocol; which backend answered is read from what the backends say and from the metrics.
+
+use shuck_test_support::clients::{curl_at, scrape, sum, wait_metric};
+use shuck_test_support::peers::{echo_fields, haproxy_echo_unix, split_curl, CURL_ENDS};
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::{HttpBackend, Shuck};
+
+/// Connections that reached `backend` by `route`, from the connect-time histograms.
+fn connects(text: &str, route: &str, backend: &str) -> i64 {
+    sum(
+        text,
+        "shuck_backend_connect_duration_seconds_count",
+        &[
+            &format!("route=\"{route}\""),
+            &format!("backend=\"{backend}\""),
+        ],
+    )
+}
+
+/// One frontend, three services: `www.test` to the frontend's own backend, `api.test` to
+/// another by SNI, and every h2 connection by ALPN to HAProxy on a Unix socket with a PROXY v2
+/// header naming the client (as curl saw its own end).
+#[test]
+fn a_frontend_serves_two_services_by_sni_and_a_third_by_alpn() {
+    let pki = Pki::new();
+    let cert = pki.leaf(
+        "routes.pem",
+        "routes",
+        &["www.test", "api.test", "h2.test"],
+        Key::EcdsaP256,
+    );
+    let (www, api) = (HttpBackend::start(), HttpBackend::start());
+    let (echo, socket) = haproxy_echo_unix();
+    let unix = format!("unix:{}", socket.display());
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\
+         backend = \"{www}\"\ncertificates = {cert}\nalpn = [\"h2\", \"http/1.1\"]\n\
+         [[frontend.route]]\nname = \"api\"\nsni = [\"api.test\"]\nbackend = \"{api}\"\n\
+         [[frontend.route]]\nname = \"h2\"\nalpn = [\"h2\"]\nbackend = {unix_toml}\nproxy_protocol = \"v2\"\n",
+        www = www.addr,
+        api = api.addr,
+        cert = toml_path(&cert),
+        unix_toml = toml_path(std::path::Path::new(&unix)),
+    ));
+    let (web, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+    let context = || format!("{}--- shuck log:\n{}", echo.describe(), shuck.log_text());
+    for (name, want) in [("www.test", "/www"), ("api.test", "/api")] {
+        let out = curl_at(&pki, web, name, want, &["--http1.1"]);
+        let body = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && body.contains(want),
+            "{name}: {body}\n{}",
+            context()
+        );
+    }
+    let out = curl_at(&pki, web, "h2.test", "/h2", &["--http2", "-w", CURL_ENDS]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "h2: {}{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        context()
+    );
+    let (body, ends) = split_curl(&stdout);
+    let fields = echo_fields(&body);
+    assert_eq!(
+        fields.get("rcvd_proxy").map(String::as_str),
+        Some("1"),
+        "{body}"
+    );
+    assert_eq!(
+        fields.get("src").map(String::as_str),
+        Some(ends.local.ip().to_string().as_str()),
+        "{body}"
+    );
+    assert_eq!(
+        fields.get("src_port").map(String::as_str),
+        Some(ends.local.port().to_string().as_str()),
+        "{body}"
+    );
+    let text = wait_metric(
+        metrics,
+        "shuck_backend_connect_duration_seconds_count",
+        &[],
+        3,
+    );
+    assert_eq!(
+        connects(&text, "default", &www.addr.to_string()),
+        1,
+        "{text}"
+    );
+    assert_eq!(connects(&text, "api", &api.addr.to_string()), 1, "{text}");
+    assert_eq!(connects(&text, "h2", &unix), 1, "{text}");
+}
+
+/// A frontend with routes and no backend of its own: a connection no route takes is closed
+/// after its handshake (close_notify), counted as `no_route` and logged, never served the demo
+/// page; one a route takes is served.
+#[test]
+fn without_a_backend_of_its_own_an_unmatched_connection_is_closed_and_counted() {
+    let pki = Pki::new();
+    let cert = pki.leaf("r.pem", "r", &["api.test", "other.test"], Key::EcdsaP256);
+    let api = HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\
+         certificates = {}\n[[frontend.route]]\nsni = [\"api.test\"]\nbackend = \"{}\"\n",
+        toml_path(&cert),
+        api.addr
+    ));
+    let (web, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+    let out = curl_at(&pki, web, "api.test", "/routed", &[]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("/routed"),
+        "{}",
+        shuck.log_text()
+    );
+    let out = curl_at(&pki, web, "other.test", "/", &[]);
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && body.is_empty(), "served: {body}");
+    let text = wait_metric(
+        metrics,
+        "shuck_backend_errors_total",
+        &["kind=\"no_route\""],
+        1,
+    );
+    assert_eq!(
+        sum(&text, "shuck_backend_errors_total", &["kind=\"no_route\""]),
+        1,
+        "{text}"
+    );
+    let log = shuck.wait_log("no route for its server name and ALPN");
+    assert!(
+        log.contains("other.test") || log.contains("no_route"),
+        "{log}"
+    );
+    assert_eq!(
+        sum(
+            &scrape(metrics),
+            "shuck_backend_connect_duration_seconds_count",
+            &["route=\"route1\""]
+        ),
+        1
+    );
+}
