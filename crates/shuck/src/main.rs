@@ -159,7 +159,8 @@ pub(crate) fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<
         let fe = RawFrontend {
             name: Some("default".into()),
             listen: (!args.listen.is_empty()).then(|| OneOrMany::Many(args.listen.clone())),
-            backend: (!args.backend.is_empty()).then(|| OneOrMany::Many(args.backend.clone())),
+            backend: (!args.backend.is_empty())
+                .then(|| OneOrMany::Many(args.backend.iter().cloned().map(Into::into).collect())),
             certificates: (!args.cert.is_empty()).then(|| OneOrMany::Many(args.cert.clone())),
             self_signed: Some(args.self_signed),
             alpn: (!args.alpn.is_empty()).then(|| args.alpn.clone()),

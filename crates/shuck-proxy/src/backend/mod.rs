@@ -115,8 +115,8 @@ impl BackendPool {
         BackendPool {
             down_until: addrs.iter().map(|_| Cell::new(None)).collect(),
             open: addrs.iter().map(|_| Cell::new(0)).collect(),
+            chooser: Chooser::new(policy, &addrs.iter().map(|a| a.weight).collect::<Vec<_>>()),
             addrs,
-            chooser: Chooser::new(policy),
             connect_timeout,
             cooldown,
         }
@@ -191,6 +191,7 @@ mod tests {
             .map(|i| BackendAddr {
                 name: format!("b{i}"),
                 addr: Target::Tcp(([127, 0, 0, 1], 1000 + i as u16).into()),
+                weight: 1,
             })
             .collect();
         BackendPool::new(
@@ -238,6 +239,7 @@ mod tests {
             .map(|(name, addr)| BackendAddr {
                 name: (*name).to_string(),
                 addr: Target::Tcp(*addr),
+                weight: 1,
             })
             .collect();
         BackendPool::new(addrs, policy, Duration::from_secs(2), cooldown)

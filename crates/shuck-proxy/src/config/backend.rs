@@ -29,6 +29,28 @@ pub struct BackendAddr {
     /// As written, for logs.
     pub name: String,
     pub addr: Target,
+    /// Its share of new connections relative to the others (1 to [`MAX_WEIGHT`]).
+    pub weight: u32,
+}
+
+/// The largest `weight`: a worker's round-robin schedule holds the sum of the weights.
+pub const MAX_WEIGHT: u32 = 100;
+
+/// A `backend` entry as written: an address, or a table with its weight.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum BackendEntry {
+    Address(String),
+    Weighted {
+        address: String,
+        weight: Option<u32>,
+    },
+}
+
+impl From<String> for BackendEntry {
+    fn from(address: String) -> Self {
+        BackendEntry::Address(address)
+    }
 }
 
 /// Where a backend listens: a TCP address, or a Unix socket (`unix:/path`).
@@ -47,14 +69,18 @@ impl fmt::Display for Target {
     }
 }
 
-/// The address, and the name it was given when that was a host name.
+/// The address, the name it was given when that was a host name, and its weight when not 1.
 impl fmt::Debug for BackendAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.name == self.addr.to_string() {
-            write!(f, "{}", self.addr)
+            write!(f, "{}", self.addr)?;
         } else {
-            write!(f, "{} ({})", self.name, self.addr)
+            write!(f, "{} ({})", self.name, self.addr)?;
         }
+        if self.weight != 1 {
+            write!(f, " weight {}", self.weight)?;
+        }
+        Ok(())
     }
 }
 
@@ -111,7 +137,19 @@ impl RawFrontend {
             }
             Some(v) => {
                 let mut out = Vec::with_capacity(v.len());
-                for name in v {
+                for entry in v {
+                    let (name, weight) = match entry {
+                        BackendEntry::Address(a) => (a, 1),
+                        BackendEntry::Weighted { address, weight } => {
+                            (address, weight.unwrap_or(1))
+                        }
+                    };
+                    if !(1..=MAX_WEIGHT).contains(&weight) {
+                        return Err(key_err(
+                            "backend",
+                            format!("{name:?}: weight {weight} is not in 1..={MAX_WEIGHT}"),
+                        ));
+                    }
                     let addr = match name.strip_prefix("unix:") {
                         Some("") => {
                             return Err(key_err(
@@ -122,7 +160,7 @@ impl RawFrontend {
                         Some(path) => Target::Unix(super::resolve_path(base, PathBuf::from(path))),
                         None => Target::Tcp(resolve(&name).map_err(|m| key_err("backend", m))?),
                     };
-                    out.push(BackendAddr { name, addr });
+                    out.push(BackendAddr { name, addr, weight });
                 }
                 Backend::Servers(out)
             }

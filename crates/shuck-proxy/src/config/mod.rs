@@ -111,7 +111,7 @@ pub struct RawConfig {
 pub struct RawFrontend {
     pub name: Option<String>,
     pub listen: Option<OneOrMany<String>>,
-    pub backend: Option<OneOrMany<String>>,
+    pub backend: Option<OneOrMany<backend::BackendEntry>>,
     pub backend_policy: Option<BackendPolicy>,
     pub certificates: Option<OneOrMany<PathBuf>>,
     pub self_signed: Option<bool>,

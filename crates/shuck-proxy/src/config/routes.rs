@@ -22,7 +22,7 @@ pub struct RawRoute {
     pub name: Option<String>,
     pub sni: Option<Vec<String>>,
     pub alpn: Option<Vec<String>>,
-    pub backend: Option<OneOrMany<String>>,
+    pub backend: Option<OneOrMany<super::backend::BackendEntry>>,
     pub backend_policy: Option<BackendPolicy>,
     pub connect_timeout: Option<String>,
     pub backend_cooldown: Option<String>,

@@ -153,12 +153,16 @@ fn backends_text(b: &crate::config::Backends) -> String {
     let names: Vec<String> = list
         .iter()
         .map(|b| {
-            // The resolved address, when the name was a host name.
-            if b.name == b.addr.to_string() {
+            // The resolved address, when the name was a host name; the weight, when not 1.
+            let mut text = if b.name == b.addr.to_string() {
                 b.name.clone()
             } else {
                 format!("{} ({})", b.name, b.addr)
+            };
+            if b.weight != 1 {
+                let _ = write!(text, " weight {}", b.weight);
             }
+            text
         })
         .collect();
     let policy = match b.policy {

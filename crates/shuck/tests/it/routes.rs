@@ -143,3 +143,38 @@ fn without_a_backend_of_its_own_an_unmatched_connection_is_closed_and_counted() 
         1
     );
 }
+
+/// `backend = [{ address, weight }, …]`: one worker sends weight 3 and weight 1 backends their
+/// shares exactly (smooth weighted round-robin), in a route as in the frontend's own pool.
+#[test]
+fn weights_share_a_pool_in_proportion() {
+    let pki = Pki::new();
+    let cert = pki.leaf("w.pem", "w", &["w.test", "r.test"], Key::EcdsaP256);
+    let (heavy, light) = (HttpBackend::start(), HttpBackend::start());
+    let pool = format!(
+        "[{{ address = \"{}\", weight = 3 }}, \"{}\"]",
+        heavy.addr, light.addr
+    );
+    let shuck = Shuck::start(&format!(
+        "workers = 1\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\
+         backend = {pool}\ncertificates = {}\n[[frontend.route]]\nname = \"r\"\nsni = [\"r.test\"]\nbackend = {pool}\n",
+        toml_path(&cert)
+    ));
+    let (web, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+    for name in ["w.test", "r.test"] {
+        for i in 0..8 {
+            let out = curl_at(&pki, web, name, &format!("/{i}"), &[]);
+            assert!(out.status.success(), "{}", shuck.log_text());
+        }
+    }
+    let text = wait_metric(
+        metrics,
+        "shuck_backend_connect_duration_seconds_count",
+        &[],
+        16,
+    );
+    for route in ["default", "r"] {
+        assert_eq!(connects(&text, route, &heavy.addr.to_string()), 6, "{text}");
+        assert_eq!(connects(&text, route, &light.addr.to_string()), 2, "{text}");
+    }
+}
