@@ -300,7 +300,7 @@ const LAYERS: [&[&str]; 11] = [
     ],
     &["conn::conn_error"],
     &["obs::metrics", "conn::backend_header", "conn::demo"],
-    &["server::worker"],
+    &["server::worker", "server::health_checks"],
     &["conn::connection", "server::bindings"],
     &["server::accept"],
     &["server::reload"],

@@ -169,6 +169,12 @@ fn rows(f: &Files) -> Vec<Row> {
             "backend = \"127.0.0.1:10\"".into(),
             Applied,
         ),
+        frontend(
+            "health_check",
+            String::new(),
+            "health_check = { interval = \"1s\", timeout = \"500ms\" }".into(),
+            Applied,
+        ),
         // (Written `backend=` so the base's own `backend = …` line stays.)
         frontend(
             "route",

@@ -4,6 +4,7 @@
 //! at most one failed connect per worker per cooldown.
 
 mod connect;
+pub(crate) mod health;
 pub(crate) mod policy;
 mod upstream;
 
@@ -30,6 +31,8 @@ pub(crate) struct BackendPool {
     chooser: Chooser,
     connect_timeout: Duration,
     cooldown: Duration,
+    /// The active checks' verdicts, when the backends are checked.
+    health: Option<std::sync::Arc<health::Health>>,
 }
 
 /// A connection's claim on its backend: counted open until dropped.
@@ -96,7 +99,7 @@ fn out_of_descriptors(e: &io::Error) -> bool {
 }
 
 /// A connection to `target`: TCP with Nagle off, or a Unix socket.
-async fn connect_to(target: &Target) -> io::Result<Upstream> {
+pub(crate) async fn connect_to(target: &Target) -> io::Result<Upstream> {
     match target {
         Target::Tcp(addr) => connect::connect(*addr).await.map(Upstream::Tcp),
         Target::Unix(path) => tokio::net::UnixStream::connect(path)
@@ -106,11 +109,23 @@ async fn connect_to(target: &Target) -> io::Result<Upstream> {
 }
 
 impl BackendPool {
+    #[cfg(test)]
     pub(crate) fn new(
         addrs: Vec<BackendAddr>,
         policy: BackendPolicy,
         connect_timeout: Duration,
         cooldown: Duration,
+    ) -> Self {
+        Self::checked(addrs, policy, connect_timeout, cooldown, None)
+    }
+
+    /// A pool whose backends the active checks may also take out (`health`).
+    pub(crate) fn checked(
+        addrs: Vec<BackendAddr>,
+        policy: BackendPolicy,
+        connect_timeout: Duration,
+        cooldown: Duration,
+        health: Option<std::sync::Arc<health::Health>>,
     ) -> Self {
         BackendPool {
             down_until: addrs.iter().map(|_| Cell::new(None)).collect(),
@@ -119,18 +134,21 @@ impl BackendPool {
             addrs,
             connect_timeout,
             cooldown,
+            health,
         }
     }
 
-    /// The order to try backends in: as the policy chooses among the healthy ones, then among
-    /// the ones in cooldown (better a likely failure than a certain one). Health is read once, up
-    /// front, so a backend that fails during this connection is not tried a second time.
+    /// The order to try backends in: as the policy chooses among the healthy ones (not in
+    /// cooldown, not taken out by the active checks), then among the rest (better a likely
+    /// failure than a certain one). Health is read once, up front, so a backend that fails
+    /// during this connection is not tried a second time.
     fn order(&self, now: Instant) -> impl Iterator<Item = usize> + '_ {
         let n = self.addrs.len();
         let all: u128 = if n == 128 { u128::MAX } else { (1 << n) - 1 };
         // A bit per backend (config allows at most MAX_BACKENDS): no allocation per connection.
         let up: u128 = (0..n)
             .filter(|&i| self.down_until[i].get().is_none_or(|t| t <= now))
+            .filter(|&i| self.health.as_ref().is_none_or(|h| h.is_up(i)))
             .fold(0, |m, i| m | (1 << i));
         let mut tried: u128 = 0;
         std::iter::from_fn(move || {

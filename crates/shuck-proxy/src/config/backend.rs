@@ -114,6 +114,8 @@ pub struct Backends {
     pub policy: BackendPolicy,
     pub connect_timeout: Duration,
     pub cooldown: Duration,
+    /// Active checks of these backends, if any.
+    pub health_check: Option<super::HealthCheck>,
 }
 
 /// A new pool for new connections: its health and counts start afresh, so workers keep the old
@@ -176,11 +178,19 @@ impl RawFrontend {
             self.backend_cooldown.as_deref(),
             defaults::BACKEND_COOLDOWN,
         )?;
+        let health_check = match &self.health_check {
+            None => None,
+            Some(_) if matches!(backend, Backend::Demo) => {
+                return Err(key_err("health_check", "needs a backend to check"))
+            }
+            Some(raw) => Some(raw.validate()?),
+        };
         Ok(Backends {
             target: backend,
             policy: self.backend_policy.unwrap_or_default(),
             connect_timeout: self.validate_connect_timeout()?,
             cooldown,
+            health_check,
         })
     }
 }

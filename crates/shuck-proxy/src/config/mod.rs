@@ -25,6 +25,7 @@ mod certificates;
 mod client_auth;
 pub mod frontend;
 pub mod global;
+pub mod health;
 mod listen;
 mod proxy;
 pub mod routes;
@@ -40,6 +41,7 @@ pub use client_auth::{ClientAuth, ClientAuthSettings};
 pub use frontend::{AcmeSettings, Frontend, OnChange, Section, SectionChange};
 pub use global::ConnectionLogFormat;
 pub use global::{LogFormat, MAX_CONNECTIONS_LIMIT};
+pub use health::HealthCheck;
 pub use listen::Listen;
 pub use proxy::{AcceptProxy, Proxy, ProxyProtocol, ProxyTlvs};
 pub use routes::{Route, Routes};
@@ -128,6 +130,7 @@ pub struct RawFrontend {
     pub idle_timeout: Option<String>,
     pub connect_timeout: Option<String>,
     pub backend_cooldown: Option<String>,
+    pub health_check: Option<health::RawHealthCheck>,
     pub backlog: Option<u32>,
     pub defer_accept: Option<String>,
     pub ktls: Option<bool>,

@@ -26,6 +26,7 @@ pub struct RawRoute {
     pub backend_policy: Option<BackendPolicy>,
     pub connect_timeout: Option<String>,
     pub backend_cooldown: Option<String>,
+    pub health_check: Option<super::health::RawHealthCheck>,
     pub proxy_protocol: Option<ProxyProtocol>,
     pub proxy_protocol_tlvs: Option<Vec<String>>,
 }
@@ -158,6 +159,10 @@ impl RawFrontend {
         as_frontend.backend_policy = raw.backend_policy.or(self.backend_policy);
         as_frontend.connect_timeout = keep(&raw.connect_timeout, &self.connect_timeout);
         as_frontend.backend_cooldown = keep(&raw.backend_cooldown, &self.backend_cooldown);
+        as_frontend.health_check = raw
+            .health_check
+            .clone()
+            .or_else(|| self.health_check.clone());
         as_frontend.proxy_protocol = raw.proxy_protocol.or(self.proxy_protocol);
         as_frontend.proxy_protocol_tlvs = raw
             .proxy_protocol_tlvs
@@ -218,6 +223,7 @@ mod tests {
                 policy: BackendPolicy::RoundRobin,
                 connect_timeout: std::time::Duration::from_secs(1),
                 cooldown: std::time::Duration::from_secs(1),
+                health_check: None,
             },
             send: None,
             tlvs: ProxyTlvs::default(),

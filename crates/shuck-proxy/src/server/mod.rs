@@ -5,6 +5,7 @@
 pub(crate) mod accept;
 pub mod bindings;
 pub mod check;
+pub(crate) mod health_checks;
 pub mod reload;
 pub mod running;
 pub(crate) mod worker;
@@ -22,6 +23,7 @@ use crate::config::{Config, Frontend, OcspMode};
 use crate::error::{Error, Result};
 use crate::obs::metrics::{self, Metrics};
 use crate::server::bindings::{write_ready_file, Bindings, Control, METRICS};
+use crate::server::health_checks as health;
 pub use crate::server::reload::Reloader;
 use crate::sys::upgrade::Inherited;
 use crate::sys::{limits, notify, state_files};
@@ -53,6 +55,8 @@ pub struct Server {
     predecessor: Inherited,
     /// Stops this process's metrics endpoint once a new process serves it (an upgrade).
     metrics_handover: Arc<Notify>,
+    /// The active health checks' tasks, shared with the reloader.
+    checkers: Arc<Mutex<health::Checkers>>,
 }
 
 /// Stops the metrics endpoint of a process that handed over to a new one: both hold the same
@@ -164,6 +168,7 @@ impl Server {
             },
             predecessor: std::mem::take(inherited),
             metrics_handover: Arc::new(Notify::new()),
+            checkers: Arc::default(),
         })
     }
 
@@ -179,6 +184,7 @@ impl Server {
                 fd_limit: self.fd_limit,
             },
             self.shared.clone(),
+            self.checkers.clone(),
         )
     }
 
@@ -296,6 +302,11 @@ impl Server {
             _ => None,
         };
         rt.spawn(watch_expiry(self.metrics.clone(), self.shared.clone()));
+        {
+            let mut checkers = self.checkers.lock().unwrap_or_else(PoisonError::into_inner);
+            checkers.start(rt.handle().clone(), self.metrics.clone());
+            checkers.sync(&c.frontends.iter().collect::<Vec<_>>());
+        }
         rt.spawn(drop_lapsed_staples(
             self.metrics.clone(),
             self.renewed.announce.clone(),

@@ -242,6 +242,8 @@ pub struct Reloader {
     ready_file: Option<(PathBuf, Option<SocketAddr>)>,
     /// Whether the reload under way may still apply.
     gate: ApplyGate,
+    /// The active health checks' tasks: started and stopped to match what a reload installs.
+    checkers: Arc<Mutex<crate::server::health_checks::Checkers>>,
 }
 
 impl Reloader {
@@ -252,8 +254,10 @@ impl Reloader {
         metrics: Arc<Metrics>,
         capacity: Capacity,
         shared: Arc<Shared>,
+        checkers: Arc<Mutex<crate::server::health_checks::Checkers>>,
     ) -> Reloader {
         Reloader {
+            checkers,
             capacity,
             shared,
             workers: started.workers,
@@ -341,6 +345,13 @@ impl Reloader {
         }
         self.metrics.set_listeners(&self.addresses());
         self.apply_globals(new, max_connections);
+        {
+            let installed: Vec<&Frontend> = self.frontends.iter().map(|l| &l.cfg).collect();
+            self.checkers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .sync(&installed);
+        }
         let mut now = self.started.clone();
         now.log_level.clone_from(&new.log_level);
         now.frontends = self.frontends.iter().map(|l| l.cfg.clone()).collect();

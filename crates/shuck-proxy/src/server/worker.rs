@@ -131,7 +131,7 @@ pub(crate) struct WorkerPool {
 /// The pool `backends` asks for (`None`: no backend), or `previous` when it was built from the
 /// same settings.
 fn pool_for(
-    route: &str,
+    (frontend, route): (&str, &str),
     backends: &Backends,
     previous: Option<(&Backends, &WorkerPool)>,
     metrics: &FrontendMetrics,
@@ -143,11 +143,12 @@ fn pool_for(
         return Some(pool.clone());
     }
     Some(WorkerPool {
-        pool: Rc::new(BackendPool::new(
+        pool: Rc::new(BackendPool::checked(
             addrs.clone(),
             backends.policy,
             backends.connect_timeout,
             backends.cooldown,
+            crate::backend::health::shared(frontend, route, backends),
         )),
         connect_times: metrics
             .backend_connects()
@@ -165,7 +166,7 @@ impl WorkerFrontend {
         previous: Option<&WorkerFrontend>,
     ) -> Self {
         let backends = pool_for(
-            "default",
+            (&cfg.name, "default"),
             &cfg.backend,
             previous.and_then(|p| Some((&p.cfg.backend, p.backends.as_ref()?))),
             &metrics,
@@ -181,7 +182,7 @@ impl WorkerFrontend {
                     let was = p.cfg.routes.0.get(i).filter(|w| w.name == r.name)?;
                     Some((&was.backend, p.routes.get(i)?))
                 });
-                pool_for(&r.name, &r.backend, before, &metrics)
+                pool_for((&cfg.name, &r.name), &r.backend, before, &metrics)
             })
             .collect();
         let acme_challenge = match &cfg.certs.source {

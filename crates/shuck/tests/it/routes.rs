@@ -178,3 +178,111 @@ fn weights_share_a_pool_in_proportion() {
         assert_eq!(connects(&text, route, &light.addr.to_string()), 2, "{text}");
     }
 }
+
+/// A backend the test makes hung (it accepts and never answers, as a wedged server does) or
+/// healthy (it answers `200 OK`).
+struct Flaky {
+    addr: std::net::SocketAddr,
+    healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Flaky {
+    fn start() -> Flaky {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let healthy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let h = healthy.clone();
+        std::thread::spawn(move || {
+            for conn in l.incoming().flatten() {
+                let h = h.clone();
+                std::thread::spawn(move || {
+                    let mut conn = conn;
+                    if !h.load(Ordering::Relaxed) {
+                        // Held, silent, then dropped.
+                        std::thread::sleep(std::time::Duration::from_secs(10));
+                        return;
+                    }
+                    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+                    let mut buf = [0u8; 2048];
+                    let _ = conn.read(&mut buf);
+                    let _ = conn.write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nflaky\n",
+                    );
+                });
+            }
+        });
+        Flaky { addr, healthy }
+    }
+}
+
+/// `health_check` with an HTTP check: a backend that accepts and never answers is taken out
+/// within fall x interval (one line, `shuck_backend_up` 0), a client loop then sees no failure
+/// (no connection is sent there), and once it answers again it is back after `rise` good
+/// checks and takes connections again.
+#[test]
+fn a_hung_backend_is_taken_out_by_the_health_check_and_brought_back() {
+    use std::sync::atomic::Ordering;
+    let pki = Pki::new();
+    let cert = pki.leaf("h.pem", "h", &["h.test"], Key::EcdsaP256);
+    let good = HttpBackend::start();
+    let flaky = Flaky::start();
+    let started = std::time::Instant::now();
+    let shuck = Shuck::start(&format!(
+        "workers = 2\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\
+         backend = [\"{}\", \"{}\"]\ncertificates = {}\n\
+         health_check = {{ interval = \"200ms\", timeout = \"150ms\", rise = 2, fall = 2, http = \"GET /healthz\" }}\n",
+        good.addr,
+        flaky.addr,
+        toml_path(&cert)
+    ));
+    let (web, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+    let up = |text: &str| {
+        sum(
+            text,
+            "shuck_backend_up",
+            &[&format!("backend=\"{}\"", flaky.addr)],
+        )
+    };
+    let log = shuck.wait_log("backend down");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(6),
+        "taken out after {:?} (fall x interval is 400 ms)",
+        started.elapsed()
+    );
+    assert_eq!(log.matches("backend down").count(), 1, "one line: {log}");
+    assert_eq!(up(&scrape(metrics)), 0);
+    for i in 0..20 {
+        let out = curl_at(&pki, web, "h.test", &format!("/{i}"), &["--max-time", "5"]);
+        assert!(
+            out.status.success(),
+            "request {i} failed while the hung backend was down:\n{}",
+            shuck.log_text()
+        );
+    }
+    let text = scrape(metrics);
+    assert_eq!(
+        connects(&text, "default", &flaky.addr.to_string()),
+        0,
+        "{text}"
+    );
+    flaky.healthy.store(true, Ordering::Relaxed);
+    shuck.wait_log("backend up");
+    assert_eq!(up(&scrape(metrics)), 1);
+    for i in 0..8 {
+        let out = curl_at(
+            &pki,
+            web,
+            "h.test",
+            &format!("/back{i}"),
+            &["--max-time", "5"],
+        );
+        assert!(out.status.success(), "{}", shuck.log_text());
+    }
+    let text = scrape(metrics);
+    assert!(
+        connects(&text, "default", &flaky.addr.to_string()) > 0,
+        "back in the pool: {text}"
+    );
+}

@@ -67,6 +67,8 @@ pub struct Metrics {
     backend_connect_duration: DurationFamily,
     /// `shuck_listener_info{frontend,address}`: the addresses listened on now.
     listeners: Family<Labels, Gauge>,
+    /// `shuck_backend_up{frontend,route,backend}`: the active checks' verdicts.
+    backend_up: Family<Labels, Gauge>,
     /// The last minutes the status page charts.
     history: std::sync::Mutex<status::History>,
     /// The certificates served now: expiry and OCSP staples.
@@ -189,6 +191,7 @@ impl Metrics {
             handshake_duration: Family::new_with_constructor(duration_histogram),
             backend_connect_duration: Family::new_with_constructor(duration_histogram),
             listeners: Family::default(),
+            backend_up: Family::default(),
             history: std::sync::Mutex::default(),
             certificates: CertificateGauges::default(),
             registry: Registry::default(),
@@ -394,6 +397,16 @@ impl Metrics {
         }
     }
 
+    /// The gauge of one checked backend's verdict.
+    pub(crate) fn backend_up(&self, frontend: &str, route: &str, backend: &str) -> Gauge {
+        let l: Labels = vec![
+            ("frontend", frontend.to_string()),
+            ("route", route.to_string()),
+            ("backend", backend.to_string()),
+        ];
+        get(&self.backend_up, &l)
+    }
+
     /// Adds a point to the status page's history, from a scrape of the metrics.
     pub fn sample_history(&self) {
         let samples = exposition::samples(&self.encode());
@@ -512,6 +525,11 @@ fn register_latencies_and_listeners(registry: &mut Registry, m: &Metrics) {
         "listener_info",
         "The addresses each frontend listens on now (always 1)",
         m.listeners.clone(),
+    );
+    registry.register(
+        "backend_up",
+        "1 while the active health checks (health_check) have a backend up, 0 while down; only checked backends",
+        m.backend_up.clone(),
     );
     registry.register(
         "handshake_duration_seconds",

@@ -1,0 +1,220 @@
+//! Active health checks (`health_check`): one task per checked set of backends per process (not
+//! one per worker), on the main thread's runtime. A backend goes down after `fall` failed checks
+//! in a row and comes back after `rise` good ones; the verdicts go to `backend::health`, which
+//! the workers' pools read.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::backend::health::{self, Health};
+use crate::backend::{connect_to, Upstream};
+use crate::config::{Backend, BackendAddr, Frontend, HealthCheck};
+use crate::obs::metrics::Metrics;
+
+/// The checker tasks running, by key; `sync` makes them match a configuration. Shared by the
+/// server (which gives it its runtime when it starts) and the reloader.
+#[derive(Default)]
+pub(crate) struct Checkers {
+    running: HashMap<String, tokio::task::JoinHandle<()>>,
+    /// Where checkers run and what they count into: set once the server runs.
+    on: Option<(tokio::runtime::Handle, Arc<Metrics>)>,
+}
+
+impl Checkers {
+    /// From now on, checkers run on `rt` and count into `metrics`.
+    pub(crate) fn start(&mut self, rt: tokio::runtime::Handle, metrics: Arc<Metrics>) {
+        self.on = Some((rt, metrics));
+    }
+
+    /// Starts a checker for each checked set of `frontends` not yet checked and stops those of
+    /// sets no longer configured (their verdicts go too; a set that stays keeps its verdicts).
+    pub(crate) fn sync(&mut self, frontends: &[&Frontend]) {
+        let Some((rt, metrics)) = self.on.clone() else {
+            return;
+        };
+        let mut wanted = HashMap::new();
+        for fe in frontends {
+            let sets = std::iter::once(("default", &fe.backend))
+                .chain(fe.routes.0.iter().map(|r| (r.name.as_str(), &r.backend)));
+            for (route, backends) in sets {
+                if let (Some(check), Backend::Servers(addrs)) =
+                    (&backends.health_check, &backends.target)
+                {
+                    wanted.insert(
+                        health::key(&fe.name, route, backends),
+                        (
+                            fe.name.clone(),
+                            route.to_string(),
+                            addrs.clone(),
+                            check.clone(),
+                            backends.clone(),
+                        ),
+                    );
+                }
+            }
+        }
+        self.running.retain(|k, task| {
+            let keep = wanted.contains_key(k);
+            if !keep {
+                task.abort();
+                health::forget(k);
+            }
+            keep
+        });
+        for (k, (frontend, route, addrs, check, backends)) in wanted {
+            if self.running.contains_key(&k) {
+                continue;
+            }
+            let Some(health) = health::shared(&frontend, &route, &backends) else {
+                continue;
+            };
+            let set = Set {
+                frontend,
+                route,
+                addrs,
+                check,
+                health,
+                metrics: metrics.clone(),
+            };
+            self.running.insert(k, rt.spawn(set.run()));
+        }
+    }
+}
+
+/// One checked set and what its checker writes.
+struct Set {
+    frontend: String,
+    route: String,
+    addrs: Vec<BackendAddr>,
+    check: HealthCheck,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+}
+
+impl Set {
+    /// Checks every backend each interval, all at once, and moves each verdict by `rise` and
+    /// `fall`: one log line and a gauge change per change of state.
+    async fn run(self) {
+        let gauges: Vec<_> = self
+            .addrs
+            .iter()
+            .map(|b| {
+                self.metrics
+                    .backend_up(&self.frontend, &self.route, &b.name)
+            })
+            .collect();
+        for g in &gauges {
+            g.set(1);
+        }
+        // Good (positive) or failed (negative) checks in a row.
+        let mut streak = vec![0i64; self.addrs.len()];
+        let mut tick = tokio::time::interval(self.check.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let results = futures_join_all(self.addrs.iter().map(|b| probe(b, &self.check))).await;
+            for (i, result) in results.into_iter().enumerate() {
+                streak[i] = match (&result, streak[i]) {
+                    (Ok(()), s) if s > 0 => s + 1,
+                    (Ok(()), _) => 1,
+                    (Err(_), s) if s < 0 => s - 1,
+                    (Err(_), _) => -1,
+                };
+                let up = self.health.is_up(i);
+                let b = &self.addrs[i].name;
+                if up && -streak[i] >= i64::from(self.check.fall) {
+                    self.health.set_up(i, false);
+                    gauges[i].set(0);
+                    let why = result.err().unwrap_or_default();
+                    tracing::warn!(frontend = %self.frontend, route = %self.route, backend = %b, error = %why, "backend down: health check failed {} times in a row", self.check.fall);
+                } else if !up && streak[i] >= i64::from(self.check.rise) {
+                    self.health.set_up(i, true);
+                    gauges[i].set(1);
+                    tracing::info!(frontend = %self.frontend, route = %self.route, backend = %b, "backend up: health check passed {} times in a row", self.check.rise);
+                }
+            }
+        }
+    }
+}
+
+/// Runs the futures concurrently and returns their outputs in order (a set holds at most 128).
+async fn futures_join_all<F: std::future::Future>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output> {
+    let futures: Vec<F> = futures.collect();
+    let n = futures.len();
+    let mut out: Vec<Option<F::Output>> = (0..n).map(|_| None).collect();
+    // Pinned locally and polled together: no task per check needed.
+    let mut pinned: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in pinned.iter_mut().enumerate() {
+            if out[i].is_some() {
+                continue;
+            }
+            match f.as_mut().poll(cx) {
+                std::task::Poll::Ready(v) => out[i] = Some(v),
+                std::task::Poll::Pending => pending = true,
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
+
+/// One check of one backend: a connect, and with `http` a request whose status line must carry
+/// `expect_status`, all within `timeout`.
+async fn probe(b: &BackendAddr, check: &HealthCheck) -> Result<(), String> {
+    let attempt = async {
+        let mut stream = connect_to(&b.addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let Some((method, path)) = &check.http else {
+            return Ok(());
+        };
+        let host = check.host.as_deref().unwrap_or(&b.name);
+        let request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: shuck-health-check\r\nConnection: close\r\n\r\n");
+        write_all(&mut stream, request.as_bytes())
+            .await
+            .map_err(|e| format!("request: {e}"))?;
+        let mut head = [0u8; 32];
+        let mut got = 0;
+        while got < 12 {
+            let n = read(&mut stream, &mut head[got..])
+                .await
+                .map_err(|e| format!("answer: {e}"))?;
+            if n == 0 {
+                return Err("closed without an answer".into());
+            }
+            got += n;
+        }
+        // "HTTP/1.1 200 …": the status is bytes 9..12.
+        let status = std::str::from_utf8(&head[9..12])
+            .ok()
+            .and_then(|s| s.parse::<u16>().ok());
+        match status {
+            Some(s) if s == check.expect_status => Ok(()),
+            Some(s) => Err(format!("status {s}, expected {}", check.expect_status)),
+            None => Err("not an HTTP answer".into()),
+        }
+    };
+    match tokio::time::timeout(check.timeout, attempt).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {:?}", check.timeout)),
+    }
+}
+
+async fn write_all(s: &mut Upstream, buf: &[u8]) -> std::io::Result<()> {
+    s.write_all(buf).await
+}
+
+async fn read(s: &mut Upstream, buf: &mut [u8]) -> std::io::Result<usize> {
+    s.read(buf).await
+}
