@@ -28,9 +28,13 @@ impl Health {
     }
 }
 
-/// A checked set: which frontend and route, and the settings (so a change makes a new set).
+/// A checked set: which frontend and route, its backends and how they are checked (a change to
+/// either makes a new set; a new policy or timeout keeps the verdicts).
 pub(crate) fn key(frontend: &str, route: &str, backends: &Backends) -> String {
-    format!("{frontend}\u{0}{route}\u{0}{backends:?}")
+    format!(
+        "{frontend}\u{0}{route}\u{0}{:?}\u{0}{:?}",
+        backends.target, backends.health_check
+    )
 }
 
 /// The verdicts of every checked set, by key. Locked when a pool is built (start, reload) and

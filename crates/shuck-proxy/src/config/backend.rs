@@ -41,10 +41,15 @@ pub const MAX_WEIGHT: u32 = 100;
 #[serde(untagged)]
 pub enum BackendEntry {
     Address(String),
-    Weighted {
-        address: String,
-        weight: Option<u32>,
-    },
+    Weighted(WeightedBackend),
+}
+
+/// `{ address = "…", weight = 3 }`: a misspelt key is an error, not a weight of 1.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightedBackend {
+    pub address: String,
+    pub weight: Option<u32>,
 }
 
 impl From<String> for BackendEntry {
@@ -142,9 +147,7 @@ impl RawFrontend {
                 for entry in v {
                     let (name, weight) = match entry {
                         BackendEntry::Address(a) => (a, 1),
-                        BackendEntry::Weighted { address, weight } => {
-                            (address, weight.unwrap_or(1))
-                        }
+                        BackendEntry::Weighted(w) => (w.address, w.weight.unwrap_or(1)),
                     };
                     if !(1..=MAX_WEIGHT).contains(&weight) {
                         return Err(key_err(
@@ -167,7 +170,9 @@ impl RawFrontend {
                 Backend::Servers(out)
             }
         };
-        if self.backend_policy.is_some() && matches!(backend, Backend::Demo) {
+        // Without a backend of its own, a frontend's backend keys are for its routes to inherit.
+        let for_routes = !self.routes.is_empty();
+        if self.backend_policy.is_some() && matches!(backend, Backend::Demo) && !for_routes {
             return Err(key_err(
                 "backend_policy",
                 "needs a backend: the built-in demo backend is a single page, there is nothing to choose between",
@@ -180,9 +185,10 @@ impl RawFrontend {
         )?;
         let health_check = match &self.health_check {
             None => None,
-            Some(_) if matches!(backend, Backend::Demo) => {
+            Some(_) if matches!(backend, Backend::Demo) && !for_routes => {
                 return Err(key_err("health_check", "needs a backend to check"))
             }
+            Some(_) if matches!(backend, Backend::Demo) => None,
             Some(raw) => Some(raw.validate()?),
         };
         Ok(Backends {

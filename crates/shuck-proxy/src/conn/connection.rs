@@ -136,7 +136,8 @@ async fn arrive_with_hello<'a>(
 ) -> Result<(HelloRead, Arrival), ConnError> {
     let cfg = &fe.cfg;
     // No TCP_NODELAY here: Linux copies it from the listening socket (`listener::bind` sets it).
-    let want_local = cfg.proxy.send.is_some();
+    // The header's destination: wanted when the frontend or any of its routes sends one.
+    let want_local = cfg.proxy.send.is_some() || cfg.routes.0.iter().any(|r| r.send.is_some());
     let arrival = proxy_in::arrive(&mut tcp, peer, cfg.proxy.accept.as_ref(), want_local).await?;
     count_arrival(&fe.metrics, &arrival);
     (trace.client, trace.balancer) = (arrival.client, arrival.balancer);

@@ -10,16 +10,25 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::backend::health::{self, Health};
 use crate::backend::{connect_to, Upstream};
-use crate::config::{Backend, BackendAddr, Frontend, HealthCheck};
+use crate::config::{Backend, BackendAddr, Frontend, HealthCheck, Target};
 use crate::obs::metrics::Metrics;
+use crate::proto::proxy_protocol::Version;
 
 /// The checker tasks running, by key; `sync` makes them match a configuration. Shared by the
 /// server (which gives it its runtime when it starts) and the reloader.
 #[derive(Default)]
 pub(crate) struct Checkers {
-    running: HashMap<String, tokio::task::JoinHandle<()>>,
+    running: HashMap<String, Running>,
     /// Where checkers run and what they count into: set once the server runs.
     on: Option<(tokio::runtime::Handle, Arc<Metrics>)>,
+}
+
+/// A checker task and the gauges it owns.
+struct Running {
+    task: tokio::task::JoinHandle<()>,
+    frontend: String,
+    route: String,
+    backends: Vec<String>,
 }
 
 impl Checkers {
@@ -36,9 +45,13 @@ impl Checkers {
         };
         let mut wanted = HashMap::new();
         for fe in frontends {
-            let sets = std::iter::once(("default", &fe.backend))
-                .chain(fe.routes.0.iter().map(|r| (r.name.as_str(), &r.backend)));
-            for (route, backends) in sets {
+            let sets = std::iter::once(("default", &fe.backend, fe.proxy.send)).chain(
+                fe.routes
+                    .0
+                    .iter()
+                    .map(|r| (r.name.as_str(), &r.backend, r.send)),
+            );
+            for (route, backends, send) in sets {
                 if let (Some(check), Backend::Servers(addrs)) =
                     (&backends.health_check, &backends.target)
                 {
@@ -50,35 +63,51 @@ impl Checkers {
                             addrs.clone(),
                             check.clone(),
                             backends.clone(),
+                            send,
                         ),
                     );
                 }
             }
         }
-        self.running.retain(|k, task| {
+        self.running.retain(|k, r| {
             let keep = wanted.contains_key(k);
             if !keep {
-                task.abort();
+                r.task.abort();
                 health::forget(k);
+                for b in &r.backends {
+                    metrics.forget_backend_up(&r.frontend, &r.route, b);
+                }
             }
             keep
         });
-        for (k, (frontend, route, addrs, check, backends)) in wanted {
+        for (k, (frontend, route, addrs, check, backends, send)) in wanted {
             if self.running.contains_key(&k) {
                 continue;
             }
             let Some(health) = health::shared(&frontend, &route, &backends) else {
                 continue;
             };
+            let names = addrs.iter().map(|b| b.name.clone()).collect();
+            let (f, r) = (frontend.clone(), route.clone());
             let set = Set {
                 frontend,
                 route,
                 addrs,
                 check,
+                send,
                 health,
                 metrics: metrics.clone(),
             };
-            self.running.insert(k, rt.spawn(set.run()));
+            let task = rt.spawn(set.run());
+            self.running.insert(
+                k,
+                Running {
+                    task,
+                    frontend: f,
+                    route: r,
+                    backends: names,
+                },
+            );
         }
     }
 }
@@ -89,6 +118,10 @@ struct Set {
     route: String,
     addrs: Vec<BackendAddr>,
     check: HealthCheck,
+    /// The PROXY header the set's backends expect, if any: a check opens with a LOCAL (v2) or
+    /// UNKNOWN (v1) one, as HAProxy's `check-send-proxy` does, so such a backend is not taken
+    /// for dead.
+    send: Option<Version>,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
 }
@@ -114,7 +147,8 @@ impl Set {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let results = futures_join_all(self.addrs.iter().map(|b| probe(b, &self.check))).await;
+            let results =
+                futures_join_all(self.addrs.iter().map(|b| probe(b, &self.check, self.send))).await;
             for (i, result) in results.into_iter().enumerate() {
                 streak[i] = match (&result, streak[i]) {
                     (Ok(()), s) if s > 0 => s + 1,
@@ -171,15 +205,25 @@ async fn futures_join_all<F: std::future::Future>(
 
 /// One check of one backend: a connect, and with `http` a request whose status line must carry
 /// `expect_status`, all within `timeout`.
-async fn probe(b: &BackendAddr, check: &HealthCheck) -> Result<(), String> {
+async fn probe(b: &BackendAddr, check: &HealthCheck, send: Option<Version>) -> Result<(), String> {
     let attempt = async {
         let mut stream = connect_to(&b.addr)
             .await
             .map_err(|e| format!("connect: {e}"))?;
+        if let Some(version) = send {
+            write_all(&mut stream, local_header(version))
+                .await
+                .map_err(|e| format!("PROXY header: {e}"))?;
+        }
         let Some((method, path)) = &check.http else {
             return Ok(());
         };
-        let host = check.host.as_deref().unwrap_or(&b.name);
+        // A Unix socket's name is no host name: "localhost" then.
+        let default_host = match b.addr {
+            Target::Tcp(_) => b.name.as_str(),
+            Target::Unix(_) => "localhost",
+        };
+        let host = check.host.as_deref().unwrap_or(default_host);
         let request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: shuck-health-check\r\nConnection: close\r\n\r\n");
         write_all(&mut stream, request.as_bytes())
             .await
@@ -208,6 +252,14 @@ async fn probe(b: &BackendAddr, check: &HealthCheck) -> Result<(), String> {
     match tokio::time::timeout(check.timeout, attempt).await {
         Ok(r) => r,
         Err(_) => Err(format!("no answer within {:?}", check.timeout)),
+    }
+}
+
+/// A PROXY header that names no client: v2's LOCAL command, v1's UNKNOWN.
+fn local_header(version: Version) -> &'static [u8] {
+    match version {
+        Version::V1 => b"PROXY UNKNOWN\r\n",
+        Version::V2 => b"\r\n\r\n\x00\r\nQUIT\n\x20\x00\x00\x00",
     }
 }
 

@@ -79,6 +79,18 @@ fn a_frontend_serves_two_services_by_sni_and_a_third_by_alpn() {
         Some(ends.local.port().to_string().as_str()),
         "{body}"
     );
+    // The destination is shuck's listener, as curl reached it (the frontend itself sends no
+    // header: only the route does).
+    assert_eq!(
+        fields.get("dst").map(String::as_str),
+        Some(ends.remote.ip().to_string().as_str()),
+        "{body}"
+    );
+    assert_eq!(
+        fields.get("dst_port").map(String::as_str),
+        Some(ends.remote.port().to_string().as_str()),
+        "{body}"
+    );
     let text = wait_metric(
         metrics,
         "shuck_backend_connect_duration_seconds_count",
@@ -285,4 +297,36 @@ fn a_hung_backend_is_taken_out_by_the_health_check_and_brought_back() {
         connects(&text, "default", &flaky.addr.to_string()) > 0,
         "back in the pool: {text}"
     );
+}
+
+/// A backend that expects a PROXY header (HAProxy with `accept-proxy`, on a Unix socket) is
+/// checked with one (v2 LOCAL, v1 UNKNOWN): with `fall = 1` and a 100 ms interval, a check
+/// without it would take the backend out within a few checks; it stays up through 15.
+#[test]
+fn health_checks_send_a_proxy_header_to_backends_that_expect_one() {
+    let pki = Pki::new();
+    let cert = pki.leaf("p.pem", "p", &["p.test"], Key::EcdsaP256);
+    let (echo, socket) = haproxy_echo_unix();
+    for version in ["v1", "v2"] {
+        let shuck = Shuck::start(&format!(
+            "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\
+             backend = {}\ncertificates = {}\nproxy_protocol = \"{version}\"\n\
+             health_check = {{ interval = \"100ms\", timeout = \"100ms\", fall = 1, http = \"GET /health\" }}\n",
+            toml_path(std::path::Path::new(&format!("unix:{}", socket.display()))),
+            toml_path(&cert)
+        ));
+        // 15 intervals, bounded: the absence of a "backend down" line is what is checked.
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(1500);
+        while std::time::Instant::now() < until {
+            assert!(
+                !shuck.log_text().contains("backend down"),
+                "{version}: {}\n{}",
+                shuck.log_text(),
+                echo.describe()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let text = scrape(shuck.addrs[1]);
+        assert_eq!(sum(&text, "shuck_backend_up", &[]), 1, "{version}: {text}");
+    }
 }

@@ -407,6 +407,16 @@ impl Metrics {
         get(&self.backend_up, &l)
     }
 
+    /// Drops the gauge of a backend no longer checked (a reload removed its set).
+    pub(crate) fn forget_backend_up(&self, frontend: &str, route: &str, backend: &str) {
+        let l: Labels = vec![
+            ("frontend", frontend.to_string()),
+            ("route", route.to_string()),
+            ("backend", backend.to_string()),
+        ];
+        self.backend_up.remove(&l);
+    }
+
     /// Adds a point to the status page's history, from a scrape of the metrics.
     pub fn sample_history(&self) {
         let samples = exposition::samples(&self.encode());
