@@ -167,10 +167,9 @@ fn haproxy(addr: SocketAddr, dir: &Path, body: &str) -> Command {
 // One thread is plenty for a test and leaves the shared cores to the builds.
 const HAPROXY_GLOBAL: &str = "global\n    nbthread 1\n";
 
-/// HAProxy as a backend: `accept-proxy` (v1 and v2 auto-detected), answering every HTTP
-/// request with what it learnt from the PROXY header, one `key=value` per word.
-pub fn haproxy_echo(ip: IpAddr) -> Peer {
-    let body = format!(
+/// The configuration of an echoing HAProxy bound to `bind` with `accept-proxy`.
+fn echo_config(bind: &str) -> String {
+    format!(
         "{HAPROXY_GLOBAL}\
 defaults
     mode http
@@ -178,10 +177,16 @@ defaults
     timeout client 20s
     timeout server 20s
 frontend echo
-    bind @ADDR@ accept-proxy
+    bind {bind} accept-proxy
     http-request return status 200 content-type text/plain lf-string \"{HAPROXY_ECHO}\"
 "
-    );
+    )
+}
+
+/// HAProxy as a backend: `accept-proxy` (v1 and v2 auto-detected), answering every HTTP
+/// request with what it learnt from the PROXY header, one `key=value` per word.
+pub fn haproxy_echo(ip: IpAddr) -> Peer {
+    let body = echo_config("@ADDR@");
     spawn("haproxy", ip, &|addr, dir| haproxy(addr, dir, &body))
 }
 
@@ -191,19 +196,7 @@ frontend echo
 pub fn haproxy_echo_unix() -> (Peer, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("echo.sock");
-    let body = format!(
-        "{HAPROXY_GLOBAL}\
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 20s
-    timeout server 20s
-frontend echo
-    bind unix@{} accept-proxy
-    http-request return status 200 content-type text/plain lf-string \"{HAPROXY_ECHO}\"
-",
-        socket.display()
-    );
+    let body = echo_config(&format!("unix@{}", socket.display()));
     let log = dir.path().join("haproxy.log");
     let out = std::fs::File::create(&log).expect("log file");
     let child = haproxy(SocketAddr::from(([0, 0, 0, 0], 0)), dir.path(), &body)

@@ -399,22 +399,13 @@ impl Metrics {
 
     /// The gauge of one checked backend's verdict.
     pub(crate) fn backend_up(&self, frontend: &str, route: &str, backend: &str) -> Gauge {
-        let l: Labels = vec![
-            ("frontend", frontend.to_string()),
-            ("route", route.to_string()),
-            ("backend", backend.to_string()),
-        ];
-        get(&self.backend_up, &l)
+        get(&self.backend_up, &backend_labels(frontend, route, backend))
     }
 
     /// Drops the gauge of a backend no longer checked (a reload removed its set).
     pub(crate) fn forget_backend_up(&self, frontend: &str, route: &str, backend: &str) {
-        let l: Labels = vec![
-            ("frontend", frontend.to_string()),
-            ("route", route.to_string()),
-            ("backend", backend.to_string()),
-        ];
-        self.backend_up.remove(&l);
+        self.backend_up
+            .remove(&backend_labels(frontend, route, backend));
     }
 
     /// Adds a point to the status page's history, from a scrape of the metrics.
@@ -585,6 +576,15 @@ fn register_session_families(registry: &mut Registry, m: &Metrics) {
         "1 while a worker skips the remote session store after repeated failures",
         m.store_breaker_open.clone(),
     );
+}
+
+/// The labels of one backend of one route of one frontend.
+fn backend_labels(frontend: &str, route: &str, backend: &str) -> Labels {
+    vec![
+        ("frontend", frontend.to_string()),
+        ("route", route.to_string()),
+        ("backend", backend.to_string()),
+    ]
 }
 
 /// A label value as the text format writes it: prometheus-client writes values as given, and a
