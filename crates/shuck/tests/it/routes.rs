@@ -6,6 +6,21 @@ use shuck_test_support::peers::{echo_fields, haproxy_echo_unix, split_curl, CURL
 use shuck_test_support::pki::{toml_path, Key, Pki};
 use shuck_test_support::process::{HttpBackend, Shuck};
 
+/// The status page at `/` of the metrics listener.
+fn status_page(metrics: std::net::SocketAddr) -> String {
+    let out = shuck_test_support::process::run_bounded(
+        std::process::Command::new("curl").args([
+            "-sS",
+            "--max-time",
+            "10",
+            &format!("http://{metrics}/"),
+        ]),
+        b"",
+        20,
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Connections that reached `backend` by `route`, from the connect-time histograms.
 fn connects(text: &str, route: &str, backend: &str) -> i64 {
     sum(
@@ -265,6 +280,15 @@ fn a_hung_backend_is_taken_out_by_the_health_check_and_brought_back() {
     );
     assert_eq!(log.matches("backend down").count(), 1, "one line: {log}");
     assert_eq!(up(&scrape(metrics)), 0);
+    // The status page says so, beside the healthy one.
+    let page = status_page(metrics);
+    for (backend, health) in [
+        (flaky.addr, "<b class=\"warn\">down</b>"),
+        (good.addr, "up"),
+    ] {
+        let row = format!("<tr><td>default</td><td>{backend}</td><td>{health}</td>");
+        assert!(page.contains(&row), "{row}: {page}");
+    }
     for i in 0..20 {
         let out = curl_at(&pki, web, "h.test", &format!("/{i}"), &["--max-time", "5"]);
         assert!(

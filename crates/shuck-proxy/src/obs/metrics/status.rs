@@ -250,16 +250,20 @@ fn listeners(h: &mut String, samples: &[Sample], fe: &str) {
     h.push_str("</ul></div>");
 }
 
+/// Per route (`default`: the frontend's own) and backend: the active checks' verdict, the
+/// connects and their mean time.
 fn backends(h: &mut String, samples: &[Sample], fe: &str) {
-    let mut by: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    // (route, backend) -> (connects, seconds connecting, up: None when not checked)
+    let mut by: BTreeMap<(&str, &str), (f64, f64, Option<bool>)> = BTreeMap::new();
     for s in samples.iter().filter(|s| s.label("frontend") == Some(fe)) {
-        let Some(b) = s.label("backend") else {
+        let (Some(route), Some(b)) = (s.label("route"), s.label("backend")) else {
             continue;
         };
-        let e = by.entry(b).or_default();
+        let e = by.entry((route, b)).or_default();
         match s.name.as_str() {
             "shuck_backend_connect_duration_seconds_count" => e.0 += s.value,
             "shuck_backend_connect_duration_seconds_sum" => e.1 += s.value,
+            "shuck_backend_up" => e.2 = Some(s.value > 0.0),
             _ => {}
         }
     }
@@ -269,17 +273,23 @@ fn backends(h: &mut String, samples: &[Sample], fe: &str) {
         return;
     }
     h.push_str(
-        "<table class=\"backends\"><tr><th>backend</th><th>connects</th><th>mean connect</th></tr>",
+        "<table class=\"backends\"><tr><th>route</th><th>backend</th><th>health</th><th>connects</th><th>mean connect</th></tr>",
     );
-    for (b, (n, total)) in by {
+    for ((route, b), (n, total, up)) in by {
         let mean = if n > 0.0 {
             format!("{:.2} ms", 1000.0 * total / n)
         } else {
             "–".into()
         };
+        let health = match up {
+            Some(true) => "up",
+            Some(false) => "<b class=\"warn\">down</b>",
+            None => "<span class=\"muted\">not checked</span>",
+        };
         let _ = write!(
             h,
-            "<tr><td>{}</td><td class=\"num\">{n}</td><td class=\"num\">{mean}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{health}</td><td class=\"num\">{n}</td><td class=\"num\">{mean}</td></tr>",
+            esc(route),
             esc(b)
         );
     }
