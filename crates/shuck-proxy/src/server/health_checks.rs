@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::backend::connect_to;
 use crate::backend::health::{self, Health};
-use crate::backend::{connect_to, Upstream};
 use crate::config::{Backend, BackendAddr, Frontend, HealthCheck, Target};
 use crate::obs::metrics::Metrics;
 use crate::proto::proxy_protocol::Version;
@@ -147,9 +147,7 @@ impl Set {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let results =
-                futures_join_all(self.addrs.iter().map(|b| probe(b, &self.check, self.send))).await;
-            for (i, result) in results.into_iter().enumerate() {
+            for (i, result) in self.probe_all().await.into_iter().enumerate() {
                 streak[i] = match (&result, streak[i]) {
                     (Ok(()), s) if s > 0 => s + 1,
                     (Ok(()), _) => 1,
@@ -173,34 +171,25 @@ impl Set {
     }
 }
 
-/// Runs the futures concurrently and returns their outputs in order (a set holds at most 128).
-async fn futures_join_all<F: std::future::Future>(
-    futures: impl Iterator<Item = F>,
-) -> Vec<F::Output> {
-    let futures: Vec<F> = futures.collect();
-    let n = futures.len();
-    let mut out: Vec<Option<F::Output>> = (0..n).map(|_| None).collect();
-    // Pinned locally and polled together: no task per check needed.
-    let mut pinned: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, f) in pinned.iter_mut().enumerate() {
-            if out[i].is_some() {
-                continue;
-            }
-            match f.as_mut().poll(cx) {
-                std::task::Poll::Ready(v) => out[i] = Some(v),
-                std::task::Poll::Pending => pending = true,
+impl Set {
+    /// One check of every backend, at once (a task each, ended with the checker's task), in
+    /// the backends' order.
+    async fn probe_all(&self) -> Vec<Result<(), String>> {
+        let mut checks = tokio::task::JoinSet::new();
+        for (i, b) in self.addrs.iter().enumerate() {
+            let (b, check, send) = (b.clone(), self.check.clone(), self.send);
+            checks.spawn(async move { (i, probe(&b, &check, send).await) });
+        }
+        // A check that did not finish (its task failed) counts as failed.
+        let mut out: Vec<Result<(), String>> =
+            vec![Err("the check did not finish".into()); self.addrs.len()];
+        while let Some(done) = checks.join_next().await {
+            if let Ok((i, result)) = done {
+                out[i] = result;
             }
         }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    out.into_iter().flatten().collect()
+        out
+    }
 }
 
 /// One check of one backend: a connect, and with `http` a request whose status line must carry
@@ -211,7 +200,8 @@ async fn probe(b: &BackendAddr, check: &HealthCheck, send: Option<Version>) -> R
             .await
             .map_err(|e| format!("connect: {e}"))?;
         if let Some(version) = send {
-            write_all(&mut stream, local_header(version))
+            stream
+                .write_all(local_header(version))
                 .await
                 .map_err(|e| format!("PROXY header: {e}"))?;
         }
@@ -225,20 +215,18 @@ async fn probe(b: &BackendAddr, check: &HealthCheck, send: Option<Version>) -> R
         };
         let host = check.host.as_deref().unwrap_or(default_host);
         let request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: shuck-health-check\r\nConnection: close\r\n\r\n");
-        write_all(&mut stream, request.as_bytes())
+        stream
+            .write_all(request.as_bytes())
             .await
             .map_err(|e| format!("request: {e}"))?;
-        let mut head = [0u8; 32];
-        let mut got = 0;
-        while got < 12 {
-            let n = read(&mut stream, &mut head[got..])
-                .await
-                .map_err(|e| format!("answer: {e}"))?;
-            if n == 0 {
-                return Err("closed without an answer".into());
-            }
-            got += n;
-        }
+        let mut head = [0u8; 12];
+        stream
+            .read_exact(&mut head)
+            .await
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => "closed without an answer".to_string(),
+                _ => format!("answer: {e}"),
+            })?;
         // "HTTP/1.1 200 …": the status is bytes 9..12.
         let status = std::str::from_utf8(&head[9..12])
             .ok()
@@ -261,12 +249,4 @@ fn local_header(version: Version) -> &'static [u8] {
         Version::V1 => b"PROXY UNKNOWN\r\n",
         Version::V2 => b"\r\n\r\n\x00\r\nQUIT\n\x20\x00\x00\x00",
     }
-}
-
-async fn write_all(s: &mut Upstream, buf: &[u8]) -> std::io::Result<()> {
-    s.write_all(buf).await
-}
-
-async fn read(s: &mut Upstream, buf: &mut [u8]) -> std::io::Result<usize> {
-    s.read(buf).await
 }

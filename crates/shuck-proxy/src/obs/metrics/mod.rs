@@ -408,12 +408,19 @@ impl Metrics {
             .remove(&backend_labels(frontend, route, backend));
     }
 
+    /// What a scrape says now, read back, and when (Unix seconds, the process's one clock).
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "Unix seconds fit an f64's 52-bit mantissa"
+    )]
+    fn scrape_now(&self) -> (Vec<exposition::Sample>, f64) {
+        let samples = exposition::samples(&self.encode());
+        (samples, crate::sys::clock::unix_now() as f64)
+    }
+
     /// Adds a point to the status page's history, from a scrape of the metrics.
     pub fn sample_history(&self) {
-        let samples = exposition::samples(&self.encode());
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
+        let (samples, now) = self.scrape_now();
         self.history
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -422,10 +429,7 @@ impl Metrics {
 
     /// The status page: what a scrape says now, and the history.
     pub fn status_page(&self) -> String {
-        let samples = exposition::samples(&self.encode());
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
+        let (samples, now) = self.scrape_now();
         let history = self
             .history
             .lock()
