@@ -96,6 +96,15 @@ fn quoted(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
 }
 
+/// `key = value` in `lines`, replacing an earlier value of `key`.
+fn set_line(lines: &mut Vec<(String, String)>, key: &str, value: &impl TomlValue) {
+    let value = value.toml();
+    match lines.iter_mut().find(|(k, _)| k == key) {
+        Some(line) => line.1 = value,
+        None => lines.push((key.into(), value)),
+    }
+}
+
 /// One `[[frontend]]`.
 #[derive(Debug, Clone)]
 pub struct Frontend {
@@ -119,11 +128,7 @@ impl Frontend {
     /// Sets `key` (replacing an earlier value of it).
     #[must_use]
     pub fn set(mut self, key: &str, value: impl TomlValue) -> Frontend {
-        let value = value.toml();
-        match self.lines.iter_mut().find(|(k, _)| k == key) {
-            Some(line) => line.1 = value,
-            None => self.lines.push((key.into(), value)),
-        }
+        set_line(&mut self.lines, key, &value);
         self
     }
 
@@ -174,11 +179,7 @@ impl Config {
     /// Sets the global `key` (replacing an earlier value of it).
     #[must_use]
     pub fn set(mut self, key: &str, value: impl TomlValue) -> Config {
-        let value = value.toml();
-        match self.globals.iter_mut().find(|(k, _)| k == key) {
-            Some(line) => line.1 = value,
-            None => self.globals.push((key.into(), value)),
-        }
+        set_line(&mut self.globals, key, &value);
         self
     }
 
