@@ -149,6 +149,7 @@ fn rows(f: &Files) -> Vec<Row> {
         global("user", "", "user = \"nobody\"", Restart),
         global("group", "user = \"nobody\"", "user = \"nobody\"\ngroup = \"nogroup\"", Restart),
         global("allow_root", "", "allow_root = true", Restart),
+        global("resolvers", "", "resolvers = [\"127.0.0.1:53\"]", Applied),
         global(
             "certificate_expiry_warning",
             "",
@@ -261,6 +262,12 @@ fn rows(f: &Files) -> Vec<Row> {
             "backend_cooldown",
             String::new(),
             "backend_cooldown = \"1s\"".into(),
+            Applied,
+        ),
+        frontend(
+            "dns_refresh",
+            String::new(),
+            "dns_refresh = \"5s\"".into(),
             Applied,
         ),
         frontend("backlog", String::new(), "backlog = 64".into(), Applied),

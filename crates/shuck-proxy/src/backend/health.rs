@@ -7,12 +7,14 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
-use crate::config::{Backend, Backends};
+use crate::config::{Backend, BackendAddr, Backends};
 
 /// The verdict on each backend of one set, in its order: written by its checker, read by pools.
 #[derive(Debug)]
 pub(crate) struct Health {
     up: Vec<AtomicBool>,
+    /// The members' names, for the next set of the same route to take their verdicts.
+    names: Vec<String>,
 }
 
 impl Health {
@@ -28,40 +30,74 @@ impl Health {
     }
 }
 
-/// A checked set: which frontend and route, its backends and how they are checked (a change to
-/// either makes a new set; a new policy or timeout keeps the verdicts).
-pub(crate) fn key(frontend: &str, route: &str, backends: &Backends) -> String {
+/// A checked set: which frontend and route, its members (host names stand for their addresses
+/// now) and how they are checked. A change to either makes a new set, which starts with the
+/// verdicts of the members that stay; a new policy or timeout keeps the set.
+pub(crate) fn key(
+    frontend: &str,
+    route: &str,
+    backends: &Backends,
+    members: &[BackendAddr],
+) -> String {
     format!(
-        "{frontend}\u{0}{route}\u{0}{:?}\u{0}{:?}",
-        backends.target, backends.health_check
+        "{}{members:?}\u{0}{:?}",
+        route_prefix(frontend, route),
+        backends.health_check
     )
+}
+
+/// What the keys of one frontend's route begin with.
+fn route_prefix(frontend: &str, route: &str) -> String {
+    format!("{frontend}\u{0}{route}\u{0}")
 }
 
 /// The verdicts of every checked set, by key. Locked when a pool is built (start, reload) and
 /// when checkers are started or stopped, never per connection.
 static SETS: LazyLock<Mutex<HashMap<String, Arc<Health>>>> = LazyLock::new(Mutex::default);
 
-/// The verdicts a pool for `backends` reads (every backend up until a check says otherwise);
-/// `None` when they are not checked.
-pub(crate) fn shared(frontend: &str, route: &str, backends: &Backends) -> Option<Arc<Health>> {
-    let Backend::Servers(addrs) = &backends.target else {
+/// The verdicts a pool of `members` (of `backends`) reads; `None` when they are not checked. A
+/// new set takes the verdict of each member an earlier set of the same route had (DNS gave
+/// the route another address; the others stay as checked); a new member starts up.
+pub(crate) fn shared(
+    frontend: &str,
+    route: &str,
+    backends: &Backends,
+    members: &[BackendAddr],
+) -> Option<Arc<Health>> {
+    if !matches!(backends.target, Backend::Servers(_)) {
         return None;
-    };
+    }
     backends.health_check.as_ref()?;
+    let key = key(frontend, route, backends, members);
     let mut sets = SETS.lock().unwrap_or_else(PoisonError::into_inner);
-    let health = sets
-        .entry(key(frontend, route, backends))
-        .or_insert_with(|| {
-            Arc::new(Health {
-                up: addrs.iter().map(|_| AtomicBool::new(true)).collect(),
-            })
-        });
-    Some(health.clone())
+    if let Some(h) = sets.get(&key) {
+        return Some(h.clone());
+    }
+    let prefix = route_prefix(frontend, route);
+    let earlier: HashMap<&str, bool> = sets
+        .iter()
+        .filter(|(k, _)| k.starts_with(&prefix))
+        .flat_map(|(_, h)| {
+            h.names
+                .iter()
+                .map(String::as_str)
+                .zip(h.up.iter().map(|u| u.load(Ordering::Relaxed)))
+        })
+        .collect();
+    let health = Arc::new(Health {
+        up: members
+            .iter()
+            .map(|m| AtomicBool::new(earlier.get(m.name.as_str()).copied().unwrap_or(true)))
+            .collect(),
+        names: members.iter().map(|m| m.name.clone()).collect(),
+    });
+    sets.insert(key, health.clone());
+    Some(health)
 }
 
-/// Forgets the verdicts of a set no longer checked (pools built before keep their copy).
-pub(crate) fn forget(key: &str) {
+/// Forgets the verdicts of every set not in `wanted` (pools built before keep their copy).
+pub(crate) fn keep_only(wanted: &dyn Fn(&str) -> bool) {
     SETS.lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .remove(key);
+        .retain(|k, _| wanted(k));
 }

@@ -4,6 +4,7 @@
 //! at most one failed connect per worker per cooldown.
 
 mod connect;
+pub(crate) mod dns;
 pub(crate) mod health;
 pub(crate) mod policy;
 mod upstream;
@@ -105,6 +106,11 @@ pub(crate) async fn connect_to(target: &Target) -> io::Result<Upstream> {
         Target::Unix(path) => tokio::net::UnixStream::connect(path)
             .await
             .map(Upstream::Unix),
+        // Pools hold a host name's addresses (`dns::members`), never the name itself.
+        Target::Name(name) => Err(io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            format!("{name} is a host name, not an address"),
+        )),
     }
 }
 

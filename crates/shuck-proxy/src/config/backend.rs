@@ -4,7 +4,7 @@
 //! (`backend_cooldown`).
 
 use std::fmt;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -58,11 +58,27 @@ impl From<String> for BackendEntry {
     }
 }
 
-/// Where a backend listens: a TCP address, or a Unix socket (`unix:/path`).
+/// Where a backend listens: a TCP address, a Unix socket (`unix:/path`), or a host name whose
+/// addresses DNS gives (each one a member of the pool, looked up again every `dns_refresh`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     Tcp(SocketAddr),
     Unix(PathBuf),
+    Name(HostPort),
+}
+
+/// A host name and a port, as `backend` gives them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPort {
+    /// Lower-case, without a trailing dot.
+    pub host: String,
+    pub port: u16,
+}
+
+impl fmt::Display for HostPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
 }
 
 impl fmt::Display for Target {
@@ -70,6 +86,7 @@ impl fmt::Display for Target {
         match self {
             Target::Tcp(a) => write!(f, "{a}"),
             Target::Unix(p) => write!(f, "unix:{}", p.display()),
+            Target::Name(n) => write!(f, "{n}"),
         }
     }
 }
@@ -121,6 +138,30 @@ pub struct Backends {
     pub cooldown: Duration,
     /// Active checks of these backends, if any.
     pub health_check: Option<super::HealthCheck>,
+    /// How often host names are looked up again; `None`: when the answer's TTL ends (kept
+    /// between [`MIN_DNS_REFRESH`] and [`MAX_TTL_REFRESH`]).
+    pub dns_refresh: Option<Duration>,
+}
+
+/// The shortest `dns_refresh`, and the floor under a TTL.
+pub const MIN_DNS_REFRESH: Duration = Duration::from_secs(1);
+/// The ceiling over a TTL when `dns_refresh` is not set.
+pub const MAX_TTL_REFRESH: Duration = Duration::from_secs(300);
+/// The longest `dns_refresh`.
+const MAX_DNS_REFRESH: Duration = Duration::from_secs(3600);
+
+impl Backends {
+    /// The host names among the backends.
+    pub fn names(&self) -> impl Iterator<Item = &HostPort> {
+        let addrs = match &self.target {
+            Backend::Servers(v) => v.as_slice(),
+            Backend::Demo => &[],
+        };
+        addrs.iter().filter_map(|b| match &b.addr {
+            Target::Name(n) => Some(n),
+            _ => None,
+        })
+    }
 }
 
 /// A new pool for new connections: its health and counts start afresh, so workers keep the old
@@ -163,7 +204,7 @@ impl RawFrontend {
                             ))
                         }
                         Some(path) => Target::Unix(super::resolve_path(base, PathBuf::from(path))),
-                        None => Target::Tcp(resolve(&name).map_err(|m| key_err("backend", m))?),
+                        None => host_or_address(&name).map_err(|m| key_err("backend", m))?,
                     };
                     out.push(BackendAddr { name, addr, weight });
                 }
@@ -197,22 +238,59 @@ impl RawFrontend {
             connect_timeout: self.validate_connect_timeout()?,
             cooldown,
             health_check,
+            dns_refresh: self.validate_dns_refresh()?,
         })
+    }
+
+    fn validate_dns_refresh(&self) -> Result<Option<Duration>, KeyError> {
+        let Some(text) = self.dns_refresh.as_deref() else {
+            return Ok(None);
+        };
+        let d = duration_or("dns_refresh", Some(text), MIN_DNS_REFRESH)?;
+        if !(MIN_DNS_REFRESH..=MAX_DNS_REFRESH).contains(&d) {
+            return Err(key_err(
+                "dns_refresh",
+                format!("{text:?}: between 1s and 1h (leave it out to follow the answers' TTL)"),
+            ));
+        }
+        Ok(Some(d))
     }
 }
 
-fn resolve(s: &str) -> Result<SocketAddr, String> {
+/// `ip:port`, or `host:port` with a host name DNS is asked about when the server runs (never
+/// here: `shuck check` and a reload's validation do not wait on DNS).
+fn host_or_address(s: &str) -> Result<Target, String> {
     if let Ok(a) = s.parse::<SocketAddr>() {
-        return Ok(a);
+        return Ok(Target::Tcp(a));
     }
-    if !s.contains(':') {
+    let Some((host, port)) = s.rsplit_once(':') else {
         return Err(format!("{s:?} has no port: write host:port"));
+    };
+    let port = port
+        .parse::<u16>()
+        .ok()
+        .filter(|&p| p != 0)
+        .ok_or_else(|| format!("{s:?}: the port is not a number from 1 to 65535"))?;
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    if !is_host_name(&host) {
+        return Err(format!(
+            "{s:?} is neither ip:port (IPv6 as [::1]:8080) nor host:port with a DNS name"
+        ));
     }
-    // Hostnames are resolved once at start: a terminator should not depend on DNS per connection.
-    let mut addrs = s
-        .to_socket_addrs()
-        .map_err(|e| format!("{s:?} cannot be resolved: {e}"))?;
-    addrs
-        .next()
-        .ok_or_else(|| format!("{s:?} resolves to no address"))
+    Ok(Target::Name(HostPort { host, port }))
+}
+
+/// Letters, digits and hyphens in dot-separated labels of 1 to 63 bytes, 253 at most in all
+/// (underscores allowed: service names use them).
+fn is_host_name(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
 }

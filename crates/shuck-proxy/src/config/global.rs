@@ -115,6 +115,7 @@ impl RawConfig {
                 )
             })?),
         };
+        let resolvers = self.validate_resolvers()?;
         Ok(Config {
             origin,
             workers,
@@ -134,6 +135,7 @@ impl RawConfig {
             user: self.user.clone(),
             group: self.group.clone(),
             allow_root: self.allow_root.unwrap_or(false),
+            resolvers,
             state_dir: self.state_dir.clone().map_or_else(
                 || PathBuf::from(super::acme::STATE_DIR),
                 |p| super::resolve_path(base, p),
@@ -231,7 +233,40 @@ pub const GLOBAL_KEYS: &[GlobalKey] = &[
     key("user", false, false, |c| format!("{:?}", c.user)),
     key("group", false, false, |c| format!("{:?}", c.group)),
     key("allow_root", false, false, |c| c.allow_root.to_string()),
+    key("resolvers", true, true, |c| format!("{:?}", c.resolvers)),
 ];
+
+/// DNS servers per process at most: each is asked in turn when the one before fails.
+const MAX_RESOLVERS: usize = 8;
+
+impl RawConfig {
+    /// `resolvers`: the DNS servers that host-name backends are looked up with (empty: the
+    /// system's, from /etc/resolv.conf).
+    fn validate_resolvers(&self) -> Result<Vec<SocketAddr>, KeyError> {
+        let list = self.resolvers.clone().unwrap_or_default();
+        if list.len() > MAX_RESOLVERS {
+            return Err(key_err(
+                "resolvers",
+                format!("{} servers: at most {MAX_RESOLVERS}", list.len()),
+            ));
+        }
+        list.iter()
+            .map(|r| {
+                r.parse::<SocketAddr>()
+                    .or_else(|_| {
+                        r.parse::<std::net::IpAddr>()
+                            .map(|ip| SocketAddr::new(ip, 53))
+                    })
+                    .map_err(|_| {
+                        key_err(
+                            "resolvers",
+                            format!("{r:?} is not an IP address or IP:port (IPv6 as [::1]:53)"),
+                        )
+                    })
+            })
+            .collect()
+    }
+}
 
 /// Whether a reload applies the global key `key` (None: no such key).
 pub fn on_reload(key: &str) -> Option<bool> {

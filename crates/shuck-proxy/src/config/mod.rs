@@ -104,6 +104,7 @@ pub struct RawConfig {
     pub user: Option<String>,
     pub group: Option<String>,
     pub allow_root: Option<bool>,
+    pub resolvers: Option<Vec<String>>,
     #[serde(default, rename = "frontend")]
     pub frontends: Vec<RawFrontend>,
 }
@@ -130,6 +131,7 @@ pub struct RawFrontend {
     pub idle_timeout: Option<String>,
     pub connect_timeout: Option<String>,
     pub backend_cooldown: Option<String>,
+    pub dns_refresh: Option<String>,
     pub health_check: Option<health::RawHealthCheck>,
     pub backlog: Option<u32>,
     pub defer_accept: Option<String>,
@@ -214,6 +216,8 @@ pub struct Config {
     pub group: Option<String>,
     /// Run as root without `user` (refused otherwise).
     pub allow_root: bool,
+    /// The DNS servers host-name backends are looked up with; empty: the system's.
+    pub resolvers: Vec<SocketAddr>,
     pub frontends: Vec<Frontend>,
 }
 

@@ -26,6 +26,7 @@ pub struct RawRoute {
     pub backend_policy: Option<BackendPolicy>,
     pub connect_timeout: Option<String>,
     pub backend_cooldown: Option<String>,
+    pub dns_refresh: Option<String>,
     pub health_check: Option<super::health::RawHealthCheck>,
     pub proxy_protocol: Option<ProxyProtocol>,
     pub proxy_protocol_tlvs: Option<Vec<String>>,
@@ -159,6 +160,7 @@ impl RawFrontend {
         as_frontend.backend_policy = raw.backend_policy.or(self.backend_policy);
         as_frontend.connect_timeout = keep(&raw.connect_timeout, &self.connect_timeout);
         as_frontend.backend_cooldown = keep(&raw.backend_cooldown, &self.backend_cooldown);
+        as_frontend.dns_refresh = keep(&raw.dns_refresh, &self.dns_refresh);
         as_frontend.health_check = raw
             .health_check
             .clone()
@@ -224,6 +226,7 @@ mod tests {
                 connect_timeout: std::time::Duration::from_secs(1),
                 cooldown: std::time::Duration::from_secs(1),
                 health_check: None,
+                dns_refresh: None,
             },
             send: None,
             tlvs: ProxyTlvs::default(),

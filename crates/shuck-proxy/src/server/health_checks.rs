@@ -9,18 +9,21 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::backend::connect_to;
+use crate::backend::dns;
 use crate::backend::health::{self, Health};
-use crate::config::{Backend, BackendAddr, Frontend, HealthCheck, Target};
+use crate::config::{Backend, BackendAddr, Backends, Frontend, HealthCheck, Target};
 use crate::obs::metrics::Metrics;
 use crate::proto::proxy_protocol::Version;
 
 /// The checker tasks running, by key; `sync` makes them match a configuration. Shared by the
-/// server (which gives it its runtime when it starts) and the reloader.
+/// server (which gives it its runtime when it starts), the reloader and the DNS followers.
 #[derive(Default)]
 pub(crate) struct Checkers {
     running: HashMap<String, Running>,
     /// Where checkers run and what they count into: set once the server runs.
     on: Option<(tokio::runtime::Handle, Arc<Metrics>)>,
+    /// The frontends of the last `sync`, for `resync` when DNS changes a set's members.
+    frontends: Vec<Frontend>,
 }
 
 /// A checker task and the gauges it owns.
@@ -31,85 +34,116 @@ struct Running {
     backends: Vec<String>,
 }
 
+/// A set to check: frontend, route, members, how, the backend section and the PROXY version.
+type Wanted = (
+    String,
+    String,
+    Vec<BackendAddr>,
+    HealthCheck,
+    Backends,
+    Option<Version>,
+);
+
 impl Checkers {
     /// From now on, checkers run on `rt` and count into `metrics`.
     pub(crate) fn start(&mut self, rt: tokio::runtime::Handle, metrics: Arc<Metrics>) {
         self.on = Some((rt, metrics));
     }
 
+    /// `sync` again with the frontends of the last one: DNS changed what a name stands for.
+    pub(crate) fn resync(&mut self) {
+        let frontends = std::mem::take(&mut self.frontends);
+        self.sync(&frontends.iter().collect::<Vec<_>>());
+    }
+
     /// Starts a checker for each checked set of `frontends` not yet checked and stops those of
-    /// sets no longer configured (their verdicts go too; a set that stays keeps its verdicts).
+    /// sets no longer configured (their verdicts go too; a set that stays keeps its verdicts,
+    /// and a member that stays in a changed set keeps its own).
     pub(crate) fn sync(&mut self, frontends: &[&Frontend]) {
+        self.frontends = frontends.iter().map(|f| (*f).clone()).collect();
         let Some((rt, metrics)) = self.on.clone() else {
             return;
         };
-        let mut wanted = HashMap::new();
-        for fe in frontends {
-            let sets = std::iter::once(("default", &fe.backend, fe.proxy.send)).chain(
-                fe.routes
-                    .0
-                    .iter()
-                    .map(|r| (r.name.as_str(), &r.backend, r.send)),
-            );
-            for (route, backends, send) in sets {
-                if let (Some(check), Backend::Servers(addrs)) =
-                    (&backends.health_check, &backends.target)
-                {
-                    wanted.insert(
-                        health::key(&fe.name, route, backends),
-                        (
-                            fe.name.clone(),
-                            route.to_string(),
-                            addrs.clone(),
-                            check.clone(),
-                            backends.clone(),
-                            send,
-                        ),
-                    );
-                }
+        let wanted = wanted_sets(frontends);
+        // New sets first: they take the verdicts of the sets they replace.
+        for (k, (frontend, route, addrs, check, backends, send)) in &wanted {
+            if self.running.contains_key(k) {
+                continue;
             }
+            let Some(health) = health::shared(frontend, route, backends, addrs) else {
+                continue;
+            };
+            let set = Set {
+                frontend: frontend.clone(),
+                route: route.clone(),
+                addrs: addrs.clone(),
+                check: check.clone(),
+                send: *send,
+                health,
+                metrics: metrics.clone(),
+            };
+            let running = Running {
+                task: rt.spawn(set.run()),
+                frontend: frontend.clone(),
+                route: route.clone(),
+                backends: addrs.iter().map(|b| b.name.clone()).collect(),
+            };
+            self.running.insert(k.clone(), running);
         }
+        let gauged: std::collections::HashSet<(&str, &str, &str)> = wanted
+            .values()
+            .flat_map(|(f, r, addrs, ..)| {
+                addrs
+                    .iter()
+                    .map(move |b| (f.as_str(), r.as_str(), b.name.as_str()))
+            })
+            .collect();
         self.running.retain(|k, r| {
             let keep = wanted.contains_key(k);
             if !keep {
                 r.task.abort();
-                health::forget(k);
                 for b in &r.backends {
-                    metrics.forget_backend_up(&r.frontend, &r.route, b);
+                    if !gauged.contains(&(r.frontend.as_str(), r.route.as_str(), b.as_str())) {
+                        metrics.forget_backend_up(&r.frontend, &r.route, b);
+                    }
                 }
             }
             keep
         });
-        for (k, (frontend, route, addrs, check, backends, send)) in wanted {
-            if self.running.contains_key(&k) {
-                continue;
+        health::keep_only(&|k| wanted.contains_key(k));
+    }
+}
+
+/// The checked sets of `frontends`, by key, with their members as DNS gives them now.
+fn wanted_sets(frontends: &[&Frontend]) -> HashMap<String, Wanted> {
+    let mut wanted = HashMap::new();
+    for fe in frontends {
+        let sets = std::iter::once(("default", &fe.backend, fe.proxy.send)).chain(
+            fe.routes
+                .0
+                .iter()
+                .map(|r| (r.name.as_str(), &r.backend, r.send)),
+        );
+        for (route, backends, send) in sets {
+            if let (Some(check), Backend::Servers(addrs)) =
+                (&backends.health_check, &backends.target)
+            {
+                let members = dns::members(addrs);
+                wanted.insert(
+                    health::key(&fe.name, route, backends, &members),
+                    (
+                        fe.name.clone(),
+                        route.to_string(),
+                        members,
+                        check.clone(),
+                        backends.clone(),
+                        send,
+                    ),
+                );
             }
-            let Some(health) = health::shared(&frontend, &route, &backends) else {
-                continue;
-            };
-            let names = addrs.iter().map(|b| b.name.clone()).collect();
-            let (f, r) = (frontend.clone(), route.clone());
-            let set = Set {
-                frontend,
-                route,
-                addrs,
-                check,
-                send,
-                health,
-                metrics: metrics.clone(),
-            };
-            let task = rt.spawn(set.run());
-            self.running.insert(
-                k,
-                Running {
-                    task,
-                    frontend: f,
-                    route: r,
-                    backends: names,
-                },
-            );
         }
     }
+    wanted
 }
 
 /// One checked set and what its checker writes.
@@ -138,8 +172,9 @@ impl Set {
                     .backend_up(&self.frontend, &self.route, &b.name)
             })
             .collect();
-        for g in &gauges {
-            g.set(1);
+        // A member carried over from the set this one replaced keeps its verdict.
+        for (i, g) in gauges.iter().enumerate() {
+            g.set(i64::from(self.health.is_up(i)));
         }
         // Good (positive) or failed (negative) checks in a row.
         let mut streak = vec![0i64; self.addrs.len()];
@@ -210,7 +245,7 @@ async fn probe(b: &BackendAddr, check: &HealthCheck, send: Option<Version>) -> R
         };
         // A Unix socket's name is no host name: "localhost" then.
         let default_host = match b.addr {
-            Target::Tcp(_) => b.name.as_str(),
+            Target::Tcp(_) | Target::Name(_) => host_of(&b.name),
             Target::Unix(_) => "localhost",
         };
         let host = check.host.as_deref().unwrap_or(default_host);
@@ -241,6 +276,12 @@ async fn probe(b: &BackendAddr, check: &HealthCheck, send: Option<Version>) -> R
         Ok(r) => r,
         Err(_) => Err(format!("no answer within {:?}", check.timeout)),
     }
+}
+
+/// The Host header for a backend named `name`: `host:port`, without the address a host name's
+/// member adds (`host:port@ip`).
+fn host_of(name: &str) -> &str {
+    name.split_once('@').map_or(name, |(host, _)| host)
 }
 
 /// A PROXY header that names no client: v2's LOCAL command, v1's UNKNOWN.

@@ -3,8 +3,10 @@
 //! point; the binary only adds signal handling.
 
 pub(crate) mod accept;
+mod backend_watch;
 pub mod bindings;
 pub mod check;
+mod dns_follow;
 pub(crate) mod health_checks;
 pub mod reload;
 pub mod running;
@@ -23,7 +25,6 @@ use crate::config::{Config, Frontend, OcspMode};
 use crate::error::{Error, Result};
 use crate::obs::metrics::{self, Metrics};
 use crate::server::bindings::{write_ready_file, Bindings, Control, METRICS};
-use crate::server::health_checks as health;
 pub use crate::server::reload::Reloader;
 use crate::sys::upgrade::Inherited;
 use crate::sys::{limits, notify, state_files};
@@ -55,8 +56,8 @@ pub struct Server {
     predecessor: Inherited,
     /// Stops this process's metrics endpoint once a new process serves it (an upgrade).
     metrics_handover: Arc<Notify>,
-    /// The active health checks' tasks, shared with the reloader.
-    checkers: Arc<Mutex<health::Checkers>>,
+    /// The DNS followers and the active health checks, shared with the reloader.
+    watch: backend_watch::BackendWatch,
 }
 
 /// Stops the metrics endpoint of a process that handed over to a new one: both hold the same
@@ -168,7 +169,7 @@ impl Server {
             },
             predecessor: std::mem::take(inherited),
             metrics_handover: Arc::new(Notify::new()),
-            checkers: Arc::default(),
+            watch: backend_watch::BackendWatch::default(),
         })
     }
 
@@ -184,7 +185,7 @@ impl Server {
                 fd_limit: self.fd_limit,
             },
             self.shared.clone(),
-            self.checkers.clone(),
+            self.watch.clone(),
         )
     }
 
@@ -231,6 +232,24 @@ impl Server {
             .and_then(|l| l.local_addr().ok())
     }
 
+    /// Starts following the backends' host names (their first answers in before a worker
+    /// accepts) and checking their health.
+    fn watch_backends(&self, rt: &tokio::runtime::Runtime) {
+        let c = &self.config;
+        let frontends: Vec<&Frontend> = c.frontends.iter().collect();
+        self.watch.start(rt.handle(), &self.metrics);
+        let (watch, listed, resolvers) =
+            (self.watch.clone(), c.frontends.clone(), c.resolvers.clone());
+        let waiting = rt.spawn_blocking(move || {
+            watch.follow_names(&listed.iter().collect::<Vec<_>>(), &resolvers);
+        });
+        let waited = rt.block_on(waiting);
+        if let Err(e) = waited {
+            tracing::error!(error = %e, "waiting for the backends' first DNS answers failed");
+        }
+        self.watch.check(&frontends);
+    }
+
     /// Runs until `shutdown` completes, then stops accepting, drains for the grace period (or
     /// until `force` completes) and returns. Writes `ready_file` (one address per line) once every
     /// worker is listening. `rt` is the main thread's runtime: it drives `shutdown`, `force`, the
@@ -264,6 +283,7 @@ impl Server {
             Vec::new()
         };
         let metrics_addr = self.metrics_addr();
+        self.watch_backends(rt);
         let (tx, rx) = watch::channel(false);
         let mut handles = Vec::with_capacity(c.workers);
         for (id, control) in self.control.into_iter().enumerate() {
@@ -302,11 +322,6 @@ impl Server {
             _ => None,
         };
         rt.spawn(watch_expiry(self.metrics.clone(), self.shared.clone()));
-        {
-            let mut checkers = self.checkers.lock().unwrap_or_else(PoisonError::into_inner);
-            checkers.start(rt.handle().clone(), self.metrics.clone());
-            checkers.sync(&c.frontends.iter().collect::<Vec<_>>());
-        }
         rt.spawn(drop_lapsed_staples(
             self.metrics.clone(),
             self.renewed.announce.clone(),

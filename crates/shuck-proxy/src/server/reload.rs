@@ -242,8 +242,9 @@ pub struct Reloader {
     ready_file: Option<(PathBuf, Option<SocketAddr>)>,
     /// Whether the reload under way may still apply.
     gate: ApplyGate,
-    /// The active health checks' tasks: started and stopped to match what a reload installs.
-    checkers: Arc<Mutex<crate::server::health_checks::Checkers>>,
+    /// The DNS followers and health checks: started and stopped to match what a reload
+    /// installs.
+    watch: crate::server::backend_watch::BackendWatch,
 }
 
 impl Reloader {
@@ -254,10 +255,10 @@ impl Reloader {
         metrics: Arc<Metrics>,
         capacity: Capacity,
         shared: Arc<Shared>,
-        checkers: Arc<Mutex<crate::server::health_checks::Checkers>>,
+        watch: crate::server::backend_watch::BackendWatch,
     ) -> Reloader {
         Reloader {
-            checkers,
+            watch,
             capacity,
             shared,
             workers: started.workers,
@@ -332,6 +333,11 @@ impl Reloader {
                 .prepare(&listed, &mut Inherited::default())?
         };
         self.may_apply()?;
+        {
+            // Before the workers see the new frontends: new host names have their addresses.
+            let listed: Vec<&Frontend> = next.iter().map(|n| self.frontend_of(n)).collect();
+            self.watch.follow_names(&listed, &new.resolvers);
+        }
         // Before `apply`: reloaded certificates are warned about with the new lead time.
         self.started.certificate_expiry_warning = new.certificate_expiry_warning;
         self.apply(next);
@@ -347,10 +353,7 @@ impl Reloader {
         self.apply_globals(new, max_connections);
         {
             let installed: Vec<&Frontend> = self.frontends.iter().map(|l| &l.cfg).collect();
-            self.checkers
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .sync(&installed);
+            self.watch.check(&installed);
         }
         let mut now = self.started.clone();
         now.log_level.clone_from(&new.log_level);
@@ -376,6 +379,7 @@ impl Reloader {
         s.reload_timeout = new.reload_timeout;
         s.upgrade_confirm = new.upgrade_confirm;
         s.upgrade_timeout = new.upgrade_timeout;
+        s.resolvers.clone_from(&new.resolvers);
     }
 
     /// The settings in force as new connections get them, rendered as `running.toml` renders

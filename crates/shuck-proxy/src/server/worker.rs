@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use crate::backend::BackendPool;
+use crate::backend::{dns, BackendPool};
 use crate::certs::acme::challenge;
-use crate::config::{Backend, Backends, CertSource, Config, ConnectionLogFormat, Frontend};
+use crate::config::{
+    Backend, BackendAddr, Backends, CertSource, Config, ConnectionLogFormat, Frontend,
+};
 use crate::obs::metrics::{FrontendMetrics, Metrics};
 use crate::tls::{self, TlsSlot};
 
@@ -126,10 +128,12 @@ pub(crate) struct WorkerFrontend {
 pub(crate) struct WorkerPool {
     pub(crate) pool: Rc<BackendPool>,
     pub(crate) connect_times: Vec<prometheus_client::metrics::histogram::Histogram>,
+    /// What the pool was built from: the backends, host names standing for their addresses.
+    members: Rc<[BackendAddr]>,
 }
 
 /// The pool `backends` asks for (`None`: no backend), or `previous` when it was built from the
-/// same settings.
+/// same settings and DNS still gives its host names the same addresses.
 fn pool_for(
     (frontend, route): (&str, &str),
     backends: &Backends,
@@ -139,20 +143,22 @@ fn pool_for(
     let Backend::Servers(addrs) = &backends.target else {
         return None;
     };
-    if let Some((_, pool)) = previous.filter(|(s, _)| *s == backends) {
+    let members = dns::members(addrs);
+    if let Some((_, pool)) = previous.filter(|(s, p)| *s == backends && *p.members == *members) {
         return Some(pool.clone());
     }
     Some(WorkerPool {
         pool: Rc::new(BackendPool::checked(
-            addrs.clone(),
+            members.clone(),
             backends.policy,
             backends.connect_timeout,
             backends.cooldown,
-            crate::backend::health::shared(frontend, route, backends),
+            crate::backend::health::shared(frontend, route, backends, &members),
         )),
         connect_times: metrics
             .backend_connects()
-            .for_backends(route, addrs.iter().map(|b| b.name.as_str())),
+            .for_backends(route, members.iter().map(|b| b.name.as_str())),
+        members: members.into(),
     })
 }
 
@@ -211,6 +217,8 @@ pub(crate) type SettingsSlot = Arc<ArcSwap<Frontend>>;
 pub(crate) struct FrontendSlot {
     settings: SettingsSlot,
     current: RefCell<Rc<WorkerFrontend>>,
+    /// The DNS answers `current` was built with (`dns::generation`).
+    dns_seen: Cell<u64>,
 }
 
 impl FrontendSlot {
@@ -222,20 +230,26 @@ impl FrontendSlot {
     ) -> Self {
         let cfg = settings.load_full();
         let handles = metrics.for_frontend(&cfg.name, worker);
+        let dns_seen = Cell::new(dns::generation());
         FrontendSlot {
             current: RefCell::new(Rc::new(WorkerFrontend::new(cfg, tls, handles, None))),
             settings,
+            dns_seen,
         }
     }
 
     /// The frontend as a connection accepted now sees it: rebuilt when a reload stored new
-    /// settings, around the same backend pool unless the pool's own settings changed.
+    /// settings or DNS changed an answer, around the same backend pools unless a pool's own
+    /// settings or members changed. Connections under way keep what they had.
     pub(crate) fn current(&self) -> Rc<WorkerFrontend> {
         let want = self.settings.load();
         let now = self.current.borrow().clone();
-        if Arc::ptr_eq(&now.cfg, &want) {
+        // Read before the answers are: a change while this rebuilds shows at the next accept.
+        let dns = dns::generation();
+        if Arc::ptr_eq(&now.cfg, &want) && self.dns_seen.get() == dns {
             return now;
         }
+        self.dns_seen.set(dns);
         let next = Rc::new(WorkerFrontend::new(
             Arc::clone(&want),
             now.tls.clone(),

@@ -69,6 +69,7 @@ pub struct Metrics {
     listeners: Family<Labels, Gauge>,
     /// `shuck_backend_up{frontend,route,backend}`: the active checks' verdicts.
     backend_up: Family<Labels, Gauge>,
+    dns: DnsFamilies,
     /// The last minutes the status page charts.
     history: std::sync::Mutex<status::History>,
     /// The certificates served now: expiry and OCSP staples.
@@ -192,6 +193,7 @@ impl Metrics {
             backend_connect_duration: Family::new_with_constructor(duration_histogram),
             listeners: Family::default(),
             backend_up: Family::default(),
+            dns: DnsFamilies::default(),
             history: std::sync::Mutex::default(),
             certificates: CertificateGauges::default(),
             registry: Registry::default(),
@@ -402,6 +404,21 @@ impl Metrics {
         get(&self.backend_up, &backend_labels(frontend, route, backend))
     }
 
+    /// Counts a lookup of host-name backend `name` (`ok`, `failed` or `empty`).
+    pub(crate) fn dns_lookup(&self, name: &str, result: &'static str) {
+        get(
+            &self.dns.lookups,
+            &vec![("name", name.to_string()), ("result", result.to_string())],
+        )
+        .inc();
+    }
+
+    /// How many addresses host-name backend `name` stands for now.
+    pub(crate) fn dns_addresses(&self, name: &str, count: usize) {
+        get(&self.dns.addresses, &vec![("name", name.to_string())])
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
     /// Drops the gauge of a backend no longer checked (a reload removed its set).
     pub(crate) fn forget_backend_up(&self, frontend: &str, route: &str, backend: &str) {
         self.backend_up
@@ -531,11 +548,7 @@ fn register_latencies_and_listeners(registry: &mut Registry, m: &Metrics) {
         "The addresses each frontend listens on now (always 1)",
         m.listeners.clone(),
     );
-    registry.register(
-        "backend_up",
-        "1 while the active health checks (health_check) have a backend up, 0 while down; only checked backends",
-        m.backend_up.clone(),
-    );
+    register_backend_watch(registry, m);
     registry.register(
         "handshake_duration_seconds",
         "From accept to the end of the TLS handshake (the access log's handshake_ms: the PROXY header and the ClientHello's arrival included), by kind (full or resumed)",
@@ -583,6 +596,32 @@ fn register_session_families(registry: &mut Registry, m: &Metrics) {
 }
 
 /// The labels of one backend of one route of one frontend.
+/// `shuck_dns_lookups_total{name,result}` and `shuck_dns_addresses{name}`.
+#[derive(Debug, Default)]
+struct DnsFamilies {
+    lookups: Family<Labels, Counter>,
+    addresses: Family<Labels, Gauge>,
+}
+
+/// The gauges and counters of what watches the backends: health checks and DNS.
+fn register_backend_watch(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+    "backend_up",
+    "1 while the active health checks (health_check) have a backend up, 0 while down; only checked backends",
+    m.backend_up.clone(),
+    );
+    registry.register(
+    "dns_lookups",
+    "Lookups of host-name backends, by name and result (ok; failed or empty: the last good answer stays in use)",
+    m.dns.lookups.clone(),
+    );
+    registry.register(
+        "dns_addresses",
+        "The addresses a host-name backend resolves to now, each a member of its pools",
+        m.dns.addresses.clone(),
+    );
+}
+
 fn backend_labels(frontend: &str, route: &str, backend: &str) -> Labels {
     vec![
         ("frontend", frontend.to_string()),

@@ -1,0 +1,279 @@
+//! DNS that is followed: each host name among the backends is looked up at start and again
+//! every `dns_refresh` (or when its answer's TTL ends), by one task per name per process on the
+//! main thread's runtime. Every address of an answer (A and AAAA) becomes a member of the pools
+//! (`backend::dns`); a failed or empty answer keeps the last good one. One log line per change
+//! of state, never one per lookup.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use hickory_resolver::config::{LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig};
+use hickory_resolver::name_server::TokioConnectionProvider;
+use hickory_resolver::proto::xfer::Protocol;
+use hickory_resolver::TokioResolver;
+
+use super::health_checks::Checkers;
+use crate::backend::dns;
+use crate::config::backend::{HostPort, MAX_TTL_REFRESH, MIN_DNS_REFRESH};
+use crate::config::Frontend;
+use crate::obs::metrics::Metrics;
+
+/// How long a start or a reload waits for the first answers of new names.
+const FIRST_ANSWER_WAIT: Duration = Duration::from_secs(5);
+/// When a lookup failed and the answers' TTL sets the pace: the next attempt.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
+/// Addresses taken from one answer at most (a pool has at most 128 members).
+const MAX_ADDRESSES: usize = 64;
+
+/// The followers running, by name; `sync` makes them match a configuration.
+#[derive(Default)]
+pub(crate) struct Followers {
+    running: HashMap<HostPort, Following>,
+    resolvers: Vec<SocketAddr>,
+    on: Option<Context>,
+}
+
+/// What a follower needs: where it runs, what it counts into, whom it tells of a change.
+#[derive(Clone)]
+struct Context {
+    rt: tokio::runtime::Handle,
+    metrics: Arc<Metrics>,
+    checkers: Arc<Mutex<Checkers>>,
+}
+
+struct Following {
+    refresh: Option<Duration>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Followers {
+    /// From now on, followers run on `rt`, count into `metrics` and resync `checkers`.
+    pub(crate) fn start(
+        &mut self,
+        rt: tokio::runtime::Handle,
+        metrics: Arc<Metrics>,
+        checkers: Arc<Mutex<Checkers>>,
+    ) {
+        self.on = Some(Context {
+            rt,
+            metrics,
+            checkers,
+        });
+    }
+
+    /// Follows every host name of `frontends` (asking `resolvers`, or the system's DNS servers
+    /// when empty) and stops following the others. Returns what to wait on for the first
+    /// answers of names not followed before.
+    pub(crate) fn sync(
+        &mut self,
+        frontends: &[&Frontend],
+        resolvers: &[SocketAddr],
+    ) -> FirstAnswers {
+        let (tx, rx) = mpsc::channel();
+        let Some(on) = self.on.clone() else {
+            return FirstAnswers { rx, count: 0 };
+        };
+        let wanted = wanted_names(frontends);
+        if resolvers != self.resolvers {
+            // Other servers: every name is looked up again through them.
+            for (_, f) in self.running.drain() {
+                f.task.abort();
+            }
+            self.resolvers = resolvers.to_vec();
+        }
+        self.running.retain(|name, f| {
+            let keep = wanted.get(name) == Some(&f.refresh);
+            if !keep {
+                f.task.abort();
+            }
+            keep
+        });
+        let resolver = Arc::new(resolver(resolvers));
+        let mut count = 0;
+        for (name, refresh) in wanted {
+            if self.running.contains_key(&name) {
+                continue;
+            }
+            let known = !dns::addresses(&name).is_empty();
+            let first = (!known).then(|| tx.clone());
+            count += usize::from(first.is_some());
+            let follower = Follower {
+                name: name.clone(),
+                refresh,
+                resolver: resolver.clone(),
+                on: on.clone(),
+            };
+            let task = on.rt.spawn(follower.run(first));
+            self.running.insert(name, Following { refresh, task });
+        }
+        FirstAnswers { rx, count }
+    }
+}
+
+/// The first answers of names just followed, to wait for before listening or reloading: the
+/// first connections then have their addresses.
+pub(crate) struct FirstAnswers {
+    rx: mpsc::Receiver<()>,
+    count: usize,
+}
+
+impl FirstAnswers {
+    /// Waits (blocking the thread) until each first answer came, failed, or the wait is over.
+    pub(crate) fn wait(self) {
+        let deadline = std::time::Instant::now() + FIRST_ANSWER_WAIT;
+        for _ in 0..self.count {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if self.rx.recv_timeout(left).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Each host name of `frontends` and how often it is looked up: the shortest `dns_refresh`
+/// among the sets that name it, or the TTL when none sets one.
+fn wanted_names(frontends: &[&Frontend]) -> HashMap<HostPort, Option<Duration>> {
+    let mut wanted: HashMap<HostPort, Option<Duration>> = HashMap::new();
+    for fe in frontends {
+        let sets = std::iter::once(&fe.backend).chain(fe.routes.0.iter().map(|r| &r.backend));
+        for backends in sets {
+            for name in backends.names() {
+                let e = wanted.entry(name.clone()).or_insert(backends.dns_refresh);
+                *e = match (*e, backends.dns_refresh) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+        }
+    }
+    wanted
+}
+
+/// A resolver asking `servers` (the system's when empty), both A and AAAA, with no cache of
+/// its own: each lookup asks again, and the TTL is ours to follow.
+fn resolver(servers: &[SocketAddr]) -> TokioResolver {
+    let provider = TokioConnectionProvider::default();
+    let mut builder = if servers.is_empty() {
+        TokioResolver::builder(provider).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot read the system's DNS configuration; asking 127.0.0.1");
+            TokioResolver::builder_with_config(only(&["127.0.0.1:53".parse().unwrap_or(SocketAddr::from(([127, 0, 0, 1], 53)))]), TokioConnectionProvider::default())
+        })
+    } else {
+        TokioResolver::builder_with_config(only(servers), provider)
+    };
+    let opts = builder.options_mut();
+    opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+    opts.cache_size = 0;
+    opts.timeout = Duration::from_secs(2);
+    opts.attempts = 1;
+    if !servers.is_empty() {
+        // Servers named in the configuration are asked; /etc/hosts is not.
+        opts.use_hosts_file = ResolveHosts::Never;
+    }
+    builder.build()
+}
+
+/// A configuration asking `servers`, over UDP and then TCP, in their order.
+fn only(servers: &[SocketAddr]) -> ResolverConfig {
+    let mut config = ResolverConfig::new();
+    for &s in servers {
+        config.add_name_server(NameServerConfig::new(s, Protocol::Udp));
+        config.add_name_server(NameServerConfig::new(s, Protocol::Tcp));
+    }
+    config
+}
+
+/// One name followed.
+struct Follower {
+    name: HostPort,
+    refresh: Option<Duration>,
+    resolver: Arc<TokioResolver>,
+    on: Context,
+}
+
+/// Where a name's lookups stand, for one log line per change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Unknown,
+    Answering,
+    Failing,
+}
+
+impl Follower {
+    async fn run(self, mut first: Option<mpsc::Sender<()>>) {
+        let name = self.name.to_string();
+        let mut state = State::Unknown;
+        loop {
+            let next = match self.lookup().await {
+                Ok((addrs, ttl)) => {
+                    self.on.metrics.dns_lookup(&name, "ok");
+                    self.answered(&name, addrs, state);
+                    state = State::Answering;
+                    self.refresh
+                        .unwrap_or(ttl.clamp(MIN_DNS_REFRESH, MAX_TTL_REFRESH))
+                }
+                Err((result, why)) => {
+                    self.on.metrics.dns_lookup(&name, result);
+                    if state != State::Failing {
+                        let kept = dns::addresses(&self.name).len();
+                        tracing::warn!(backend = %name, error = %why, kept_addresses = kept, "backend name lookup failed; keeping the last good answer until one comes");
+                    }
+                    state = State::Failing;
+                    self.refresh.unwrap_or(RETRY_AFTER_FAILURE)
+                }
+            };
+            if let Some(tx) = first.take() {
+                let _ = tx.send(());
+            }
+            tokio::time::sleep(next).await;
+        }
+    }
+
+    /// The addresses of one lookup and how long they may be kept; an error's result label
+    /// (`failed`, `empty`) and its reason.
+    async fn lookup(&self) -> Result<(Vec<SocketAddr>, Duration), (&'static str, String)> {
+        let answer = self
+            .resolver
+            .lookup_ip(format!("{}.", self.name.host))
+            .await
+            .map_err(|e| {
+                if e.is_no_records_found() {
+                    ("empty", format!("no address: {e}"))
+                } else {
+                    ("failed", e.to_string())
+                }
+            })?;
+        let ttl = answer
+            .valid_until()
+            .saturating_duration_since(std::time::Instant::now());
+        let addrs: Vec<SocketAddr> = answer
+            .iter()
+            .take(MAX_ADDRESSES)
+            .map(|ip| SocketAddr::new(ip, self.name.port))
+            .collect();
+        if addrs.is_empty() {
+            return Err(("empty", "no address in the answer".into()));
+        }
+        Ok((addrs, ttl))
+    }
+
+    /// Publishes a good answer; a change goes to the health checks and is one log line.
+    fn answered(&self, name: &str, addrs: Vec<SocketAddr>, before: State) {
+        let count = addrs.len();
+        let shown: Vec<String> = addrs.iter().map(|a| a.ip().to_string()).collect();
+        self.on.metrics.dns_addresses(name, count);
+        if dns::publish(&self.name, addrs) {
+            tracing::info!(backend = %name, addresses = %shown.join(" "), "backend name resolves to new addresses; new connections use them");
+            self.on
+                .checkers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .resync();
+        } else if before == State::Failing {
+            tracing::info!(backend = %name, "backend name lookups answer again");
+        }
+    }
+}
