@@ -2,10 +2,12 @@
 //! (configuration files key by key), `harness` (the
 //! engine started in-process, for shuck-proxy's and shuck-bench's tests), `process` (the real
 //! `shuck` binary on port 0, backends, bounded commands), `clients` (curl, `openssl s_client`,
-//! metrics), `peers` (HAProxy and nginx) and `tlv_backend` (a raw PROXY v2 backend).
+//! metrics), `peers` (HAProxy and nginx), `dns` (dnsmasq) and `tlv_backend` (a raw PROXY v2
+//! backend).
 
 pub mod clients;
 pub mod configs;
+pub mod dns;
 pub mod harness;
 pub mod peers;
 pub mod pki;

@@ -326,20 +326,33 @@ impl Drop for Shuck {
 pub struct HttpBackend {
     pub addr: SocketAddr,
     stop: Arc<AtomicBool>,
+    /// Requests answered so far.
+    pub served: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl HttpBackend {
     pub fn start() -> HttpBackend {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+        HttpBackend::serve(TcpListener::bind("127.0.0.1:0").expect("bind backend"))
+    }
+
+    /// One on `addr`; `None` when it cannot be bound (the port is taken on that address).
+    pub fn start_on(addr: SocketAddr) -> Option<HttpBackend> {
+        TcpListener::bind(addr).ok().map(HttpBackend::serve)
+    }
+
+    fn serve(l: TcpListener) -> HttpBackend {
         let addr = l.local_addr().expect("addr");
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
+        let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = served.clone();
         std::thread::spawn(move || {
             for conn in l.incoming() {
                 if stop2.load(Ordering::Relaxed) {
                     break;
                 }
                 let Ok(conn) = conn else { continue };
+                let counter = counter.clone();
                 std::thread::spawn(move || {
                     let mut r = BufReader::new(conn.try_clone().expect("clone"));
                     let mut first = String::new();
@@ -355,6 +368,7 @@ impl HttpBackend {
                         }
                     }
                     let body = format!("backend got: {}", first.trim_end());
+                    counter.fetch_add(1, Ordering::Relaxed);
                     let mut w = conn;
                     let _ = write!(
                         w,
@@ -364,7 +378,7 @@ impl HttpBackend {
                 });
             }
         });
-        HttpBackend { addr, stop }
+        HttpBackend { addr, stop, served }
     }
 }
 

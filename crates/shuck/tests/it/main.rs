@@ -6,6 +6,7 @@ mod acme;
 #[cfg(feature = "bench")]
 mod bench;
 mod cli;
+mod dns;
 mod faults;
 mod import;
 mod ktls;

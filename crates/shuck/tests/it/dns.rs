@@ -1,0 +1,229 @@
+//! Host-name backends follow DNS (`dns_refresh`, `resolvers`) with a real DNS server, dnsmasq,
+//! whose records the test changes while a client loop runs through shuck.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shuck_test_support::clients::{curl_at, scrape, sum, wait_metric};
+use shuck_test_support::dns::Dnsmasq;
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::{HttpBackend, Shuck};
+
+/// Two backends on 127.0.0.2 and 127.0.0.3 with the same port, as one service's instances on
+/// two hosts are.
+fn two_hosts() -> (HttpBackend, HttpBackend) {
+    for _ in 0..50 {
+        let a = HttpBackend::start_on("127.0.0.2:0".parse().expect("addr")).expect("bind");
+        let twin = SocketAddr::new([127, 0, 0, 3].into(), a.addr.port());
+        if let Some(b) = HttpBackend::start_on(twin) {
+            return (a, b);
+        }
+    }
+    panic!("no port free on both 127.0.0.2 and 127.0.0.3");
+}
+
+/// Requests through shuck, one after another, until told to stop (at most 3,000 and 2 minutes):
+/// how many, and what each failure said.
+struct ClientLoop<'scope> {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::ScopedJoinHandle<'scope, (usize, Vec<String>)>,
+}
+
+impl<'scope> ClientLoop<'scope> {
+    fn start<'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        pki: &'env Pki,
+        web: SocketAddr,
+        name: &'static str,
+    ) -> ClientLoop<'scope> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = scope.spawn(move || {
+            let (mut done, mut failures) = (0, Vec::new());
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while !flag.load(Ordering::Relaxed) && done < 3000 && Instant::now() < deadline {
+                let out = curl_at(
+                    pki,
+                    web,
+                    name,
+                    &format!("/loop{done}"),
+                    &["--max-time", "5"],
+                );
+                if !out.status.success() {
+                    failures.push(String::from_utf8_lossy(&out.stderr).into_owned());
+                }
+                done += 1;
+            }
+            (done, failures)
+        });
+        ClientLoop { stop, thread }
+    }
+
+    fn finish(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("client loop")
+    }
+}
+
+/// Connections shuck made to the member of `name` at `ip`.
+fn connects_to(metrics: SocketAddr, name: &str, ip: &str) -> i64 {
+    sum(
+        &scrape(metrics),
+        "shuck_backend_connect_duration_seconds_count",
+        &[&format!("backend=\"{name}@{ip}\"")],
+    )
+}
+
+/// Waits (bounded) until `check` holds; how long that took.
+fn within(
+    limit: Duration,
+    what: &str,
+    mut check: impl FnMut() -> bool,
+    context: impl Fn() -> String,
+) -> Duration {
+    let t = Instant::now();
+    while !check() {
+        assert!(
+            t.elapsed() < limit,
+            "{what} not within {limit:?}:\n{}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    t.elapsed()
+}
+
+/// A connection held open to the backend it got: TLS up, the request line sent, the rest of the
+/// request sent later.
+fn held_connection(
+    pki: &Pki,
+    web: SocketAddr,
+) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    let config = shuck_test_support::pki::connector(pki).config().clone();
+    let server = rustls::pki_types::ServerName::try_from("app.test").expect("name");
+    let conn = rustls::ClientConnection::new(config, server).expect("client");
+    let tcp = TcpStream::connect(web).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    tls.write_all(b"GET /held HTTP/1.1\r\n")
+        .expect("request line");
+    tls.flush().expect("flush");
+    tls
+}
+
+/// A host-name backend with the TTL followed (dnsmasq answers with 1 s): a second address
+/// added to the name receives connections within about a refresh, a removed one gets no new
+/// connection while a connection it had keeps going, a DNS server that stops answering keeps the
+/// last good answer, and a client loop running all along sees no failure.
+#[test]
+fn a_host_name_backend_follows_dns_changes_with_no_client_failure() {
+    let (a, b) = two_hosts();
+    let (ip_a, ip_b): (IpAddr, IpAddr) = ([127, 0, 0, 2].into(), [127, 0, 0, 3].into());
+    let dns = Dnsmasq::start(&[("app.internal", ip_a)]);
+    let pki = Pki::new();
+    let cert = pki.leaf("dns.pem", "dns", &["app.test"], Key::EcdsaP256);
+    let name = format!("app.internal:{}", a.addr.port());
+    let shuck = Shuck::start(&format!(
+        "workers = 2\nmetrics_listen = \"127.0.0.1:0\"\nresolvers = [\"{}\"]\n[[frontend]]\nname = \"web\"\n\
+         listen = \"127.0.0.1:0\"\nbackend = \"{name}\"\ncertificates = {}\n",
+        dns.addr,
+        toml_path(&cert)
+    ));
+    let (web, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+    let context = || {
+        format!(
+            "--- shuck log:\n{}\n--- dnsmasq log:\n{}",
+            shuck.log_text(),
+            dns.log_text()
+        )
+    };
+    // Resolved before listening: the first connection already has an address.
+    let mut held = held_connection(&pki, web);
+    wait_metric(
+        metrics,
+        "shuck_backend_connect_duration_seconds_count",
+        &[],
+        1,
+    );
+    assert_eq!(connects_to(metrics, &name, "127.0.0.2"), 1, "{}", context());
+    std::thread::scope(|scope| {
+        let clients = ClientLoop::start(scope, &pki, web, "app.test");
+
+        dns.set(&[("app.internal", ip_a), ("app.internal", ip_b)]);
+        let took = within(
+            Duration::from_secs(6),
+            "connections to the added address",
+            || connects_to(metrics, &name, "127.0.0.3") > 0,
+            context,
+        );
+        eprintln!("the added address took connections {took:?} after the DNS change");
+
+        dns.set(&[("app.internal", ip_b)]);
+        shuck.wait_log_count("resolves to new addresses", 3);
+        let before = connects_to(metrics, &name, "127.0.0.2");
+        let served_b = b.served.load(Ordering::Relaxed);
+        within(
+            Duration::from_secs(20),
+            "20 more requests to the remaining address",
+            || b.served.load(Ordering::Relaxed) >= served_b + 20,
+            context,
+        );
+        assert_eq!(
+            connects_to(metrics, &name, "127.0.0.2"),
+            before,
+            "the removed address got new connections:\n{}",
+            context()
+        );
+        // The connection made to the removed address before the change still goes there.
+        let served_a = a.served.load(Ordering::Relaxed);
+        held.write_all(b"Host: app.test\r\n\r\n")
+            .expect("rest of the request");
+        let mut answer = Vec::new();
+        let _ = held.read_to_end(&mut answer);
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.contains("backend got: GET /held"),
+            "{answer}\n{}",
+            context()
+        );
+        assert_eq!(
+            a.served.load(Ordering::Relaxed),
+            served_a + 1,
+            "answered by the old address"
+        );
+
+        // The DNS server goes away: lookups fail, the last answer stays, one line says so.
+        dns.stop();
+        wait_metric(
+            metrics,
+            "shuck_dns_lookups_total",
+            &["result=\"failed\""],
+            2,
+        );
+        let served_b = b.served.load(Ordering::Relaxed);
+        within(
+            Duration::from_secs(20),
+            "10 more requests while DNS is down",
+            || b.served.load(Ordering::Relaxed) >= served_b + 10,
+            context,
+        );
+        let (done, failures) = clients.finish();
+        let log = shuck.log_text();
+        assert_eq!(
+            log.matches("lookup failed").count(),
+            1,
+            "one line per change of state: {log}"
+        );
+        assert!(done > 30, "only {done} requests ran");
+        assert!(
+            failures.is_empty(),
+            "{} of {done} requests failed: {failures:?}\n{}",
+            failures.len(),
+            context()
+        );
+    });
+}
