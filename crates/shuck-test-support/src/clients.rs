@@ -1,9 +1,12 @@
-//! Clients: curl and `openssl s_client` through shuck, reading a raw socket to its end, and the
-//! metrics endpoint (scrape, sum a metric, wait for a value).
+//! Clients: curl and `openssl s_client` through shuck, a loop of requests that runs while a test
+//! changes things, a request held open, reading a raw socket to its end, and the metrics
+//! endpoint (scrape, sum a metric, wait for a value).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::pki::Pki;
@@ -114,4 +117,87 @@ pub fn wait_metric(addr: SocketAddr, name: &str, labels: &[&str], want: i64) -> 
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Requests through shuck, one after another, until told to stop (at most 3,000 and 2 minutes):
+/// how many, and what each failure said.
+pub struct ClientLoop<'scope> {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::ScopedJoinHandle<'scope, (usize, Vec<String>)>,
+}
+
+impl<'scope> ClientLoop<'scope> {
+    pub fn start<'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        pki: &'env Pki,
+        web: SocketAddr,
+        name: &'static str,
+    ) -> ClientLoop<'scope> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = scope.spawn(move || {
+            let (mut done, mut failures) = (0, Vec::new());
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while !flag.load(Ordering::Relaxed) && done < 3000 && Instant::now() < deadline {
+                let out = curl_at(
+                    pki,
+                    web,
+                    name,
+                    &format!("/loop{done}"),
+                    &["--max-time", "5"],
+                );
+                if !out.status.success() {
+                    failures.push(String::from_utf8_lossy(&out.stderr).into_owned());
+                }
+                done += 1;
+            }
+            (done, failures)
+        });
+        ClientLoop { stop, thread }
+    }
+
+    pub fn finish(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("client loop")
+    }
+}
+
+/// Waits (bounded) until `check` holds; how long that took.
+pub fn within(
+    limit: Duration,
+    what: &str,
+    mut check: impl FnMut() -> bool,
+    context: impl Fn() -> String,
+) -> Duration {
+    let t = Instant::now();
+    while !check() {
+        assert!(
+            t.elapsed() < limit,
+            "{what} not within {limit:?}:\n{}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    t.elapsed()
+}
+
+/// A connection held open to the backend it got: TLS up with `name`, the request line for `path`
+/// sent; the test sends the rest of the request later (the backend answers after the headers).
+pub fn held_request(
+    pki: &Pki,
+    web: SocketAddr,
+    name: &str,
+    path: &str,
+) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    let config = crate::pki::connector(pki).config().clone();
+    let server = rustls::pki_types::ServerName::try_from(name.to_string()).expect("name");
+    let conn = rustls::ClientConnection::new(config, server).expect("client");
+    let tcp = TcpStream::connect(web).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    tls.write_all(format!("GET {path} HTTP/1.1\r\n").as_bytes())
+        .expect("request line");
+    tls.flush().expect("flush");
+    tls
 }

@@ -2,12 +2,11 @@
 //! whose records the test changes while a client loop runs through shuck.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use shuck_test_support::clients::{curl_at, scrape, sum, wait_metric};
+use shuck_test_support::clients::{held_request, scrape, sum, wait_metric, within, ClientLoop};
 use shuck_test_support::dns::Dnsmasq;
 use shuck_test_support::pki::{toml_path, Key, Pki};
 use shuck_test_support::process::{HttpBackend, Shuck};
@@ -25,49 +24,6 @@ fn two_hosts() -> (HttpBackend, HttpBackend) {
     panic!("no port free on both 127.0.0.2 and 127.0.0.3");
 }
 
-/// Requests through shuck, one after another, until told to stop (at most 3,000 and 2 minutes):
-/// how many, and what each failure said.
-struct ClientLoop<'scope> {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::ScopedJoinHandle<'scope, (usize, Vec<String>)>,
-}
-
-impl<'scope> ClientLoop<'scope> {
-    fn start<'env>(
-        scope: &'scope std::thread::Scope<'scope, 'env>,
-        pki: &'env Pki,
-        web: SocketAddr,
-        name: &'static str,
-    ) -> ClientLoop<'scope> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = scope.spawn(move || {
-            let (mut done, mut failures) = (0, Vec::new());
-            let deadline = Instant::now() + Duration::from_secs(120);
-            while !flag.load(Ordering::Relaxed) && done < 3000 && Instant::now() < deadline {
-                let out = curl_at(
-                    pki,
-                    web,
-                    name,
-                    &format!("/loop{done}"),
-                    &["--max-time", "5"],
-                );
-                if !out.status.success() {
-                    failures.push(String::from_utf8_lossy(&out.stderr).into_owned());
-                }
-                done += 1;
-            }
-            (done, failures)
-        });
-        ClientLoop { stop, thread }
-    }
-
-    fn finish(self) -> (usize, Vec<String>) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().expect("client loop")
-    }
-}
-
 /// Connections shuck made to the member of `name` at `ip`.
 fn connects_to(metrics: SocketAddr, name: &str, ip: &str) -> i64 {
     sum(
@@ -75,44 +31,6 @@ fn connects_to(metrics: SocketAddr, name: &str, ip: &str) -> i64 {
         "shuck_backend_connect_duration_seconds_count",
         &[&format!("backend=\"{name}@{ip}\"")],
     )
-}
-
-/// Waits (bounded) until `check` holds; how long that took.
-fn within(
-    limit: Duration,
-    what: &str,
-    mut check: impl FnMut() -> bool,
-    context: impl Fn() -> String,
-) -> Duration {
-    let t = Instant::now();
-    while !check() {
-        assert!(
-            t.elapsed() < limit,
-            "{what} not within {limit:?}:\n{}",
-            context()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    t.elapsed()
-}
-
-/// A connection held open to the backend it got: TLS up, the request line sent, the rest of the
-/// request sent later.
-fn held_connection(
-    pki: &Pki,
-    web: SocketAddr,
-) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
-    let config = shuck_test_support::pki::connector(pki).config().clone();
-    let server = rustls::pki_types::ServerName::try_from("app.test").expect("name");
-    let conn = rustls::ClientConnection::new(config, server).expect("client");
-    let tcp = TcpStream::connect(web).expect("connect");
-    tcp.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
-    tls.write_all(b"GET /held HTTP/1.1\r\n")
-        .expect("request line");
-    tls.flush().expect("flush");
-    tls
 }
 
 /// A host-name backend with the TTL followed (dnsmasq answers with 1 s): a second address
@@ -142,7 +60,7 @@ fn a_host_name_backend_follows_dns_changes_with_no_client_failure() {
         )
     };
     // Resolved before listening: the first connection already has an address.
-    let mut held = held_connection(&pki, web);
+    let mut held = held_request(&pki, web, "app.test", "/held");
     wait_metric(
         metrics,
         "shuck_backend_connect_duration_seconds_count",

@@ -354,3 +354,116 @@ fn health_checks_send_a_proxy_header_to_backends_that_expect_one() {
         assert_eq!(sum(&text, "shuck_backend_up", &[]), 1, "{version}: {text}");
     }
 }
+
+/// Reloads change routes while clients run: a route gains a backend and a new route appears,
+/// with no failed request; a connection under way keeps its backend; the hung backend the
+/// health checks had taken out stays out across the reload (its verdict carries over: it gets no
+/// connection, and no second `backend down` line); the new route takes its connections at once.
+#[test]
+fn a_reload_changes_routes_under_traffic_and_keeps_health_verdicts() {
+    use shuck_test_support::clients::{held_request, within, ClientLoop};
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let pki = Pki::new();
+    let cert = pki.leaf(
+        "rr.pem",
+        "rr",
+        &["www.test", "api.test", "new.test"],
+        Key::EcdsaP256,
+    );
+    let (www, api1, api2) = (
+        HttpBackend::start(),
+        HttpBackend::start(),
+        HttpBackend::start(),
+    );
+    let hung = Flaky::start();
+    let config = |api: &str, extra: &str| {
+        format!(
+            "workers = 2\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\
+             backend = \"{}\"\ncertificates = {}\n\
+             [[frontend.route]]\nname = \"api\"\nsni = [\"api.test\"]\nbackend = {api}\n\
+             health_check = {{ interval = \"200ms\", timeout = \"150ms\", rise = 2, fall = 2, http = \"GET /healthz\" }}\n{extra}",
+            www.addr,
+            toml_path(&cert)
+        )
+    };
+    let before = config(&format!("[\"{}\", \"{}\"]", api1.addr, hung.addr), "");
+    let shuck = Shuck::start(&before);
+    let (web, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+    shuck.wait_log("backend down");
+    let mut held = held_request(&pki, web, "api.test", "/held");
+    wait_metric(
+        metrics,
+        "shuck_backend_connect_duration_seconds_count",
+        &["route=\"api\""],
+        1,
+    );
+    let after = config(
+        &format!("[\"{}\", \"{}\", \"{}\"]", api1.addr, hung.addr, api2.addr),
+        &format!(
+            "[[frontend.route]]\nname = \"new\"\nsni = [\"new.test\"]\nbackend = \"{}\"\n",
+            api2.addr
+        ),
+    );
+    std::thread::scope(|scope| {
+        let (api_loop, www_loop) = (
+            ClientLoop::start(scope, &pki, web, "api.test"),
+            ClientLoop::start(scope, &pki, web, "www.test"),
+        );
+        let served = api2.served.load(Ordering::Relaxed);
+        std::fs::write(shuck.config_path(), &after).expect("write config");
+        shuck.signal("HUP");
+        shuck.wait_log("reloaded");
+        let up = sum(
+            &scrape(metrics),
+            "shuck_backend_up",
+            &[&format!("backend=\"{}\"", hung.addr)],
+        );
+        assert_eq!(up, 0, "the hung backend's verdict carried over");
+        let out = curl_at(&pki, web, "new.test", "/new", &[]);
+        assert!(out.status.success(), "{}", shuck.log_text());
+        within(
+            std::time::Duration::from_secs(20),
+            "the api route's new backend taking connections",
+            || api2.served.load(Ordering::Relaxed) >= served + 5,
+            || shuck.log_text(),
+        );
+        let (api_done, api_failures) = api_loop.finish();
+        let (www_done, www_failures) = www_loop.finish();
+        assert!(
+            api_done >= 5 && www_done >= 5,
+            "{api_done} and {www_done} requests ran"
+        );
+        assert!(
+            api_failures.is_empty() && www_failures.is_empty(),
+            "api: {} of {api_done} failed {api_failures:?}; www: {} of {www_done} failed {www_failures:?}\n{}",
+            api_failures.len(),
+            www_failures.len(),
+            shuck.log_text()
+        );
+    });
+    // The connection made before the reload still goes to the backend it had.
+    let served = api1.served.load(Ordering::Relaxed);
+    held.write_all(b"Host: api.test\r\n\r\n")
+        .expect("rest of the request");
+    let mut answer = Vec::new();
+    let _ = held.read_to_end(&mut answer);
+    assert!(
+        String::from_utf8_lossy(&answer).contains("backend got: GET /held"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert_eq!(api1.served.load(Ordering::Relaxed), served + 1);
+    let text = scrape(metrics);
+    assert_eq!(
+        connects(&text, "api", &hung.addr.to_string()),
+        0,
+        "the hung backend got connections: {text}"
+    );
+    assert_eq!(
+        shuck.log_text().matches("backend down").count(),
+        1,
+        "{}",
+        shuck.log_text()
+    );
+}
