@@ -301,8 +301,8 @@ const LAYERS: [&[&str]; 11] = [
     &["conn::conn_error"],
     &["obs::metrics", "conn::backend_header", "conn::demo"],
     &["server::worker", "server::health_checks"],
-    &["conn::connection", "server::bindings"],
-    &["server::accept"],
+    &["conn::connection", "server::bindings", "server::dns_follow"],
+    &["server::accept", "server::backend_watch"],
     &["server::reload"],
     &["server", "server::check"],
 ];
