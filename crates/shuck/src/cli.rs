@@ -119,7 +119,7 @@ pub enum LogFormatArg {
 /// What to serve: a configuration file, or one frontend described by flags.
 #[derive(Debug, Clone, Args)]
 pub struct ConfigArgs {
-    /// TOML configuration file. Cannot be combined with --listen/--backend/--cert/--self-signed/
+    /// TOML configuration file. Cannot be combined with --listen/--backend/--cert/--key/--self-signed/
     /// --alpn/--proxy-protocol/--accept-proxy(-from)/--ticket-keys/--session-store(-key), which
     /// describe a single frontend without a file.
     #[arg(short, long, value_name = "FILE")]
@@ -133,10 +133,17 @@ pub struct ConfigArgs {
     #[arg(short, long, value_name = "ADDR")]
     pub backend: Vec<String>,
 
-    /// PEM bundle (certificate chain, leaf first, then the private key), or a directory of
-    /// *.pem bundles (repeatable). The first is the default certificate.
+    /// PEM bundle (certificate chain, leaf first, then the private key; or the key in PEM.key
+    /// beside it), or a directory: *.pem bundles, certbot's live/ (NAME/fullchain.pem and
+    /// privkey.pem) or a Kubernetes TLS secret (tls.crt and tls.key). Repeatable; the first is
+    /// the default certificate.
     #[arg(long, value_name = "PEM")]
     pub cert: Vec<PathBuf>,
+
+    /// The private key of the certificate given by the --cert in the same position (repeatable):
+    /// --cert fullchain.pem --key privkey.pem.
+    #[arg(long, value_name = "KEY", requires = "cert")]
+    pub key: Vec<PathBuf>,
 
     /// Serve an in-memory self-signed certificate for localhost, 127.0.0.1 and ::1.
     #[arg(long, conflicts_with = "cert")]

@@ -337,24 +337,19 @@ fn cipher_suites(ciphers: Option<&Value>, suites: Option<&Value>, out: &mut Line
 #[allow(clippy::too_many_lines)] // Reason: one arm per hitch option, in hitch.conf(5)'s order.
 fn frontend_keys(options: &[(String, Value)], base: &std::path::Path, out: &mut Lines) {
     let last = |key: &str| options.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v);
-    let mut certificates: Vec<String> = Vec::new();
+    // (chain, key apart); directories end in '/'.
+    let mut certificates: Vec<(String, Option<String>)> = Vec::new();
     let mut handled = std::collections::BTreeSet::new();
     for (key, value) in options {
         handled.insert(key.as_str());
         let text = value.text().unwrap_or("");
         match key.as_str() {
             "pem-file" => match value {
-                Value::Text(p) => certificates.push(p.clone()),
+                Value::Text(p) => certificates.push((p.clone(), None)),
                 Value::Block(_) => {
                     let cert = value.get("cert").and_then(Value::text).unwrap_or("");
-                    match value.get("private-key").and_then(Value::text) {
-                        Some(key) => out.dropped(
-                            "pem-file",
-                            value,
-                            &format!("shuck reads the chain and the key from one file: `cat {cert} {key} > {cert}.bundle` and list that in certificates"),
-                        ),
-                        None => certificates.push(cert.to_string()),
-                    }
+                    let key = value.get("private-key").and_then(Value::text);
+                    certificates.push((cert.to_string(), key.map(str::to_string)));
                     if let Some(ocsp) = value.get("ocsp-resp-file").and_then(Value::text) {
                         out.note(&format!(
                             "hitch: ocsp-resp-file = {ocsp}: shuck staples the DER response in `<certificate>.ocsp` beside the certificate (ocsp = \"file\", the default): copy it there"
@@ -364,7 +359,7 @@ fn frontend_keys(options: &[(String, Value)], base: &std::path::Path, out: &mut 
             },
             "pem-dir" => {
                 out.note(&format!("hitch: pem-dir = {text}: shuck loads the *.pem files of the directory (hitch: every file, or those pem-dir-glob matches)"));
-                certificates.push(format!("{}/", text.trim_end_matches('/')));
+                certificates.push((format!("{}/", text.trim_end_matches('/')), None));
             }
             "pem-dir-glob" if text == "*.pem" => {}
             "pem-dir-glob" => out.dropped(key, value, "shuck loads every *.pem of a directory"),
@@ -473,19 +468,27 @@ fn frontend_keys(options: &[(String, Value)], base: &std::path::Path, out: &mut 
     cipher_suites(last("ciphers"), last("ciphersuites"), out);
     // Relative paths were relative to hitch's working directory; the converted file is read
     // from wherever it is put, so they are made absolute from the hitch file's directory.
-    let certificates: Vec<String> = certificates
+    let absolute = |p: &str| base.join(p).display().to_string();
+    let certificates: Vec<(String, Option<String>)> = certificates
         .into_iter()
-        .map(|c| base.join(&c).display().to_string())
+        .map(|(c, k)| (absolute(&c), k.as_deref().map(absolute)))
         .collect();
     if certificates.is_empty() {
         out.note("hitch.conf names no usable pem-file (hitch may take it on its command line): list your bundles in certificates; self-signed until then");
         out.set("self_signed", "true".into());
     } else {
-        out.set("certificates", list(&certificates));
+        let entries: Vec<String> = certificates
+            .iter()
+            .map(|(c, k)| match k {
+                Some(k) => format!("{{ cert = {}, key = {} }}", quoted(c), quoted(k)),
+                None => quoted(c),
+            })
+            .collect();
+        out.set("certificates", format!("[{}]", entries.join(", ")));
         // hitch serves its last pem-file to a client whose SNI matches none; shuck its first
         // unless told.
-        let last_file = certificates.iter().rev().find(|c| !c.ends_with('/'));
-        if let Some(last) = last_file.filter(|_| certificates.len() > 1) {
+        let last_file = certificates.iter().rev().find(|(c, _)| !c.ends_with('/'));
+        if let Some((last, _)) = last_file.filter(|_| certificates.len() > 1) {
             out.set("default_certificate", quoted(last));
         }
     }

@@ -132,12 +132,41 @@ fn features() -> Vec<&'static str> {
     f
 }
 
+/// `--cert` and `--key`, paired in order: the Nth key goes with the Nth certificate, and
+/// certificates after the last key are bundles (or directories).
+fn cert_entries(args: &ConfigArgs) -> Result<Option<OneOrMany<config::CertEntry>>, String> {
+    if args.key.len() > args.cert.len() {
+        return Err(format!(
+            "{} --key for {} --cert: each key goes with the certificate in the same position",
+            args.key.len(),
+            args.cert.len()
+        ));
+    }
+    if args.cert.is_empty() {
+        return Ok(None);
+    }
+    let entries = args
+        .cert
+        .iter()
+        .enumerate()
+        .map(|(i, cert)| match args.key.get(i) {
+            Some(key) => config::CertEntry::Pair(config::CertPair {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            None => config::CertEntry::Path(cert.clone()),
+        })
+        .collect();
+    Ok(Some(OneOrMany::Many(entries)))
+}
+
 /// Builds the validated configuration from the file or from the one-frontend flags, then applies
 /// the global overrides (workers, pinning, limits).
 pub(crate) fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<Config, String> {
     let one_liner = !args.listen.is_empty()
         || !args.backend.is_empty()
         || !args.cert.is_empty()
+        || !args.key.is_empty()
         || args.self_signed
         || !args.alpn.is_empty()
         || args.proxy_protocol.is_some()
@@ -148,7 +177,7 @@ pub(crate) fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<
     let mut raw = if let Some(path) = &args.config {
         if one_liner {
             return Err(
-                    "--config cannot be combined with --listen/--backend/--cert/--self-signed/--alpn/--proxy-protocol/--record-layer/--accept-proxy(-from)/--ticket-keys/--session-store: put them in the file".into(),
+                    "--config cannot be combined with --listen/--backend/--cert/--key/--self-signed/--alpn/--proxy-protocol/--record-layer/--accept-proxy(-from)/--ticket-keys/--session-store: put them in the file".into(),
                 );
         }
         RawConfig::from_file(path).map_err(|e| e.to_string())?
@@ -161,7 +190,7 @@ pub(crate) fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<
             listen: (!args.listen.is_empty()).then(|| OneOrMany::Many(args.listen.clone())),
             backend: (!args.backend.is_empty())
                 .then(|| OneOrMany::Many(args.backend.iter().cloned().map(Into::into).collect())),
-            certificates: (!args.cert.is_empty()).then(|| OneOrMany::Many(args.cert.clone())),
+            certificates: cert_entries(args)?,
             self_signed: Some(args.self_signed),
             alpn: (!args.alpn.is_empty()).then(|| args.alpn.clone()),
             proxy_protocol: args.proxy_protocol.map(|p| match p {

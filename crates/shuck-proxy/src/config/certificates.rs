@@ -7,18 +7,66 @@ use serde::Deserialize;
 
 use super::acme::Acme;
 use super::section::{OnChange, Section};
-use super::{key_err, resolve_path, resolve_paths, KeyError, RawFrontend};
+use super::{key_err, resolve_path, KeyError, OneOrMany, RawFrontend};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CertSource {
     SelfSigned,
     Files {
-        paths: Vec<PathBuf>,
+        paths: Vec<CertFiles>,
         default: Option<PathBuf>,
     },
     /// Obtained and renewed from an ACME CA, as the frontend's `acme` section says; a temporary
     /// self-signed one until the first arrives.
     Acme,
+}
+
+/// A `certificates` entry as written: a bundle or directory, or a chain and its key apart.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum CertEntry {
+    Path(PathBuf),
+    Pair(CertPair),
+}
+
+/// `{ cert = "fullchain.pem", key = "privkey.pem" }`: a table only (a derived struct would also
+/// take a two-element list, making `["a.pem", "b.pem"]` a pair), and a misspelt key is an error.
+#[derive(Debug, Clone)]
+pub struct CertPair {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl<'de> Deserialize<'de> for CertPair {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut table = std::collections::BTreeMap::<String, PathBuf>::deserialize(d)?;
+        if let Some(other) = table.keys().find(|k| *k != "cert" && *k != "key") {
+            return Err(D::Error::unknown_field(other, &["cert", "key"]));
+        }
+        let cert = table
+            .remove("cert")
+            .ok_or_else(|| D::Error::missing_field("cert"))?;
+        let key = table
+            .remove("key")
+            .ok_or_else(|| D::Error::missing_field("key"))?;
+        Ok(CertPair { cert, key })
+    }
+}
+
+impl From<PathBuf> for CertEntry {
+    fn from(p: PathBuf) -> Self {
+        CertEntry::Path(p)
+    }
+}
+
+/// Where one certificate comes from: `cert` (a PEM chain, leaf first; or a directory) and the
+/// file of its key when that is apart (`None`: in the bundle itself, or in `<bundle>.key`
+/// beside it, as HAProxy looks for it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertFiles {
+    pub cert: PathBuf,
+    pub key: Option<PathBuf>,
 }
 
 /// Where OCSP staples come from (`ocsp`).
@@ -65,7 +113,23 @@ impl RawFrontend {
         base: Option<&Path>,
         state_dir: &Path,
     ) -> Result<(Certificates, Option<Box<Acme>>), KeyError> {
-        let paths: Vec<PathBuf> = resolve_paths(base, self.certificates.as_ref());
+        let paths: Vec<CertFiles> = self
+            .certificates
+            .clone()
+            .map(OneOrMany::into_vec)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|entry| match entry {
+                CertEntry::Path(p) => CertFiles {
+                    cert: resolve_path(base, p),
+                    key: None,
+                },
+                CertEntry::Pair(pair) => CertFiles {
+                    cert: resolve_path(base, pair.cert),
+                    key: Some(resolve_path(base, pair.key)),
+                },
+            })
+            .collect();
         if let Some(acme) = &self.acme {
             if !paths.is_empty() || self.self_signed.unwrap_or(false) {
                 return Err(key_err(
@@ -92,7 +156,7 @@ impl RawFrontend {
                 }
                 (false, true) => return Err(key_err(
                     "certificates",
-                    "missing: give PEM files or directories (chain + key), acme = { … }, or self_signed = true",
+                    "missing: give PEM files or directories (chain + key), { cert = …, key = … } pairs, acme = { … }, or self_signed = true",
                 )),
                 (false, false) => CertSource::Files {
                     paths,

@@ -36,7 +36,9 @@ mod tls;
 
 pub use acme::{Acme, AcmeKey, UntilIssued};
 pub use backend::{Backend, BackendAddr, BackendPolicy, Backends, Target, MAX_BACKENDS};
-pub use certificates::{CertSource, Certificates, OcspMode, SniFallback};
+pub use certificates::{
+    CertEntry, CertFiles, CertPair, CertSource, Certificates, OcspMode, SniFallback,
+};
 pub use client_auth::{ClientAuth, ClientAuthSettings};
 pub use frontend::{AcmeSettings, Frontend, OnChange, Section, SectionChange};
 pub use global::ConnectionLogFormat;
@@ -116,7 +118,7 @@ pub struct RawFrontend {
     pub listen: Option<OneOrMany<String>>,
     pub backend: Option<OneOrMany<backend::BackendEntry>>,
     pub backend_policy: Option<BackendPolicy>,
-    pub certificates: Option<OneOrMany<PathBuf>>,
+    pub certificates: Option<OneOrMany<CertEntry>>,
     pub self_signed: Option<bool>,
     pub acme: Option<acme::RawAcme>,
     pub ocsp: Option<OcspMode>,

@@ -231,3 +231,35 @@ fn a_frontend_name_that_would_break_a_metric_label_is_refused() {
         assert!(err.contains("frontend[0].name"), "{err}");
     }
 }
+
+#[test]
+fn a_list_of_two_certificates_is_two_bundles_and_a_table_is_a_pair() {
+    let raw = RawConfig::parse(
+        "[[frontend]]\ncertificates = [\"a.pem\", \"b.pem\", { cert = \"c.crt\", key = \"c.key\" }]\n",
+        &Origin::CommandLine,
+    )
+    .expect("parses");
+    let entries = raw.frontends[0]
+        .certificates
+        .clone()
+        .map(OneOrMany::into_vec)
+        .unwrap_or_default();
+    let shown: Vec<String> = entries
+        .iter()
+        .map(|e| match e {
+            CertEntry::Path(p) => p.display().to_string(),
+            CertEntry::Pair(p) => format!("{} + {}", p.cert.display(), p.key.display()),
+        })
+        .collect();
+    assert_eq!(shown, ["a.pem", "b.pem", "c.crt + c.key"]);
+    for bad in [
+        "{ cert = \"c.crt\" }",
+        "{ cert = \"c.crt\", key = \"k\", keyy = \"x\" }",
+    ] {
+        let text = format!("[[frontend]]\ncertificates = [{bad}]\n");
+        assert!(
+            RawConfig::parse(&text, &Origin::CommandLine).is_err(),
+            "{bad}"
+        );
+    }
+}

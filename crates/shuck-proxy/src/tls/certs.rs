@@ -1,4 +1,5 @@
-//! Loading certificate bundles (PEM: chain then key, in one file) and checking them the way an
+//! Loading certificates (PEM: the chain then the key in one file, or the key in a file of its
+//! own; directories as certbot and Kubernetes lay them out) and checking them the way an
 //! operator needs before going live: key matches, chain in order, sane key size, expiry.
 
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use rustls::sign::CertifiedKey;
 use rustls::SignatureAlgorithm;
 
 use crate::certs::x509::{PublicKeyKind, X509};
+use crate::config::CertFiles;
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,36 +93,64 @@ impl LoadedCert {
     }
 }
 
-/// Expands directories to the `*.pem` files they hold (sorted, so the order is stable).
-pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+/// Expands directories into the certificates they hold, sorted so the order is stable: a
+/// Kubernetes TLS secret (`tls.crt` + `tls.key`), certbot's `live/` (each subdirectory's
+/// `fullchain.pem` + `privkey.pem`), or else the `*.pem` bundles in it.
+pub fn expand_paths(entries: &[CertFiles]) -> Result<Vec<CertFiles>> {
     let mut out = Vec::new();
-    for p in paths {
-        let meta = std::fs::metadata(p).map_err(|source| Error::CertRead {
-            path: p.clone(),
+    for e in entries {
+        let meta = std::fs::metadata(&e.cert).map_err(|source| Error::CertRead {
+            path: e.cert.clone(),
             source,
         })?;
-        if meta.is_dir() {
-            let rd = std::fs::read_dir(p).map_err(|source| Error::CertRead {
-                path: p.clone(),
-                source,
-            })?;
-            let mut files: Vec<PathBuf> = rd
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| f.is_file() && f.extension().is_some_and(|x| x == "pem"))
-                .collect();
-            if files.is_empty() {
-                return Err(Error::Cert {
-                    path: p.clone(),
-                    message: "directory holds no *.pem file".into(),
-                });
-            }
-            files.sort();
-            out.extend(files);
+        if meta.is_dir() && e.key.is_none() {
+            out.extend(expand_dir(&e.cert)?);
         } else {
-            out.push(p.clone());
+            out.push(e.clone());
         }
     }
     Ok(out)
+}
+
+/// The certificates of one directory (see [`expand_paths`]).
+fn expand_dir(dir: &Path) -> Result<Vec<CertFiles>> {
+    let pair = |d: &Path, cert: &str, key: &str| {
+        let (c, k) = (d.join(cert), d.join(key));
+        (c.is_file() && k.is_file()).then_some(CertFiles {
+            cert: c,
+            key: Some(k),
+        })
+    };
+    if let Some(secret) = pair(dir, "tls.crt", "tls.key") {
+        return Ok(vec![secret]);
+    }
+    let rd = std::fs::read_dir(dir).map_err(|source| Error::CertRead {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    entries.sort();
+    // certbot's live/: a directory per certificate (symlinks into archive/, followed).
+    let live: Vec<CertFiles> = entries
+        .iter()
+        .filter(|p| p.is_dir())
+        .filter_map(|d| pair(d, "fullchain.pem", "privkey.pem"))
+        .collect();
+    if !live.is_empty() {
+        return Ok(live);
+    }
+    let bundles: Vec<CertFiles> = entries
+        .into_iter()
+        .filter(|f| f.is_file() && f.extension().is_some_and(|x| x == "pem"))
+        .map(|cert| CertFiles { cert, key: None })
+        .collect();
+    if bundles.is_empty() {
+        return Err(Error::Cert {
+            path: dir.to_path_buf(),
+            message: "directory holds no certificate: no *.pem bundle, no tls.crt + tls.key, no certbot NAME/fullchain.pem + privkey.pem".into(),
+        });
+    }
+    Ok(bundles)
 }
 
 /// A PEM parse error in words: pki-types prints the marker or line it stumbled on as a list of
@@ -142,12 +172,12 @@ pub(crate) fn pem_problem(e: &rustls::pki_types::pem::Error) -> String {
     }
 }
 
-/// Loads one PEM bundle: the leaf certificate first, then its issuers, and the private key.
-pub fn load_bundle(path: &Path, provider: &CryptoProvider) -> Result<LoadedCert> {
-    let bytes = crate::sys::files::read(path).map_err(|source| Error::CertRead {
-        path: path.to_path_buf(),
-        source,
-    })?;
+/// Loads one certificate: the chain (leaf first, then its issuers) from `files.cert`, and the
+/// private key from `files.key`, or else from the bundle itself, or else from `<bundle>.key`
+/// beside it (HAProxy's rule).
+pub fn load_certificate(files: &CertFiles, provider: &CryptoProvider) -> Result<LoadedCert> {
+    let path = files.cert.as_path();
+    let bytes = read(path)?;
     let bad = |message: String| Error::Cert {
         path: path.to_path_buf(),
         message,
@@ -161,13 +191,67 @@ pub fn load_bundle(path: &Path, provider: &CryptoProvider) -> Result<LoadedCert>
                 .into(),
         ));
     }
-    let key = PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
-        bad(format!(
-            "no usable private key ({}); the bundle must hold the chain and its key",
-            pem_problem(&e)
-        ))
-    })?;
+    let beside = key_beside(path);
+    let key = match &files.key {
+        Some(key_path) => read_key(key_path)?,
+        None => match PrivateKeyDer::from_pem_slice(&bytes) {
+            Ok(key) => key,
+            Err(_) if beside.is_file() => read_key(&beside)?,
+            Err(e) => {
+                return Err(bad(format!(
+                    "no usable private key ({}); the bundle must hold the chain and its key, or the key must be in {} beside it, or give {{ cert = …, key = … }}",
+                    pem_problem(&e),
+                    beside.display()
+                )))
+            }
+        },
+    };
     from_parts(path, chain, key, provider)
+}
+
+/// Loads one PEM bundle (chain and key in one file, or the key in `<bundle>.key`).
+pub fn load_bundle(path: &Path, provider: &CryptoProvider) -> Result<LoadedCert> {
+    let files = CertFiles {
+        cert: path.to_path_buf(),
+        key: None,
+    };
+    load_certificate(&files, provider)
+}
+
+/// Where HAProxy looks for the key of a bundle that has none: `NAME.key` beside `NAME`.
+fn key_beside(bundle: &Path) -> PathBuf {
+    let mut name = bundle.as_os_str().to_owned();
+    name.push(".key");
+    PathBuf::from(name)
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    crate::sys::files::read(path).map_err(|source| Error::CertRead {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// A private key file: the key, and a warning when group or others may read it.
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
+    let bytes = read(path)?;
+    warn_if_readable_by_others(path);
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| Error::Cert {
+        path: path.to_path_buf(),
+        message: format!("no usable private key: {}", pem_problem(&e)),
+    })
+}
+
+/// One warning per load for a key file that group or others can read (mode & 0o044): whoever
+/// else reads it can impersonate the site.
+fn warn_if_readable_by_others(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(path) {
+        let mode = meta.permissions().mode();
+        if mode & 0o044 != 0 {
+            tracing::warn!(file = %path.display(), mode = %format!("{:o}", mode & 0o777), "private key file is readable by group or others; chmod 600 (or 640 with the group shuck runs as)");
+        }
+    }
 }
 
 /// Builds a checked `LoadedCert` from DER parts (shared by files and the self-signed generator).

@@ -173,24 +173,7 @@ impl TlsContext {
                 (vec![certs::self_signed(&provider)?], 0)
             }
             (CertSource::Files { paths, default }, None) => {
-                let files = certs::expand_paths(paths)?;
-                let loaded = files
-                    .iter()
-                    .map(|p| certs::load_bundle(p, &provider))
-                    .collect::<Result<Vec<_>>>()?;
-                let index = match default {
-                    None => 0,
-                    Some(d) => files
-                        .iter()
-                        .position(|f| f == d)
-                        .ok_or_else(|| Error::Cert {
-                            path: d.clone(),
-                            message:
-                                "default_certificate is not one of the frontend's certificates"
-                                    .into(),
-                        })?,
-                };
-                (loaded, index)
+                file_certificates(paths, default.as_deref(), &provider)?
             }
         };
         let mut certs = certs;
@@ -376,4 +359,29 @@ fn resumption_domain(certs: &[LoadedCert], client_trust: Option<[u8; 32]>) -> [u
     let mut out = [0u8; 32];
     out.copy_from_slice(ctx.finish().as_ref());
     out
+}
+
+/// The certificates of `paths` (directories expanded), and the position of `default` among them
+/// (the first without one).
+fn file_certificates(
+    paths: &[crate::config::CertFiles],
+    default: Option<&std::path::Path>,
+    provider: &Arc<CryptoProvider>,
+) -> Result<(Vec<LoadedCert>, usize)> {
+    let files = certs::expand_paths(paths)?;
+    let loaded = files
+        .iter()
+        .map(|f| certs::load_certificate(f, provider))
+        .collect::<Result<Vec<_>>>()?;
+    let index = match default {
+        None => 0,
+        Some(d) => files
+            .iter()
+            .position(|f| f.cert == d)
+            .ok_or_else(|| Error::Cert {
+                path: d.to_path_buf(),
+                message: "default_certificate is not one of the frontend's certificates".into(),
+            })?,
+    };
+    Ok((loaded, index))
 }

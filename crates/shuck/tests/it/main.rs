@@ -5,6 +5,7 @@ mod accept_proxy;
 mod acme;
 #[cfg(feature = "bench")]
 mod bench;
+mod cert_layouts;
 mod cli;
 mod dns;
 mod faults;

@@ -1,0 +1,144 @@
+//! Certificates as operators keep them: certbot's `live/` (symlinks into `archive/`), a
+//! Kubernetes TLS secret (`tls.crt` + `tls.key`), a chain and its key as a pair, a bundle whose
+//! key is in `NAME.key` beside it (HAProxy's rule), and `--cert`/`--key` on the command line.
+//! curl verifies each name against the test CA, so a wrong certificate fails the request.
+
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use shuck_test_support::clients::curl_at;
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::Shuck;
+
+/// Splits a bundle (chain then key) into `<dir>/<cert>` and `<dir>/<key>`, the key with `mode`.
+fn split(bundle: &Path, dir: &Path, cert: &str, key: &str, mode: u32) -> (PathBuf, PathBuf) {
+    let text = std::fs::read_to_string(bundle).expect("bundle");
+    let at = text
+        .find("-----BEGIN PRIVATE KEY-----")
+        .expect("a key in the bundle");
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let (c, k) = (dir.join(cert), dir.join(key));
+    std::fs::write(&c, &text[..at]).expect("write chain");
+    std::fs::write(&k, &text[at..]).expect("write key");
+    std::fs::set_permissions(&k, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    (c, k)
+}
+
+/// certbot's layout for `name`: `archive/NAME/{fullchain,privkey}1.pem`, and `live/NAME/`
+/// holding symlinks to them.
+fn certbot(pki: &Pki, root: &Path, name: &str) {
+    let bundle = pki.leaf(&format!("{name}.bundle"), name, &[name], Key::EcdsaP256);
+    let archive = root.join("archive").join(name);
+    split(&bundle, &archive, "fullchain1.pem", "privkey1.pem", 0o600);
+    let live = root.join("live").join(name);
+    std::fs::create_dir_all(&live).expect("mkdir live");
+    for (link, target) in [
+        ("fullchain.pem", "fullchain1.pem"),
+        ("privkey.pem", "privkey1.pem"),
+    ] {
+        symlink(
+            Path::new("../../archive").join(name).join(target),
+            live.join(link),
+        )
+        .expect("symlink");
+    }
+}
+
+fn served(pki: &Pki, shuck: &Shuck, names: &[&str]) {
+    for name in names {
+        let out = curl_at(pki, shuck.addrs[0], name, "/", &[]);
+        assert!(
+            out.status.success(),
+            "{name}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            shuck.log_text()
+        );
+    }
+}
+
+#[test]
+fn certbot_live_kubernetes_secrets_pairs_and_key_beside_are_served() {
+    let pki = Pki::new();
+    let root = pki.path("letsencrypt");
+    certbot(&pki, &root, "a.test");
+    certbot(&pki, &root, "b.test");
+    let secret = pki.path("secret");
+    let c = pki.leaf("c.bundle", "c", &["c.test"], Key::EcdsaP256);
+    split(&c, &secret, "tls.crt", "tls.key", 0o600);
+    let d = pki.leaf("d.bundle", "d", &["d.test"], Key::Rsa2048);
+    let (d_cert, d_key) = split(&d, &pki.path("d"), "fullchain.pem", "privkey.pem", 0o600);
+    // A bundle without its key, the key beside it and readable by others: served, one warning.
+    let e = pki.leaf("e.bundle", "e", &["e.test"], Key::EcdsaP256);
+    let (e_cert, e_key) = split(&e, &pki.path("e"), "e.pem", "e.pem.key", 0o644);
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = [{}, {}, {{ cert = {}, key = {} }}, {}]\n",
+        toml_path(&root.join("live")),
+        toml_path(&secret),
+        toml_path(&d_cert),
+        toml_path(&d_key),
+        toml_path(&e_cert),
+    ));
+    served(
+        &pki,
+        &shuck,
+        &["a.test", "b.test", "c.test", "d.test", "e.test"],
+    );
+    let log = shuck.log_text();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("readable by group or others"))
+        .collect();
+    assert_eq!(
+        warned.len(),
+        1,
+        "one warning, for the key others can read: {log}"
+    );
+    assert!(
+        warned[0].contains(&e_key.display().to_string()),
+        "{}",
+        warned[0]
+    );
+}
+
+#[test]
+fn cert_and_key_flags_pair_in_order() {
+    let pki = Pki::new();
+    let d = pki.leaf("d.bundle", "d", &["d.test"], Key::EcdsaP256);
+    let (d_cert, d_key) = split(&d, &pki.path("d"), "fullchain.pem", "privkey.pem", 0o600);
+    let f = pki.leaf("f.pem", "f", &["f.test"], Key::EcdsaP256);
+    let shuck = Shuck::with()
+        .args(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--cert",
+            &d_cert.display().to_string(),
+            "--key",
+            &d_key.display().to_string(),
+            "--cert",
+            &f.display().to_string(),
+        ])
+        .run();
+    served(&pki, &shuck, &["d.test", "f.test"]);
+}
+
+/// A bundle without a key and nothing beside it: the error names the file and says where the
+/// key may be.
+#[test]
+fn a_chain_without_its_key_is_refused_with_where_to_put_it() {
+    let pki = Pki::new();
+    let e = pki.leaf("e.bundle", "e", &["e.test"], Key::EcdsaP256);
+    let (e_cert, _) = split(&e, &pki.path("e"), "chain.pem", "elsewhere.key", 0o600);
+    let out = shuck_test_support::process::run_bounded(
+        std::process::Command::new(&*shuck_test_support::process::SHUCK)
+            .args(["check", "--cert"])
+            .arg(&e_cert),
+        b"",
+        30,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&e_cert.display().to_string()) && err.contains("chain.pem.key"),
+        "{err}"
+    );
+}
