@@ -17,12 +17,30 @@ type Answers = HashMap<HostPort, Arc<[SocketAddr]>>;
 
 static ANSWERS: LazyLock<ArcSwap<Answers>> = LazyLock::new(ArcSwap::default);
 
-/// Bumped after every change of an answer.
+/// Bumped after every change of an answer, and when health sets are dropped.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-/// Changes whenever an answer does: a worker that saw another value rebuilds its pools.
+/// Changes whenever an answer does, or a set of health verdicts goes: a worker that saw another
+/// value rebuilds its pools (keeping those whose members and verdicts are still current).
 pub(crate) fn generation() -> u64 {
     GENERATION.load(Ordering::Acquire)
+}
+
+/// Tells the workers to look at their pools again.
+pub(crate) fn touch() {
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Forgets a name no longer followed (a later follower starts from no answer).
+pub(crate) fn forget(name: &HostPort) {
+    if ANSWERS.load().contains_key(name) {
+        ANSWERS.rcu(|all| {
+            let mut all = Answers::clone(all);
+            all.remove(name);
+            all
+        });
+        touch();
+    }
 }
 
 /// Records `addrs` as what `name` resolves to; whether that changed anything. The order of an
@@ -40,7 +58,7 @@ pub(crate) fn publish(name: &HostPort, mut addrs: Vec<SocketAddr>) -> bool {
         all.insert(name.clone(), addrs.clone());
         all
     });
-    GENERATION.fetch_add(1, Ordering::AcqRel);
+    touch();
     true
 }
 

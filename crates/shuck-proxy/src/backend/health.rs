@@ -51,8 +51,8 @@ fn route_prefix(frontend: &str, route: &str) -> String {
     format!("{frontend}\u{0}{route}\u{0}")
 }
 
-/// The verdicts of every checked set, by key. Locked when a pool is built (start, reload) and
-/// when checkers are started or stopped, never per connection.
+/// The verdicts of every checked set, by key. Locked when a pool is built (start, reload, a DNS
+/// change) and when checkers are started or stopped, never per connection.
 static SETS: LazyLock<Mutex<HashMap<String, Arc<Health>>>> = LazyLock::new(Mutex::default);
 
 /// The verdicts a pool of `members` (of `backends`) reads; `None` when they are not checked. A
@@ -95,9 +95,13 @@ pub(crate) fn shared(
     Some(health)
 }
 
-/// Forgets the verdicts of every set not in `wanted` (pools built before keep their copy).
+/// Forgets the verdicts of every set not in `wanted`. Pools built on them are then rebuilt by
+/// their workers (`dns::touch`): a pool never keeps verdicts no checker writes any more.
 pub(crate) fn keep_only(wanted: &dyn Fn(&str) -> bool) {
-    SETS.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .retain(|k, _| wanted(k));
+    let mut sets = SETS.lock().unwrap_or_else(PoisonError::into_inner);
+    let before = sets.len();
+    sets.retain(|k, _| wanted(k));
+    if sets.len() != before {
+        super::dns::touch();
+    }
 }

@@ -144,6 +144,11 @@ impl BackendPool {
         }
     }
 
+    /// The active checks' verdicts this pool reads, if its backends are checked.
+    pub(crate) fn health(&self) -> Option<&std::sync::Arc<health::Health>> {
+        self.health.as_ref()
+    }
+
     /// The order to try backends in: as the policy chooses among the healthy ones (not in
     /// cooldown, not taken out by the active checks), then among the rest (better a likely
     /// failure than a certain one). Health is read once, up front, so a backend that fails

@@ -283,7 +283,13 @@ fn host_or_address(s: &str) -> Result<Target, String> {
 /// Letters, digits and hyphens in dot-separated labels of 1 to 63 bytes, 253 at most in all
 /// (underscores allowed: service names use them).
 fn is_host_name(host: &str) -> bool {
+    // An all-digit last label is a mistyped address (`10.0.0.300`), not a name.
+    let numeric_tld = host
+        .rsplit('.')
+        .next()
+        .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()));
     !host.is_empty()
+        && !numeric_tld
         && host.len() <= 253
         && host.split('.').all(|label| {
             (1..=63).contains(&label.len())

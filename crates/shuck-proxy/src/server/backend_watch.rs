@@ -31,13 +31,19 @@ impl BackendWatch {
 
     /// Follows the host names of `frontends` through `resolvers` and waits (blocking the
     /// thread, a few seconds at most) for the first answers of new names, so that the
-    /// connections `frontends` take next have addresses to go to.
-    pub(crate) fn follow_names(&self, frontends: &[&Frontend], resolvers: &[SocketAddr]) {
+    /// connections `frontends` take next have addresses to go to. With `prune`, stops following
+    /// the names `frontends` do not have.
+    pub(crate) fn follow_names(
+        &self,
+        frontends: &[&Frontend],
+        resolvers: &[SocketAddr],
+        prune: bool,
+    ) {
         let first = self
             .dns
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .sync(frontends, resolvers);
+            .sync(frontends, resolvers, prune);
         first.wait();
     }
 

@@ -10,7 +10,9 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use hickory_resolver::config::{LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig};
+use hickory_resolver::config::{
+    LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig, ServerOrderingStrategy,
+};
 use hickory_resolver::name_server::TokioConnectionProvider;
 use hickory_resolver::proto::xfer::Protocol;
 use hickory_resolver::TokioResolver;
@@ -45,8 +47,35 @@ struct Context {
 }
 
 struct Following {
-    refresh: Option<Duration>,
+    period: Period,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// How often a name is looked up: at most every `fixed` (the shortest `dns_refresh` of the sets
+/// naming it), and no later than its TTL says when some set follows the TTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Period {
+    fixed: Option<Duration>,
+    follows_ttl: bool,
+}
+
+impl Period {
+    /// The wait after an answer valid for `ttl`.
+    fn after_answer(self, ttl: Duration) -> Duration {
+        let ttl = ttl.clamp(MIN_DNS_REFRESH, MAX_TTL_REFRESH);
+        match (self.fixed, self.follows_ttl) {
+            (Some(f), true) => f.min(ttl),
+            (Some(f), false) => f,
+            (None, _) => ttl,
+        }
+    }
+
+    /// The wait after a failed lookup: soon, whatever the period (a name with no answer has no
+    /// members).
+    fn after_failure(self) -> Duration {
+        self.fixed
+            .map_or(RETRY_AFTER_FAILURE, |f| f.min(RETRY_AFTER_FAILURE))
+    }
 }
 
 impl Followers {
@@ -65,12 +94,14 @@ impl Followers {
     }
 
     /// Follows every host name of `frontends` (asking `resolvers`, or the system's DNS servers
-    /// when empty) and stops following the others. Returns what to wait on for the first
-    /// answers of names not followed before.
+    /// when empty). With `prune`, stops following (and forgets) the names `frontends` do not
+    /// have; without, keeps them (a reload adds names before it applies, and removes them
+    /// after). Returns what to wait on for the first answers of names that have none.
     pub(crate) fn sync(
         &mut self,
         frontends: &[&Frontend],
         resolvers: &[SocketAddr],
+        prune: bool,
     ) -> FirstAnswers {
         let (tx, rx) = mpsc::channel();
         let Some(on) = self.on.clone() else {
@@ -84,30 +115,36 @@ impl Followers {
             }
             self.resolvers = resolvers.to_vec();
         }
-        self.running.retain(|name, f| {
-            let keep = wanted.get(name) == Some(&f.refresh);
-            if !keep {
+        self.running.retain(|name, f| match wanted.get(name) {
+            Some(p) if *p == f.period => true,
+            None if !prune => true,
+            other => {
                 f.task.abort();
+                if other.is_none() {
+                    dns::forget(name);
+                    on.metrics.forget_dns(&name.to_string());
+                }
+                false
             }
-            keep
         });
-        let resolver = Arc::new(resolver(resolvers));
+        let mut resolver: Option<Arc<TokioResolver>> = None;
         let mut count = 0;
-        for (name, refresh) in wanted {
+        for (name, period) in wanted {
             if self.running.contains_key(&name) {
                 continue;
             }
-            let known = !dns::addresses(&name).is_empty();
-            let first = (!known).then(|| tx.clone());
+            let first = dns::addresses(&name).is_empty().then(|| tx.clone());
             count += usize::from(first.is_some());
             let follower = Follower {
                 name: name.clone(),
-                refresh,
-                resolver: resolver.clone(),
+                period,
+                resolver: resolver
+                    .get_or_insert_with(|| Arc::new(build_resolver(resolvers)))
+                    .clone(),
                 on: on.clone(),
             };
             let task = on.rt.spawn(follower.run(first));
-            self.running.insert(name, Following { refresh, task });
+            self.running.insert(name, Following { period, task });
         }
         FirstAnswers { rx, count }
     }
@@ -133,19 +170,18 @@ impl FirstAnswers {
     }
 }
 
-/// Each host name of `frontends` and how often it is looked up: the shortest `dns_refresh`
-/// among the sets that name it, or the TTL when none sets one.
-fn wanted_names(frontends: &[&Frontend]) -> HashMap<HostPort, Option<Duration>> {
-    let mut wanted: HashMap<HostPort, Option<Duration>> = HashMap::new();
+/// Each host name of `frontends` and how often it is looked up (see [`Period`]).
+fn wanted_names(frontends: &[&Frontend]) -> HashMap<HostPort, Period> {
+    let mut wanted: HashMap<HostPort, Period> = HashMap::new();
     for fe in frontends {
         let sets = std::iter::once(&fe.backend).chain(fe.routes.0.iter().map(|r| &r.backend));
         for backends in sets {
             for name in backends.names() {
-                let e = wanted.entry(name.clone()).or_insert(backends.dns_refresh);
-                *e = match (*e, backends.dns_refresh) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
+                let p = wanted.entry(name.clone()).or_default();
+                match backends.dns_refresh {
+                    Some(d) => p.fixed = Some(p.fixed.map_or(d, |f| f.min(d))),
+                    None => p.follows_ttl = true,
+                }
             }
         }
     }
@@ -154,7 +190,7 @@ fn wanted_names(frontends: &[&Frontend]) -> HashMap<HostPort, Option<Duration>> 
 
 /// A resolver asking `servers` (the system's when empty), both A and AAAA, with no cache of
 /// its own: each lookup asks again, and the TTL is ours to follow.
-fn resolver(servers: &[SocketAddr]) -> TokioResolver {
+fn build_resolver(servers: &[SocketAddr]) -> TokioResolver {
     let provider = TokioConnectionProvider::default();
     let mut builder = if servers.is_empty() {
         TokioResolver::builder(provider).unwrap_or_else(|e| {
@@ -169,6 +205,10 @@ fn resolver(servers: &[SocketAddr]) -> TokioResolver {
     opts.cache_size = 0;
     opts.timeout = Duration::from_secs(2);
     opts.attempts = 1;
+    // The servers in their order, one at a time; over TCP when UDP fails.
+    opts.num_concurrent_reqs = 1;
+    opts.server_ordering_strategy = ServerOrderingStrategy::UserProvidedOrder;
+    opts.try_tcp_on_error = true;
     if !servers.is_empty() {
         // Servers named in the configuration are asked; /etc/hosts is not.
         opts.use_hosts_file = ResolveHosts::Never;
@@ -189,7 +229,7 @@ fn only(servers: &[SocketAddr]) -> ResolverConfig {
 /// One name followed.
 struct Follower {
     name: HostPort,
-    refresh: Option<Duration>,
+    period: Period,
     resolver: Arc<TokioResolver>,
     on: Context,
 }
@@ -212,8 +252,7 @@ impl Follower {
                     self.on.metrics.dns_lookup(&name, "ok");
                     self.answered(&name, addrs, state);
                     state = State::Answering;
-                    self.refresh
-                        .unwrap_or(ttl.clamp(MIN_DNS_REFRESH, MAX_TTL_REFRESH))
+                    self.period.after_answer(ttl)
                 }
                 Err((result, why)) => {
                     self.on.metrics.dns_lookup(&name, result);
@@ -222,7 +261,7 @@ impl Follower {
                         tracing::warn!(backend = %name, error = %why, kept_addresses = kept, "backend name lookup failed; keeping the last good answer until one comes");
                     }
                     state = State::Failing;
-                    self.refresh.unwrap_or(RETRY_AFTER_FAILURE)
+                    self.period.after_failure()
                 }
             };
             if let Some(tx) = first.take() {
@@ -237,7 +276,8 @@ impl Follower {
     async fn lookup(&self) -> Result<(Vec<SocketAddr>, Duration), (&'static str, String)> {
         let answer = self
             .resolver
-            .lookup_ip(format!("{}.", self.name.host))
+            // As written: a short name (`db`, Kubernetes' `svc`) goes through the search domains.
+            .lookup_ip(self.name.host.as_str())
             .await
             .map_err(|e| {
                 if e.is_no_records_found() {

@@ -241,7 +241,7 @@ impl Server {
         let (watch, listed, resolvers) =
             (self.watch.clone(), c.frontends.clone(), c.resolvers.clone());
         let waiting = rt.spawn_blocking(move || {
-            watch.follow_names(&listed.iter().collect::<Vec<_>>(), &resolvers);
+            watch.follow_names(&listed.iter().collect::<Vec<_>>(), &resolvers, true);
         });
         let waited = rt.block_on(waiting);
         if let Err(e) = waited {

@@ -332,12 +332,15 @@ impl Reloader {
             self.bindings()
                 .prepare(&listed, &mut Inherited::default())?
         };
-        self.may_apply()?;
         {
-            // Before the workers see the new frontends: new host names have their addresses.
+            // Before the workers see the new frontends, and while the reload may still be
+            // abandoned: new host names get their first addresses (names the configuration in
+            // force has are kept until it is replaced).
             let listed: Vec<&Frontend> = next.iter().map(|n| self.frontend_of(n)).collect();
-            self.watch.follow_names(&listed, &new.resolvers);
+            self.watch
+                .follow_names(&listed, &self.started.resolvers, false);
         }
+        self.may_apply()?;
         // Before `apply`: reloaded certificates are warned about with the new lead time.
         self.started.certificate_expiry_warning = new.certificate_expiry_warning;
         self.apply(next);
@@ -353,6 +356,8 @@ impl Reloader {
         self.apply_globals(new, max_connections);
         {
             let installed: Vec<&Frontend> = self.frontends.iter().map(|l| &l.cfg).collect();
+            // No wait here: every name has been looked up (unless `resolvers` changed).
+            self.watch.follow_names(&installed, &new.resolvers, true);
             self.watch.check(&installed);
         }
         let mut now = self.started.clone();

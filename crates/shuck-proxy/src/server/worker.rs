@@ -144,7 +144,16 @@ fn pool_for(
         return None;
     };
     let members = dns::members(addrs);
-    if let Some((_, pool)) = previous.filter(|(s, p)| *s == backends && *p.members == *members) {
+    let health = crate::backend::health::shared(frontend, route, backends, &members);
+    // Kept only while its verdicts are the ones its checker writes.
+    let same_health = |p: &WorkerPool| match (p.pool.health(), &health) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
+    };
+    if let Some((_, pool)) =
+        previous.filter(|(s, p)| *s == backends && *p.members == *members && same_health(p))
+    {
         return Some(pool.clone());
     }
     Some(WorkerPool {
@@ -153,7 +162,7 @@ fn pool_for(
             backends.policy,
             backends.connect_timeout,
             backends.cooldown,
-            crate::backend::health::shared(frontend, route, backends, &members),
+            health,
         )),
         connect_times: metrics
             .backend_connects()

@@ -419,6 +419,17 @@ impl Metrics {
             .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
+    /// Drops the series of a host-name backend no longer followed.
+    pub(crate) fn forget_dns(&self, name: &str) {
+        self.dns.addresses.remove(&vec![("name", name.to_string())]);
+        for result in ["ok", "failed", "empty"] {
+            self.dns.lookups.remove(&vec![
+                ("name", name.to_string()),
+                ("result", result.to_string()),
+            ]);
+        }
+    }
+
     /// Drops the gauge of a backend no longer checked (a reload removed its set).
     pub(crate) fn forget_backend_up(&self, frontend: &str, route: &str, backend: &str) {
         self.backend_up
