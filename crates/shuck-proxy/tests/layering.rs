@@ -301,7 +301,12 @@ const LAYERS: [&[&str]; 11] = [
     &["conn::conn_error"],
     &["obs::metrics", "conn::backend_header", "conn::demo"],
     &["server::worker", "server::health_checks"],
-    &["conn::connection", "server::bindings", "server::dns_follow"],
+    &[
+        "conn::connection",
+        "server::bindings",
+        "server::dns_follow",
+        "server::cert_watch",
+    ],
     &["server::accept", "server::backend_watch"],
     &["server::reload"],
     &["server", "server::check"],

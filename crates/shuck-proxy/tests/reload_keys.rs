@@ -150,6 +150,7 @@ fn rows(f: &Files) -> Vec<Row> {
         global("group", "user = \"nobody\"", "user = \"nobody\"\ngroup = \"nogroup\"", Restart),
         global("allow_root", "", "allow_root = true", Restart),
         global("resolvers", "", "resolvers = [\"127.0.0.1:53\"]", Applied),
+        global("watch_certificates", "", "watch_certificates = false", Applied),
         global(
             "certificate_expiry_warning",
             "",

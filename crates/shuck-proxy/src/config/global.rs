@@ -136,6 +136,7 @@ impl RawConfig {
             group: self.group.clone(),
             allow_root: self.allow_root.unwrap_or(false),
             resolvers,
+            watch_certificates: self.watch_certificates.unwrap_or(true),
             state_dir: self.state_dir.clone().map_or_else(
                 || PathBuf::from(super::acme::STATE_DIR),
                 |p| super::resolve_path(base, p),
@@ -234,6 +235,9 @@ pub const GLOBAL_KEYS: &[GlobalKey] = &[
     key("group", false, false, |c| format!("{:?}", c.group)),
     key("allow_root", false, false, |c| c.allow_root.to_string()),
     key("resolvers", true, true, |c| format!("{:?}", c.resolvers)),
+    key("watch_certificates", true, true, |c| {
+        c.watch_certificates.to_string()
+    }),
 ];
 
 /// DNS servers per process at most: each is asked in turn when the one before fails.

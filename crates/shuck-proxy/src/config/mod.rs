@@ -107,6 +107,7 @@ pub struct RawConfig {
     pub group: Option<String>,
     pub allow_root: Option<bool>,
     pub resolvers: Option<Vec<String>>,
+    pub watch_certificates: Option<bool>,
     #[serde(default, rename = "frontend")]
     pub frontends: Vec<RawFrontend>,
 }
@@ -187,6 +188,10 @@ pub mod defaults {
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "independent on/off keys of the file, not states of one thing"
+)]
 pub struct Config {
     pub origin: Origin,
     /// Worker threads; always >= 1 (0 in the file means "one per core").
@@ -220,6 +225,9 @@ pub struct Config {
     pub allow_root: bool,
     /// The DNS servers host-name backends are looked up with; empty: the system's.
     pub resolvers: Vec<SocketAddr>,
+    /// Certificate, key, OCSP and ticket-key files are watched and loaded again when they
+    /// change, without SIGHUP.
+    pub watch_certificates: bool,
     pub frontends: Vec<Frontend>,
 }
 

@@ -5,6 +5,7 @@
 pub(crate) mod accept;
 mod backend_watch;
 pub mod bindings;
+mod cert_watch;
 pub mod check;
 mod dns_follow;
 pub(crate) mod health_checks;
@@ -58,6 +59,8 @@ pub struct Server {
     metrics_handover: Arc<Notify>,
     /// The DNS followers and the active health checks, shared with the reloader.
     watch: backend_watch::BackendWatch,
+    /// The certificate files watched, told of each reload.
+    cert_watch: cert_watch::CertWatch,
 }
 
 /// Stops the metrics endpoint of a process that handed over to a new one: both hold the same
@@ -149,6 +152,7 @@ impl Server {
             reload::slots_named(&frontends, name)
         });
         let shared = worker::Shared::new(&config);
+        let cert_watch = cert_watch::CertWatch::new(&config);
         Ok(Server {
             config,
             tls,
@@ -170,6 +174,7 @@ impl Server {
             predecessor: std::mem::take(inherited),
             metrics_handover: Arc::new(Notify::new()),
             watch: backend_watch::BackendWatch::default(),
+            cert_watch,
         })
     }
 
@@ -187,6 +192,7 @@ impl Server {
             self.shared.clone(),
             self.watch.clone(),
         )
+        .with_cert_watch(self.cert_watch.clone())
     }
 
     /// The listening addresses: what a successor takes over (`kill -USR2`), as they are when it
@@ -284,6 +290,11 @@ impl Server {
         };
         let metrics_addr = self.metrics_addr();
         self.watch_backends(rt);
+        self.cert_watch.start(
+            rt.handle(),
+            self.renewed.announce.clone(),
+            self.metrics.clone(),
+        );
         let (tx, rx) = watch::channel(false);
         let mut handles = Vec::with_capacity(c.workers);
         for (id, control) in self.control.into_iter().enumerate() {

@@ -245,6 +245,8 @@ pub struct Reloader {
     /// The DNS followers and health checks: started and stopped to match what a reload
     /// installs.
     watch: crate::server::backend_watch::BackendWatch,
+    /// The certificate files watched: told of what each reload installs.
+    cert_watch: Option<crate::server::cert_watch::CertWatch>,
 }
 
 impl Reloader {
@@ -259,6 +261,7 @@ impl Reloader {
     ) -> Reloader {
         Reloader {
             watch,
+            cert_watch: None,
             capacity,
             shared,
             workers: started.workers,
@@ -286,6 +289,13 @@ impl Reloader {
     pub fn arm(&mut self) -> ApplyGate {
         self.gate = ApplyGate::default();
         self.gate.clone()
+    }
+
+    /// Tells `w` what each reload installs.
+    #[must_use]
+    pub(crate) fn with_cert_watch(mut self, w: crate::server::cert_watch::CertWatch) -> Reloader {
+        self.cert_watch = Some(w);
+        self
     }
 
     /// Rewrites `path` (one address per line, then `metrics`) after a reload that changes the
@@ -359,6 +369,9 @@ impl Reloader {
             // No wait here: every name has been looked up (unless `resolvers` changed).
             self.watch.follow_names(&installed, &new.resolvers, true);
             self.watch.check(&installed);
+            if let Some(w) = &self.cert_watch {
+                w.update(new, installed.iter().copied());
+            }
         }
         let mut now = self.started.clone();
         now.log_level.clone_from(&new.log_level);
@@ -385,6 +398,7 @@ impl Reloader {
         s.upgrade_confirm = new.upgrade_confirm;
         s.upgrade_timeout = new.upgrade_timeout;
         s.resolvers.clone_from(&new.resolvers);
+        s.watch_certificates = new.watch_certificates;
     }
 
     /// The settings in force as new connections get them, rendered as `running.toml` renders

@@ -219,7 +219,7 @@ pub fn load_bundle(path: &Path, provider: &CryptoProvider) -> Result<LoadedCert>
 }
 
 /// Where HAProxy looks for the key of a bundle that has none: `NAME.key` beside `NAME`.
-fn key_beside(bundle: &Path) -> PathBuf {
+pub(crate) fn key_beside(bundle: &Path) -> PathBuf {
     let mut name = bundle.as_os_str().to_owned();
     name.push(".key");
     PathBuf::from(name)

@@ -142,3 +142,153 @@ fn a_chain_without_its_key_is_refused_with_where_to_put_it() {
         "{err}"
     );
 }
+
+/// The first PEM certificate in `text`.
+fn first_pem(text: &str) -> String {
+    let start = text
+        .find("-----BEGIN CERTIFICATE-----")
+        .expect("a certificate");
+    let end = text[start..]
+        .find("-----END CERTIFICATE-----")
+        .expect("its end")
+        + start;
+    text[start..end].to_string()
+}
+
+/// The leaf certificate shuck serves for `name`.
+fn served_leaf(pki: &Pki, shuck: &Shuck, name: &str) -> String {
+    let (ok, text) = shuck_test_support::clients::s_client(pki, shuck.addrs[0], Some(name), &[]);
+    assert!(ok, "{text}\n{}", shuck.log_text());
+    first_pem(&text)
+}
+
+/// Replaces symlink `link` by one to `target` at once, as certbot does (a new link renamed over).
+fn swap_link(link: &Path, target: &Path) {
+    let tmp = link.with_extension("new-link");
+    symlink(target, &tmp).expect("symlink");
+    std::fs::rename(&tmp, link).expect("rename");
+}
+
+/// A certbot renewal (new files in archive/, then the links in live/ swapped one after the
+/// other) is served without a signal within a few seconds, and the moment between the two
+/// swaps (chain and key not matching) is neither served nor logged. A Kubernetes secret whose
+/// tls.crt is left half-written is one error line and one count, the old certificate served
+/// meanwhile; once whole, it is served.
+#[test]
+fn renewed_files_are_served_without_a_signal_once_consistent() {
+    let pki = Pki::new();
+    let root = pki.path("letsencrypt");
+    certbot(&pki, &root, "a.test");
+    let secret = pki.path("secret");
+    let c = pki.leaf("c.bundle", "c", &["c.test"], Key::EcdsaP256);
+    split(&c, &secret, "tls.crt", "tls.key", 0o600);
+    let backend = shuck_test_support::process::HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = [{}, {}]\n",
+        backend.addr,
+        toml_path(&root.join("live")),
+        toml_path(&secret),
+    ));
+    let first = served_leaf(&pki, &shuck, "a.test");
+    // The renewal: a new key and certificate, as certbot writes them.
+    let renewed = pki.leaf("a2.bundle", "a.test", &["a.test"], Key::EcdsaP256);
+    let archive = root.join("archive").join("a.test");
+    split(&renewed, &archive, "fullchain2.pem", "privkey2.pem", 0o600);
+    let live = root.join("live").join("a.test");
+    let t = std::time::Instant::now();
+    swap_link(
+        &live.join("fullchain.pem"),
+        Path::new("../../archive/a.test/fullchain2.pem"),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    swap_link(
+        &live.join("privkey.pem"),
+        Path::new("../../archive/a.test/privkey2.pem"),
+    );
+    let want = first_pem(&std::fs::read_to_string(archive.join("fullchain2.pem")).expect("read"));
+    assert_ne!(first, want);
+    while served_leaf(&pki, &shuck, "a.test") != want {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "not served after 10 s:\n{}",
+            shuck.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    eprintln!(
+        "the renewed certificate was served {:?} after the swap",
+        t.elapsed()
+    );
+    let log = shuck.log_text();
+    assert!(
+        !log.contains("do not load"),
+        "the half-done swap was reported: {log}"
+    );
+
+    // A half-written tls.crt: reported once, the old one served; then whole, and served.
+    let old_c = served_leaf(&pki, &shuck, "c.test");
+    let c2 = pki.leaf("c2.bundle", "c", &["c.test"], Key::EcdsaP256);
+    let whole = std::fs::read_to_string(&c2).expect("read");
+    let chain = &whole[..whole.find("-----BEGIN PRIVATE KEY-----").expect("key")];
+    std::fs::write(secret.join("tls.crt"), &chain[..chain.len() / 3]).expect("write half");
+    shuck.wait_log("do not load");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(
+        served_leaf(&pki, &shuck, "c.test"),
+        old_c,
+        "the old one is served meanwhile"
+    );
+    let log = shuck.log_text();
+    assert_eq!(log.matches("do not load").count(), 1, "{log}");
+    let errors = shuck_test_support::clients::sum(
+        &shuck_test_support::clients::scrape(shuck.addrs[1]),
+        "shuck_certificate_watch_errors_total",
+        &[],
+    );
+    assert_eq!(errors, 1);
+    // The rest of the file, with its key: served.
+    split(&c2, &secret, "tls.crt", "tls.key", 0o600);
+    let want = first_pem(chain);
+    let t = std::time::Instant::now();
+    while served_leaf(&pki, &shuck, "c.test") != want {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "{}",
+            shuck.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let loaded = shuck_test_support::clients::sum(
+        &shuck_test_support::clients::scrape(shuck.addrs[1]),
+        "shuck_certificate_loaded_timestamp_seconds",
+        &["certificate=\""],
+    );
+    assert!(loaded > 0, "a loaded timestamp per certificate");
+}
+
+/// `watch_certificates = false`: a changed file waits for SIGHUP.
+#[test]
+fn with_watching_off_a_change_waits_for_sighup() {
+    let pki = Pki::new();
+    let secret = pki.path("secret");
+    let c = pki.leaf("c.bundle", "c", &["c.test"], Key::EcdsaP256);
+    split(&c, &secret, "tls.crt", "tls.key", 0o600);
+    let backend = shuck_test_support::process::HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "watch_certificates = false\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n",
+        backend.addr,
+        toml_path(&secret),
+    ));
+    let old = served_leaf(&pki, &shuck, "c.test");
+    let c2 = pki.leaf("c2.bundle", "c", &["c.test"], Key::EcdsaP256);
+    split(&c2, &secret, "tls.crt", "tls.key", 0o600);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(
+        served_leaf(&pki, &shuck, "c.test"),
+        old,
+        "loaded without SIGHUP"
+    );
+    shuck.signal("HUP");
+    shuck.wait_log("reloaded");
+    assert_ne!(served_leaf(&pki, &shuck, "c.test"), old);
+}

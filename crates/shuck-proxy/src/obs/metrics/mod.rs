@@ -419,6 +419,14 @@ impl Metrics {
             .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
+    /// Counts changed certificate files of `frontend` that were not loaded.
+    pub(crate) fn certificate_watch_error(&self, frontend: &str) {
+        self.certificates
+            .watch_errors
+            .get_or_create(&vec![("frontend", frontend.to_string())])
+            .inc();
+    }
+
     /// Drops the series of a host-name backend no longer followed.
     pub(crate) fn forget_dns(&self, name: &str) {
         self.dns.addresses.remove(&vec![("name", name.to_string())]);
@@ -689,6 +697,10 @@ struct CertificateGauges {
     not_after: Family<Labels, Gauge>,
     staple_age: Family<Labels, Gauge>,
     staple_next_update: Family<Labels, Gauge>,
+    /// `shuck_certificate_loaded_timestamp_seconds{frontend,certificate}`.
+    loaded: Family<Labels, Gauge>,
+    /// `shuck_certificate_watch_errors_total{frontend}`: changed files not loaded.
+    watch_errors: Family<Labels, Counter>,
     served: std::sync::Mutex<std::collections::BTreeMap<String, Vec<CertRecord>>>,
 }
 
@@ -713,6 +725,16 @@ impl CertificateGauges {
             "ocsp_staple_next_update_timestamp_seconds",
             "When each stapled OCSP response lapses (its nextUpdate, Unix time)",
             self.staple_next_update.clone(),
+        );
+        registry.register(
+            "certificate_loaded_timestamp_seconds",
+            "When each served certificate was last loaded (start, reload, or a change seen on disk), Unix time",
+            self.loaded.clone(),
+        );
+        registry.register(
+            "certificate_watch_errors",
+            "Changed certificate files that were not loaded (inconsistent or unreadable): the previous ones stay served",
+            self.watch_errors.clone(),
         );
     }
 
@@ -739,6 +761,7 @@ impl CertificateGauges {
             self.info.remove(&Self::info_labels(frontend, old));
             let l = Self::labels(frontend, old);
             self.not_after.remove(&l);
+            self.loaded.remove(&l);
             self.staple_age.remove(&l);
             self.staple_next_update.remove(&l);
         }
@@ -748,6 +771,9 @@ impl CertificateGauges {
                 .set(1);
             let l = Self::labels(frontend, r);
             self.not_after.get_or_create(&l).set(r.not_after);
+            self.loaded
+                .get_or_create(&l)
+                .set(crate::sys::clock::unix_now());
             if let Some((this, next)) = r.staple {
                 self.staple_next_update.get_or_create(&l).set(next);
                 self.staple_age
