@@ -172,10 +172,13 @@ impl RawFrontend {
             _ => url.clone(),
         };
         let scheme = url.split("://").next().unwrap_or("");
-        if !matches!(scheme, "redis" | "rediss" | "unix" | "redis+unix") {
+        if !matches!(
+            scheme,
+            "redis" | "rediss" | "unix" | "redis+unix" | "redis+sentinel" | "rediss+sentinel"
+        ) {
             return Err(key_err(
                 "session_store",
-                format!("{scheme:?}: expected redis://HOST:PORT, rediss://HOST:PORT or unix:/PATH"),
+                format!("{scheme:?}: expected redis://HOST:PORT, rediss://HOST:PORT, unix:/PATH or redis+sentinel://HOST:PORT,HOST:PORT/MASTER"),
             ));
         }
         let timeout = duration_or(

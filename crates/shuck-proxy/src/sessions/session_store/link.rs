@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{ConnectionAddr, ConnectionInfo};
+
+use super::endpoint::{self, Endpoint};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -69,7 +71,7 @@ struct State {
 
 /// One worker's connection to the store.
 pub struct Link {
-    info: ConnectionInfo,
+    endpoint: Endpoint,
     state: Mutex<State>,
     /// Bumped when an attempt ends (a connection, or a failure).
     settled: watch::Sender<u64>,
@@ -85,9 +87,9 @@ pub enum Unavailable {
 }
 
 impl Link {
-    pub fn new(info: ConnectionInfo) -> Arc<Link> {
+    pub fn new(endpoint: Endpoint) -> Arc<Link> {
         Arc::new(Link {
-            info,
+            endpoint,
             state: Mutex::new(State::default()),
             settled: watch::Sender::new(0),
         })
@@ -183,7 +185,7 @@ impl Drop for Unsettled {
 /// One attempt; the link may be gone by the time it ends (a reload replaced the store).
 async fn connect(link: Weak<Link>) {
     let _unsettled = Unsettled(link.clone());
-    let Some(info) = link.upgrade().map(|l| l.info.clone()) else {
+    let Some(endpoint) = link.upgrade().map(|l| l.endpoint.clone()) else {
         return;
     };
     let id = link.upgrade().map_or(0, |l| {
@@ -192,7 +194,7 @@ async fn connect(link: Weak<Link>) {
         s.next_id
     });
     let refused = Arc::new(AtomicBool::new(false));
-    let attempt = tokio::time::timeout(CONNECT_TIMEOUT, open(&info, refused.clone())).await;
+    let attempt = tokio::time::timeout(CONNECT_TIMEOUT, open_at(&endpoint, refused.clone())).await;
     let result = match attempt {
         Ok(Ok((redis, driver))) => Ok(Open {
             conn: Conn { redis, refused, id },
@@ -208,9 +210,32 @@ async fn connect(link: Weak<Link>) {
 
 type Driver = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
+/// Connects to the server `endpoint` names now; with Sentinel, only to a master.
+async fn open_at(
+    endpoint: &Endpoint,
+    refused: Arc<AtomicBool>,
+) -> Result<(MultiplexedConnection, Driver), String> {
+    let info = endpoint.resolve().await?;
+    let (mut conn, mut driver) = open(&info, refused).await?;
+    if endpoint.needs_master_check() {
+        // The driver runs beside the check (a connection's task is spawned only once it is kept).
+        let master = tokio::select! {
+            m = endpoint::is_master(&mut conn) => m?,
+            () = &mut driver => return Err("closed during the ROLE check".into()),
+        };
+        if !master {
+            return Err(format!(
+                "{} is not the master (a failover under way?); asking the sentinels again",
+                info.addr()
+            ));
+        }
+    }
+    Ok((conn, driver))
+}
+
 /// Connects to the store and hands the stream, through the reply bound, to the redis crate
 /// (which sends AUTH and SELECT as the URL asks).
-async fn open(
+pub(super) async fn open(
     info: &ConnectionInfo,
     refused: Arc<AtomicBool>,
 ) -> Result<(MultiplexedConnection, Driver), String> {

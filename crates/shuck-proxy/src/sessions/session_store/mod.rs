@@ -10,6 +10,7 @@
 //! session lifetime.
 
 mod breaker;
+mod endpoint;
 mod link;
 mod replies;
 mod seal;
@@ -17,6 +18,7 @@ mod seal;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use endpoint::Endpoint;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -135,7 +137,7 @@ pub struct SharedStore {
 struct Core {
     frontend: String,
     settings: Target,
-    client: redis::Client,
+    endpoint: Endpoint,
     sealer: Sealer,
     counters: StoreCounters,
 }
@@ -159,10 +161,9 @@ impl SharedStore {
             url: settings.shown.clone(),
             message,
         };
-        let client =
-            redis::Client::open(settings.url.as_str()).map_err(|e| store_err(e.to_string()))?;
+        let endpoint = Endpoint::parse(&settings.url).map_err(store_err)?;
         if matches!(
-            client.get_connection_info().addr(),
+            endpoint.info().addr(),
             redis::ConnectionAddr::TcpTls { insecure: true, .. }
         ) {
             return Err(store_err(
@@ -170,8 +171,7 @@ impl SharedStore {
             ));
         }
         // The reply bound reads RESP2 framing; RESP3 brings maps and pushes shuck never needs.
-        if client.get_connection_info().redis_settings().protocol() != redis::ProtocolVersion::RESP2
-        {
+        if endpoint.info().redis_settings().protocol() != redis::ProtocolVersion::RESP2 {
             return Err(store_err(
                 "protocol=resp3 is not supported: shuck speaks RESP2 to the store".into(),
             ));
@@ -181,7 +181,7 @@ impl SharedStore {
             core: Arc::new(Core {
                 frontend: frontend.to_string(),
                 settings: settings.clone(),
-                client,
+                endpoint,
                 sealer,
                 counters,
             }),
@@ -264,7 +264,7 @@ impl WorkerStore {
             &shared.settings.shown,
             breaker_gauge,
         );
-        let link = Link::new(shared.client.get_connection_info().clone());
+        let link = Link::new(shared.endpoint.clone());
         WorkerStore {
             shared,
             worker,
@@ -369,7 +369,10 @@ impl WorkerStore {
             return;
         }
         c.errors.inc();
-        let broken = e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error();
+        // READONLY: a master demoted by a failover; the next connection asks Sentinel again.
+        let demoted = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+        let broken =
+            e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() || demoted;
         if self.breaker.failed(self.worker, url, &e.to_string()) || broken {
             self.link.close(conn);
         }

@@ -556,3 +556,155 @@ fn a_slow_store_costs_full_handshakes_but_no_reconnections() {
         "{connections} connections for {WORKERS} workers"
     );
 }
+
+/// `redis-cli -p PORT ARGS…`, its output.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = shuck_test_support::process::run_bounded(
+        Command::new(shuck_test_support::peers::require(
+            "redis-cli",
+            "redis-tools",
+        ))
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args),
+        b"",
+        10,
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits (bounded) until `redis-cli -p port args` says `needle`.
+fn wait_cli(port: u16, args: &[&str], needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = redis_cli(port, args);
+        if out.contains(needle) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{args:?} never said {needle:?}: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// Redis Sentinel: a master, a replica, one sentinel (quorum 1) named second in the URL after
+/// one that is down. Two hosts share sessions through the master Sentinel names; the master is
+/// killed while a client loop runs: no handshake fails (the store fails open), Sentinel
+/// promotes the replica, and sessions are shared again through it.
+#[test]
+fn sentinel_failover_fails_no_handshake_and_resumption_comes_back() {
+    let pki = Pki::new();
+    let cert = pki.leaf("s.pem", "s", &["r.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let key = pki.path("store.key");
+    ticket_key(&["--format", "nginx", key.to_str().expect("utf-8")]);
+    let master = Redis::start();
+    let master_port = master.port.expect("tcp");
+    let replica_port = free_port();
+    let ready = || std::net::TcpStream::connect(("127.0.0.1", replica_port)).is_ok();
+    let (mp, rp) = (master_port.to_string(), replica_port.to_string());
+    let _replica = Redis {
+        child: Redis::spawn(
+            &[
+                "--port",
+                &rp,
+                "--bind",
+                "127.0.0.1",
+                "--replicaof",
+                "127.0.0.1",
+                &mp,
+            ],
+            &rp,
+            ready,
+        ),
+        url: String::new(),
+        port: Some(replica_port),
+    };
+    wait_cli(
+        replica_port,
+        &["info", "replication"],
+        "master_link_status:up",
+    );
+    let sentinel_port = free_port();
+    let conf = pki.path("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port {sentinel_port}\nbind 127.0.0.1\nsentinel monitor mymaster 127.0.0.1 {master_port} 1\n\
+             sentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 5000\n"
+        ),
+    )
+    .expect("sentinel.conf");
+    let conf_path = conf.to_str().expect("utf-8").to_string();
+    let sentinel_ready = || std::net::TcpStream::connect(("127.0.0.1", sentinel_port)).is_ok();
+    let _sentinel = Redis {
+        child: Redis::spawn(&[&conf_path, "--sentinel"], "sentinel", sentinel_ready),
+        url: String::new(),
+        port: Some(sentinel_port),
+    };
+    // The sentinel has found the replica: a failover has somewhere to go.
+    wait_cli(sentinel_port, &["sentinel", "replicas", "mymaster"], &rp);
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{},127.0.0.1:{sentinel_port}/mymaster",
+        free_port()
+    );
+    let host_a = Shuck::start(&store_config(backend.addr, &cert, &url, &key, ""));
+    let host_b = Shuck::start(&store_config(backend.addr, &cert, &url, &key, ""));
+    let client = Client {
+        pki: &pki,
+        sni: "r.test",
+    };
+    let sess = pki.path("s.sess");
+    let sess = sess.to_str().expect("utf-8 path");
+    // Shared through the master Sentinel names (the store may take a moment to connect).
+    let shared = |deadline: Instant| loop {
+        client.first(host_a.addr(), "-tls1_2", sess);
+        let (resumed, out) = client.again(host_b.addr(), "-tls1_2", sess, false);
+        if resumed {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not resumed through Sentinel's master: {out}\n{}",
+            host_b.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    shared(Instant::now() + Duration::from_secs(15));
+
+    // The master dies; every handshake meanwhile succeeds (`first` and `again` assert it).
+    drop(master);
+    let t = Instant::now();
+    let mut handshakes = 0;
+    while !redis_cli(
+        sentinel_port,
+        &["sentinel", "get-master-addr-by-name", "mymaster"],
+    )
+    .contains(&rp)
+    {
+        assert!(t.elapsed() < Duration::from_secs(30), "no failover");
+        client.first(host_a.addr(), "-tls1_2", sess);
+        let _ = client.again(host_b.addr(), "-tls1_2", sess, false);
+        handshakes += 2;
+    }
+    eprintln!(
+        "failover after {:?}, {handshakes} handshakes meanwhile, none failed",
+        t.elapsed()
+    );
+    // Resumption comes back through the promoted replica.
+    shared(Instant::now() + Duration::from_secs(30));
+    eprintln!(
+        "sessions shared again {:?} after the master died",
+        t.elapsed()
+    );
+    assert!(handshakes > 0);
+}

@@ -1,0 +1,191 @@
+//! Where the store's connections go: one server (`redis://`, `rediss://`, a Unix socket), or the
+//! master that Redis Sentinel names (`redis+sentinel://HOST:PORT,HOST:PORT/MASTER[/DB]`, or
+//! `rediss+sentinel://` for TLS to the master). With Sentinel each connection asks the
+//! sentinels in turn which server is the master, connects there, and checks with `ROLE` that
+//! it is one; a failover ends the connection (its errors, or `READONLY` from a demoted master)
+//! and the next asks again.
+
+use std::time::Duration;
+
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+
+/// How long one sentinel may take to name the master.
+const SENTINEL_TIMEOUT: Duration = Duration::from_millis(300);
+
+#[derive(Clone, Debug)]
+pub enum Endpoint {
+    Direct(ConnectionInfo),
+    Sentinel {
+        sentinels: Vec<(String, u16)>,
+        master: String,
+        /// The master's settings (credentials, database, TLS), its address filled in when known.
+        template: ConnectionInfo,
+    },
+}
+
+impl Endpoint {
+    /// Reads `url`: a redis crate URL, or a Sentinel one (see the module's description).
+    pub fn parse(url: &str) -> Result<Endpoint, String> {
+        let Some((scheme, rest)) = url.split_once("+sentinel://") else {
+            return url
+                .into_connection_info()
+                .map(Endpoint::Direct)
+                .map_err(|e| e.to_string());
+        };
+        let (auth, rest) = match rest.rsplit_once('@') {
+            Some((auth, rest)) => (format!("{auth}@"), rest),
+            None => (String::new(), rest),
+        };
+        let (hosts, path) = rest
+            .split_once('/')
+            .ok_or("a Sentinel URL ends with /MASTER_NAME")?;
+        let (master, db) = match path.split_once('/') {
+            Some((m, db)) => (m, format!("/{db}")),
+            None => (path, String::new()),
+        };
+        if master.is_empty() {
+            return Err("a Sentinel URL ends with /MASTER_NAME".into());
+        }
+        let sentinels = hosts
+            .split(',')
+            .map(|h| {
+                let (host, port) = h
+                    .rsplit_once(':')
+                    .ok_or_else(|| format!("{h:?}: a sentinel is HOST:PORT"))?;
+                let port = port
+                    .parse::<u16>()
+                    .map_err(|_| format!("{h:?}: a sentinel is HOST:PORT"))?;
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                Ok((host.to_string(), port))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let template = format!("{scheme}://{auth}sentinel-master{db}")
+            .into_connection_info()
+            .map_err(|e| e.to_string())?;
+        Ok(Endpoint::Sentinel {
+            sentinels,
+            master: master.to_string(),
+            template,
+        })
+    }
+
+    /// The settings every connection uses (credentials, database, protocol).
+    pub fn info(&self) -> &ConnectionInfo {
+        match self {
+            Endpoint::Direct(info) => info,
+            Endpoint::Sentinel { template, .. } => template,
+        }
+    }
+
+    /// The server to connect to now: the one server, or the master a sentinel names (the first
+    /// that answers, in the URL's order).
+    pub async fn resolve(&self) -> Result<ConnectionInfo, String> {
+        let Endpoint::Sentinel {
+            sentinels,
+            master,
+            template,
+        } = self
+        else {
+            return Ok(self.info().clone());
+        };
+        let mut errors = Vec::new();
+        for (host, port) in sentinels {
+            match tokio::time::timeout(SENTINEL_TIMEOUT, ask(host, *port, master)).await {
+                Ok(Ok((ip, port))) => {
+                    let addr = match template.addr() {
+                        ConnectionAddr::TcpTls {
+                            insecure,
+                            tls_params,
+                            ..
+                        } => ConnectionAddr::TcpTls {
+                            host: ip,
+                            port,
+                            insecure: *insecure,
+                            tls_params: tls_params.clone(),
+                        },
+                        _ => ConnectionAddr::Tcp(ip, port),
+                    };
+                    return Ok(template.clone().set_addr(addr));
+                }
+                Ok(Err(e)) => errors.push(format!("sentinel {host}:{port}: {e}")),
+                Err(_) => errors.push(format!(
+                    "sentinel {host}:{port}: no answer within {SENTINEL_TIMEOUT:?}"
+                )),
+            }
+        }
+        Err(errors.join("; "))
+    }
+
+    /// Whether connections must check they reached a master (`ROLE`).
+    pub fn needs_master_check(&self) -> bool {
+        matches!(self, Endpoint::Sentinel { .. })
+    }
+}
+
+/// `SENTINEL get-master-addr-by-name`, on a connection of its own (bounded as every other).
+async fn ask(host: &str, port: u16, master: &str) -> Result<(String, u16), String> {
+    let info = ConnectionAddr::Tcp(host.to_string(), port)
+        .into_connection_info()
+        .map_err(|e| e.to_string())?;
+    let (mut conn, driver) = super::link::open(&info, std::sync::Arc::default()).await?;
+    let task = tokio::spawn(driver);
+    let answer: Result<Option<(String, String)>, String> = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg(master)
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| e.to_string());
+    task.abort();
+    let (ip, port) = answer?.ok_or_else(|| format!("knows no master named {master:?}"))?;
+    let port = port
+        .parse::<u16>()
+        .map_err(|_| format!("named port {port:?}"))?;
+    Ok((ip, port))
+}
+
+/// Whether the server behind `conn` is a master (`ROLE`'s first element).
+pub async fn is_master(conn: &mut redis::aio::MultiplexedConnection) -> Result<bool, String> {
+    let role: redis::Value = redis::cmd("ROLE")
+        .query_async(conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(match role {
+        redis::Value::Array(items) => matches!(
+            items.first(),
+            Some(redis::Value::BulkString(b)) if b == b"master"
+        ),
+        _ => false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentinel_urls_name_the_sentinels_the_master_and_its_settings() {
+        let e = Endpoint::parse("redis+sentinel://:pw@10.0.0.1:26379,[::1]:26380/mymaster/2")
+            .expect("parses");
+        let Endpoint::Sentinel {
+            sentinels,
+            master,
+            template,
+        } = &e
+        else {
+            panic!("{e:?}");
+        };
+        assert_eq!(
+            sentinels,
+            &[("10.0.0.1".to_string(), 26379), ("::1".to_string(), 26380)]
+        );
+        assert_eq!(master, "mymaster");
+        assert_eq!(template.redis_settings().db(), 2);
+        assert_eq!(template.redis_settings().password(), Some("pw"));
+        assert!(Endpoint::parse("redis+sentinel://10.0.0.1:26379/").is_err());
+        assert!(Endpoint::parse("redis+sentinel://10.0.0.1/m").is_err());
+        assert!(matches!(
+            Endpoint::parse("redis://127.0.0.1:6379"),
+            Ok(Endpoint::Direct(_))
+        ));
+    }
+}
