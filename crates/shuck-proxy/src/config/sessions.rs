@@ -174,11 +174,18 @@ impl RawFrontend {
         let scheme = url.split("://").next().unwrap_or("");
         if !matches!(
             scheme,
-            "redis" | "rediss" | "unix" | "redis+unix" | "redis+sentinel" | "rediss+sentinel"
+            "redis"
+                | "rediss"
+                | "unix"
+                | "redis+unix"
+                | "redis+sentinel"
+                | "rediss+sentinel"
+                | "redis+cluster"
+                | "rediss+cluster"
         ) {
             return Err(key_err(
                 "session_store",
-                format!("{scheme:?}: expected redis://HOST:PORT, rediss://HOST:PORT, unix:/PATH or redis+sentinel://HOST:PORT,HOST:PORT/MASTER"),
+                format!("{scheme:?}: expected redis://HOST:PORT, rediss://HOST:PORT, unix:/PATH, redis+sentinel://HOST:PORT,HOST:PORT/MASTER or redis+cluster://HOST:PORT,HOST:PORT"),
             ));
         }
         let timeout = duration_or(

@@ -15,6 +15,11 @@ const SENTINEL_TIMEOUT: Duration = Duration::from_millis(300);
 #[derive(Clone, Debug)]
 pub enum Endpoint {
     Direct(ConnectionInfo),
+    /// Redis Cluster: the seed nodes, and the settings of every node's connections.
+    Cluster {
+        seeds: Vec<(String, u16)>,
+        template: ConnectionInfo,
+    },
     Sentinel {
         sentinels: Vec<(String, u16)>,
         master: String,
@@ -26,6 +31,9 @@ pub enum Endpoint {
 impl Endpoint {
     /// Reads `url`: a redis crate URL, or a Sentinel one (see the module's description).
     pub fn parse(url: &str) -> Result<Endpoint, String> {
+        if let Some((scheme, rest)) = url.split_once("+cluster://") {
+            return Self::parse_cluster(scheme, rest);
+        }
         let Some((scheme, rest)) = url.split_once("+sentinel://") else {
             return url
                 .into_connection_info()
@@ -46,19 +54,7 @@ impl Endpoint {
         if master.is_empty() {
             return Err("a Sentinel URL ends with /MASTER_NAME".into());
         }
-        let sentinels = hosts
-            .split(',')
-            .map(|h| {
-                let (host, port) = h
-                    .rsplit_once(':')
-                    .ok_or_else(|| format!("{h:?}: a sentinel is HOST:PORT"))?;
-                let port = port
-                    .parse::<u16>()
-                    .map_err(|_| format!("{h:?}: a sentinel is HOST:PORT"))?;
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                Ok((host.to_string(), port))
-            })
-            .collect::<Result<Vec<_>, String>>()?;
+        let sentinels = host_list(hosts, "a sentinel")?;
         let template = format!("{scheme}://{auth}sentinel-master{db}")
             .into_connection_info()
             .map_err(|e| e.to_string())?;
@@ -69,11 +65,29 @@ impl Endpoint {
         })
     }
 
+    /// `redis+cluster://[AUTH@]HOST:PORT,HOST:PORT[/]`: the seeds (Redis Cluster has one
+    /// database).
+    fn parse_cluster(scheme: &str, rest: &str) -> Result<Endpoint, String> {
+        let (auth, hosts) = match rest.rsplit_once('@') {
+            Some((auth, hosts)) => (format!("{auth}@"), hosts),
+            None => (String::new(), rest),
+        };
+        let hosts = hosts.trim_end_matches('/');
+        if hosts.contains('/') {
+            return Err("a cluster URL names nodes only: Redis Cluster has no databases".into());
+        }
+        let seeds = host_list(hosts, "a cluster node")?;
+        let template = format!("{scheme}://{auth}cluster-node")
+            .into_connection_info()
+            .map_err(|e| e.to_string())?;
+        Ok(Endpoint::Cluster { seeds, template })
+    }
+
     /// The settings every connection uses (credentials, database, protocol).
     pub fn info(&self) -> &ConnectionInfo {
         match self {
             Endpoint::Direct(info) => info,
-            Endpoint::Sentinel { template, .. } => template,
+            Endpoint::Sentinel { template, .. } | Endpoint::Cluster { template, .. } => template,
         }
     }
 
@@ -120,6 +134,20 @@ impl Endpoint {
     pub fn needs_master_check(&self) -> bool {
         matches!(self, Endpoint::Sentinel { .. })
     }
+}
+
+/// `HOST:PORT,HOST:PORT` (IPv6 in brackets), each `what`.
+fn host_list(hosts: &str, what: &str) -> Result<Vec<(String, u16)>, String> {
+    hosts
+        .split(',')
+        .map(|h| {
+            let bad = || format!("{h:?}: {what} is HOST:PORT");
+            let (host, port) = h.rsplit_once(':').ok_or_else(bad)?;
+            let port = port.parse::<u16>().map_err(|_| bad())?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            Ok((host.to_string(), port))
+        })
+        .collect()
 }
 
 /// `SENTINEL get-master-addr-by-name`, on a connection of its own (bounded as every other).
@@ -187,5 +215,12 @@ mod tests {
             Endpoint::parse("redis://127.0.0.1:6379"),
             Ok(Endpoint::Direct(_))
         ));
+        let Ok(Endpoint::Cluster { seeds, .. }) =
+            Endpoint::parse("redis+cluster://127.0.0.1:7000,127.0.0.1:7001")
+        else {
+            panic!("a cluster URL");
+        };
+        assert_eq!(seeds.len(), 2);
+        assert!(Endpoint::parse("redis+cluster://127.0.0.1:7000/2").is_err());
     }
 }

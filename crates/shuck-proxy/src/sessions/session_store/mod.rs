@@ -10,6 +10,7 @@
 //! session lifetime.
 
 mod breaker;
+mod cluster;
 mod endpoint;
 mod link;
 mod replies;
@@ -217,6 +218,56 @@ impl SharedStore {
     }
 }
 
+/// Where a key's commands go: the one link, or the cluster node that owns its slot.
+#[derive(Clone)]
+enum Router {
+    One(Arc<Link>),
+    Cluster(Arc<cluster::Cluster>),
+}
+
+impl Router {
+    fn new(endpoint: &Endpoint) -> Router {
+        match endpoint {
+            Endpoint::Cluster { seeds, template } => {
+                Router::Cluster(cluster::Cluster::new(seeds.clone(), template.clone()))
+            }
+            other => Router::One(Link::new(other.clone())),
+        }
+    }
+
+    /// The link for `key`; `None` while a cluster's slot map is not known.
+    fn link_for(&self, key: &[u8]) -> Option<Arc<Link>> {
+        match self {
+            Router::One(link) => Some(link.clone()),
+            Router::Cluster(c) => c.link_for(key),
+        }
+    }
+
+    fn warm_up(&self) {
+        match self {
+            Router::One(link) => link.warm_up(),
+            // The first key's lookup asks for the slot map.
+            Router::Cluster(_) => {}
+        }
+    }
+
+    /// A reply said the key's slot is elsewhere (`MOVED`, `ASK`): the map is asked again.
+    fn moved(&self) {
+        if let Router::Cluster(c) = self {
+            c.refresh();
+        }
+    }
+}
+
+/// Whether `e` says the slot is served elsewhere.
+fn is_moved(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    matches!(
+        e.kind(),
+        ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
+    )
+}
+
 enum Write {
     Set {
         key: Vec<u8>,
@@ -233,7 +284,7 @@ enum Write {
 pub struct WorkerStore {
     shared: Arc<Core>,
     worker: usize,
-    link: Arc<Link>,
+    router: Router,
     queue: mpsc::Sender<Write>,
     /// Taken by the writer task when it starts.
     pending: Mutex<Option<mpsc::Receiver<Write>>>,
@@ -264,11 +315,11 @@ impl WorkerStore {
             &shared.settings.shown,
             breaker_gauge,
         );
-        let link = Link::new(shared.endpoint.clone());
+        let router = Router::new(&shared.endpoint);
         WorkerStore {
             shared,
             worker,
-            link,
+            router,
             queue: tx,
             pending: Mutex::new(Some(rx)),
             breaker,
@@ -280,14 +331,14 @@ impl WorkerStore {
     /// ClientHello stage calls it for every connection, so the first session of a worker finds
     /// it open). Needs the worker's runtime.
     pub fn warm_up(&self) {
-        self.link.warm_up();
+        self.router.warm_up();
         let rx = self
             .pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         if let Some(rx) = rx {
-            tokio::spawn(write_loop(rx, self.link.clone(), self.shared.clone()));
+            tokio::spawn(write_loop(rx, self.router.clone(), self.shared.clone()));
         }
     }
 
@@ -303,7 +354,13 @@ impl WorkerStore {
         let started = tokio::time::Instant::now();
         let deadline = started + self.shared.settings.timeout;
         let url = self.shared.settings.shown.clone();
-        let conn = match self.link.connected_by(deadline).await {
+        let Some(link) = self.router.link_for(key) else {
+            c.errors.inc();
+            self.breaker
+                .failed(self.worker, &url, "no cluster slot map yet");
+            return Fetched::Unavailable;
+        };
+        let conn = match link.connected_by(deadline).await {
             Ok(conn) => conn,
             Err(Unavailable::Connecting) => {
                 c.timeouts.inc();
@@ -330,12 +387,12 @@ impl WorkerStore {
                 // failures enough to open the breaker make the connection suspect: a reply may
                 // be stuck half-sent in front of the next ones.
                 if self.breaker.failed(self.worker, &url, "timed out") {
-                    self.link.close(&conn);
+                    link.close(&conn);
                 }
                 Fetched::Unavailable
             }
             Ok(Err(e)) => {
-                self.failed_on(&conn, &e);
+                self.failed_on(&link, &conn, &e);
                 Fetched::Unavailable
             }
             Ok(Ok(None)) => {
@@ -358,23 +415,26 @@ impl WorkerStore {
 
     /// A lookup failed on `conn`: counted by cause; a reply over the bound or a broken
     /// connection ends it.
-    fn failed_on(&self, conn: &Conn, e: &redis::RedisError) {
+    fn failed_on(&self, link: &Link, conn: &Conn, e: &redis::RedisError) {
         let c = &self.shared.counters;
         let url = &self.shared.settings.shown;
         if conn.refused() {
             c.oversized.inc();
-            self.link.close(conn);
+            link.close(conn);
             let why = format!("a reply over the {} KiB bound", replies::MAX_REPLY / 1024);
             self.breaker.failed(self.worker, url, &why);
             return;
         }
         c.errors.inc();
+        if is_moved(e) {
+            self.router.moved();
+        }
         // READONLY: a master demoted by a failover; the next connection asks Sentinel again.
         let demoted = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
         let broken =
             e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() || demoted;
         if self.breaker.failed(self.worker, url, &e.to_string()) || broken {
-            self.link.close(conn);
+            link.close(conn);
         }
     }
 
@@ -404,51 +464,86 @@ impl WorkerStore {
 /// Writes sent in one pipeline at most.
 const BATCH: usize = 64;
 
-/// Sends queued writes on the worker's connection: whatever is waiting, up to `BATCH`, in one
-/// pipeline (one round trip), bounded by a timeout far longer than a lookup's (a write delays
-/// no handshake). A busy host's writes reach the store sooner, and the queue seldom fills.
-/// Ends when its worker's store is dropped (a reload replaced it).
-async fn write_loop(mut rx: mpsc::Receiver<Write>, link: Arc<Link>, shared: Arc<Core>) {
+/// Sends queued writes on the worker's connection (with a cluster, on each node's): whatever is
+/// waiting, up to `BATCH`, in one pipeline per connection (one round trip), bounded by a timeout
+/// far longer than a lookup's (a write delays no handshake). A busy host's writes reach the
+/// store sooner, and the queue seldom fills. Ends when its worker's store is dropped (a reload
+/// replaced it).
+async fn write_loop(mut rx: mpsc::Receiver<Write>, router: Router, shared: Arc<Core>) {
     let bound = shared.settings.timeout.max(Duration::from_millis(500));
     let mut batch = Vec::with_capacity(BATCH);
     while rx.recv_many(&mut batch, BATCH).await > 0 {
-        let mut pipe = redis::pipe();
+        let mut groups: Vec<(Arc<Link>, redis::Pipeline)> = Vec::new();
         for w in batch.drain(..) {
-            match w {
-                Write::Set { key, value, ttl } => {
-                    let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-                    pipe.cmd("SET")
-                        .arg(key)
-                        .arg(value)
-                        .arg("PX")
-                        .arg(ms)
-                        .ignore();
-                }
-                Write::Delete { key } => {
-                    pipe.cmd("DEL").arg(key).ignore();
-                }
+            let key = match &w {
+                Write::Set { key, .. } | Write::Delete { key } => key,
+            };
+            let Some(link) = router.link_for(key) else {
+                shared.counters.write_errors.inc();
+                continue;
+            };
+            let at = if let Some(at) = groups.iter().position(|(l, _)| Arc::ptr_eq(l, &link)) {
+                at
+            } else {
+                groups.push((link, redis::pipe()));
+                groups.len() - 1
+            };
+            add(&mut groups[at].1, w);
+        }
+        let deadline = tokio::time::Instant::now() + bound;
+        for (link, pipe) in groups {
+            send(&link, &pipe, deadline, &router, &shared).await;
+        }
+    }
+}
+
+/// One write as a command of `pipe`.
+fn add(pipe: &mut redis::Pipeline, w: Write) {
+    match w {
+        Write::Set { key, value, ttl } => {
+            let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+            pipe.cmd("SET")
+                .arg(key)
+                .arg(value)
+                .arg("PX")
+                .arg(ms)
+                .ignore();
+        }
+        Write::Delete { key } => {
+            pipe.cmd("DEL").arg(key).ignore();
+        }
+    }
+}
+
+/// Sends one pipeline on `link`, counting its writes.
+async fn send(
+    link: &Arc<Link>,
+    pipe: &redis::Pipeline,
+    deadline: tokio::time::Instant,
+    router: &Router,
+    shared: &Core,
+) {
+    let n = pipe.len() as u64;
+    let Ok(conn) = link.connected_by(deadline).await else {
+        shared.counters.write_errors.inc_by(n);
+        return;
+    };
+    let mut redis = conn.redis.clone();
+    match tokio::time::timeout_at(deadline, pipe.query_async::<()>(&mut redis)).await {
+        Ok(Ok(())) => {
+            shared.counters.writes.inc_by(n);
+        }
+        Ok(Err(e)) => {
+            shared.counters.write_errors.inc_by(n);
+            if is_moved(&e) {
+                router.moved();
+            }
+            if conn.refused() || e.is_io_error() || e.is_connection_dropped() {
+                link.close(&conn);
             }
         }
-        let n = pipe.len() as u64;
-        let deadline = tokio::time::Instant::now() + bound;
-        let Ok(conn) = link.connected_by(deadline).await else {
+        Err(_) => {
             shared.counters.write_errors.inc_by(n);
-            continue;
-        };
-        let mut redis = conn.redis.clone();
-        match tokio::time::timeout_at(deadline, pipe.query_async::<()>(&mut redis)).await {
-            Ok(Ok(())) => {
-                shared.counters.writes.inc_by(n);
-            }
-            Ok(Err(e)) => {
-                shared.counters.write_errors.inc_by(n);
-                if conn.refused() || e.is_io_error() || e.is_connection_dropped() {
-                    link.close(&conn);
-                }
-            }
-            Err(_) => {
-                shared.counters.write_errors.inc_by(n);
-            }
         }
     }
 }

@@ -708,3 +708,89 @@ fn sentinel_failover_fails_no_handshake_and_resumption_comes_back() {
     );
     assert!(handshakes > 0);
 }
+
+/// Redis Cluster: three masters made by `redis-cli --cluster create`. Two hosts share sessions
+/// through it: each session's key goes to the master that owns its slot, so the keys of many
+/// sessions land on every master, and every session made on one host resumes on the other.
+#[test]
+fn cluster_of_three_masters_shares_sessions_by_slot() {
+    let pki = Pki::new();
+    let cert = pki.leaf("c.pem", "c", &["r.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let key = pki.path("store.key");
+    ticket_key(&["--format", "nginx", key.to_str().expect("utf-8")]);
+    let dir = pki.path("cluster");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let dir_s = dir.to_str().expect("utf-8").to_string();
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let _nodes: Vec<Redis> = ports
+        .iter()
+        .map(|&port| {
+            let p = port.to_string();
+            let conf = format!("nodes-{port}.conf");
+            let ready = || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+            let args = [
+                "--port",
+                &p,
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &conf,
+                "--dir",
+                &dir_s,
+            ];
+            Redis {
+                child: Redis::spawn(&args, &p, ready),
+                url: String::new(),
+                port: Some(port),
+            }
+        })
+        .collect();
+    let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let mut create = vec!["--cluster", "create"];
+    create.extend(nodes.iter().map(String::as_str));
+    create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+    let made = redis_cli(ports[0], &create);
+    assert!(made.contains("[OK]"), "{made}");
+    for &port in &ports {
+        wait_cli(port, &["cluster", "info"], "cluster_state:ok");
+    }
+    // Two seeds of three: the third is learnt from the slot map.
+    let url = format!("redis+cluster://{},{}", nodes[0], nodes[1]);
+    let host_a = Shuck::start(&store_config(backend.addr, &cert, &url, &key, ""));
+    let host_b = Shuck::start(&store_config(backend.addr, &cert, &url, &key, ""));
+    let client = Client {
+        pki: &pki,
+        sni: "r.test",
+    };
+    // The first lookups of each worker fetch the slot map (they fail open meanwhile).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut resumed = 0;
+    let mut tries = 0;
+    while resumed < 24 {
+        assert!(
+            Instant::now() < deadline,
+            "{resumed} of {tries} resumed:\n{}",
+            host_b.log_text()
+        );
+        let sess = pki.path(&format!("c{tries}.sess"));
+        let sess = sess.to_str().expect("utf-8 path");
+        client.first(host_a.addr(), "-tls1_2", sess);
+        // A miss (the write still queued, a worker without its slot map yet) is a full
+        // handshake, never a failure (`again` asserts it), and only delays the count.
+        let (ok, _) = client.again(host_b.addr(), "-tls1_2", sess, false);
+        resumed += usize::from(ok);
+        tries += 1;
+    }
+    let keys: Vec<i64> = ports
+        .iter()
+        .map(|&p| redis_cli(p, &["dbsize"]).trim().parse().unwrap_or(0))
+        .collect();
+    assert!(
+        keys.iter().all(|&k| k > 0),
+        "sessions on every master: {keys:?}"
+    );
+    eprintln!("{resumed} of {tries} resumed through the cluster; keys per master {keys:?}");
+}
