@@ -259,6 +259,30 @@ backend target
     spawn("haproxy", ip, &|addr, dir| haproxy(addr, dir, &body))
 }
 
+/// HAProxy as the fleet's balancer: `mode tcp`, round-robin over `targets`, no health checks
+/// (a target not listening yet costs a client one failed connect, as a bare L4 balancer).
+pub fn haproxy_balancer(ip: IpAddr, targets: &[SocketAddr]) -> Peer {
+    let mut servers = String::new();
+    for (i, t) in targets.iter().enumerate() {
+        let _ = writeln!(servers, "    server s{i} {t}");
+    }
+    let body = format!(
+        "{HAPROXY_GLOBAL}\
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 20s
+    timeout server 20s
+frontend front
+    bind @ADDR@
+    default_backend fleet
+backend fleet
+    balance roundrobin
+{servers}"
+    );
+    spawn("haproxy", ip, &|addr, dir| haproxy(addr, dir, &body))
+}
+
 /// nginx as a backend: `listen ... proxy_protocol`, answering with the PROXY header's addresses.
 /// Single process in the foreground, with every path it writes inside the temporary directory.
 pub fn nginx_echo(ip: IpAddr) -> Peer {

@@ -155,13 +155,14 @@ async fn handshake_stage(
     fe: &WorkerFrontend,
     read: HelloRead,
 ) -> Result<Option<Negotiated>, ConnError> {
+    let tls = fe.tls.load_full();
     if let Some(challenge) = &fe.acme_challenge {
         if acme::challenge::wants_challenge(read.hello.accepted.client_hello().alpn()) {
+            fetch_fleet_challenge(fe, &tls, &read).await;
             handshake::answer_acme(read.hello, challenge.clone(), read.deadline).await?;
             return Ok(None);
         }
     }
-    let tls = fe.tls.load_full();
     let prefetched = match &tls.remote {
         Some(remote) => remote.prefetch(&read.hello.received).await,
         None => None,
@@ -176,6 +177,30 @@ async fn handshake_stage(
     .await?;
     count_handshake(&fe.metrics, &hs);
     Ok(Some(hs))
+}
+
+/// A validator asking for a name this process has no order for: another host of the fleet
+/// may have, and published its challenge to the store (fetched within the store's timeout).
+async fn fetch_fleet_challenge(fe: &WorkerFrontend, tls: &crate::tls::WorkerTls, read: &HelloRead) {
+    let Some(remote) = &tls.remote else {
+        return;
+    };
+    let Some(name) = read
+        .hello
+        .accepted
+        .client_hello()
+        .server_name()
+        .map(str::to_string)
+    else {
+        return;
+    };
+    if acme::challenge::is_pending(&name) {
+        return;
+    }
+    let key = acme::fleet::challenge_key(&name);
+    let material = remote.fetch_shared(key.as_bytes()).await;
+    let provider = crate::tls::provider_for(&fe.cfg);
+    acme::challenge::adopt(&name, material.as_deref(), &provider);
 }
 
 /// Whether anything will show the client's server name: the demo page, a connection log line,

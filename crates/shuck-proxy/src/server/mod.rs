@@ -345,6 +345,7 @@ impl Server {
                 let job = acme::renewal::Job {
                     frontend: fe.name.clone(),
                     acme: acme.clone(),
+                    fleet: fleet_of(fe),
                 };
                 rt.spawn(acme::renewal::run(job, self.renewed.announce.clone()));
             }
@@ -391,6 +392,18 @@ impl Server {
 
 /// Warns, twice a day, about certificates shuck does not renew that expire soon: a process that
 /// runs for months sees no reload to warn at.
+/// The fleet a frontend with ACME shares its certificate with: its session store's.
+fn fleet_of(fe: &Frontend) -> Option<acme::fleet::Fleet> {
+    let settings = fe.session_store.as_ref()?;
+    match crate::sessions::session_store::fleet::FleetStore::open(settings) {
+        Ok(store) => Some(acme::fleet::Fleet::new(store)),
+        Err(e) => {
+            tracing::error!(frontend = %fe.name, error = %e, "cannot use the session store for the fleet's ACME certificates; ordering alone");
+            None
+        }
+    }
+}
+
 async fn watch_expiry(metrics: Arc<Metrics>, shared: Arc<worker::Shared>) {
     const EVERY: Duration = Duration::from_secs(12 * 3600);
     loop {

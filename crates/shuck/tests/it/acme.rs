@@ -2,6 +2,7 @@
 //! TLS-ALPN-01 on shuck's listener; names resolve to 127.0.0.1 through pebble-challtestsrv's DNS.
 //! `cargo test --workspace acme` runs these.
 
+use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -298,4 +299,219 @@ fn acme_unreachable_ca_keeps_the_temporary_certificate_and_logs_the_failure() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A redis-server on a free port, killed on drop; its port.
+fn redis_server() -> (Killed, u16) {
+    let port = free_tcp_port();
+    let child = Command::new(require("redis-server", "redis-server"))
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (Killed(child), port)
+}
+
+/// The store key of the fleet's lease on an order for NAME from `directory` (as shuck names it:
+/// the first 16 bytes of SHA-256 over the directory and the names, NUL-separated, in hex).
+fn lease_key(directory: &str) -> String {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(format!("{directory}\u{0}{NAME}").as_bytes());
+    let hex = d[..16].iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    });
+    format!("shuck:acme:lease:{hex}")
+}
+
+/// The fleet's key (what seals its store's values), made by `shuck ticket-key`.
+fn fleet_key(pki: &Pki) -> PathBuf {
+    let key = pki.path("fleet.key");
+    let made = Command::new(&*shuck_test_support::process::SHUCK)
+        .args(["ticket-key", "--format", "nginx"])
+        .arg(&key)
+        .output()
+        .expect("shuck ticket-key");
+    assert!(made.status.success(), "{made:?}");
+    key
+}
+
+/// Plays a host that died holding the fleet's lease: the lease taken under another holder, for
+/// 15 s (shuck's lease time).
+fn hold_dead_lease(redis: u16, directory: &str) {
+    let out = run_bounded(
+        Command::new(require("redis-cli", "redis-tools")).args([
+            "-p",
+            &redis.to_string(),
+            "SET",
+            &lease_key(directory),
+            "dead-host",
+            "NX",
+            "PX",
+            "15000",
+        ]),
+        b"",
+        10,
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("OK"),
+        "{out:?}"
+    );
+}
+
+/// Every host's log, one after the other.
+fn logs_of(hosts: &[Shuck]) -> String {
+    let mut out = String::new();
+    for (i, h) in hosts.iter().enumerate() {
+        let _ = write!(out, "--- host {i}:\n{}", h.log_text());
+    }
+    out
+}
+
+/// One host of the fleet: the frontend on `port` with its own state, the fleet's store and key.
+fn fleet_config(
+    port: u16,
+    pebble: &Pebble,
+    pki: &Pki,
+    state: &Path,
+    redis: u16,
+    key: &Path,
+) -> String {
+    format!(
+        "{}session_store = \"redis://127.0.0.1:{redis}\"\nsession_store_key = {}\n",
+        acme_config(port, &pebble.directory, &pki.ca_path(), state),
+        toml_path(key)
+    )
+}
+
+/// Three hosts behind HAProxy (round-robin, `mode tcp`), one redis-server, pebble validating
+/// TLS-ALPN-01 on the balancer's port (its DNS points the name at it), so a validation reaches
+/// any host. A host that died holding the fleet's lease is played by the test (the lease taken
+/// in Redis under another holder): nobody orders until it lapses; then exactly one host orders
+/// (pebble validates once), every host serves the same certificate, a host that joins later
+/// loads it and orders nothing, and the renewal at two thirds of the 60-second lifetime happens
+/// once for the fleet while a client loop through the balancer sees no failure.
+#[test]
+fn fleet_acme_three_hosts_behind_a_balancer_share_one_certificate() {
+    let pki = Pki::new();
+    let ports: Vec<u16> = (0..4).map(|_| free_tcp_port()).collect();
+    let targets: Vec<SocketAddr> = ports[..3]
+        .iter()
+        .map(|&p| SocketAddr::from(([127, 0, 0, 1], p)))
+        .collect();
+    let balancer = shuck_test_support::peers::haproxy_balancer([127, 0, 0, 1].into(), &targets);
+    let pebble = Pebble::start(&pki, balancer.addr.port(), 60);
+    let (_redis, redis) = redis_server();
+    let key = fleet_key(&pki);
+    hold_dead_lease(redis, &pebble.directory);
+    let held = Instant::now();
+    let hosts: Vec<Shuck> = (0..3)
+        .map(|i| {
+            let state = pki.dir.path().join(format!("state{i}"));
+            Shuck::start(&fleet_config(ports[i], &pebble, &pki, &state, redis, &key))
+        })
+        .collect();
+    let logs = || logs_of(&hosts);
+    for h in &hosts {
+        h.wait_log("loaded a renewed certificate or OCSP staple");
+    }
+    let count = |needle: &str| {
+        hosts
+            .iter()
+            .map(|h| h.log_text().matches(needle).count())
+            .sum::<usize>()
+    };
+    assert_eq!(count("took the fleet's ACME lease"), 1, "{}", logs());
+    assert_eq!(count("issued and stored for the fleet"), 1, "{}", logs());
+    assert_eq!(
+        count("loaded the fleet's ACME certificate"),
+        2,
+        "{}",
+        logs()
+    );
+    assert!(
+        held.elapsed() >= Duration::from_secs(13),
+        "ordered before the dead host's lease lapsed"
+    );
+    // The CA's side: one account, one order, validated from several perspectives, each
+    // connection to whichever host the balancer picked.
+    let ca = pebble.log_text();
+    assert_eq!(ca.matches("Added order").count(), 1, "{ca}");
+    assert_eq!(ca.matches("There are now 1 accounts").count(), 1, "{ca}");
+    assert!(!ca.contains("There are now 2 accounts"), "{ca}");
+    eprintln!(
+        "first order {:?} after the dead host's lease was taken",
+        held.elapsed()
+    );
+    let first: Vec<String> = hosts.iter().map(|h| served_leaf(h.addr())).collect();
+    assert!(
+        first.iter().all(|l| *l == first[0]),
+        "one certificate for the fleet"
+    );
+    let (ok, err) = curl_trusting(&pebble.root, balancer.addr);
+    assert!(ok, "{err}");
+
+    // A host that joins later loads the stored certificate and orders nothing.
+    let late_state = pki.dir.path().join("state3");
+    let late = Shuck::start(&fleet_config(
+        ports[3],
+        &pebble,
+        &pki,
+        &late_state,
+        redis,
+        &key,
+    ));
+    late.wait_log("loaded a renewed certificate or OCSP staple");
+    assert_eq!(served_leaf(late.addr()), first[0]);
+    assert!(
+        !late.log_text().contains("took the fleet's ACME lease"),
+        "{}",
+        late.log_text()
+    );
+    drop(late);
+
+    // The renewal, once for the fleet, while clients keep connecting through the balancer.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut served = 0;
+    while !hosts.iter().all(|h| {
+        h.log_text()
+            .matches("loaded a renewed certificate or OCSP staple")
+            .count()
+            >= 2
+    }) {
+        assert!(Instant::now() < deadline, "no renewal:\n{}", logs());
+        let (ok, err) = curl_trusting(&pebble.root, balancer.addr);
+        assert!(ok, "a client failed during the renewal: {err}");
+        served += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(served > 10, "{served} requests during the renewal");
+    assert_eq!(count("took the fleet's ACME lease"), 2, "{}", logs());
+    let second: Vec<String> = hosts.iter().map(|h| served_leaf(h.addr())).collect();
+    assert!(
+        second.iter().all(|l| *l == second[0]) && second[0] != first[0],
+        "{}",
+        logs()
+    );
+    let ca = pebble.log_text();
+    assert_eq!(
+        ca.matches("Added order").count(),
+        2,
+        "one renewal order: {ca}"
+    );
+    assert!(!ca.contains("There are now 2 accounts"), "{ca}");
 }

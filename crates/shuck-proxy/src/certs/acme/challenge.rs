@@ -29,20 +29,81 @@ pub fn wants_challenge(alpn: Option<impl Iterator<Item = impl AsRef<[u8]>>>) -> 
     alpn.is_some_and(|mut protocols| protocols.any(|p| p.as_ref() == ACME_TLS_ALPN))
 }
 
-/// Serves `name`'s challenge for as long as the returned guard lives.
+/// The challenge certificates of orders another host of the fleet runs, fetched from the store
+/// by the validator's connection (`adopt`), by name: replaced at every fetch, removed when the
+/// store has none, so one order's challenge never answers the next one's validation.
+static FETCHED: LazyLock<ArcSwap<HashMap<String, Arc<CertifiedKey>>>> =
+    LazyLock::new(|| ArcSwap::from_pointee(HashMap::new()));
+
+/// Serves `name`'s challenge for as long as the returned guard lives; the guard also holds the
+/// certificate and key as DER (`material`), for the fleet's store.
 pub(super) fn publish(
     name: &str,
     digest: &[u8],
     provider: &CryptoProvider,
 ) -> Result<Published, AcmeError> {
     let name = name.to_ascii_lowercase();
-    let key = challenge_certificate(&name, digest, provider)?;
+    let material = challenge_material(&name, digest)?;
+    let key = certified(&material, provider)?;
     PENDING.rcu(|table| {
         let mut t = HashMap::clone(table);
         t.insert(name.clone(), key.clone());
         t
     });
-    Ok(Published { name, key })
+    Ok(Published {
+        name,
+        key,
+        material,
+    })
+}
+
+/// Whether this process runs an order whose challenge is for `name`.
+pub fn is_pending(name: &str) -> bool {
+    PENDING.load().contains_key(&name.to_ascii_lowercase())
+}
+
+/// Answers `name`'s validation with `material` (another host's challenge, from the store), or
+/// with none when `material` is `None` or unusable.
+pub fn adopt(name: &str, material: Option<&[u8]>, provider: &CryptoProvider) {
+    let name = name.to_ascii_lowercase();
+    let key = material
+        .and_then(Material::decode)
+        .and_then(|m| certified(&m, provider).ok());
+    FETCHED.rcu(|table| {
+        let mut t = HashMap::clone(table);
+        match &key {
+            Some(k) => t.insert(name.clone(), k.clone()),
+            None => t.remove(&name),
+        };
+        t
+    });
+}
+
+/// A challenge certificate and its key, as DER.
+#[derive(Debug, Clone)]
+pub(crate) struct Material {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+}
+
+impl Material {
+    /// `len(cert) as u32 BE | cert | key`.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let len = u32::try_from(self.cert.len()).unwrap_or(u32::MAX);
+        let mut out = len.to_be_bytes().to_vec();
+        out.extend_from_slice(&self.cert);
+        out.extend_from_slice(&self.key);
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Material> {
+        let (len, rest) = bytes.split_first_chunk::<4>()?;
+        let len = usize::try_from(u32::from_be_bytes(*len)).ok()?;
+        (rest.len() > len).then(|| Material {
+            cert: rest[..len].to_vec(),
+            key: rest[len..].to_vec(),
+        })
+    }
 }
 
 /// Withdraws its challenge when dropped (validated, failed, or the order given up), unless
@@ -51,6 +112,17 @@ pub(super) fn publish(
 pub(super) struct Published {
     name: String,
     key: Arc<CertifiedKey>,
+    material: Material,
+}
+
+impl Published {
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(super) fn material(&self) -> &Material {
+        &self.material
+    }
 }
 
 impl Drop for Published {
@@ -65,11 +137,7 @@ impl Drop for Published {
     }
 }
 
-fn challenge_certificate(
-    name: &str,
-    digest: &[u8],
-    provider: &CryptoProvider,
-) -> Result<Arc<CertifiedKey>, AcmeError> {
+fn challenge_material(name: &str, digest: &[u8]) -> Result<Material, AcmeError> {
     let key_auth: [u8; 32] = digest
         .try_into()
         .map_err(|_| AcmeError::Challenge("the key authorization digest is not SHA-256".into()))?;
@@ -78,13 +146,20 @@ fn challenge_certificate(
     params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(&key_auth)];
     let key_pair = rcgen::KeyPair::generate()?;
     let cert = params.self_signed(&key_pair)?;
-    let key = PrivateKeyDer::try_from(key_pair.serialize_der())
-        .map_err(|e| AcmeError::Challenge(e.to_string()))?;
+    Ok(Material {
+        cert: cert.der().to_vec(),
+        key: key_pair.serialize_der(),
+    })
+}
+
+fn certified(m: &Material, provider: &CryptoProvider) -> Result<Arc<CertifiedKey>, AcmeError> {
+    let key =
+        PrivateKeyDer::try_from(m.key.clone()).map_err(|e| AcmeError::Challenge(e.to_string()))?;
     let signing = provider
         .key_provider
         .load_private_key(key)
         .map_err(|e| AcmeError::Challenge(e.to_string()))?;
-    let chain: Vec<CertificateDer<'static>> = vec![cert.der().clone()];
+    let chain: Vec<CertificateDer<'static>> = vec![CertificateDer::from(m.cert.clone())];
     Ok(Arc::new(CertifiedKey::new(chain, signing)))
 }
 
@@ -95,7 +170,11 @@ struct ChallengeResolver;
 impl ResolvesServerCert for ChallengeResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let name = hello.server_name()?.to_ascii_lowercase();
-        PENDING.load().get(&name).cloned()
+        PENDING
+            .load()
+            .get(&name)
+            .cloned()
+            .or_else(|| FETCHED.load().get(&name).cloned())
     }
 }
 

@@ -4,6 +4,7 @@
 //! says when a frontend's certificate changed, for the server to load it into every worker.
 
 pub mod challenge;
+pub mod fleet;
 mod order;
 pub mod renewal;
 pub mod state;

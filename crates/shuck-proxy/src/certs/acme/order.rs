@@ -11,15 +11,18 @@ use instant_acme::{
 use rcgen::{CertificateParams, DistinguishedName, KeyPair};
 
 use super::challenge::{self, Published};
+use super::fleet::Fleet;
 use super::{state, AcmeError};
 use crate::config::{Acme, AcmeKey};
 
 /// How long an order may take from ready challenges to a certificate (validation included).
 const ORDER_PATIENCE: Duration = Duration::from_secs(90);
 
-/// Obtains a certificate for `acme.names` and stores it as `acme.bundle`.
-pub(super) async fn obtain(acme: &Acme) -> Result<(), AcmeError> {
-    let account = account(acme).await?;
+/// Obtains a certificate for `acme.names` and stores it as `acme.bundle`; returns the bundle
+/// (chain, then key). With a `fleet`, the account is the fleet's and each challenge is published
+/// for the other hosts to answer with.
+pub(super) async fn obtain(acme: &Acme, fleet: Option<&Fleet>) -> Result<Vec<u8>, AcmeError> {
+    let account = account(acme, fleet).await?;
     let identifiers: Vec<Identifier> = acme
         .names
         .iter()
@@ -42,14 +45,29 @@ pub(super) async fn obtain(acme: &Acme) -> Result<(), AcmeError> {
             .ok_or_else(|| AcmeError::Refused("the CA offers no tls-alpn-01 challenge".into()))?;
         let name = ch.identifier().to_string();
         let digest = ch.key_authorization().digest();
-        published.push(challenge::publish(&name, digest.as_ref(), &provider)?);
+        let p = challenge::publish(&name, digest.as_ref(), &provider)?;
+        if let Some(f) = fleet {
+            f.publish_challenge(p.name(), &p.material().encode())
+                .await
+                .map_err(|e| {
+                    AcmeError::Refused(format!(
+                        "cannot publish the challenge to the fleet's store: {e}"
+                    ))
+                })?;
+        }
+        published.push(p);
         ch.set_ready().await?;
     }
     let patience = RetryPolicy::new()
         .initial_delay(Duration::from_millis(250))
         .timeout(ORDER_PATIENCE);
-    let status = order.poll_ready(&patience).await?;
-    if status != OrderStatus::Ready {
+    let status = order.poll_ready(&patience).await;
+    if let Some(f) = fleet {
+        for p in &published {
+            f.withdraw_challenge(p.name()).await;
+        }
+    }
+    if status? != OrderStatus::Ready {
         return Err(AcmeError::Refused(why_invalid(&mut order).await));
     }
     drop(published);
@@ -65,21 +83,34 @@ pub(super) async fn obtain(acme: &Acme) -> Result<(), AcmeError> {
         bundle.push(b'\n');
     }
     bundle.extend_from_slice(key.serialize_pem().as_bytes());
-    state::write_private(&acme.bundle, &bundle)
+    state::write_private(&acme.bundle, &bundle)?;
+    Ok(bundle)
 }
 
-/// The stored account for the directory, or a new one (stored before it is used).
-async fn account(acme: &Acme) -> Result<Account, AcmeError> {
+/// The account for the directory: the fleet's (when there is a fleet and it has one), else the
+/// stored one (shared with the fleet), else a new one (stored, and shared, before it is used).
+async fn account(acme: &Acme, fleet: Option<&Fleet>) -> Result<Account, AcmeError> {
     let path = state::account_path(&acme.dir, &acme.directory);
     let builder = || match &acme.directory_ca {
         Some(ca) => Account::builder_with_root(ca),
         None => Account::builder(),
     };
+    let fleet_key = Fleet::account_key(&acme.directory);
+    let shared = match fleet {
+        Some(f) => f.store.get(&fleet_key).await.map_err(AcmeError::Refused)?,
+        None => None,
+    };
     // Only a missing file means "no account yet": any other error must not replace the account.
-    let stored = match crate::sys::files::read(&path) {
-        Ok(text) => Some(text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(source) => return Err(AcmeError::State { path, source }),
+    let stored = match shared {
+        Some(json) => Some(json),
+        None => match crate::sys::files::read(&path) {
+            Ok(text) => {
+                share(fleet, &fleet_key, &text).await?;
+                Some(text)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => return Err(AcmeError::State { path, source }),
+        },
     };
     if let Some(text) = stored {
         let credentials: AccountCredentials =
@@ -103,8 +134,21 @@ async fn account(acme: &Acme) -> Result<Account, AcmeError> {
         message: e.to_string(),
     })?;
     state::write_private(&path, &json)?;
+    share(fleet, &fleet_key, &json).await?;
     tracing::info!(account = account.id(), directory = %acme.directory, "ACME account created");
     Ok(account)
+}
+
+/// Puts the account in the fleet's store (sealed: it holds the account key).
+async fn share(fleet: Option<&Fleet>, key: &str, json: &[u8]) -> Result<(), AcmeError> {
+    let Some(f) = fleet else {
+        return Ok(());
+    };
+    // Years: an account outlives its certificates.
+    let ttl = Duration::from_secs(10 * 365 * 86_400);
+    f.store.put(key, json, ttl).await.map_err(|e| {
+        AcmeError::Refused(format!("cannot share the ACME account with the fleet: {e}"))
+    })
 }
 
 /// A CSR for `names` and the new key it is for.

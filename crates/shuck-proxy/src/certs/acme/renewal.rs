@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::fleet::Fleet;
 use super::state::Stored;
 use super::{order, AcmeError};
 use crate::config::Acme;
@@ -21,16 +22,30 @@ const ORDER_LIMIT: Duration = Duration::from_secs(300);
 /// removed by hand, and the clock may have jumped).
 const LOOK_AGAIN: Duration = Duration::from_secs(3600);
 
+/// How often a host of a fleet looks for the fleet's certificate in the store (another host may
+/// have renewed it), and for the lease while another host orders.
+const FLEET_POLL: Duration = Duration::from_secs(3);
+
 /// One frontend's certificate to keep current.
 #[derive(Debug, Clone)]
 pub struct Job {
     pub frontend: String,
     pub acme: Acme,
+    /// The fleet it shares its certificate with (through `session_store`), if any.
+    pub fleet: Option<Fleet>,
 }
 
 /// Keeps `job`'s certificate current, forever; sends the frontend's name on `renewed` each time
 /// a new certificate is stored.
 pub async fn run(job: Job, renewed: UnboundedSender<String>) {
+    match job.fleet.clone() {
+        Some(fleet) => run_in_fleet(&job, &fleet, &renewed).await,
+        None => run_alone(job, renewed).await,
+    }
+}
+
+/// Keeps the certificate current on this host alone.
+async fn run_alone(job: Job, renewed: UnboundedSender<String>) {
     let jitter = random_fraction();
     let mut failures = 0u32;
     loop {
@@ -49,15 +64,8 @@ pub async fn run(job: Job, renewed: UnboundedSender<String>) {
             "ordering"
         };
         tracing::info!(frontend = %job.frontend, names = ?job.acme.names, directory = %job.acme.directory, "{what} an ACME certificate");
-        let attempt = tokio::time::timeout(ORDER_LIMIT, order::obtain(&job.acme)).await;
-        let attempt = attempt.unwrap_or_else(|_| {
-            Err(AcmeError::Refused(format!(
-                "no certificate within {}s",
-                ORDER_LIMIT.as_secs()
-            )))
-        });
-        match attempt {
-            Ok(()) => {
+        match obtain(&job.acme, None).await {
+            Ok(_) => {
                 failures = 0;
                 let not_after = Stored::read(&job.acme.bundle).map_or(0, |s| s.not_after);
                 tracing::info!(frontend = %job.frontend, not_after, "ACME certificate issued and stored");
@@ -76,6 +84,120 @@ pub async fn run(job: Job, renewed: UnboundedSender<String>) {
             }
         }
     }
+}
+
+/// One order, bounded by [`ORDER_LIMIT`].
+async fn obtain(acme: &Acme, fleet: Option<&Fleet>) -> Result<Vec<u8>, AcmeError> {
+    let attempt = tokio::time::timeout(ORDER_LIMIT, order::obtain(acme, fleet)).await;
+    attempt.unwrap_or_else(|_| {
+        Err(AcmeError::Refused(format!(
+            "no certificate within {}s",
+            ORDER_LIMIT.as_secs()
+        )))
+    })
+}
+
+/// Keeps the certificate current with the fleet: loads the fleet's certificate whenever it is
+/// newer than this host's; when due, orders only under the fleet's lease, and stores what it
+/// got for the others.
+async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String>) {
+    let jitter = random_fraction();
+    let mut failures = 0u32;
+    let mut store_failing = false;
+    loop {
+        match adopt(job, fleet).await {
+            Ok(adopted) => {
+                if store_failing {
+                    tracing::info!(frontend = %job.frontend, "the fleet's store answers again");
+                }
+                store_failing = false;
+                if adopted && renewed.send(job.frontend.clone()).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                if !store_failing {
+                    tracing::warn!(frontend = %job.frontend, error = %e, "cannot read the fleet's ACME certificate from the store; keeping ours");
+                }
+                store_failing = true;
+                tokio::time::sleep(FLEET_POLL).await;
+                continue;
+            }
+        }
+        let stored = Stored::read(&job.acme.bundle).filter(|s| s.covers(&job.acme.names));
+        let now = crate::sys::clock::unix_now();
+        if let Some(wait) = stored
+            .as_ref()
+            .and_then(|s| wait_before_renewal(s, now, jitter))
+        {
+            tokio::time::sleep(wait.min(FLEET_POLL)).await;
+            continue;
+        }
+        // Due, or none yet: the host that takes the lease orders; the others wait for its
+        // certificate to reach the store.
+        if !fleet.take_lease(&job.acme).await.unwrap_or(false) {
+            tokio::time::sleep(FLEET_POLL).await;
+            continue;
+        }
+        let what = if stored.is_some() {
+            "renewing"
+        } else {
+            "ordering"
+        };
+        tracing::info!(frontend = %job.frontend, names = ?job.acme.names, directory = %job.acme.directory, "took the fleet's ACME lease; {what} its certificate");
+        let keeper = fleet.keep_lease(&job.acme, &job.frontend);
+        let attempt = obtain(&job.acme, Some(fleet)).await;
+        keeper.abort();
+        match attempt {
+            Ok(bundle) => {
+                failures = 0;
+                let not_after = Stored::parse(&bundle).map_or(0, |s| s.not_after);
+                let life = Duration::from_secs(
+                    (not_after - crate::sys::clock::unix_now())
+                        .max(60)
+                        .unsigned_abs(),
+                );
+                if let Err(e) = fleet
+                    .store
+                    .put(&Fleet::certificate_key(&job.acme), &bundle, life)
+                    .await
+                {
+                    tracing::warn!(frontend = %job.frontend, error = %e, "ACME certificate issued but not stored for the fleet; the others will order their own when their lease comes");
+                }
+                fleet.release_lease(&job.acme).await;
+                tracing::info!(frontend = %job.frontend, not_after, "ACME certificate issued and stored for the fleet");
+                if renewed.send(job.frontend.clone()).is_err() {
+                    return;
+                }
+                tokio::time::sleep(FIRST_RETRY).await;
+            }
+            Err(e) => {
+                fleet.release_lease(&job.acme).await;
+                failures = failures.saturating_add(1);
+                let retry = retry_delay(failures, &e);
+                tracing::warn!(frontend = %job.frontend, error = %e, retry_in = ?retry, "ACME order failed; the current certificate keeps serving");
+                tokio::time::sleep(retry).await;
+            }
+        }
+    }
+}
+
+/// Loads the fleet's certificate when it covers the names and ends later than this host's (or
+/// this host has none); whether it did.
+async fn adopt(job: &Job, fleet: &Fleet) -> Result<bool, String> {
+    let Some(bundle) = fleet.store.get(&Fleet::certificate_key(&job.acme)).await? else {
+        return Ok(false);
+    };
+    let Some(theirs) = Stored::parse(&bundle).filter(|s| s.covers(&job.acme.names)) else {
+        return Ok(false);
+    };
+    let ours = Stored::read(&job.acme.bundle).filter(|s| s.covers(&job.acme.names));
+    if ours.is_some_and(|o| o.not_after >= theirs.not_after) {
+        return Ok(false);
+    }
+    super::state::write_private(&job.acme.bundle, &bundle).map_err(|e| e.to_string())?;
+    tracing::info!(frontend = %job.frontend, not_after = theirs.not_after, "loaded the fleet's ACME certificate from the store");
+    Ok(true)
 }
 
 /// How long until `stored` is due for renewal at `now` (Unix seconds); `None` when it is due.

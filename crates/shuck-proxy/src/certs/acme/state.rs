@@ -45,8 +45,12 @@ impl Stored {
     /// Reads the leaf of a bundle; `None` when there is none or it cannot be parsed (the
     /// frontend then serves its temporary certificate and a new one is ordered).
     pub fn read(bundle: &Path) -> Option<Stored> {
-        let pem = crate::sys::files::read(bundle).ok()?;
-        let der = rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
+        Self::parse(&crate::sys::files::read(bundle).ok()?)
+    }
+
+    /// The same, of a bundle's bytes.
+    pub fn parse(pem: &[u8]) -> Option<Stored> {
+        let der = rustls::pki_types::CertificateDer::pem_slice_iter(pem)
             .next()?
             .ok()?;
         let leaf = X509::parse(&der).ok()?;

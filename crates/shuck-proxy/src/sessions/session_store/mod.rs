@@ -12,6 +12,7 @@
 mod breaker;
 mod cluster;
 mod endpoint;
+pub mod fleet;
 mod link;
 mod replies;
 mod seal;

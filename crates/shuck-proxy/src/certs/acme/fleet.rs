@@ -1,0 +1,121 @@
+//! ACME for a fleet through its store (a frontend with both `acme` and `session_store`): one
+//! order per set of names at a time, under a lease in the store (taken if absent, renewed while
+//! the order runs, released after; a host that dies loses it when it lapses); the challenge
+//! certificate published for every host to answer the validator with, whichever host the
+//! balancer sends it to; the issued chain and key stored once for every host to load; the ACME
+//! account shared, so the fleet is one account. Everything is sealed with the fleet's key.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Acme;
+use crate::sessions::session_store::fleet::FleetStore;
+
+/// How long a lease lasts unless renewed; it is renewed every third of that.
+pub const LEASE: Duration = Duration::from_secs(15);
+/// How long a published challenge stays in the store at most.
+const CHALLENGE_TTL: Duration = Duration::from_secs(300);
+
+/// One frontend's view of the fleet's ACME state.
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    pub store: Arc<FleetStore>,
+    /// Who this process is, in the leases it takes (host name, pid and a random part).
+    holder: String,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+fn digest(parts: &[&str]) -> String {
+    let joined = parts.join("\u{0}");
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, joined.as_bytes());
+    hex(&d.as_ref()[..16])
+}
+
+/// The store key of `name`'s published challenge.
+pub fn challenge_key(name: &str) -> String {
+    format!("shuck:acme:challenge:{}", name.to_ascii_lowercase())
+}
+
+impl Fleet {
+    pub fn new(store: FleetStore) -> Fleet {
+        let mut random = [0u8; 6];
+        let _ = aws_lc_rs::rand::fill(&mut random);
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        Fleet {
+            store: Arc::new(store),
+            holder: format!("{}:{}:{}", host.trim(), std::process::id(), hex(&random)),
+        }
+    }
+
+    /// The key of the certificate for `acme`'s names from its directory.
+    fn order_id(acme: &Acme) -> String {
+        let mut parts = vec![acme.directory.as_str()];
+        parts.extend(acme.names.iter().map(String::as_str));
+        digest(&parts)
+    }
+
+    pub fn certificate_key(acme: &Acme) -> String {
+        format!("shuck:acme:cert:{}", Self::order_id(acme))
+    }
+
+    fn lease_key(acme: &Acme) -> String {
+        format!("shuck:acme:lease:{}", Self::order_id(acme))
+    }
+
+    pub fn account_key(directory: &str) -> String {
+        format!("shuck:acme:account:{}", digest(&[directory]))
+    }
+
+    /// Takes the order's lease if nobody holds it.
+    pub async fn take_lease(&self, acme: &Acme) -> Result<bool, String> {
+        self.store
+            .lease(&Self::lease_key(acme), &self.holder, LEASE)
+            .await
+    }
+
+    /// Renews the lease every third of its life while the returned task runs (abort it when the
+    /// order ends); a lease lost (lapsed, taken) is logged.
+    pub fn keep_lease(&self, acme: &Acme, frontend: &str) -> tokio::task::JoinHandle<()> {
+        let (me, key, frontend) = (self.clone(), Self::lease_key(acme), frontend.to_string());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(LEASE / 3).await;
+                match me.store.renew_lease(&key, &me.holder, LEASE).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(frontend = %frontend, "lost the fleet's ACME lease (it lapsed); another host may order too");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(frontend = %frontend, error = %e, "cannot renew the fleet's ACME lease");
+                    }
+                }
+            }
+        })
+    }
+
+    pub async fn release_lease(&self, acme: &Acme) {
+        let _ = self
+            .store
+            .release(&Self::lease_key(acme), &self.holder)
+            .await;
+    }
+
+    /// Publishes a challenge for the fleet's hosts.
+    pub async fn publish_challenge(&self, name: &str, material: &[u8]) -> Result<(), String> {
+        self.store
+            .put(&challenge_key(name), material, CHALLENGE_TTL)
+            .await
+    }
+
+    pub async fn withdraw_challenge(&self, name: &str) {
+        let _ = self.store.delete(&challenge_key(name)).await;
+    }
+}

@@ -1,0 +1,162 @@
+//! What a fleet keeps in its store besides sessions (ACME's certificates, account, challenges
+//! and the lease on each order), for tasks of the main thread's runtime: its own connections (a
+//! router like a worker's, bounded the same), every value sealed with the fleet's key and bound
+//! to its key, every call within a deadline.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::endpoint::Endpoint;
+use super::seal::Sealer;
+use super::Router;
+use crate::config::SessionStoreSettings;
+
+/// How long one call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Renews a lease only for its holder.
+const RENEW: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
+/// Releases a lease only for its holder.
+const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+
+/// The fleet's store, for one frontend's tasks.
+pub struct FleetStore {
+    router: Router,
+    sealer: Sealer,
+}
+
+impl std::fmt::Debug for FleetStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetStore").finish_non_exhaustive()
+    }
+}
+
+impl FleetStore {
+    /// The store of `settings` (no connection is made here). Needs a runtime when used.
+    pub fn open(settings: &SessionStoreSettings) -> Result<FleetStore, String> {
+        let endpoint = Endpoint::parse(&settings.url)?;
+        let sealer = Sealer::from_file(&settings.key)?;
+        Ok(FleetStore {
+            router: Router::new(&endpoint),
+            sealer,
+        })
+    }
+
+    /// A connection for `key`, within the deadline.
+    async fn conn(
+        &self,
+        key: &[u8],
+        deadline: Instant,
+    ) -> Result<redis::aio::MultiplexedConnection, String> {
+        let link = loop {
+            if let Some(link) = self.router.link_for(key) {
+                break link;
+            }
+            if Instant::now() >= deadline {
+                return Err("no cluster slot map".into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        link.connected_by(deadline)
+            .await
+            .map(|c| c.redis)
+            .map_err(|e| format!("{e:?}"))
+    }
+
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        key: &[u8],
+        cmd: &redis::Cmd,
+    ) -> Result<T, String> {
+        let deadline = Instant::now() + CALL_TIMEOUT;
+        let mut conn = self.conn(key, deadline).await?;
+        match tokio::time::timeout_at(deadline, cmd.query_async::<T>(&mut conn)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                if super::is_moved(&e) {
+                    self.router.moved();
+                }
+                Err(e.to_string())
+            }
+            Err(_) => Err(format!("no answer within {CALL_TIMEOUT:?}")),
+        }
+    }
+
+    /// The value under `key`, if any (one that does not open under the fleet's key is none).
+    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        let sealed: Option<Vec<u8>> = self
+            .query(key.as_bytes(), redis::cmd("GET").arg(key))
+            .await?;
+        Ok(sealed.and_then(|s| self.sealer.open(key.as_bytes(), &s)))
+    }
+
+    /// Stores `value` under `key` for `ttl`.
+    pub async fn put(&self, key: &str, value: &[u8], ttl: Duration) -> Result<(), String> {
+        let sealed = self
+            .sealer
+            .seal(key.as_bytes(), value)
+            .ok_or("cannot seal the value")?;
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.query(
+            key.as_bytes(),
+            redis::cmd("SET").arg(key).arg(sealed).arg("PX").arg(ms),
+        )
+        .await
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<(), String> {
+        self.query::<i64>(key.as_bytes(), redis::cmd("DEL").arg(key))
+            .await
+            .map(|_| ())
+    }
+
+    /// Takes the lease `key` for `holder` for `ttl` if nobody holds it; whether it was taken.
+    pub async fn lease(&self, key: &str, holder: &str, ttl: Duration) -> Result<bool, String> {
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let set: Option<String> = self
+            .query(
+                key.as_bytes(),
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(holder)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ms),
+            )
+            .await?;
+        Ok(set.is_some())
+    }
+
+    /// Extends `holder`'s lease `key` to `ttl` from now; false when it is no longer held.
+    pub async fn renew_lease(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, String> {
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let n: i64 = self
+            .query(
+                key.as_bytes(),
+                redis::cmd("EVAL")
+                    .arg(RENEW)
+                    .arg(1)
+                    .arg(key)
+                    .arg(holder)
+                    .arg(ms),
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Gives `holder`'s lease `key` up.
+    pub async fn release(&self, key: &str, holder: &str) -> Result<(), String> {
+        self.query::<i64>(
+            key.as_bytes(),
+            redis::cmd("EVAL").arg(RELEASE).arg(1).arg(key).arg(holder),
+        )
+        .await
+        .map(|_| ())
+    }
+}
