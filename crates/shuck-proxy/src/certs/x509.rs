@@ -171,6 +171,16 @@ impl X509 {
         })
     }
 
+    /// The keyIdentifier of the Authority Key Identifier extension, if any (with the serial,
+    /// what names a certificate to its CA's renewal information, RFC 9773).
+    pub fn authority_key_id(&self) -> Option<Vec<u8>> {
+        let (_, aki) = self
+            .tbs()
+            .get::<x509_cert::ext::pkix::AuthorityKeyIdentifier>()
+            .ok()??;
+        aki.key_identifier.map(|k| k.as_bytes().to_vec())
+    }
+
     /// Whether the extended key usage allows signing OCSP responses.
     pub fn may_sign_ocsp(&self) -> bool {
         matches!(

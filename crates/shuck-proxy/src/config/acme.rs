@@ -44,6 +44,18 @@ pub struct RawAcme {
     /// A PEM CA to trust for the directory's HTTPS instead of the system's (a test CA).
     pub directory_ca: Option<PathBuf>,
     pub until_issued: Option<UntilIssued>,
+    /// External account binding (RFC 8555 §7.3.4): the key ID the CA gave...
+    pub eab_kid: Option<String>,
+    /// ...and the file holding its HMAC key (base64url, as CAs hand it out).
+    pub eab_hmac_key_file: Option<PathBuf>,
+}
+
+/// External account binding: what a CA that requires it gave with the account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eab {
+    pub kid: String,
+    /// Read when an account is created (never logged or shown).
+    pub hmac_key_file: PathBuf,
 }
 
 /// A frontend's ACME settings, validated, with where its state lives.
@@ -56,6 +68,7 @@ pub struct Acme {
     pub key: AcmeKey,
     pub directory_ca: Option<PathBuf>,
     pub until_issued: UntilIssued,
+    pub eab: Option<Eab>,
     /// `<state_dir>/acme`: accounts (by directory) and certificates (by frontend).
     pub dir: PathBuf,
     /// The certificate bundle this frontend serves once one is issued (chain, then key).
@@ -101,6 +114,19 @@ impl RawAcme {
             .iter()
             .map(|n| dns_name(n).map_err(|m| key_err("acme.names", m)))
             .collect::<Result<Vec<_>, _>>()?;
+        let eab = match (&self.eab_kid, &self.eab_hmac_key_file) {
+            (None, None) => None,
+            (Some(kid), Some(file)) if !kid.is_empty() => Some(Eab {
+                kid: kid.clone(),
+                hmac_key_file: resolve_path(base, file.clone()),
+            }),
+            _ => {
+                return Err(key_err(
+                    "acme.eab_kid",
+                    "external account binding needs both eab_kid and eab_hmac_key_file",
+                ))
+            }
+        };
         let dir = state_dir.join("acme");
         let bundle = dir
             .join("certs")
@@ -112,6 +138,7 @@ impl RawAcme {
             key: self.key.unwrap_or_default(),
             directory_ca: self.directory_ca.clone().map(|p| resolve_path(base, p)),
             until_issued: self.until_issued.unwrap_or_default(),
+            eab,
             dir,
             bundle,
         })

@@ -34,7 +34,7 @@ mod sessions;
 mod timeouts;
 mod tls;
 
-pub use acme::{Acme, AcmeKey, UntilIssued};
+pub use acme::{Acme, AcmeKey, Eab, UntilIssued};
 pub use backend::{Backend, BackendAddr, BackendPolicy, Backends, Target, MAX_BACKENDS};
 pub use certificates::{
     CertEntry, CertFiles, CertPair, CertSource, Certificates, OcspMode, SniFallback,

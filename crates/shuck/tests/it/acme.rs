@@ -50,6 +50,11 @@ impl Pebble {
     /// Starts pebble validating TLS-ALPN-01 on `tls_port`, issuing certificates valid for
     /// `validity` seconds.
     fn start(pki: &Pki, tls_port: u16, validity: u64) -> Pebble {
+        Self::start_with(pki, tls_port, validity, None)
+    }
+
+    /// The same, requiring external account binding with the key `eab` (ID, base64url key).
+    fn start_with(pki: &Pki, tls_port: u16, validity: u64, eab: Option<(&str, &str)>) -> Pebble {
         let challtestsrv = require("pebble-challtestsrv", "pebble");
         let pebble = require("pebble", "pebble");
         let dir = pki.dir.path();
@@ -85,7 +90,8 @@ impl Pebble {
             "managementListenAddress": format!("127.0.0.1:{management}"),
             "certificate": tls, "privateKey": tls,
             "httpPort": free_tcp_port(), "tlsPort": tls_port,
-            "ocspResponderURL": "", "externalAccountBindingRequired": false,
+            "ocspResponderURL": "", "externalAccountBindingRequired": eab.is_some(),
+            "externalAccountMACKeys": eab.map(|(kid, key)| serde_json::json!({ kid: key })),
             "certificateValidityPeriod": validity,
         }});
         std::fs::write(&config, json.to_string()).expect("pebble config");
@@ -514,4 +520,44 @@ fn fleet_acme_three_hosts_behind_a_balancer_share_one_certificate() {
         "one renewal order: {ca}"
     );
     assert!(!ca.contains("There are now 2 accounts"), "{ca}");
+}
+
+/// A CA that requires external account binding (pebble with `externalAccountBindingRequired`):
+/// a frontend without `eab_kid` is refused (the error logged), one with the key ID and its HMAC
+/// key file gets its account and certificate.
+#[test]
+fn acme_external_account_binding_is_sent_when_the_ca_requires_it() {
+    let pki = Pki::new();
+    let port = free_tcp_port();
+    let key = "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W";
+    let pebble = Pebble::start_with(&pki, port, 300, Some(("kid-shuck", key)));
+    let without = Shuck::start(&acme_config(
+        port,
+        &pebble.directory,
+        &pki.ca_path(),
+        &pki.dir.path().join("state-without"),
+    ));
+    let log = without.wait_log("ACME order failed");
+    assert!(log.to_lowercase().contains("external"), "{log}");
+    drop(without);
+    let key_file = pki.path("eab.key");
+    std::fs::write(&key_file, format!("{key}\n")).expect("write key");
+    let config = acme_config(
+        port,
+        &pebble.directory,
+        &pki.ca_path(),
+        &pki.dir.path().join("state"),
+    )
+    .replace(
+        "acme = { ",
+        &format!(
+            "acme = {{ eab_kid = \"kid-shuck\", eab_hmac_key_file = {}, ",
+            toml_path(&key_file)
+        ),
+    );
+    let with = Shuck::start(&config);
+    with.wait_log("ACME certificate issued");
+    with.wait_log("loaded a renewed certificate or OCSP staple");
+    let (ok, err) = curl_trusting(&pebble.root, with.addr());
+    assert!(ok, "{err}\n{}", with.log_text());
 }

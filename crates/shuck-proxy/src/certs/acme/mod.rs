@@ -3,6 +3,7 @@
 //! (`state`) and the renewal schedule (`renewal`), which runs on the main thread's runtime and
 //! says when a frontend's certificate changed, for the server to load it into every worker.
 
+mod ari;
 pub mod challenge;
 pub mod fleet;
 mod order;

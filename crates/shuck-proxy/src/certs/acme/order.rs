@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use instant_acme::{
-    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
-    NewOrder, OrderStatus, RetryPolicy,
+    Account, AccountCredentials, AuthorizationStatus, CertificateIdentifier, ChallengeType,
+    ExternalAccountKey, Identifier, NewAccount, NewOrder, OrderStatus, RetryPolicy,
 };
 use rcgen::{CertificateParams, DistinguishedName, KeyPair};
 
@@ -21,14 +21,23 @@ const ORDER_PATIENCE: Duration = Duration::from_secs(90);
 /// Obtains a certificate for `acme.names` and stores it as `acme.bundle`; returns the bundle
 /// (chain, then key). With a `fleet`, the account is the fleet's and each challenge is published
 /// for the other hosts to answer with.
-pub(super) async fn obtain(acme: &Acme, fleet: Option<&Fleet>) -> Result<Vec<u8>, AcmeError> {
+/// A renewal names the certificate it `replaces` (RFC 9773), when the CA's window set its time.
+pub(super) async fn obtain(
+    acme: &Acme,
+    fleet: Option<&Fleet>,
+    replaces: Option<CertificateIdentifier<'static>>,
+) -> Result<Vec<u8>, AcmeError> {
     let account = account(acme, fleet).await?;
     let identifiers: Vec<Identifier> = acme
         .names
         .iter()
         .map(|n| Identifier::Dns(n.clone()))
         .collect();
-    let mut order = account.new_order(&NewOrder::new(&identifiers)).await?;
+    let mut new = NewOrder::new(&identifiers);
+    if let Some(old) = replaces {
+        new = new.replaces(old);
+    }
+    let mut order = account.new_order(&new).await?;
     let provider = rustls::crypto::aws_lc_rs::default_provider();
     // Kept until the order is decided: the CA's validators may connect more than once.
     let mut published: Vec<Published> = Vec::new();
@@ -90,11 +99,25 @@ pub(super) async fn obtain(acme: &Acme, fleet: Option<&Fleet>) -> Result<Vec<u8>
 /// The account for the directory: the fleet's (when there is a fleet and it has one), else the
 /// stored one (shared with the fleet), else a new one (stored, and shared, before it is used).
 async fn account(acme: &Acme, fleet: Option<&Fleet>) -> Result<Account, AcmeError> {
+    if let Some(account) = existing_account(acme, fleet).await? {
+        return Ok(account);
+    }
+    create_account(acme, fleet).await
+}
+
+fn builder(acme: &Acme) -> Result<instant_acme::AccountBuilder, AcmeError> {
+    Ok(match &acme.directory_ca {
+        Some(ca) => Account::builder_with_root(ca)?,
+        None => Account::builder()?,
+    })
+}
+
+/// The fleet's account, else the stored one (then shared with the fleet); `None`: none yet.
+pub(super) async fn existing_account(
+    acme: &Acme,
+    fleet: Option<&Fleet>,
+) -> Result<Option<Account>, AcmeError> {
     let path = state::account_path(&acme.dir, &acme.directory);
-    let builder = || match &acme.directory_ca {
-        Some(ca) => Account::builder_with_root(ca),
-        None => Account::builder(),
-    };
     let fleet_key = Fleet::account_key(&acme.directory);
     let shared = match fleet {
         Some(f) => f.store.get(&fleet_key).await.map_err(AcmeError::Refused)?,
@@ -112,22 +135,34 @@ async fn account(acme: &Acme, fleet: Option<&Fleet>) -> Result<Account, AcmeErro
             Err(source) => return Err(AcmeError::State { path, source }),
         },
     };
-    if let Some(text) = stored {
-        let credentials: AccountCredentials =
-            serde_json::from_slice(&text).map_err(|e| AcmeError::Account {
-                path: path.clone(),
-                message: e.to_string(),
-            })?;
-        return Ok(builder()?.from_credentials(credentials).await?);
-    }
+    let Some(text) = stored else {
+        return Ok(None);
+    };
+    let credentials: AccountCredentials =
+        serde_json::from_slice(&text).map_err(|e| AcmeError::Account {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+    Ok(Some(builder(acme)?.from_credentials(credentials).await?))
+}
+
+/// A new account (with the CA's terms agreed and, when set, the external account binding),
+/// stored and shared with the fleet before it is used.
+async fn create_account(acme: &Acme, fleet: Option<&Fleet>) -> Result<Account, AcmeError> {
+    let path = state::account_path(&acme.dir, &acme.directory);
+    let fleet_key = Fleet::account_key(&acme.directory);
     let contact: Vec<&str> = acme.contact.iter().map(String::as_str).collect();
     let new = NewAccount {
         contact: &contact,
         terms_of_service_agreed: true,
         only_return_existing: false,
     };
-    let (account, credentials) = builder()?
-        .create(&new, acme.directory.clone(), None)
+    let eab = match &acme.eab {
+        Some(e) => Some(external_account_key(e)?),
+        None => None,
+    };
+    let (account, credentials) = builder(acme)?
+        .create(&new, acme.directory.clone(), eab.as_ref())
         .await?;
     let json = serde_json::to_vec(&credentials).map_err(|e| AcmeError::Account {
         path: path.clone(),
@@ -137,6 +172,26 @@ async fn account(acme: &Acme, fleet: Option<&Fleet>) -> Result<Account, AcmeErro
     share(fleet, &fleet_key, &json).await?;
     tracing::info!(account = account.id(), directory = %acme.directory, "ACME account created");
     Ok(account)
+}
+
+/// The external account binding key: its ID, and the HMAC key read from its file (base64url,
+/// padded or not, as CAs hand it out).
+fn external_account_key(eab: &crate::config::Eab) -> Result<ExternalAccountKey, AcmeError> {
+    use base64::Engine as _;
+    let path = &eab.hmac_key_file;
+    let text = crate::sys::files::read(path).map_err(|source| AcmeError::State {
+        path: path.clone(),
+        source,
+    })?;
+    let encoded = String::from_utf8_lossy(&text);
+    let trimmed = encoded.trim().trim_end_matches('=');
+    let key = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(trimmed)
+        .map_err(|_| AcmeError::Account {
+            path: path.clone(),
+            message: "the EAB HMAC key is not base64url".into(),
+        })?;
+    Ok(ExternalAccountKey::new(eab.kid.clone(), &key))
 }
 
 /// Puts the account in the fleet's store (sealed: it holds the account key).

@@ -5,11 +5,12 @@
 
 use std::time::Duration;
 
+use instant_acme::CertificateIdentifier;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::fleet::Fleet;
 use super::state::Stored;
-use super::{order, AcmeError};
+use super::{ari, order, AcmeError};
 use crate::config::Acme;
 
 /// The first retry after a failure, doubled after each further one up to `MAX_RETRY`.
@@ -46,15 +47,12 @@ pub async fn run(job: Job, renewed: UnboundedSender<String>) {
 
 /// Keeps the certificate current on this host alone.
 async fn run_alone(job: Job, renewed: UnboundedSender<String>) {
-    let jitter = random_fraction();
+    let mut schedule = Schedule::new();
     let mut failures = 0u32;
     loop {
         let stored = Stored::read(&job.acme.bundle).filter(|s| s.covers(&job.acme.names));
-        let now = crate::sys::clock::unix_now();
-        if let Some(wait) = stored
-            .as_ref()
-            .and_then(|s| wait_before_renewal(s, now, jitter))
-        {
+        let (wait, replaces) = schedule.wait(&job.acme, None, stored.as_ref()).await;
+        if let Some(wait) = wait {
             tokio::time::sleep(wait.min(LOOK_AGAIN)).await;
             continue;
         }
@@ -64,7 +62,7 @@ async fn run_alone(job: Job, renewed: UnboundedSender<String>) {
             "ordering"
         };
         tracing::info!(frontend = %job.frontend, names = ?job.acme.names, directory = %job.acme.directory, "{what} an ACME certificate");
-        match obtain(&job.acme, None).await {
+        match obtain(&job.acme, None, replaces).await {
             Ok(_) => {
                 failures = 0;
                 let not_after = Stored::read(&job.acme.bundle).map_or(0, |s| s.not_after);
@@ -87,8 +85,12 @@ async fn run_alone(job: Job, renewed: UnboundedSender<String>) {
 }
 
 /// One order, bounded by [`ORDER_LIMIT`].
-async fn obtain(acme: &Acme, fleet: Option<&Fleet>) -> Result<Vec<u8>, AcmeError> {
-    let attempt = tokio::time::timeout(ORDER_LIMIT, order::obtain(acme, fleet)).await;
+async fn obtain(
+    acme: &Acme,
+    fleet: Option<&Fleet>,
+    replaces: Option<CertificateIdentifier<'static>>,
+) -> Result<Vec<u8>, AcmeError> {
+    let attempt = tokio::time::timeout(ORDER_LIMIT, order::obtain(acme, fleet, replaces)).await;
     attempt.unwrap_or_else(|_| {
         Err(AcmeError::Refused(format!(
             "no certificate within {}s",
@@ -101,7 +103,7 @@ async fn obtain(acme: &Acme, fleet: Option<&Fleet>) -> Result<Vec<u8>, AcmeError
 /// newer than this host's; when due, orders only under the fleet's lease, and stores what it
 /// got for the others.
 async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String>) {
-    let jitter = random_fraction();
+    let mut schedule = Schedule::new();
     let mut failures = 0u32;
     let mut store_failing = false;
     loop {
@@ -125,11 +127,8 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
             }
         }
         let stored = Stored::read(&job.acme.bundle).filter(|s| s.covers(&job.acme.names));
-        let now = crate::sys::clock::unix_now();
-        if let Some(wait) = stored
-            .as_ref()
-            .and_then(|s| wait_before_renewal(s, now, jitter))
-        {
+        let (wait, replaces) = schedule.wait(&job.acme, Some(fleet), stored.as_ref()).await;
+        if let Some(wait) = wait {
             tokio::time::sleep(wait.min(FLEET_POLL)).await;
             continue;
         }
@@ -146,7 +145,7 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
         };
         tracing::info!(frontend = %job.frontend, names = ?job.acme.names, directory = %job.acme.directory, "took the fleet's ACME lease; {what} its certificate");
         let keeper = fleet.keep_lease(&job.acme, &job.frontend);
-        let attempt = obtain(&job.acme, Some(fleet)).await;
+        let attempt = obtain(&job.acme, Some(fleet), replaces).await;
         keeper.abort();
         match attempt {
             Ok(bundle) => {
@@ -200,6 +199,82 @@ async fn adopt(job: &Job, fleet: &Fleet) -> Result<bool, String> {
     Ok(true)
 }
 
+/// When a certificate falls due: in the window its CA suggests (ARI), else at two thirds of its
+/// lifetime less this host's random part.
+struct Schedule {
+    jitter: f64,
+    known: Option<ari::Known>,
+}
+
+impl Schedule {
+    fn new() -> Schedule {
+        Schedule {
+            jitter: random_fraction(),
+            known: None,
+        }
+    }
+
+    /// How long until `stored` is due (`None`: now, or there is none), and the certificate a
+    /// renewal replaces when the CA's window set the time.
+    async fn wait(
+        &mut self,
+        acme: &Acme,
+        fleet: Option<&Fleet>,
+        stored: Option<&Stored>,
+    ) -> (Option<Duration>, Option<CertificateIdentifier<'static>>) {
+        let Some(stored) = stored else {
+            return (None, None);
+        };
+        let now = crate::sys::clock::unix_now();
+        let fallback = wait_before_renewal(stored, now, self.jitter);
+        let Some(id) = ari::identifier(stored) else {
+            return (fallback, None);
+        };
+        if !self
+            .known
+            .as_ref()
+            .is_some_and(|k| k.holds_for(stored, now))
+        {
+            self.known = Some(self.ask(acme, fleet, stored, &id, now).await);
+        }
+        match self.known.as_ref().and_then(|k| k.due) {
+            Some(due) => {
+                let wait = (due > now).then(|| Duration::from_secs((due - now).unsigned_abs()));
+                (wait, Some(id))
+            }
+            None => (fallback, None),
+        }
+    }
+
+    /// Asks the CA for `stored`'s window (with the account there is; none yet: no ARI).
+    async fn ask(
+        &self,
+        acme: &Acme,
+        fleet: Option<&Fleet>,
+        stored: &Stored,
+        id: &CertificateIdentifier<'static>,
+        now: i64,
+    ) -> ari::Known {
+        let Ok(Some(account)) = order::existing_account(acme, fleet).await else {
+            return ari::Known::new(stored, None, now, ari::UNSUPPORTED_RECHECK);
+        };
+        match account.renewal_info(id).await {
+            Ok((info, retry)) => {
+                let due = ari::due_in_window(&info, self.jitter);
+                tracing::info!(names = ?acme.names, due, "the CA's renewal window (ARI) sets the renewal");
+                ari::Known::new(stored, Some(due), now, ari::recheck_after(retry))
+            }
+            Err(instant_acme::Error::Unsupported(_)) => {
+                ari::Known::new(stored, None, now, ari::UNSUPPORTED_RECHECK)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "no renewal information from the CA; two thirds of the lifetime it is");
+                ari::Known::new(stored, None, now, Duration::from_secs(600))
+            }
+        }
+    }
+}
+
 /// How long until `stored` is due for renewal at `now` (Unix seconds); `None` when it is due.
 fn wait_before_renewal(stored: &Stored, now: i64, jitter: f64) -> Option<Duration> {
     let lifetime = (stored.not_after - stored.not_before).max(0);
@@ -232,6 +307,7 @@ mod tests {
             not_before,
             not_after,
             names: vec!["a.example".into()],
+            ari: None,
         }
     }
 

@@ -39,6 +39,9 @@ pub struct Stored {
     pub not_before: i64,
     pub not_after: i64,
     pub names: Vec<String>,
+    /// The Authority Key Identifier and the serial's content bytes (what RFC 9773 names a
+    /// certificate by), when it has the former.
+    pub ari: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Stored {
@@ -59,6 +62,9 @@ impl Stored {
             not_before,
             not_after,
             names: leaf.dns_names(),
+            ari: leaf
+                .authority_key_id()
+                .map(|aki| (aki, leaf.serial().to_vec())),
         })
     }
 
