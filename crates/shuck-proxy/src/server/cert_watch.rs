@@ -88,7 +88,10 @@ async fn run(
 ) {
     let (events_tx, mut events) = unbounded_channel();
     let mut watcher = match notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
-        let _ = events_tx.send(e.is_ok());
+        // Reading the files (ours included: each look opens them) is no change.
+        if e.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
+            let _ = events_tx.send(true);
+        }
     }) {
         Ok(w) => w,
         Err(e) => {
@@ -243,12 +246,10 @@ fn rewatch(
     for gone in dirs.difference(&want) {
         let _ = watcher.unwatch(gone);
     }
-    dirs.retain(|d| want.contains(d));
+    dirs.clear();
     for dir in want {
-        if dirs.contains(&dir) {
-            continue;
-        }
-        // A directory that is missing or unreadable now is tried again after the next event.
+        // Watched again each time (a directory removed and made again loses its watch); one
+        // missing or unreadable now is tried again after the next event.
         match watcher.watch(&dir, RecursiveMode::NonRecursive) {
             Ok(()) => {
                 dirs.insert(dir);

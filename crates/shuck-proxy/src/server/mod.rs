@@ -61,6 +61,8 @@ pub struct Server {
     watch: backend_watch::BackendWatch,
     /// The certificate files watched, told of each reload.
     cert_watch: cert_watch::CertWatch,
+    /// The ACME renewal jobs, started when the server runs.
+    acme_jobs: Vec<acme::renewal::Job>,
 }
 
 /// Stops the metrics endpoint of a process that handed over to a new one: both hold the same
@@ -153,6 +155,7 @@ impl Server {
         });
         let shared = worker::Shared::new(&config);
         let cert_watch = cert_watch::CertWatch::new(&config);
+        let acme_jobs = acme_jobs(&config);
         Ok(Server {
             config,
             tls,
@@ -175,6 +178,7 @@ impl Server {
             metrics_handover: Arc::new(Notify::new()),
             watch: backend_watch::BackendWatch::default(),
             cert_watch,
+            acme_jobs,
         })
     }
 
@@ -340,15 +344,8 @@ impl Server {
         for job in staple_jobs {
             rt.spawn(staple_refresh::run(job, self.renewed.announce.clone()));
         }
-        for fe in &c.frontends {
-            if let Some(acme) = fe.acme() {
-                let job = acme::renewal::Job {
-                    frontend: fe.name.clone(),
-                    acme: acme.clone(),
-                    fleet: fleet_of(fe),
-                };
-                rt.spawn(acme::renewal::run(job, self.renewed.announce.clone()));
-            }
+        for job in self.acme_jobs {
+            rt.spawn(acme::renewal::run(job, self.renewed.announce.clone()));
         }
         // Everything is bound and running: `shuck check` compares with what serves, not with a
         // start that failed. Before the ready file, so whoever waits on it finds the record.
@@ -390,12 +387,25 @@ impl Server {
     }
 }
 
-/// Warns, twice a day, about certificates shuck does not renew that expire soon: a process that
-/// runs for months sees no reload to warn at.
+/// The renewal job of each frontend with ACME, with its fleet when it shares a session store.
+/// Made before privileges are dropped: the fleet's key file may be readable by root only.
+fn acme_jobs(c: &Config) -> Vec<acme::renewal::Job> {
+    c.frontends
+        .iter()
+        .filter_map(|fe| {
+            Some(acme::renewal::Job {
+                frontend: fe.name.clone(),
+                acme: fe.acme()?.clone(),
+                fleet: fleet_of(fe),
+            })
+        })
+        .collect()
+}
+
 /// The fleet a frontend with ACME shares its certificate with: its session store's.
 fn fleet_of(fe: &Frontend) -> Option<acme::fleet::Fleet> {
     let settings = fe.session_store.as_ref()?;
-    match crate::sessions::session_store::fleet::FleetStore::open(settings) {
+    match crate::sessions::session_store::fleet::FleetStore::open(&settings.url, &settings.key) {
         Ok(store) => Some(acme::fleet::Fleet::new(store)),
         Err(e) => {
             tracing::error!(frontend = %fe.name, error = %e, "cannot use the session store for the fleet's ACME certificates; ordering alone");
@@ -404,6 +414,8 @@ fn fleet_of(fe: &Frontend) -> Option<acme::fleet::Fleet> {
     }
 }
 
+/// Warns, twice a day, about certificates shuck does not renew that expire soon: a process that
+/// runs for months sees no reload to warn at.
 async fn watch_expiry(metrics: Arc<Metrics>, shared: Arc<worker::Shared>) {
     const EVERY: Duration = Duration::from_secs(12 * 3600);
     loop {

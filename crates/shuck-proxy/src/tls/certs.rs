@@ -114,15 +114,21 @@ pub fn expand_paths(entries: &[CertFiles]) -> Result<Vec<CertFiles>> {
 
 /// The certificates of one directory (see [`expand_paths`]).
 fn expand_dir(dir: &Path) -> Result<Vec<CertFiles>> {
+    // Present (a file, or a link to one), even when unreadable: loading says what is wrong,
+    // rather than the certificate silently going missing.
+    let present = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir());
     let pair = |d: &Path, cert: &str, key: &str| {
         let (c, k) = (d.join(cert), d.join(key));
-        (c.is_file() && k.is_file()).then_some(CertFiles {
+        (present(&c) && present(&k)).then_some(CertFiles {
             cert: c,
             key: Some(k),
         })
     };
-    if let Some(secret) = pair(dir, "tls.crt", "tls.key") {
-        return Ok(vec![secret]);
+    // A Kubernetes secret, or one certbot name's directory (`live/NAME/`) given itself.
+    if let Some(one) =
+        pair(dir, "tls.crt", "tls.key").or_else(|| pair(dir, "fullchain.pem", "privkey.pem"))
+    {
+        return Ok(vec![one]);
     }
     let rd = std::fs::read_dir(dir).map_err(|source| Error::CertRead {
         path: dir.to_path_buf(),
@@ -242,16 +248,27 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
     })
 }
 
-/// One warning per load for a key file that group or others can read (mode & 0o044): whoever
-/// else reads it can impersonate the site.
+/// One warning per load for a key file others can read, or whose group can read it when that
+/// group is not the one shuck runs as (0640 with shuck's group is how a key is shared with it):
+/// whoever else reads it can impersonate the site.
 fn warn_if_readable_by_others(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    if let Ok(meta) = std::fs::metadata(path) {
-        let mode = meta.permissions().mode();
-        if mode & 0o044 != 0 {
-            tracing::warn!(file = %path.display(), mode = %format!("{:o}", mode & 0o777), "private key file is readable by group or others; chmod 600 (or 640 with the group shuck runs as)");
-        }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Ok(meta) = std::fs::metadata(path) else {
+        return;
+    };
+    let mode = meta.permissions().mode();
+    let others = mode & 0o004 != 0;
+    let foreign_group = mode & 0o040 != 0 && Some(meta.gid()) != effective_gid();
+    if others || foreign_group {
+        tracing::warn!(file = %path.display(), mode = %format!("{:o}", mode & 0o777), "private key file is readable by others or by a group shuck does not run as; chmod 600, or 640 with shuck's group");
     }
+}
+
+/// The process's effective group, from /proc (no syscall wrapper needed).
+fn effective_gid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Gid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// Builds a checked `LoadedCert` from DER parts (shared by files and the self-signed generator).

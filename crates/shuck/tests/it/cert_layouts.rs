@@ -86,7 +86,7 @@ fn certbot_live_kubernetes_secrets_pairs_and_key_beside_are_served() {
     let log = shuck.log_text();
     let warned: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains("readable by group or others"))
+        .filter(|l| l.contains("private key file is readable"))
         .collect();
     assert_eq!(
         warned.len(),

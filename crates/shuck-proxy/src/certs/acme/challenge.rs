@@ -69,6 +69,9 @@ pub fn adopt(name: &str, material: Option<&[u8]>, provider: &CryptoProvider) {
     let key = material
         .and_then(Material::decode)
         .and_then(|m| certified(&m, provider).ok());
+    if key.is_none() && !FETCHED.load().contains_key(&name) {
+        return;
+    }
     FETCHED.rcu(|table| {
         let mut t = HashMap::clone(table);
         match &key {

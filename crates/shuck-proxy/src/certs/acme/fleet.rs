@@ -73,11 +73,23 @@ impl Fleet {
         format!("shuck:acme:account:{}", digest(&[directory]))
     }
 
-    /// Takes the order's lease if nobody holds it.
+    fn back_off_key(acme: &Acme) -> String {
+        format!("shuck:acme:back-off:{}", Self::order_id(acme))
+    }
+
+    /// Takes the order's lease if nobody holds it and the fleet is not backing off a failure.
     pub async fn take_lease(&self, acme: &Acme) -> Result<bool, String> {
+        if self.store.get(&Self::back_off_key(acme)).await?.is_some() {
+            return Ok(false);
+        }
         self.store
             .lease(&Self::lease_key(acme), &self.holder, LEASE)
             .await
+    }
+
+    /// After a failed order: no host of the fleet orders again for `retry`.
+    pub async fn back_off(&self, acme: &Acme, retry: Duration) {
+        let _ = self.store.put(&Self::back_off_key(acme), b"1", retry).await;
     }
 
     /// Renews the lease every third of its life while the returned task runs (abort it when the
@@ -85,16 +97,20 @@ impl Fleet {
     pub fn keep_lease(&self, acme: &Acme, frontend: &str) -> tokio::task::JoinHandle<()> {
         let (me, key, frontend) = (self.clone(), Self::lease_key(acme), frontend.to_string());
         tokio::spawn(async move {
+            let mut failing = false;
             loop {
                 tokio::time::sleep(LEASE / 3).await;
                 match me.store.renew_lease(&key, &me.holder, LEASE).await {
-                    Ok(true) => {}
+                    Ok(true) => failing = false,
                     Ok(false) => {
-                        tracing::warn!(frontend = %frontend, "lost the fleet's ACME lease (it lapsed); another host may order too");
+                        tracing::warn!(frontend = %frontend, "lost the fleet's ACME lease (it lapsed); the order is given up");
                         return;
                     }
                     Err(e) => {
-                        tracing::warn!(frontend = %frontend, error = %e, "cannot renew the fleet's ACME lease");
+                        if !failing {
+                            tracing::warn!(frontend = %frontend, error = %e, "cannot renew the fleet's ACME lease");
+                        }
+                        failing = true;
                     }
                 }
             }
@@ -108,14 +124,15 @@ impl Fleet {
             .await;
     }
 
-    /// Publishes a challenge for the fleet's hosts.
-    pub async fn publish_challenge(&self, name: &str, material: &[u8]) -> Result<(), String> {
+    /// Publishes a challenge for the fleet's hosts; what was stored, to withdraw it by.
+    pub async fn publish_challenge(&self, name: &str, material: &[u8]) -> Result<Vec<u8>, String> {
         self.store
-            .put(&challenge_key(name), material, CHALLENGE_TTL)
+            .put_sealed(&challenge_key(name), material, CHALLENGE_TTL)
             .await
     }
 
-    pub async fn withdraw_challenge(&self, name: &str) {
-        let _ = self.store.delete(&challenge_key(name)).await;
+    /// Withdraws a published challenge, unless another order has replaced it since.
+    pub async fn withdraw_challenge(&self, name: &str, stored: &[u8]) {
+        let _ = self.store.delete_if(&challenge_key(name), stored).await;
     }
 }

@@ -40,7 +40,7 @@ pub(super) async fn obtain(
     let mut order = account.new_order(&new).await?;
     let provider = rustls::crypto::aws_lc_rs::default_provider();
     // Kept until the order is decided: the CA's validators may connect more than once.
-    let mut published: Vec<Published> = Vec::new();
+    let mut published: Vec<(Published, Option<Vec<u8>>)> = Vec::new();
     let mut authorizations = order.authorizations();
     while let Some(authz) = authorizations.next().await {
         let mut authz = authz?;
@@ -55,16 +55,19 @@ pub(super) async fn obtain(
         let name = ch.identifier().to_string();
         let digest = ch.key_authorization().digest();
         let p = challenge::publish(&name, digest.as_ref(), &provider)?;
-        if let Some(f) = fleet {
-            f.publish_challenge(p.name(), &p.material().encode())
-                .await
-                .map_err(|e| {
-                    AcmeError::Refused(format!(
-                        "cannot publish the challenge to the fleet's store: {e}"
-                    ))
-                })?;
-        }
-        published.push(p);
+        let shared = match fleet {
+            Some(f) => Some(
+                f.publish_challenge(p.name(), &p.material().encode())
+                    .await
+                    .map_err(|e| {
+                        AcmeError::Refused(format!(
+                            "cannot publish the challenge to the fleet's store: {e}"
+                        ))
+                    })?,
+            ),
+            None => None,
+        };
+        published.push((p, shared));
         ch.set_ready().await?;
     }
     let patience = RetryPolicy::new()
@@ -72,8 +75,10 @@ pub(super) async fn obtain(
         .timeout(ORDER_PATIENCE);
     let status = order.poll_ready(&patience).await;
     if let Some(f) = fleet {
-        for p in &published {
-            f.withdraw_challenge(p.name()).await;
+        for (p, shared) in &published {
+            if let Some(stored) = shared {
+                f.withdraw_challenge(p.name(), stored).await;
+            }
         }
     }
     if status? != OrderStatus::Ready {

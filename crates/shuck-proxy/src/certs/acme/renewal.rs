@@ -100,32 +100,33 @@ async fn obtain(
 }
 
 /// Keeps the certificate current with the fleet: loads the fleet's certificate whenever it is
-/// newer than this host's; when due, orders only under the fleet's lease, and stores what it
-/// got for the others.
+/// newer than this host's (and puts this host's there when it is the newer); when due, orders
+/// only under the fleet's lease, and stores what it got for the others. A store that cannot be
+/// reached delays nothing but the sharing: when the certificate is close to its end (a sixth
+/// of its life left) or there is none, the host orders alone.
 async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String>) {
     let mut schedule = Schedule::new();
     let mut failures = 0u32;
     let mut store_failing = false;
     loop {
-        match adopt(job, fleet).await {
+        let reached = match adopt(job, fleet).await {
             Ok(adopted) => {
                 if store_failing {
                     tracing::info!(frontend = %job.frontend, "the fleet's store answers again");
                 }
-                store_failing = false;
                 if adopted && renewed.send(job.frontend.clone()).is_err() {
                     return;
                 }
+                true
             }
             Err(e) => {
                 if !store_failing {
                     tracing::warn!(frontend = %job.frontend, error = %e, "cannot read the fleet's ACME certificate from the store; keeping ours");
                 }
-                store_failing = true;
-                tokio::time::sleep(FLEET_POLL).await;
-                continue;
+                false
             }
-        }
+        };
+        store_failing = !reached;
         let stored = Stored::read(&job.acme.bundle).filter(|s| s.covers(&job.acme.names));
         let (wait, replaces) = schedule.wait(&job.acme, Some(fleet), stored.as_ref()).await;
         if let Some(wait) = wait {
@@ -134,7 +135,9 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
         }
         // Due, or none yet: the host that takes the lease orders; the others wait for its
         // certificate to reach the store.
-        if !fleet.take_lease(&job.acme).await.unwrap_or(false) {
+        let lease = fleet.take_lease(&job.acme).await;
+        let alone = lease.is_err() && urgent(stored.as_ref());
+        if !alone && !lease.unwrap_or(false) {
             tokio::time::sleep(FLEET_POLL).await;
             continue;
         }
@@ -143,26 +146,17 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
         } else {
             "ordering"
         };
-        tracing::info!(frontend = %job.frontend, names = ?job.acme.names, directory = %job.acme.directory, "took the fleet's ACME lease; {what} its certificate");
-        let keeper = fleet.keep_lease(&job.acme, &job.frontend);
-        let attempt = obtain(&job.acme, Some(fleet), replaces).await;
-        keeper.abort();
+        let attempt = if alone {
+            tracing::warn!(frontend = %job.frontend, "the fleet's store is unreachable and the certificate is close to its end; {what} it alone");
+            obtain(&job.acme, None, replaces.clone()).await
+        } else {
+            tracing::info!(frontend = %job.frontend, names = ?job.acme.names, directory = %job.acme.directory, "took the fleet's ACME lease; {what} its certificate");
+            under_lease(job, fleet, replaces.clone()).await
+        };
         match attempt {
             Ok(bundle) => {
                 failures = 0;
-                let not_after = Stored::parse(&bundle).map_or(0, |s| s.not_after);
-                let life = Duration::from_secs(
-                    (not_after - crate::sys::clock::unix_now())
-                        .max(60)
-                        .unsigned_abs(),
-                );
-                if let Err(e) = fleet
-                    .store
-                    .put(&Fleet::certificate_key(&job.acme), &bundle, life)
-                    .await
-                {
-                    tracing::warn!(frontend = %job.frontend, error = %e, "ACME certificate issued but not stored for the fleet; the others will order their own when their lease comes");
-                }
+                let not_after = share(job, fleet, &bundle).await;
                 fleet.release_lease(&job.acme).await;
                 tracing::info!(frontend = %job.frontend, not_after, "ACME certificate issued and stored for the fleet");
                 if renewed.send(job.frontend.clone()).is_err() {
@@ -171,9 +165,15 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
                 tokio::time::sleep(FIRST_RETRY).await;
             }
             Err(e) => {
-                fleet.release_lease(&job.acme).await;
                 failures = failures.saturating_add(1);
                 let retry = retry_delay(failures, &e);
+                // The fleet waits out the back-off too, so N hosts do not make N orders of it.
+                fleet.back_off(&job.acme, retry).await;
+                fleet.release_lease(&job.acme).await;
+                if replaces.is_some() {
+                    // The CA may refuse what `replaces` names: the next order goes without it.
+                    schedule.forget_replaces();
+                }
                 tracing::warn!(frontend = %job.frontend, error = %e, retry_in = ?retry, "ACME order failed; the current certificate keeps serving");
                 tokio::time::sleep(retry).await;
             }
@@ -181,22 +181,100 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
     }
 }
 
-/// Loads the fleet's certificate when it covers the names and ends later than this host's (or
-/// this host has none); whether it did.
-async fn adopt(job: &Job, fleet: &Fleet) -> Result<bool, String> {
-    let Some(bundle) = fleet.store.get(&Fleet::certificate_key(&job.acme)).await? else {
-        return Ok(false);
+/// An order under the fleet's lease, given up when the lease is lost (another host may be
+/// ordering by then).
+async fn under_lease(
+    job: &Job,
+    fleet: &Fleet,
+    replaces: Option<CertificateIdentifier<'static>>,
+) -> Result<Vec<u8>, AcmeError> {
+    let mut keeper = fleet.keep_lease(&job.acme, &job.frontend);
+    let attempt = tokio::select! {
+        r = obtain(&job.acme, Some(fleet), replaces) => r,
+        _ = &mut keeper => Err(AcmeError::Refused("the fleet's lease was lost during the order".into())),
     };
-    let Some(theirs) = Stored::parse(&bundle).filter(|s| s.covers(&job.acme.names)) else {
-        return Ok(false);
-    };
-    let ours = Stored::read(&job.acme.bundle).filter(|s| s.covers(&job.acme.names));
-    if ours.is_some_and(|o| o.not_after >= theirs.not_after) {
-        return Ok(false);
+    keeper.abort();
+    attempt
+}
+
+/// Stores a new certificate for the fleet (until it expires); its end, Unix seconds.
+async fn share(job: &Job, fleet: &Fleet, bundle: &[u8]) -> i64 {
+    let not_after = Stored::parse(bundle).map_or(0, |s| s.not_after);
+    let life = Duration::from_secs(
+        (not_after - crate::sys::clock::unix_now())
+            .max(60)
+            .unsigned_abs(),
+    );
+    if let Err(e) = fleet
+        .store
+        .put(&Fleet::certificate_key(&job.acme), bundle, life)
+        .await
+    {
+        tracing::warn!(frontend = %job.frontend, error = %e, "ACME certificate issued but not stored for the fleet yet; it is put there once the store answers");
     }
-    super::state::write_private(&job.acme.bundle, &bundle).map_err(|e| e.to_string())?;
-    tracing::info!(frontend = %job.frontend, not_after = theirs.not_after, "loaded the fleet's ACME certificate from the store");
-    Ok(true)
+    not_after
+}
+
+/// Whether a certificate is so close to its end (a sixth of its life left, or none) that a host
+/// cut off from the fleet's store orders alone.
+fn urgent(stored: Option<&Stored>) -> bool {
+    let Some(s) = stored else {
+        return true;
+    };
+    let life = (s.not_after - s.not_before).max(0);
+    s.not_after - crate::sys::clock::unix_now() < life / 6
+}
+
+/// Loads the fleet's certificate when it covers the names and ends later than this host's (or
+/// this host has none); whether it did. When this host's ends later (the store missed a write),
+/// puts this host's there.
+async fn adopt(job: &Job, fleet: &Fleet) -> Result<bool, String> {
+    let key = Fleet::certificate_key(&job.acme);
+    let ours = Stored::read(&job.acme.bundle).filter(|s| s.covers(&job.acme.names));
+    let theirs_bytes = fleet.store.get(&key).await?;
+    let theirs = theirs_bytes
+        .as_deref()
+        .and_then(Stored::parse)
+        .filter(|s| s.covers(&job.acme.names));
+    match (&ours, &theirs) {
+        (Some(o), Some(t)) if o.not_after >= t.not_after => {
+            if o.not_after > t.not_after {
+                repair(job, fleet, o).await;
+            }
+            Ok(false)
+        }
+        (Some(o), None) => {
+            repair(job, fleet, o).await;
+            Ok(false)
+        }
+        (_, Some(t)) => {
+            let bytes = theirs_bytes.unwrap_or_default();
+            super::state::write_private(&job.acme.bundle, &bytes).map_err(|e| e.to_string())?;
+            tracing::info!(frontend = %job.frontend, not_after = t.not_after, "loaded the fleet's ACME certificate from the store");
+            Ok(true)
+        }
+        (None, None) => Ok(false),
+    }
+}
+
+/// Puts this host's certificate in the store, newer than what is there (a write that failed
+/// after an order, or a host that had one before it joined the fleet).
+async fn repair(job: &Job, fleet: &Fleet, ours: &Stored) {
+    let now = crate::sys::clock::unix_now();
+    if ours.not_after <= now {
+        return;
+    }
+    if let Ok(bytes) = crate::sys::files::read(&job.acme.bundle) {
+        let life = Duration::from_secs((ours.not_after - now).unsigned_abs());
+        if fleet
+            .store
+            .put(&Fleet::certificate_key(&job.acme), &bytes, life)
+            .await
+            .is_ok()
+        {
+            tracing::info!(frontend = %job.frontend, "put this host's ACME certificate in the fleet's store (newer than what was there)");
+        }
+    }
 }
 
 /// When a certificate falls due: in the window its CA suggests (ARI), else at two thirds of its
@@ -206,11 +284,22 @@ struct Schedule {
     known: Option<ari::Known>,
 }
 
+/// How long asking the CA for a renewal window may take.
+const ARI_LIMIT: Duration = Duration::from_secs(30);
+
 impl Schedule {
     fn new() -> Schedule {
         Schedule {
             jitter: random_fraction(),
             known: None,
+        }
+    }
+
+    /// After a failed order that named what it replaces: two thirds of the lifetime it is, until
+    /// the CA is asked again.
+    fn forget_replaces(&mut self) {
+        if let Some(k) = &mut self.known {
+            k.due = None;
         }
     }
 
@@ -235,7 +324,13 @@ impl Schedule {
             .as_ref()
             .is_some_and(|k| k.holds_for(stored, now))
         {
-            self.known = Some(self.ask(acme, fleet, stored, &id, now).await);
+            // A CA that accepts and never answers must not stall the renewals.
+            let asked =
+                tokio::time::timeout(ARI_LIMIT, self.ask(acme, fleet, stored, &id, now)).await;
+            self.known =
+                Some(asked.unwrap_or_else(|_| {
+                    ari::Known::new(stored, None, now, Duration::from_secs(600))
+                }));
         }
         match self.known.as_ref().and_then(|k| k.due) {
             Some(due) => {

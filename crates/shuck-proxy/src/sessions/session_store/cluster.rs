@@ -45,6 +45,8 @@ struct State {
     links: HashMap<(String, u16), Arc<Link>>,
     /// A refresh is under way, or due.
     refreshing: bool,
+    /// When the last refresh started: one a second at most.
+    last_refresh: Option<tokio::time::Instant>,
 }
 
 impl Cluster {
@@ -83,32 +85,43 @@ impl Cluster {
         s.links
             .entry(node)
             .or_insert_with_key(|(host, port)| {
-                let addr = match self.template.addr() {
-                    ConnectionAddr::TcpTls {
-                        insecure,
-                        tls_params,
-                        ..
-                    } => ConnectionAddr::TcpTls {
-                        host: host.clone(),
-                        port: *port,
-                        insecure: *insecure,
-                        tls_params: tls_params.clone(),
-                    },
-                    _ => ConnectionAddr::Tcp(host.clone(), *port),
-                };
-                Link::new(Endpoint::Direct(self.template.clone().set_addr(addr)))
+                Link::new(Endpoint::Direct(self.node_info(host, *port)))
             })
             .clone()
     }
 
-    /// Asks for the slot map again (a `MOVED` reply, or no map yet), at most one ask at a time.
+    /// The settings of a connection to node `host:port` (TLS when the URL asks for it).
+    fn node_info(&self, host: &str, port: u16) -> ConnectionInfo {
+        let addr = match self.template.addr() {
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host: host.to_string(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => ConnectionAddr::Tcp(host.to_string(), port),
+        };
+        self.template.clone().set_addr(addr)
+    }
+
+    /// Asks for the slot map again (a `MOVED` reply, a node that cannot be reached, no map
+    /// yet), at most one ask at a time and one a second.
     pub fn refresh(self: &Arc<Self>) {
         {
             let mut s = self.state();
-            if s.refreshing {
+            let now = tokio::time::Instant::now();
+            let recent = s
+                .last_refresh
+                .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1));
+            if s.refreshing || recent {
                 return;
             }
             s.refreshing = true;
+            s.last_refresh = Some(now);
         }
         let me = self.clone();
         tokio::spawn(async move {
@@ -137,10 +150,7 @@ impl Cluster {
         nodes.extend(self.state().links.keys().cloned());
         let mut errors = Vec::new();
         for (host, port) in nodes {
-            let info = self
-                .template
-                .clone()
-                .set_addr(ConnectionAddr::Tcp(host.clone(), port));
+            let info = self.node_info(&host, port);
             match tokio::time::timeout(MAP_TIMEOUT, slots_of(&info)).await {
                 Ok(Ok(map)) if !map.is_empty() => return Ok(map),
                 Ok(Ok(_)) => errors.push(format!("{host}:{port}: no slots assigned")),
@@ -154,7 +164,7 @@ impl Cluster {
 
 /// One node's `CLUSTER SLOTS`: each range with its master's address.
 async fn slots_of(info: &ConnectionInfo) -> Result<Vec<(u16, u16, (String, u16))>, String> {
-    let (mut conn, driver) = super::link::open(info, Arc::default()).await?;
+    let (mut conn, driver) = super::transport::open(info, Arc::default()).await?;
     let task = tokio::spawn(driver);
     let reply: Result<redis::Value, String> = redis::cmd("CLUSTER")
         .arg("SLOTS")

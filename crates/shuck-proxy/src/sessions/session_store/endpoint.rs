@@ -155,7 +155,7 @@ async fn ask(host: &str, port: u16, master: &str) -> Result<(String, u16), Strin
     let info = ConnectionAddr::Tcp(host.to_string(), port)
         .into_connection_info()
         .map_err(|e| e.to_string())?;
-    let (mut conn, driver) = super::link::open(&info, std::sync::Arc::default()).await?;
+    let (mut conn, driver) = super::transport::open(&info, std::sync::Arc::default()).await?;
     let task = tokio::spawn(driver);
     let answer: Result<Option<(String, String)>, String> = redis::cmd("SENTINEL")
         .arg("get-master-addr-by-name")

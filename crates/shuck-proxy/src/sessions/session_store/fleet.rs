@@ -10,14 +10,13 @@ use tokio::time::Instant;
 use super::endpoint::Endpoint;
 use super::seal::Sealer;
 use super::Router;
-use crate::config::SessionStoreSettings;
 
 /// How long one call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Renews a lease only for its holder.
 const RENEW: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
-/// Releases a lease only for its holder.
+/// Deletes a key only while it holds the value given (a lease's holder, a challenge's value).
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
 /// The fleet's store, for one frontend's tasks.
@@ -33,22 +32,23 @@ impl std::fmt::Debug for FleetStore {
 }
 
 impl FleetStore {
-    /// The store of `settings` (no connection is made here). Needs a runtime when used.
-    pub fn open(settings: &SessionStoreSettings) -> Result<FleetStore, String> {
-        let endpoint = Endpoint::parse(&settings.url)?;
-        let sealer = Sealer::from_file(&settings.key)?;
+    /// The store at `url`, its values sealed with the key in `key_file` (no connection is made
+    /// here). Needs a runtime when used.
+    pub fn open(url: &str, key_file: &std::path::Path) -> Result<FleetStore, String> {
+        let endpoint = Endpoint::parse(url)?;
+        let sealer = Sealer::from_file(key_file)?;
         Ok(FleetStore {
             router: Router::new(&endpoint),
             sealer,
         })
     }
 
-    /// A connection for `key`, within the deadline.
+    /// The link for `key` and its connection, within the deadline.
     async fn conn(
         &self,
         key: &[u8],
         deadline: Instant,
-    ) -> Result<redis::aio::MultiplexedConnection, String> {
+    ) -> Result<(std::sync::Arc<super::link::Link>, super::link::Conn), String> {
         let link = loop {
             if let Some(link) = self.router.link_for(key) {
                 break link;
@@ -58,28 +58,39 @@ impl FleetStore {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
-        link.connected_by(deadline)
+        let conn = link
+            .connected_by(deadline)
             .await
-            .map(|c| c.redis)
-            .map_err(|e| format!("{e:?}"))
+            .map_err(|e| format!("{e:?}"))?;
+        Ok((link, conn))
     }
 
+    /// One command. A connection that failed (an I/O error, a reply over the bound, READONLY
+    /// from a demoted master, no answer in time) is closed: the next call makes a new one (and
+    /// with Sentinel asks for the master again), as a worker's lookups do.
     async fn query<T: redis::FromRedisValue>(
         &self,
         key: &[u8],
         cmd: &redis::Cmd,
     ) -> Result<T, String> {
         let deadline = Instant::now() + CALL_TIMEOUT;
-        let mut conn = self.conn(key, deadline).await?;
-        match tokio::time::timeout_at(deadline, cmd.query_async::<T>(&mut conn)).await {
+        let (link, conn) = self.conn(key, deadline).await?;
+        let mut redis = conn.redis.clone();
+        match tokio::time::timeout_at(deadline, cmd.query_async::<T>(&mut redis)).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 if super::is_moved(&e) {
                     self.router.moved();
                 }
+                if conn.refused() || super::is_broken(&e) {
+                    link.close(&conn);
+                }
                 Err(e.to_string())
             }
-            Err(_) => Err(format!("no answer within {CALL_TIMEOUT:?}")),
+            Err(_) => {
+                link.close(&conn);
+                Err(format!("no answer within {CALL_TIMEOUT:?}"))
+            }
         }
     }
 
@@ -93,22 +104,37 @@ impl FleetStore {
 
     /// Stores `value` under `key` for `ttl`.
     pub async fn put(&self, key: &str, value: &[u8], ttl: Duration) -> Result<(), String> {
+        self.put_sealed(key, value, ttl).await.map(|_| ())
+    }
+
+    /// The same, returning the sealed value as stored (for [`FleetStore::delete_if`]).
+    pub async fn put_sealed(
+        &self,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<Vec<u8>, String> {
         let sealed = self
             .sealer
             .seal(key.as_bytes(), value)
             .ok_or("cannot seal the value")?;
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        self.query(
+        self.query::<()>(
             key.as_bytes(),
-            redis::cmd("SET").arg(key).arg(sealed).arg("PX").arg(ms),
+            redis::cmd("SET").arg(key).arg(&sealed).arg("PX").arg(ms),
         )
-        .await
+        .await?;
+        Ok(sealed)
     }
 
-    pub async fn delete(&self, key: &str) -> Result<(), String> {
-        self.query::<i64>(key.as_bytes(), redis::cmd("DEL").arg(key))
-            .await
-            .map(|_| ())
+    /// Deletes `key` if it still holds `sealed` (what [`FleetStore::put_sealed`] stored).
+    pub async fn delete_if(&self, key: &str, sealed: &[u8]) -> Result<(), String> {
+        self.query::<i64>(
+            key.as_bytes(),
+            redis::cmd("EVAL").arg(RELEASE).arg(1).arg(key).arg(sealed),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Takes the lease `key` for `holder` for `ttl` if nobody holds it; whether it was taken.

@@ -1,6 +1,6 @@
-//! One worker's connection to the store, made by shuck (TCP, TLS verified against the system's
-//! CAs, or a Unix socket) and handed to the redis crate's multiplexed connection, rather than
-//! through the crate's `ConnectionManager`, for two reasons:
+//! One worker's connection to the store, made by shuck (`transport`: TCP, TLS verified against
+//! the system's CAs, or a Unix socket) and handed to the redis crate's multiplexed connection,
+//! rather than through the crate's `ConnectionManager`, for two reasons:
 //! - every byte the store sends passes [`replies::Bounded`] before the crate buffers it: a store
 //!   that answers `$6000000000` and streams must not cost gigabytes;
 //! - shuck decides when a connection ends: when it is suspect (a reply refused, a lookup that
@@ -16,14 +16,11 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{ConnectionAddr, ConnectionInfo};
 
 use super::endpoint::{self, Endpoint};
-use tokio::io::{AsyncRead, AsyncWrite};
+use super::transport::{open, Driver};
 use tokio::sync::watch;
 use tokio::time::Instant;
-
-use super::replies::Bounded;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const MIN_DELAY: Duration = Duration::from_millis(100);
@@ -208,8 +205,6 @@ async fn connect(link: Weak<Link>) {
     }
 }
 
-type Driver = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
 /// Connects to the server `endpoint` names now; with Sentinel, only to a master.
 async fn open_at(
     endpoint: &Endpoint,
@@ -231,79 +226,4 @@ async fn open_at(
         }
     }
     Ok((conn, driver))
-}
-
-/// Connects to the store and hands the stream, through the reply bound, to the redis crate
-/// (which sends AUTH and SELECT as the URL asks).
-pub(super) async fn open(
-    info: &ConnectionInfo,
-    refused: Arc<AtomicBool>,
-) -> Result<(MultiplexedConnection, Driver), String> {
-    let stream: Box<dyn Stream> = match info.addr() {
-        ConnectionAddr::Tcp(host, port) => Box::new(tcp(host, *port).await?),
-        ConnectionAddr::TcpTls { host, port, .. } => {
-            let tcp = tcp(host, *port).await?;
-            Box::new(tls(host, tcp).await?)
-        }
-        ConnectionAddr::Unix(path) => Box::new(
-            tokio::net::UnixStream::connect(path)
-                .await
-                .map_err(|e| e.to_string())?,
-        ),
-        other => return Err(format!("{other}: not a kind of address shuck connects to")),
-    };
-    let bounded = Bounded::new(stream, refused);
-    // No response timeout of the crate's: each lookup and write has its own deadline.
-    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-    let (conn, driver) =
-        MultiplexedConnection::new_with_config(info.redis_settings(), bounded, config)
-            .await
-            .map_err(|e| e.to_string())?;
-    Ok((conn, Box::pin(driver)))
-}
-
-trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
-
-async fn tcp(host: &str, port: u16) -> Result<tokio::net::TcpStream, String> {
-    let s = tokio::net::TcpStream::connect((host, port))
-        .await
-        .map_err(|e| e.to_string())?;
-    let _ = s.set_nodelay(true);
-    Ok(s)
-}
-
-/// TLS to the store, verified against the system's CAs (as the redis crate does).
-async fn tls(
-    host: &str,
-    tcp: tokio::net::TcpStream,
-) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
-    let config = tls_config()?;
-    let name = rustls::pki_types::ServerName::try_from(host.to_string())
-        .map_err(|e| format!("{host}: {e}"))?;
-    tokio_rustls::TlsConnector::from(config)
-        .connect(name, tcp)
-        .await
-        .map_err(|e| e.to_string())
-}
-
-/// The system's CAs, read once per process (the first `rediss://` connection).
-fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
-    static CONFIG: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
-    if let Some(c) = CONFIG.get() {
-        return Ok(c.clone());
-    }
-    let mut roots = rustls::RootCertStore::empty();
-    let found = rustls_native_certs::load_native_certs();
-    roots.add_parsable_certificates(found.certs);
-    if roots.is_empty() {
-        return Err("no CA certificates found on this system to verify the store with".into());
-    }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(CONFIG.get_or_init(|| Arc::new(config)).clone())
 }

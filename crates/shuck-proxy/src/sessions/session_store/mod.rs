@@ -16,6 +16,7 @@ pub mod fleet;
 mod link;
 mod replies;
 mod seal;
+mod transport;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -252,7 +253,8 @@ impl Router {
         }
     }
 
-    /// A reply said the key's slot is elsewhere (`MOVED`, `ASK`): the map is asked again.
+    /// A reply said the key's slot is elsewhere (`MOVED`), or its node could not be reached (a
+    /// master gone, its replica promoted): the map is asked again.
     fn moved(&self) {
         if let Router::Cluster(c) = self {
             c.refresh();
@@ -260,13 +262,18 @@ impl Router {
     }
 }
 
+/// Whether `e` ends the connection it came on: it is broken, or (READONLY) it reaches a master
+/// demoted by a failover, and the next connection asks Sentinel again.
+fn is_broken(e: &redis::RedisError) -> bool {
+    let demoted = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+    e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() || demoted
+}
+
 /// Whether `e` says the slot is served elsewhere.
 fn is_moved(e: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
-    matches!(
-        e.kind(),
-        ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
-    )
+    // ASK is a slot in migration, still owned where it was: the map is right.
+    e.kind() == ErrorKind::Server(ServerErrorKind::Moved)
 }
 
 enum Write {
@@ -372,6 +379,7 @@ impl WorkerStore {
             Err(Unavailable::Failed(why)) => {
                 c.errors.inc();
                 self.breaker.failed(self.worker, &url, &why);
+                self.router.moved();
                 return Fetched::Unavailable;
             }
         };
@@ -430,11 +438,7 @@ impl WorkerStore {
         if is_moved(e) {
             self.router.moved();
         }
-        // READONLY: a master demoted by a failover; the next connection asks Sentinel again.
-        let demoted = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
-        let broken =
-            e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() || demoted;
-        if self.breaker.failed(self.worker, url, &e.to_string()) || broken {
+        if self.breaker.failed(self.worker, url, &e.to_string()) || is_broken(e) {
             link.close(conn);
         }
     }

@@ -16,7 +16,9 @@ impl Redis {
     /// until `ready` connects.
     fn spawn(listen: &[&str], what: &str, ready: impl Fn() -> bool) -> std::process::Child {
         let bin = shuck_test_support::peers::require("redis-server", "redis-server");
+        // Replication still writes an RDB file (to the working directory): not into the tree.
         let child = Command::new(bin)
+            .current_dir(std::env::temp_dir())
             .args(listen)
             .args(["--save", "", "--appendonly", "no"])
             .stdout(std::process::Stdio::null())
