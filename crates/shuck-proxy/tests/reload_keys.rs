@@ -122,6 +122,13 @@ fn rows(f: &Files) -> Vec<Row> {
     let acme = |name: &str| {
         format!("acme = {{ directory = \"https://127.0.0.1:1/dir\", names = [\"{name}\"] }}\n")
     };
+    let acme_store = |key: &str| {
+        format!(
+            "{}acme_store = \"redis://127.0.0.1:1/\"\nacme_store_key = {}\n",
+            acme("a.test"),
+            f.path(key)
+        )
+    };
     vec![
         global("workers", "workers = 1", "workers = 2", Restart),
         global("pin_cpus", "pin_cpus = false", "pin_cpus = true", Restart),
@@ -384,6 +391,18 @@ fn rows(f: &Files) -> Vec<Row> {
             store("store1", "200ms"),
             store("store2", "200ms"),
             Applied,
+        ),
+        frontend(
+            "acme_store",
+            acme("a.test"),
+            acme_store("store1"),
+            Restart,
+        ),
+        frontend(
+            "acme_store_key",
+            acme_store("store1"),
+            acme_store("store2"),
+            Restart,
         ),
     ]
 }

@@ -2,7 +2,8 @@
 //! (configuration files key by key), `harness` (the
 //! engine started in-process, for shuck-proxy's and shuck-bench's tests), `process` (the real
 //! `shuck` binary on port 0, backends, bounded commands), `clients` (curl, `openssl s_client`,
-//! metrics), `peers` (HAProxy and nginx), `dns` (dnsmasq) and `tlv_backend` (a raw PROXY v2
+//! metrics), `peers` (HAProxy and nginx), `dns` (dnsmasq), `redis` (servers and clusters) and
+//! `tlv_backend` (a raw PROXY v2
 //! backend).
 
 pub mod clients;
@@ -12,4 +13,5 @@ pub mod harness;
 pub mod peers;
 pub mod pki;
 pub mod process;
+pub mod redis;
 pub mod tlv_backend;

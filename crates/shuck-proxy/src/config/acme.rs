@@ -58,6 +58,24 @@ pub struct Eab {
     pub hmac_key_file: PathBuf,
 }
 
+/// Where a fleet shares its ACME state (`acme_store`, or the `session_store`), and the file of
+/// the key that seals it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AcmeStore {
+    pub url: String,
+    pub key: PathBuf,
+}
+
+/// Without the URL's password.
+impl std::fmt::Debug for AcmeStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcmeStore")
+            .field("url", &super::sessions::url_without_password(&self.url))
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
 /// A frontend's ACME settings, validated, with where its state lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acme {
@@ -69,6 +87,9 @@ pub struct Acme {
     pub directory_ca: Option<PathBuf>,
     pub until_issued: UntilIssued,
     pub eab: Option<Eab>,
+    /// The fleet's store, when the hosts share the ACME state (set once the store keys are
+    /// read).
+    pub store: Option<AcmeStore>,
     /// `<state_dir>/acme`: accounts (by directory) and certificates (by frontend).
     pub dir: PathBuf,
     /// The certificate bundle this frontend serves once one is issued (chain, then key).
@@ -139,6 +160,7 @@ impl RawAcme {
             directory_ca: self.directory_ca.clone().map(|p| resolve_path(base, p)),
             until_issued: self.until_issued.unwrap_or_default(),
             eab,
+            store: None,
             dir,
             bundle,
         })

@@ -34,7 +34,7 @@ mod sessions;
 mod timeouts;
 mod tls;
 
-pub use acme::{Acme, AcmeKey, Eab, UntilIssued};
+pub use acme::{Acme, AcmeKey, AcmeStore, Eab, UntilIssued};
 pub use backend::{Backend, BackendAddr, BackendPolicy, Backends, Target, MAX_BACKENDS};
 pub use certificates::{
     CertEntry, CertFiles, CertPair, CertSource, Certificates, OcspMode, SniFallback,
@@ -157,6 +157,8 @@ pub struct RawFrontend {
     pub session_store: Option<String>,
     pub session_store_timeout: Option<String>,
     pub session_store_key: Option<PathBuf>,
+    pub acme_store: Option<String>,
+    pub acme_store_key: Option<PathBuf>,
     #[serde(default, rename = "route")]
     pub routes: Vec<routes::RawRoute>,
 }
@@ -341,6 +343,7 @@ impl RawFrontend {
         let accept = self.validate_accept_proxy()?;
         let resumption = self.validate_resumption(base)?;
         let session_store = self.validate_session_store(base)?;
+        let acme = self.with_acme_store(acme, session_store.as_ref(), base)?;
         check_section_combinations(demo, &send, &client_auth)?;
         for (i, r) in routes.0.iter().enumerate() {
             let route_send = proxy::SendProxy {

@@ -158,7 +158,7 @@ async fn handshake_stage(
     let tls = fe.tls.load_full();
     if let Some(challenge) = &fe.acme_challenge {
         if acme::challenge::wants_challenge(read.hello.accepted.client_hello().alpn()) {
-            fetch_fleet_challenge(fe, &tls, &read).await;
+            fetch_fleet_challenge(fe, &read).await;
             handshake::answer_acme(read.hello, challenge.clone(), read.deadline).await?;
             return Ok(None);
         }
@@ -181,8 +181,8 @@ async fn handshake_stage(
 
 /// A validator asking for a name this process has no order for: another host of the fleet
 /// may have, and published its challenge to the store (fetched within the store's timeout).
-async fn fetch_fleet_challenge(fe: &WorkerFrontend, tls: &crate::tls::WorkerTls, read: &HelloRead) {
-    let Some(remote) = &tls.remote else {
+async fn fetch_fleet_challenge(fe: &WorkerFrontend, read: &HelloRead) {
+    let Some(store) = &fe.acme_store else {
         return;
     };
     let Some(name) = read
@@ -198,7 +198,7 @@ async fn fetch_fleet_challenge(fe: &WorkerFrontend, tls: &crate::tls::WorkerTls,
         return;
     }
     let key = acme::fleet::challenge_key(&name);
-    let material = remote.fetch_shared(key.as_bytes()).await;
+    let material = store.get_by(&key, read.deadline.at()).await;
     let provider = crate::tls::provider_for(&fe.cfg);
     acme::challenge::adopt(&name, material.as_deref(), &provider);
 }

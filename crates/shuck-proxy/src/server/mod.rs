@@ -402,13 +402,14 @@ fn acme_jobs(c: &Config) -> Vec<acme::renewal::Job> {
         .collect()
 }
 
-/// The fleet a frontend with ACME shares its certificate with: its session store's.
+/// The fleet a frontend with ACME shares its certificate with, through its `acme_store` (or
+/// `session_store`).
 fn fleet_of(fe: &Frontend) -> Option<acme::fleet::Fleet> {
-    let settings = fe.session_store.as_ref()?;
-    match crate::sessions::session_store::fleet::FleetStore::open(&settings.url, &settings.key) {
+    let store = fe.acme()?.store.as_ref()?;
+    match crate::sessions::session_store::fleet::shared(&store.url, &store.key) {
         Ok(store) => Some(acme::fleet::Fleet::new(store)),
         Err(e) => {
-            tracing::error!(frontend = %fe.name, error = %e, "cannot use the session store for the fleet's ACME certificates; ordering alone");
+            tracing::error!(frontend = %fe.name, error = %e, "cannot use the fleet's store for ACME; ordering alone");
             None
         }
     }

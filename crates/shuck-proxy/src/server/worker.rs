@@ -120,6 +120,8 @@ pub(crate) struct WorkerFrontend {
     pub(crate) metrics: FrontendMetrics,
     /// With ACME: what a TLS-ALPN-01 validator's handshake is served with.
     pub(crate) acme_challenge: Option<Arc<rustls::ServerConfig>>,
+    /// With ACME shared by a fleet: where another host's challenge is found.
+    pub(crate) acme_store: Option<Arc<crate::sessions::session_store::fleet::FleetStore>>,
 }
 
 /// One set of backends as a worker uses it: the pool, and a connect-time histogram per backend
@@ -206,6 +208,11 @@ impl WorkerFrontend {
                 .ok(),
             _ => None,
         };
+        // Opened at start (`server::acme_jobs`): found here, not opened again.
+        let acme_store = cfg
+            .acme()
+            .and_then(|a| a.store.as_ref())
+            .and_then(|s| crate::sessions::session_store::fleet::shared(&s.url, &s.key).ok());
         WorkerFrontend {
             cfg,
             tls,
@@ -213,6 +220,7 @@ impl WorkerFrontend {
             routes,
             metrics,
             acme_challenge,
+            acme_store,
         }
     }
 }

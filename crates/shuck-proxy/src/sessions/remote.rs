@@ -91,15 +91,6 @@ impl RemoteSessions {
         (!f.session_id.is_empty()).then_some((f.session_id, false))
     }
 
-    /// The value under `key` in the store, sealed by the fleet as sessions are (another host's
-    /// ACME challenge); within the store's timeout, `None` on any failure.
-    pub(crate) async fn fetch_shared(&self, key: &[u8]) -> Option<Vec<u8>> {
-        match self.store.fetch(key, false).await {
-            Fetched::Found(value) => Some(value),
-            Fetched::Missing | Fetched::Unavailable => None,
-        }
-    }
-
     /// Opens the worker's connection to the store (at worker start).
     pub(crate) fn warm_up(&self) {
         self.store.warm_up();

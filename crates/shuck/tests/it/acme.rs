@@ -307,31 +307,6 @@ fn acme_unreachable_ca_keeps_the_temporary_certificate_and_logs_the_failure() {
     );
 }
 
-/// A redis-server on a free port, killed on drop; its port.
-fn redis_server() -> (Killed, u16) {
-    let port = free_tcp_port();
-    let child = Command::new(require("redis-server", "redis-server"))
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (Killed(child), port)
-}
-
 /// The store key of the fleet's lease on an order for NAME from `directory` (as shuck names it:
 /// the first 16 bytes of SHA-256 over the directory and the names, NUL-separated, in hex).
 fn lease_key(directory: &str) -> String {
@@ -357,26 +332,12 @@ fn fleet_key(pki: &Pki) -> PathBuf {
 }
 
 /// Plays a host that died holding the fleet's lease: the lease taken under another holder, for
-/// 15 s (shuck's lease time).
-fn hold_dead_lease(redis: u16, directory: &str) {
-    let out = run_bounded(
-        Command::new(require("redis-cli", "redis-tools")).args([
-            "-p",
-            &redis.to_string(),
-            "SET",
-            &lease_key(directory),
-            "dead-host",
-            "NX",
-            "PX",
-            "15000",
-        ]),
-        b"",
-        10,
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("OK"),
-        "{out:?}"
-    );
+/// 15 s (shuck's lease time), on the cluster node that owns its slot (`-c` follows MOVED).
+fn hold_dead_lease(node: u16, directory: &str) {
+    let key = lease_key(directory);
+    let set = ["-c", "SET", &key, "dead-host", "NX", "PX", "15000"];
+    let out = shuck_test_support::redis::cli(node, &set);
+    assert!(out.contains("OK"), "{out}");
 }
 
 /// Every host's log, one after the other.
@@ -388,23 +349,25 @@ fn logs_of(hosts: &[Shuck]) -> String {
     out
 }
 
-/// One host of the fleet: the frontend on `port` with its own state, the fleet's store and key.
+/// One host of the fleet: the frontend on `port` with its own state, the fleet's store (through
+/// `acme_store`) and key.
 fn fleet_config(
     port: u16,
     pebble: &Pebble,
     pki: &Pki,
     state: &Path,
-    redis: u16,
+    store: &str,
     key: &Path,
 ) -> String {
     format!(
-        "{}session_store = \"redis://127.0.0.1:{redis}\"\nsession_store_key = {}\n",
+        "{}acme_store = \"{store}\"\nacme_store_key = {}\n",
         acme_config(port, &pebble.directory, &pki.ca_path(), state),
         toml_path(key)
     )
 }
 
-/// Three hosts behind HAProxy (round-robin, `mode tcp`), one redis-server, pebble validating
+/// Three hosts behind HAProxy (round-robin, `mode tcp`), a Redis Cluster of three masters as
+/// their `acme_store` (each key on the master of its slot), pebble validating
 /// TLS-ALPN-01 on the balancer's port (its DNS points the name at it), so a validation reaches
 /// any host. A host that died holding the fleet's lease is played by the test (the lease taken
 /// in Redis under another holder): nobody orders until it lapses; then exactly one host orders
@@ -421,14 +384,18 @@ fn fleet_acme_three_hosts_behind_a_balancer_share_one_certificate() {
         .collect();
     let balancer = shuck_test_support::peers::haproxy_balancer([127, 0, 0, 1].into(), &targets);
     let pebble = Pebble::start(&pki, balancer.addr.port(), 60);
-    let (_redis, redis) = redis_server();
+    let cluster = shuck_test_support::redis::cluster(3);
+    let store = format!(
+        "redis+cluster://127.0.0.1:{},127.0.0.1:{}",
+        cluster[0].port, cluster[1].port
+    );
     let key = fleet_key(&pki);
-    hold_dead_lease(redis, &pebble.directory);
+    hold_dead_lease(cluster[0].port, &pebble.directory);
     let held = Instant::now();
     let hosts: Vec<Shuck> = (0..3)
         .map(|i| {
             let state = pki.dir.path().join(format!("state{i}"));
-            Shuck::start(&fleet_config(ports[i], &pebble, &pki, &state, redis, &key))
+            Shuck::start(&fleet_config(ports[i], &pebble, &pki, &state, &store, &key))
         })
         .collect();
     let logs = || logs_of(&hosts);
@@ -478,7 +445,7 @@ fn fleet_acme_three_hosts_behind_a_balancer_share_one_certificate() {
         &pebble,
         &pki,
         &late_state,
-        redis,
+        &store,
         &key,
     ));
     late.wait_log("loaded a renewed certificate or OCSP staple");

@@ -44,12 +44,12 @@ pub fn challenge_key(name: &str) -> String {
 }
 
 impl Fleet {
-    pub fn new(store: FleetStore) -> Fleet {
+    pub fn new(store: Arc<FleetStore>) -> Fleet {
         let mut random = [0u8; 6];
         let _ = aws_lc_rs::rand::fill(&mut random);
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         Fleet {
-            store: Arc::new(store),
+            store,
             holder: format!("{}:{}:{}", host.trim(), std::process::id(), hex(&random)),
         }
     }

@@ -3,6 +3,9 @@
 //! router like a worker's, bounded the same), every value sealed with the fleet's key and bound
 //! to its key, every call within a deadline.
 
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -19,6 +22,24 @@ const RENEW: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.
 /// Deletes a key only while it holds the value given (a lease's holder, a challenge's value).
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
+/// The fleet stores of this process, by URL and key file: one each, opened at start (before
+/// privileges are dropped, the key file may be root's) and shared by the renewal task and the
+/// workers answering validations.
+type Stores = HashMap<(String, PathBuf), Arc<FleetStore>>;
+static SHARED: LazyLock<Mutex<Stores>> = LazyLock::new(Default::default);
+
+/// The process's store at `url` sealed with `key_file`, opened on first use.
+pub fn shared(url: &str, key_file: &Path) -> Result<Arc<FleetStore>, String> {
+    let mut all = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    let id = (url.to_string(), key_file.to_path_buf());
+    if let Some(s) = all.get(&id) {
+        return Ok(s.clone());
+    }
+    let store = Arc::new(FleetStore::open(url, key_file)?);
+    all.insert(id, store.clone());
+    Ok(store)
+}
+
 /// The fleet's store, for one frontend's tasks.
 pub struct FleetStore {
     router: Router,
@@ -34,7 +55,7 @@ impl std::fmt::Debug for FleetStore {
 impl FleetStore {
     /// The store at `url`, its values sealed with the key in `key_file` (no connection is made
     /// here). Needs a runtime when used.
-    pub fn open(url: &str, key_file: &std::path::Path) -> Result<FleetStore, String> {
+    pub fn open(url: &str, key_file: &Path) -> Result<FleetStore, String> {
         let endpoint = Endpoint::parse(url)?;
         let sealer = Sealer::from_file(key_file)?;
         Ok(FleetStore {
@@ -48,7 +69,7 @@ impl FleetStore {
         &self,
         key: &[u8],
         deadline: Instant,
-    ) -> Result<(std::sync::Arc<super::link::Link>, super::link::Conn), String> {
+    ) -> Result<(Arc<super::link::Link>, super::link::Conn), String> {
         let link = loop {
             if let Some(link) = self.router.link_for(key) {
                 break link;
@@ -92,6 +113,14 @@ impl FleetStore {
                 Err(format!("no answer within {CALL_TIMEOUT:?}"))
             }
         }
+    }
+
+    /// The value under `key` within `deadline` (a validator's handshake), `None` on any failure.
+    pub async fn get_by(&self, key: &str, deadline: Instant) -> Option<Vec<u8>> {
+        tokio::time::timeout_at(deadline, self.get(key))
+            .await
+            .ok()?
+            .ok()?
     }
 
     /// The value under `key`, if any (one that does not open under the fleet's key is none).

@@ -92,6 +92,11 @@ pub(crate) struct Deadline {
 }
 
 impl Deadline {
+    /// When the handshake's time is up.
+    pub(crate) fn at(&self) -> Instant {
+        self.at
+    }
+
     pub(crate) fn after(within: Duration) -> Deadline {
         Deadline {
             at: Instant::now() + within,

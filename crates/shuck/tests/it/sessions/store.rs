@@ -2,6 +2,7 @@
 //! socket, replies too large, a reload that replaces a failing store.
 
 use super::*;
+use shuck_test_support::redis::{cli as redis_cli, wait_cli};
 
 /// A real `redis-server` on a free loopback port, without persistence; killed on drop.
 struct Redis {
@@ -559,37 +560,6 @@ fn a_slow_store_costs_full_handshakes_but_no_reconnections() {
     );
 }
 
-/// `redis-cli -p PORT ARGS…`, its output.
-fn redis_cli(port: u16, args: &[&str]) -> String {
-    let out = shuck_test_support::process::run_bounded(
-        Command::new(shuck_test_support::peers::require(
-            "redis-cli",
-            "redis-tools",
-        ))
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(args),
-        b"",
-        10,
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Waits (bounded) until `redis-cli -p port args` says `needle`.
-fn wait_cli(port: u16, args: &[&str], needle: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = redis_cli(port, args);
-        if out.contains(needle) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{args:?} never said {needle:?}: {out}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// A free loopback port.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -721,44 +691,9 @@ fn cluster_of_three_masters_shares_sessions_by_slot() {
     let backend = HttpBackend::start();
     let key = pki.path("store.key");
     ticket_key(&["--format", "nginx", key.to_str().expect("utf-8")]);
-    let dir = pki.path("cluster");
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let dir_s = dir.to_str().expect("utf-8").to_string();
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let _nodes: Vec<Redis> = ports
-        .iter()
-        .map(|&port| {
-            let p = port.to_string();
-            let conf = format!("nodes-{port}.conf");
-            let ready = || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
-            let args = [
-                "--port",
-                &p,
-                "--bind",
-                "127.0.0.1",
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                &conf,
-                "--dir",
-                &dir_s,
-            ];
-            Redis {
-                child: Redis::spawn(&args, &p, ready),
-                url: String::new(),
-                port: Some(port),
-            }
-        })
-        .collect();
+    let masters = shuck_test_support::redis::cluster(3);
+    let ports: Vec<u16> = masters.iter().map(|m| m.port).collect();
     let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let mut create = vec!["--cluster", "create"];
-    create.extend(nodes.iter().map(String::as_str));
-    create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
-    let made = redis_cli(ports[0], &create);
-    assert!(made.contains("[OK]"), "{made}");
-    for &port in &ports {
-        wait_cli(port, &["cluster", "info"], "cluster_state:ok");
-    }
     // Two seeds of three: the third is learnt from the slot map.
     let url = format!("redis+cluster://{},{}", nodes[0], nodes[1]);
     let host_a = Shuck::start(&store_config(backend.addr, &cert, &url, &key, ""));
