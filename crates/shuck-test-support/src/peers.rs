@@ -259,8 +259,8 @@ backend target
     spawn("haproxy", ip, &|addr, dir| haproxy(addr, dir, &body))
 }
 
-/// HAProxy as the fleet's balancer: `mode tcp`, round-robin over `targets`, no health checks
-/// (a target not listening yet costs a client one failed connect, as a bare L4 balancer).
+/// HAProxy as the fleet's balancer: `mode tcp`, round-robin over `targets`, no health checks; a
+/// connect refused (a host down) is retried on the next target (`option redispatch 1`).
 pub fn haproxy_balancer(ip: IpAddr, targets: &[SocketAddr]) -> Peer {
     let mut servers = String::new();
     for (i, t) in targets.iter().enumerate() {
@@ -270,9 +270,11 @@ pub fn haproxy_balancer(ip: IpAddr, targets: &[SocketAddr]) -> Peer {
         "{HAPROXY_GLOBAL}\
 defaults
     mode tcp
-    timeout connect 5s
+    timeout connect 2s
     timeout client 20s
     timeout server 20s
+    retries 3
+    option redispatch 1
 frontend front
     bind @ADDR@
     default_backend fleet
