@@ -69,6 +69,19 @@ impl Fleet {
         format!("shuck:acme:lease:{}", Self::order_id(acme))
     }
 
+    /// Where the host that stored a new certificate says so.
+    pub fn issued_channel(acme: &Acme) -> String {
+        format!("shuck:acme:issued:{}", Self::order_id(acme))
+    }
+
+    /// Tells the fleet a new certificate is in the store (the others also look every so often).
+    pub async fn announce(&self, acme: &Acme) {
+        let _ = self
+            .store
+            .publish(&Self::issued_channel(acme), &Self::order_id(acme))
+            .await;
+    }
+
     pub fn account_key(directory: &str) -> String {
         format!("shuck:acme:account:{}", digest(&[directory]))
     }

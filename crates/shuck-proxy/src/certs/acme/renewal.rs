@@ -23,9 +23,11 @@ const ORDER_LIMIT: Duration = Duration::from_secs(300);
 /// removed by hand, and the clock may have jumped).
 const LOOK_AGAIN: Duration = Duration::from_secs(3600);
 
-/// How often a host of a fleet looks for the fleet's certificate in the store (another host may
-/// have renewed it), and for the lease while another host orders.
-const FLEET_POLL: Duration = Duration::from_secs(3);
+/// How often a host of a fleet looks for the fleet's certificate in the store when no
+/// notification comes (the host that stores one publishes it; the poll is the fallback).
+const FLEET_POLL: Duration = Duration::from_secs(30);
+/// How often a host whose certificate is due tries the lease another host holds.
+const LEASE_POLL: Duration = Duration::from_secs(3);
 
 /// One frontend's certificate to keep current.
 #[derive(Debug, Clone)]
@@ -105,6 +107,7 @@ async fn obtain(
 /// reached delays nothing but the sharing: when the certificate is close to its end (a sixth
 /// of its life left) or there is none, the host orders alone.
 async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String>) {
+    let mut issued = fleet.store.subscribe(&Fleet::issued_channel(&job.acme));
     let mut schedule = Schedule::new();
     let mut failures = 0u32;
     let mut store_failing = false;
@@ -130,7 +133,7 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
         let stored = Stored::read(&job.acme.bundle).filter(|s| s.covers(&job.acme.names));
         let (wait, replaces) = schedule.wait(&job.acme, Some(fleet), stored.as_ref()).await;
         if let Some(wait) = wait {
-            tokio::time::sleep(wait.min(FLEET_POLL)).await;
+            nap(&mut issued, wait.min(FLEET_POLL)).await;
             continue;
         }
         // Due, or none yet: the host that takes the lease orders; the others wait for its
@@ -138,7 +141,7 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
         let lease = fleet.take_lease(&job.acme).await;
         let alone = lease.is_err() && urgent(stored.as_ref());
         if !alone && !lease.unwrap_or(false) {
-            tokio::time::sleep(FLEET_POLL).await;
+            nap(&mut issued, LEASE_POLL).await;
             continue;
         }
         let what = if stored.is_some() {
@@ -158,6 +161,7 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
                 failures = 0;
                 let not_after = share(job, fleet, &bundle).await;
                 fleet.release_lease(&job.acme).await;
+                fleet.announce(&job.acme).await;
                 tracing::info!(frontend = %job.frontend, not_after, "ACME certificate issued and stored for the fleet");
                 if renewed.send(job.frontend.clone()).is_err() {
                     return;
@@ -176,6 +180,19 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
                 }
                 tracing::warn!(frontend = %job.frontend, error = %e, retry_in = ?retry, "ACME order failed; the current certificate keeps serving");
                 tokio::time::sleep(retry).await;
+            }
+        }
+    }
+}
+
+/// Sleeps `d`, or until the fleet says a new certificate is in the store.
+async fn nap(issued: &mut tokio::sync::watch::Receiver<u64>, d: Duration) {
+    tokio::select! {
+        () = tokio::time::sleep(d) => {}
+        changed = issued.changed() => {
+            if changed.is_err() {
+                // No subscription task any more: the poll alone.
+                tokio::time::sleep(d).await;
             }
         }
     }

@@ -44,6 +44,7 @@ pub fn shared(url: &str, key_file: &Path) -> Result<Arc<FleetStore>, String> {
 pub struct FleetStore {
     router: Router,
     sealer: Sealer,
+    endpoint: Endpoint,
 }
 
 impl std::fmt::Debug for FleetStore {
@@ -61,6 +62,7 @@ impl FleetStore {
         Ok(FleetStore {
             router: Router::new(&endpoint),
             sealer,
+            endpoint,
         })
     }
 
@@ -113,6 +115,36 @@ impl FleetStore {
                 Err(format!("no answer within {CALL_TIMEOUT:?}"))
             }
         }
+    }
+
+    /// Tells every subscriber of `channel` (`message`: no secret, it names what changed).
+    pub async fn publish(&self, channel: &str, message: &str) -> Result<(), String> {
+        self.query::<i64>(
+            channel.as_bytes(),
+            redis::cmd("PUBLISH").arg(channel).arg(message),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// A counter bumped at every message on `channel`, kept subscribed (again after a lost
+    /// connection or a failover, within a few seconds) by a task of the current runtime.
+    pub fn subscribe(&self, channel: &str) -> tokio::sync::watch::Receiver<u64> {
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let (endpoint, channel) = (self.endpoint.clone(), channel.to_string());
+        tokio::spawn(async move {
+            let mut failing = false;
+            while !tx.is_closed() {
+                if let Err(e) = listen(&endpoint, &channel, &tx).await {
+                    if !failing {
+                        tracing::debug!(error = %e, "fleet store subscription lost; polling meanwhile");
+                    }
+                    failing = true;
+                }
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        });
+        rx
     }
 
     /// The value under `key` within `deadline` (a validator's handshake), `None` on any failure.
@@ -214,4 +246,41 @@ impl FleetStore {
         .await
         .map(|_| ())
     }
+}
+
+/// Listens on `channel` until the connection ends; each message bumps `tx`.
+async fn listen(
+    endpoint: &Endpoint,
+    channel: &str,
+    tx: &tokio::sync::watch::Sender<u64>,
+) -> Result<(), String> {
+    use futures_util::StreamExt as _;
+    let info = match endpoint {
+        // Classic pub/sub reaches every node of a cluster: the first seed will do.
+        Endpoint::Cluster { seeds, template } => {
+            let (host, port) = seeds.first().ok_or("no cluster seed")?;
+            let addr = match template.addr() {
+                redis::ConnectionAddr::TcpTls {
+                    insecure,
+                    tls_params,
+                    ..
+                } => redis::ConnectionAddr::TcpTls {
+                    host: host.clone(),
+                    port: *port,
+                    insecure: *insecure,
+                    tls_params: tls_params.clone(),
+                },
+                _ => redis::ConnectionAddr::Tcp(host.clone(), *port),
+            };
+            template.clone().set_addr(addr)
+        }
+        other => other.resolve().await?,
+    };
+    let mut sub = super::transport::subscriber(&info).await?;
+    sub.subscribe(channel).await.map_err(|e| e.to_string())?;
+    let mut messages = sub.on_message();
+    while messages.next().await.is_some() {
+        tx.send_modify(|n| *n = n.wrapping_add(1));
+    }
+    Err("the subscription ended".into())
 }

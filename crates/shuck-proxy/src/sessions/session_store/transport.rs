@@ -19,6 +19,29 @@ pub(super) async fn open(
     info: &ConnectionInfo,
     refused: Arc<AtomicBool>,
 ) -> Result<(MultiplexedConnection, Driver), String> {
+    let bounded = bounded(info, refused).await?;
+    // No response timeout of the crate's: each lookup and write has its own deadline.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let (conn, driver) =
+        MultiplexedConnection::new_with_config(info.redis_settings(), bounded, config)
+            .await
+            .map_err(|e| e.to_string())?;
+    Ok((conn, Box::pin(driver)))
+}
+
+/// A subscriber's connection (RESP2 pub/sub needs one of its own), bounded the same.
+pub(super) async fn subscriber(info: &ConnectionInfo) -> Result<redis::aio::PubSub, String> {
+    let bounded = bounded(info, Arc::default()).await?;
+    redis::aio::PubSub::new(info.redis_settings(), bounded)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The stream to the server `info` names, through the reply bound.
+async fn bounded(
+    info: &ConnectionInfo,
+    refused: Arc<AtomicBool>,
+) -> Result<Bounded<Box<dyn Stream>>, String> {
     let stream: Box<dyn Stream> = match info.addr() {
         ConnectionAddr::Tcp(host, port) => Box::new(tcp(host, *port).await?),
         ConnectionAddr::TcpTls { host, port, .. } => {
@@ -32,17 +55,10 @@ pub(super) async fn open(
         ),
         other => return Err(format!("{other}: not a kind of address shuck connects to")),
     };
-    let bounded = Bounded::new(stream, refused);
-    // No response timeout of the crate's: each lookup and write has its own deadline.
-    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-    let (conn, driver) =
-        MultiplexedConnection::new_with_config(info.redis_settings(), bounded, config)
-            .await
-            .map_err(|e| e.to_string())?;
-    Ok((conn, Box::pin(driver)))
+    Ok(Bounded::new(stream, refused))
 }
 
-trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+pub(super) trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 
 async fn tcp(host: &str, port: u16) -> Result<tokio::net::TcpStream, String> {
