@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{key_err, resolve_path, KeyError, OneOrMany};
+use super::{key_err, resolve_path, KeyError, OneOrMany, RawFrontend};
 
 /// Where shuck keeps what it must find again after a restart (ACME accounts and certificates).
 pub const STATE_DIR: &str = "/var/lib/shuck";
@@ -164,6 +164,47 @@ impl RawAcme {
             dir,
             bundle,
         })
+    }
+}
+
+impl RawFrontend {
+    /// `acme_store` (else the `session_store`): where the fleet shares its ACME state, and the
+    /// key that seals it (`acme_store_key`, else `session_store_key`).
+    pub(super) fn with_acme_store(
+        &self,
+        acme: Option<Box<Acme>>,
+        sessions: Option<&super::SessionStoreSettings>,
+        base: Option<&Path>,
+    ) -> Result<Option<Box<Acme>>, KeyError> {
+        let Some(mut acme) = acme else {
+            if self.acme_store.is_some() {
+                return Err(key_err("acme_store", "needs acme"));
+            }
+            return Ok(None);
+        };
+        if self.acme_store_key.is_some() && self.acme_store.is_none() {
+            return Err(key_err("acme_store_key", "needs acme_store"));
+        }
+        acme.store = match (&self.acme_store, sessions) {
+            (Some(url), _) => {
+                let key = self
+                    .acme_store_key
+                    .clone()
+                    .map(|k| resolve_path(base, k))
+                    .or_else(|| sessions.map(|s| s.key.clone()))
+                    .ok_or_else(|| key_err("acme_store", "needs acme_store_key (or a session_store_key): the file whose secret seals what the fleet stores, the same on every host"))?;
+                Some(AcmeStore {
+                    url: super::sessions::store_url("acme_store", url)?,
+                    key,
+                })
+            }
+            (None, Some(s)) => Some(AcmeStore {
+                url: s.url.clone(),
+                key: s.key.clone(),
+            }),
+            (None, None) => None,
+        };
+        Ok(Some(acme))
     }
 }
 

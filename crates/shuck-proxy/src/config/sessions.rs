@@ -194,7 +194,7 @@ impl RawFrontend {
 
 /// A store URL as the redis crate (or shuck's Sentinel and Cluster forms) reads it, checked for
 /// its scheme: `unix:/path` becomes `unix:///path`.
-fn store_url(key: &str, url: &str) -> Result<String, KeyError> {
+pub(super) fn store_url(key: &str, url: &str) -> Result<String, KeyError> {
     let url = match url.strip_prefix("unix:") {
         // `unix:/run/redis.sock` as operators write it; the redis crate wants a URL.
         Some(path) if !path.starts_with("//") => format!("unix://{path}"),
@@ -218,47 +218,6 @@ fn store_url(key: &str, url: &str) -> Result<String, KeyError> {
         ));
     }
     Ok(url)
-}
-
-impl RawFrontend {
-    /// `acme_store` (else the `session_store`): where the fleet shares its ACME state, and the
-    /// key that seals it (`acme_store_key`, else `session_store_key`).
-    pub(super) fn with_acme_store(
-        &self,
-        acme: Option<Box<super::Acme>>,
-        sessions: Option<&SessionStoreSettings>,
-        base: Option<&Path>,
-    ) -> Result<Option<Box<super::Acme>>, KeyError> {
-        let Some(mut acme) = acme else {
-            if self.acme_store.is_some() {
-                return Err(key_err("acme_store", "needs acme"));
-            }
-            return Ok(None);
-        };
-        if self.acme_store_key.is_some() && self.acme_store.is_none() {
-            return Err(key_err("acme_store_key", "needs acme_store"));
-        }
-        acme.store = match (&self.acme_store, sessions) {
-            (Some(url), _) => {
-                let key = self
-                    .acme_store_key
-                    .clone()
-                    .map(|k| resolve_path(base, k))
-                    .or_else(|| sessions.map(|s| s.key.clone()))
-                    .ok_or_else(|| key_err("acme_store", "needs acme_store_key (or a session_store_key): the file whose secret seals what the fleet stores, the same on every host"))?;
-                Some(super::acme::AcmeStore {
-                    url: store_url("acme_store", url)?,
-                    key,
-                })
-            }
-            (None, Some(s)) => Some(super::acme::AcmeStore {
-                url: s.url.clone(),
-                key: s.key.clone(),
-            }),
-            (None, None) => None,
-        };
-        Ok(Some(acme))
-    }
 }
 
 /// The URL without its password, for logs and `shuck check` (see
