@@ -95,7 +95,11 @@ pub fn wait_cli(port: u16, args: &[&str], needle: &str) {
 /// A Redis Cluster of `masters` masters and no replicas, its state ok.
 pub fn cluster(masters: usize) -> Vec<RedisServer> {
     let nodes: Vec<RedisServer> = (0..masters)
-        .map(|_| RedisServer::start(&["--cluster-enabled", "yes"]))
+        .map(|_| {
+            // The cluster bus listens on port + 10000 unless told: a port of its own, free.
+            let bus = free_port().to_string();
+            RedisServer::start(&["--cluster-enabled", "yes", "--cluster-port", &bus])
+        })
         .collect();
     let addrs: Vec<String> = nodes
         .iter()

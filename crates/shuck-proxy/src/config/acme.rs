@@ -87,8 +87,8 @@ pub struct Acme {
     pub directory_ca: Option<PathBuf>,
     pub until_issued: UntilIssued,
     pub eab: Option<Eab>,
-    /// The fleet's store, when the hosts share the ACME state (set once the store keys are
-    /// read).
+    /// `acme_store`, when set (else the fleet shares through the session store, if any:
+    /// `Frontend::fleet_store`).
     pub store: Option<AcmeStore>,
     /// `<state_dir>/acme`: accounts (by directory) and certificates (by frontend).
     pub dir: PathBuf,
@@ -168,23 +168,23 @@ impl RawAcme {
 }
 
 impl RawFrontend {
-    /// `acme_store` (else the `session_store`): where the fleet shares its ACME state, and the
-    /// key that seals it (`acme_store_key`, else `session_store_key`).
+    /// `acme_store`: where the fleet shares its ACME state, and the key that seals it
+    /// (`acme_store_key`, else `session_store_key`).
     pub(super) fn with_acme_store(
         &self,
         acme: Option<Box<Acme>>,
         sessions: Option<&super::SessionStoreSettings>,
         base: Option<&Path>,
     ) -> Result<Option<Box<Acme>>, KeyError> {
+        if self.acme_store_key.is_some() && self.acme_store.is_none() {
+            return Err(key_err("acme_store_key", "needs acme_store"));
+        }
         let Some(mut acme) = acme else {
             if self.acme_store.is_some() {
                 return Err(key_err("acme_store", "needs acme"));
             }
             return Ok(None);
         };
-        if self.acme_store_key.is_some() && self.acme_store.is_none() {
-            return Err(key_err("acme_store_key", "needs acme_store"));
-        }
         acme.store = match (&self.acme_store, sessions) {
             (Some(url), _) => {
                 let key = self
@@ -198,11 +198,9 @@ impl RawFrontend {
                     key,
                 })
             }
-            (None, Some(s)) => Some(AcmeStore {
-                url: s.url.clone(),
-                key: s.key.clone(),
-            }),
-            (None, None) => None,
+            // The session store's, taken when the server starts (`Frontend::fleet_store`): kept
+            // out of `acme`, whose change needs a restart, so a session store edit still reloads.
+            (None, _) => None,
         };
         Ok(Some(acme))
     }

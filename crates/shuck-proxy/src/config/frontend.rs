@@ -159,6 +159,17 @@ impl Frontend {
         self.acme.0.as_deref()
     }
 
+    /// Where this frontend's fleet shares its ACME state: `acme_store`, else the session store.
+    pub fn fleet_store(&self) -> Option<super::AcmeStore> {
+        let acme = self.acme()?;
+        acme.store.clone().or_else(|| {
+            self.session_store.as_ref().map(|s| super::AcmeStore {
+                url: s.url.clone(),
+                key: s.key.clone(),
+            })
+        })
+    }
+
     /// Whether the frontend has tasks of its own (ACME renewal, OCSP fetching) that start with
     /// the process: adding or removing it takes a restart.
     pub fn runs_tasks(&self) -> bool {

@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::proto::proxy_protocol::Version;
+pub(crate) use sessions::url_without_password;
 pub use sessions::{SessionStoreSettings, TicketKeyFiles, TicketKeyFormat};
 
 mod acme;

@@ -200,7 +200,8 @@ pub(super) fn store_url(key: &str, url: &str) -> Result<String, KeyError> {
         Some(path) if !path.starts_with("//") => format!("unix://{path}"),
         _ => url.to_string(),
     };
-    let scheme = url.split("://").next().unwrap_or("");
+    // No "://": nothing is echoed (it may be `user:password@host`).
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
     if !matches!(
         scheme,
         "redis"

@@ -198,7 +198,10 @@ async fn fetch_fleet_challenge(fe: &WorkerFrontend, read: &HelloRead) {
         return;
     }
     let key = acme::fleet::challenge_key(&name);
-    let material = store.get_by(&key, read.deadline.at()).await;
+    // Half the handshake's time left at most: the challenge's handshake needs the rest.
+    let now = tokio::time::Instant::now();
+    let until = now + read.deadline.at().saturating_duration_since(now) / 2;
+    let material = store.get_by(&key, until).await;
     let provider = crate::tls::provider_for(&fe.cfg);
     acme::challenge::adopt(&name, material.as_deref(), &provider);
 }

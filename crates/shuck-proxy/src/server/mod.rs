@@ -155,7 +155,7 @@ impl Server {
         });
         let shared = worker::Shared::new(&config);
         let cert_watch = cert_watch::CertWatch::new(&config);
-        let acme_jobs = acme_jobs(&config);
+        let acme_jobs = acme_jobs(&config)?;
         Ok(Server {
             config,
             tls,
@@ -389,30 +389,36 @@ impl Server {
 
 /// The renewal job of each frontend with ACME, with its fleet when it shares a session store.
 /// Made before privileges are dropped: the fleet's key file may be readable by root only.
-fn acme_jobs(c: &Config) -> Vec<acme::renewal::Job> {
-    c.frontends
-        .iter()
-        .filter_map(|fe| {
-            Some(acme::renewal::Job {
-                frontend: fe.name.clone(),
-                acme: fe.acme()?.clone(),
-                fleet: fleet_of(fe),
-            })
-        })
-        .collect()
+fn acme_jobs(c: &Config) -> Result<Vec<acme::renewal::Job>> {
+    let mut jobs = Vec::new();
+    for fe in &c.frontends {
+        let Some(acme) = fe.acme() else {
+            continue;
+        };
+        jobs.push(acme::renewal::Job {
+            frontend: fe.name.clone(),
+            acme: acme.clone(),
+            fleet: fleet_of(fe)?,
+        });
+    }
+    Ok(jobs)
 }
 
 /// The fleet a frontend with ACME shares its certificate with, through its `acme_store` (or
 /// `session_store`).
-fn fleet_of(fe: &Frontend) -> Option<acme::fleet::Fleet> {
-    let store = fe.acme()?.store.as_ref()?;
-    match crate::sessions::session_store::fleet::shared(&store.url, &store.key) {
-        Ok(store) => Some(acme::fleet::Fleet::new(store)),
-        Err(e) => {
-            tracing::error!(frontend = %fe.name, error = %e, "cannot use the fleet's store for ACME; ordering alone");
-            None
-        }
-    }
+fn fleet_of(fe: &Frontend) -> Result<Option<acme::fleet::Fleet>> {
+    let Some(store) = fe.fleet_store() else {
+        return Ok(None);
+    };
+    // A store that cannot be used stops the start: each host ordering alone would have the
+    // CA's validations land on hosts that know nothing of its order.
+    let shared = crate::sessions::session_store::fleet::shared(&store.url, &store.key).map_err(
+        |message| Error::SessionStore {
+            url: crate::config::url_without_password(&store.url),
+            message,
+        },
+    )?;
+    Ok(Some(acme::fleet::Fleet::new(shared)))
 }
 
 /// Warns, twice a day, about certificates shuck does not renew that expire soon: a process that

@@ -16,7 +16,7 @@ const FILE: &str = "running.toml";
 
 /// The shape of the settings recorded, raised whenever their keys or renderings change: a
 /// record in another shape is not compared (every setting would look changed).
-pub const FORMAT: u32 = 2;
+pub const FORMAT: u32 = 3;
 
 /// What a running shuck recorded.
 #[derive(Debug, Serialize, Deserialize)]

@@ -210,8 +210,7 @@ impl WorkerFrontend {
         };
         // Opened at start (`server::acme_jobs`): found here, not opened again.
         let acme_store = cfg
-            .acme()
-            .and_then(|a| a.store.as_ref())
+            .fleet_store()
             .and_then(|s| crate::sessions::session_store::fleet::shared(&s.url, &s.key).ok());
         WorkerFrontend {
             cfg,

@@ -160,9 +160,9 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
             Ok(bundle) => {
                 failures = 0;
                 let not_after = share(job, fleet, &bundle).await;
+                tracing::info!(frontend = %job.frontend, not_after, "ACME certificate issued and stored for the fleet");
                 fleet.release_lease(&job.acme).await;
                 fleet.announce(&job.acme).await;
-                tracing::info!(frontend = %job.frontend, not_after, "ACME certificate issued and stored for the fleet");
                 if renewed.send(job.frontend.clone()).is_err() {
                     return;
                 }

@@ -58,6 +58,17 @@ impl FleetStore {
     /// here). Needs a runtime when used.
     pub fn open(url: &str, key_file: &Path) -> Result<FleetStore, String> {
         let endpoint = Endpoint::parse(url)?;
+        if matches!(
+            endpoint.info().addr(),
+            redis::ConnectionAddr::TcpTls { insecure: true, .. }
+        ) {
+            return Err(
+                "#insecure is not supported: shuck always verifies the store's certificate".into(),
+            );
+        }
+        if endpoint.info().redis_settings().protocol() != redis::ProtocolVersion::RESP2 {
+            return Err("protocol=resp3 is not supported: shuck speaks RESP2 to the store".into());
+        }
         let sealer = Sealer::from_file(key_file)?;
         Ok(FleetStore {
             router: Router::new(&endpoint),
@@ -276,8 +287,14 @@ async fn listen(
         }
         other => other.resolve().await?,
     };
-    let mut sub = super::transport::subscriber(&info).await?;
-    sub.subscribe(channel).await.map_err(|e| e.to_string())?;
+    let subscribed = async {
+        let mut sub = super::transport::subscriber(&info).await?;
+        sub.subscribe(channel).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(sub)
+    };
+    let mut sub = tokio::time::timeout(CALL_TIMEOUT, subscribed)
+        .await
+        .map_err(|_| format!("no subscription within {CALL_TIMEOUT:?}"))??;
     let mut messages = sub.on_message();
     while messages.next().await.is_some() {
         tx.send_modify(|n| *n = n.wrapping_add(1));
