@@ -625,14 +625,14 @@ struct DnsFamilies {
 /// The gauges and counters of what watches the backends: health checks and DNS.
 fn register_backend_watch(registry: &mut Registry, m: &Metrics) {
     registry.register(
-    "backend_up",
-    "1 while the active health checks (health_check) have a backend up, 0 while down; only checked backends",
-    m.backend_up.clone(),
+        "backend_up",
+        "1 while the active health checks (health_check) have a backend up, 0 while down; only checked backends",
+        m.backend_up.clone(),
     );
     registry.register(
-    "dns_lookups",
-    "Lookups of host-name backends, by name and result (ok; failed or empty: the last good answer stays in use)",
-    m.dns.lookups.clone(),
+        "dns_lookups",
+        "Lookups of host-name backends, by name and result (ok; failed or empty: the last good answer stays in use)",
+        m.dns.lookups.clone(),
     );
     registry.register(
         "dns_addresses",
