@@ -92,20 +92,7 @@ impl Cluster {
 
     /// The settings of a connection to node `host:port` (TLS when the URL asks for it).
     fn node_info(&self, host: &str, port: u16) -> ConnectionInfo {
-        let addr = match self.template.addr() {
-            ConnectionAddr::TcpTls {
-                insecure,
-                tls_params,
-                ..
-            } => ConnectionAddr::TcpTls {
-                host: host.to_string(),
-                port,
-                insecure: *insecure,
-                tls_params: tls_params.clone(),
-            },
-            _ => ConnectionAddr::Tcp(host.to_string(), port),
-        };
-        self.template.clone().set_addr(addr)
+        super::endpoint::at(&self.template, host, port)
     }
 
     /// Asks for the slot map again (a `MOVED` reply, a node that cannot be reached, no map

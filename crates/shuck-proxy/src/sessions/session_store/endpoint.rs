@@ -83,6 +83,22 @@ impl Endpoint {
         Ok(Endpoint::Cluster { seeds, template })
     }
 
+    /// Reads `url` and refuses what shuck does not do: `#insecure` TLS, RESP3.
+    pub fn parse_supported(url: &str) -> Result<Endpoint, String> {
+        let endpoint = Self::parse(url)?;
+        let info = endpoint.info();
+        if matches!(info.addr(), ConnectionAddr::TcpTls { insecure: true, .. }) {
+            return Err(
+                "#insecure is not supported: shuck always verifies the store's certificate".into(),
+            );
+        }
+        // The reply bound reads RESP2 framing; RESP3 brings maps and pushes shuck never needs.
+        if info.redis_settings().protocol() != redis::ProtocolVersion::RESP2 {
+            return Err("protocol=resp3 is not supported: shuck speaks RESP2 to the store".into());
+        }
+        Ok(endpoint)
+    }
+
     /// The settings every connection uses (credentials, database, protocol).
     pub fn info(&self) -> &ConnectionInfo {
         match self {
@@ -105,22 +121,7 @@ impl Endpoint {
         let mut errors = Vec::new();
         for (host, port) in sentinels {
             match tokio::time::timeout(SENTINEL_TIMEOUT, ask(host, *port, master)).await {
-                Ok(Ok((ip, port))) => {
-                    let addr = match template.addr() {
-                        ConnectionAddr::TcpTls {
-                            insecure,
-                            tls_params,
-                            ..
-                        } => ConnectionAddr::TcpTls {
-                            host: ip,
-                            port,
-                            insecure: *insecure,
-                            tls_params: tls_params.clone(),
-                        },
-                        _ => ConnectionAddr::Tcp(ip, port),
-                    };
-                    return Ok(template.clone().set_addr(addr));
-                }
+                Ok(Ok((ip, port))) => return Ok(at(template, &ip, port)),
                 Ok(Err(e)) => errors.push(format!("sentinel {host}:{port}: {e}")),
                 Err(_) => errors.push(format!(
                     "sentinel {host}:{port}: no answer within {SENTINEL_TIMEOUT:?}"
@@ -134,6 +135,24 @@ impl Endpoint {
     pub fn needs_master_check(&self) -> bool {
         matches!(self, Endpoint::Sentinel { .. })
     }
+}
+
+/// `template`'s settings for the server at `host:port` (over TLS when `template` is).
+pub fn at(template: &ConnectionInfo, host: &str, port: u16) -> ConnectionInfo {
+    let addr = match template.addr() {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host: host.to_string(),
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => ConnectionAddr::Tcp(host.to_string(), port),
+    };
+    template.clone().set_addr(addr)
 }
 
 /// `HOST:PORT,HOST:PORT` (IPv6 in brackets), each `what`.

@@ -57,18 +57,7 @@ impl FleetStore {
     /// The store at `url`, its values sealed with the key in `key_file` (no connection is made
     /// here). Needs a runtime when used.
     pub fn open(url: &str, key_file: &Path) -> Result<FleetStore, String> {
-        let endpoint = Endpoint::parse(url)?;
-        if matches!(
-            endpoint.info().addr(),
-            redis::ConnectionAddr::TcpTls { insecure: true, .. }
-        ) {
-            return Err(
-                "#insecure is not supported: shuck always verifies the store's certificate".into(),
-            );
-        }
-        if endpoint.info().redis_settings().protocol() != redis::ProtocolVersion::RESP2 {
-            return Err("protocol=resp3 is not supported: shuck speaks RESP2 to the store".into());
-        }
+        let endpoint = Endpoint::parse_supported(url)?;
         let sealer = Sealer::from_file(key_file)?;
         Ok(FleetStore {
             router: Router::new(&endpoint),
@@ -270,20 +259,7 @@ async fn listen(
         // Classic pub/sub reaches every node of a cluster: the first seed will do.
         Endpoint::Cluster { seeds, template } => {
             let (host, port) = seeds.first().ok_or("no cluster seed")?;
-            let addr = match template.addr() {
-                redis::ConnectionAddr::TcpTls {
-                    insecure,
-                    tls_params,
-                    ..
-                } => redis::ConnectionAddr::TcpTls {
-                    host: host.clone(),
-                    port: *port,
-                    insecure: *insecure,
-                    tls_params: tls_params.clone(),
-                },
-                _ => redis::ConnectionAddr::Tcp(host.clone(), *port),
-            };
-            template.clone().set_addr(addr)
+            super::endpoint::at(template, host, *port)
         }
         other => other.resolve().await?,
     };

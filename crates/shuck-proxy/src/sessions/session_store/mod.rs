@@ -164,21 +164,7 @@ impl SharedStore {
             url: settings.shown.clone(),
             message,
         };
-        let endpoint = Endpoint::parse(&settings.url).map_err(store_err)?;
-        if matches!(
-            endpoint.info().addr(),
-            redis::ConnectionAddr::TcpTls { insecure: true, .. }
-        ) {
-            return Err(store_err(
-                "#insecure is not supported: shuck always verifies the store's certificate".into(),
-            ));
-        }
-        // The reply bound reads RESP2 framing; RESP3 brings maps and pushes shuck never needs.
-        if endpoint.info().redis_settings().protocol() != redis::ProtocolVersion::RESP2 {
-            return Err(store_err(
-                "protocol=resp3 is not supported: shuck speaks RESP2 to the store".into(),
-            ));
-        }
+        let endpoint = Endpoint::parse_supported(&settings.url).map_err(store_err)?;
         let sealer = Sealer::from_file(&settings.key).map_err(store_err)?;
         Ok(Arc::new(SharedStore {
             core: Arc::new(Core {
