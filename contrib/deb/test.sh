@@ -5,7 +5,9 @@
 # example on 127.0.0.1:8443 as the shuck user), that an upgrade of the package upgrades the
 # running process in place with a client loop losing no request, that --self-signed alone
 # serves, that remove stops the service and purge removes configuration and state, and that
-# policy-rc.d (exit 101) or DEB_NO_START=1 keep an install from starting it. Needs root and
+# policy-rc.d (exit 101) or DEB_NO_START=1 keep an install from starting it. The machine's own
+# policy-rc.d (container images ship one that forbids everything) is moved aside for the run and
+# put back on every exit, so each step runs under the policy it names. Needs root and
 # 127.0.0.1:8443 free; leaves nothing installed. .ci/run runs it.
 #   contrib/deb/test.sh [BINARY]
 set -euo pipefail
@@ -18,16 +20,29 @@ if dpkg -s shuck >/dev/null 2>&1; then
 fi
 work=$(mktemp -d)
 pid=
-policy_added=
+policy=/usr/sbin/policy-rc.d
+policy_saved=
 cleanup() {
   [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
-  [ -n "$policy_added" ] && rm -f /usr/sbin/policy-rc.d
   touch "$work/loop.stop" 2>/dev/null || true
   dpkg -P shuck >/dev/null 2>&1 || true
+  # The machine's policy back as it was: ours removed, its own restored.
+  rm -f "$policy"
+  [ -n "$policy_saved" ] && mv "$work/policy-rc.d.machine" "$policy"
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 fail() { echo "package test: $*" >&2; exit 1; }
+
+# The steps below set the policy each needs; the machine's own is kept aside until the end.
+if [ -e "$policy" ] || [ -L "$policy" ]; then
+  mv "$policy" "$work/policy-rc.d.machine"
+  policy_saved=1
+  echo "package test: this machine's $policy moved aside for the test (restored at exit)"
+else
+  echo "package test: this machine has no $policy"
+fi
 
 # A test build's binary is large with debug information: strip a copy, compress lightly.
 if command -v strip >/dev/null; then
@@ -121,15 +136,13 @@ dpkg -P shuck >/dev/null || fail "dpkg -P failed"
 [ ! -e /var/lib/shuck ] || fail "purge left the state directory"
 
 # policy-rc.d forbidding actions (as in image builds and chroots): installed, not started.
-if [ ! -e /usr/sbin/policy-rc.d ]; then
-  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-  chmod +x /usr/sbin/policy-rc.d
-  policy_added=1
-  dpkg -i "$deb" >/dev/null || fail "dpkg -i under policy-rc.d failed"
-  rm -f /usr/sbin/policy-rc.d; policy_added=
-  ! alive || fail "installed under a policy-rc.d that forbids it, the service started"
-  dpkg -P shuck >/dev/null || fail "dpkg -P failed"
-fi
+printf '#!/bin/sh\nexit 101\n' >"$policy"
+chmod +x "$policy"
+dpkg -i "$deb" >/dev/null || fail "dpkg -i under policy-rc.d failed"
+rm -f "$policy"
+! alive || fail "installed under a policy-rc.d that forbids it, the service started"
+dpkg -P shuck >/dev/null || fail "dpkg -P failed"
+echo "package test: under a policy-rc.d that forbids starting, installed and not started"
 # DEB_NO_START=1 likewise.
 DEB_NO_START=1 dpkg -i "$deb" >/dev/null || fail "dpkg -i with DEB_NO_START failed"
 ! alive || fail "installed with DEB_NO_START=1, the service started"
