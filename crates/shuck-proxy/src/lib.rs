@@ -15,6 +15,7 @@ mod obs;
 mod proto;
 pub mod server;
 mod sessions;
+mod store;
 mod sys;
 mod tls;
 

@@ -412,12 +412,12 @@ fn fleet_of(fe: &Frontend) -> Result<Option<acme::fleet::Fleet>> {
     };
     // A store that cannot be used stops the start: each host ordering alone would have the
     // CA's validations land on hosts that know nothing of its order.
-    let shared = crate::sessions::session_store::fleet::shared(&store.url, &store.key).map_err(
-        |message| Error::SessionStore {
+    let shared = crate::store::fleet::shared(&store.url, &store.key).map_err(|message| {
+        Error::SessionStore {
             url: crate::config::url_without_password(&store.url),
             message,
-        },
-    )?;
+        }
+    })?;
     Ok(Some(acme::fleet::Fleet::new(shared)))
 }
 

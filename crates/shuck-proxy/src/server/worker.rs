@@ -121,7 +121,7 @@ pub(crate) struct WorkerFrontend {
     /// With ACME: what a TLS-ALPN-01 validator's handshake is served with.
     pub(crate) acme_challenge: Option<Arc<rustls::ServerConfig>>,
     /// With ACME shared by a fleet: where another host's challenge is found.
-    pub(crate) acme_store: Option<Arc<crate::sessions::session_store::fleet::FleetStore>>,
+    pub(crate) acme_store: Option<Arc<crate::store::fleet::FleetStore>>,
 }
 
 /// One set of backends as a worker uses it: the pool, and a connect-time histogram per backend
@@ -211,7 +211,7 @@ impl WorkerFrontend {
         // Opened at start (`server::acme_jobs`): found here, not opened again.
         let acme_store = cfg
             .fleet_store()
-            .and_then(|s| crate::sessions::session_store::fleet::shared(&s.url, &s.key).ok());
+            .and_then(|s| crate::store::fleet::shared(&s.url, &s.key).ok());
         WorkerFrontend {
             cfg,
             tls,

@@ -13,8 +13,8 @@ use std::time::Duration;
 use rustls::server::StoresServerSessions;
 
 use super::cache::SessionCache;
-use crate::sessions::session_store::{Fetched, WorkerStore};
-use crate::tls::handshake::hello_fields;
+use crate::proto::hello_fields;
+use crate::store::{Fetched, WorkerStore};
 
 /// A value fetched for the connection being handshaken: its key (as rustls will ask) and value.
 #[derive(Debug)]

@@ -22,7 +22,7 @@ use rustls::server::ProducesTickets;
 
 use super::ticket_keys::{FileKey, FileKeys, NAME_LEN};
 use crate::config::TicketKeyFormat;
-use crate::sessions::sealing::{SealingKey, OVERHEAD};
+use crate::store::sealing::{SealingKey, OVERHEAD};
 use crate::sys::clock::unix_now;
 
 /// Bytes of the issue time sealed inside each ticket.

@@ -16,8 +16,8 @@ use crate::config::{Acme, CertSource, Frontend, OcspMode, SniFallback, UntilIssu
 use crate::error::{Error, Result};
 use crate::sessions::cache::{SessionCache, SessionCounters};
 use crate::sessions::remote::{RemoteSessions, Resumes};
-use crate::sessions::session_store::{SharedStore, StoreCounters, Target};
 use crate::sessions::{resumption, ticket_keys, tickets};
+use crate::store::{SharedStore, StoreCounters, Target};
 use certs::LoadedCert;
 use sni::{SniResolver, WorkerResolver};
 

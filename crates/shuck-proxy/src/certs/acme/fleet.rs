@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Acme;
-use crate::sessions::session_store::fleet::FleetStore;
+use crate::store::fleet::FleetStore;
 
 /// How long a lease lasts unless renewed; it is renewed every third of that.
 pub const LEASE: Duration = Duration::from_secs(15);

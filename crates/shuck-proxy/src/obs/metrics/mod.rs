@@ -20,7 +20,7 @@ pub use http::{serve, Phase};
 use crate::conn::conn_error::{CountedIn, Reason};
 use crate::sessions::cache::SessionCounters;
 use crate::sessions::resumption::Mechanism;
-use crate::sessions::session_store::{latency_histogram, StoreCounters};
+use crate::store::{latency_histogram, StoreCounters};
 use prometheus_client::metrics::histogram::Histogram;
 
 type Labels = Vec<(&'static str, String)>;

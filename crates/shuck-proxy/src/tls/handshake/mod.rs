@@ -5,7 +5,6 @@
 
 pub(crate) mod error;
 pub(crate) mod hello;
-pub(crate) mod hello_fields;
 
 use std::future::poll_fn;
 use std::io;

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::sessions::sealing::SealingKey;
+use crate::store::sealing::SealingKey;
 
 pub(super) struct Sealer {
     key: SealingKey,
@@ -36,7 +36,7 @@ impl Sealer {
 
     /// `nonce | ciphertext | tag`, bound to `redis_key`.
     pub(super) fn seal(&self, redis_key: &[u8], value: &[u8]) -> Option<Vec<u8>> {
-        let mut out = Vec::with_capacity(crate::sessions::sealing::OVERHEAD + value.len());
+        let mut out = Vec::with_capacity(crate::store::sealing::OVERHEAD + value.len());
         self.key.seal_into(redis_key, &[value], &mut out)?;
         Some(out)
     }

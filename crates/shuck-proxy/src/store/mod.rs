@@ -1,7 +1,9 @@
-//! A session store shared by the hosts of a fleet: Redis (`session_store`), reached from each
-//! worker over its own multiplexed connection. This module knows Redis, sealing and failure
-//! handling, not TLS: it fetches and stores opaque values under keys it is given
-//! (`sessions::remote` decides which, from the ClientHello).
+//! The store shared by the hosts of a fleet: Redis, Sentinel or Cluster (`session_store`,
+//! `acme_store`), reached from each worker over its own multiplexed connection, and `fleet`, the
+//! process's handle for the fleet's ACME state. This folder knows Redis, sealing (`sealing`,
+//! `seal`) and failure handling, not TLS: it fetches and stores opaque values under keys it is
+//! given (`sessions::remote` decides which, from the ClientHello; `certs::acme::fleet` for
+//! certificates).
 //!
 //! Never a stalled handshake: a fetch waits at most `session_store_timeout`; writes leave
 //! through a bounded queue per worker (dropped and counted when full); repeated failures open a
@@ -16,6 +18,7 @@ pub mod fleet;
 mod link;
 mod replies;
 mod seal;
+pub(crate) mod sealing;
 mod transport;
 
 use std::sync::{Arc, Mutex};
