@@ -11,6 +11,7 @@ pub mod config;
 mod conn;
 mod error;
 mod mem;
+mod metrics;
 mod obs;
 mod proto;
 pub mod server;
@@ -33,7 +34,7 @@ pub mod fuzzing {
 }
 
 pub use error::{Error, Result};
-pub use obs::metrics::{set_build_info, BuildInfo};
+pub use metrics::{set_build_info, BuildInfo};
 /// A new random ticket key as a key file holds it (`shuck ticket-key`).
 pub use sessions::ticket_keys::generate as new_ticket_key;
 pub use tls::stream::ktls::kernel_has_tls;

@@ -299,7 +299,7 @@ const LAYERS: [&[&str]; 11] = [
         "conn::relay",
     ],
     &["conn::conn_error"],
-    &["obs::metrics", "conn::backend_header", "conn::demo"],
+    &["metrics", "conn::backend_header", "conn::demo"],
     &["server::worker", "server::health_checks"],
     &[
         "conn::connection",

@@ -16,7 +16,7 @@ use crate::server::bindings::Control;
 
 use crate::config::MAX_CONNECTIONS_LIMIT;
 use crate::conn::connection;
-use crate::obs::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::server::worker::{FrontendSlot, SettingsSlot, Shared, Worker};
 use crate::sys::limits::ConnectionLimit;
 use crate::sys::listener::is_connection_error;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use super::dns_follow::Followers;
 use super::health_checks::Checkers;
 use crate::config::Frontend;
-use crate::obs::metrics::Metrics;
+use crate::metrics::Metrics;
 
 #[derive(Clone, Default)]
 pub(crate) struct BackendWatch {

@@ -18,7 +18,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 
 use crate::config::{CertFiles, CertSource, Frontend};
-use crate::obs::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::tls::certs;
 
 /// How long the files must be left alone before they are looked at.

@@ -21,7 +21,7 @@ use super::health_checks::Checkers;
 use crate::backend::dns;
 use crate::config::backend::{HostPort, MAX_TTL_REFRESH, MIN_DNS_REFRESH};
 use crate::config::Frontend;
-use crate::obs::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// How long a start or a reload waits for the first answers of new names.
 const FIRST_ANSWER_WAIT: Duration = Duration::from_secs(5);

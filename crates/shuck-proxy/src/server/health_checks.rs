@@ -12,7 +12,7 @@ use crate::backend::connect_to;
 use crate::backend::dns;
 use crate::backend::health::{self, Health};
 use crate::config::{Backend, BackendAddr, Backends, Frontend, HealthCheck, Target};
-use crate::obs::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::proto::proxy_protocol::Version;
 
 /// The checker tasks running, by key; `sync` makes them match a configuration. Shared by the

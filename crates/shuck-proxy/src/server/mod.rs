@@ -24,7 +24,7 @@ use tokio::sync::{watch, Notify};
 use crate::certs::{acme, staple_refresh};
 use crate::config::{Config, Frontend, OcspMode};
 use crate::error::{Error, Result};
-use crate::obs::metrics::{self, Metrics};
+use crate::metrics::{self, Metrics};
 use crate::server::bindings::{write_ready_file, Bindings, Control, METRICS};
 pub use crate::server::reload::Reloader;
 use crate::sys::upgrade::Inherited;

@@ -15,7 +15,7 @@ use arc_swap::ArcSwap;
 
 use crate::config::{global, Certificates, Config, Frontend, OcspMode, OnChange, Section};
 use crate::error::{Error, Result};
-use crate::obs::metrics::{self, Metrics};
+use crate::metrics::{self, Metrics};
 use crate::server::bindings::{Bindings, FrontendSlots};
 use crate::server::running;
 use crate::server::worker::Shared;

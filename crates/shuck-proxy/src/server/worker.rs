@@ -15,7 +15,7 @@ use crate::certs::acme::challenge;
 use crate::config::{
     Backend, BackendAddr, Backends, CertSource, Config, ConnectionLogFormat, Frontend,
 };
-use crate::obs::metrics::{FrontendMetrics, Metrics};
+use crate::metrics::{FrontendMetrics, Metrics};
 use crate::tls::{self, TlsSlot};
 
 /// The process-wide settings a reload changes in place, shared by all workers: written only by

@@ -92,12 +92,12 @@ mod tests {
 
     #[test]
     fn the_metrics_text_reads_back() {
-        let m = crate::obs::metrics::Metrics::new();
+        let m = crate::metrics::Metrics::new();
         let fm = m.for_frontend("web", 0);
         fm.accepted.inc_by(3);
         m.set_certificates(
             "web",
-            vec![crate::obs::metrics::CertRecord {
+            vec![crate::metrics::CertRecord {
                 path: r#"/etc/a "b" \c.pem"#.into(),
                 subject: r"CN=x,O=Foo\, Inc.".into(),
                 not_after: 0,
