@@ -19,6 +19,7 @@ mod sessions;
 mod store;
 mod sys;
 mod tls;
+mod worker;
 
 // The lasting public paths, wherever the modules live.
 pub use obs::logging;

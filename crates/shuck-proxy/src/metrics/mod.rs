@@ -1,4 +1,5 @@
-//! Prometheus metrics (and the HTTP endpoint serving them, the status page). Each worker takes its own counter handles at start (one set per frontend),
+//! Prometheus metrics (and the HTTP endpoint serving them, the status page). Each worker takes
+//! its own counter handles at start (one set per frontend),
 //! so counting on the connection path is an uncontended atomic add on memory no other worker
 //! writes: no lock, no label lookup.
 

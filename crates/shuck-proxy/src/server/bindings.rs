@@ -17,24 +17,11 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::config::Frontend;
 use crate::error::{Error, Result};
-use crate::server::worker::SettingsSlot;
 use crate::sys::listener;
 use crate::sys::upgrade::{Handover, Inherited};
 use crate::tls::TlsSlot;
-
-/// What the main thread tells a worker.
-pub(crate) enum Control {
-    /// Accept on `socket` for the frontend whose slots these are; `key` names the address for a
-    /// later `Close`.
-    Listen {
-        key: u64,
-        settings: SettingsSlot,
-        tls: TlsSlot,
-        socket: TcpListener,
-    },
-    /// Stop accepting on the address `key` (its connections carry on).
-    Close { key: u64 },
-}
+use crate::worker::accept::Control;
+use crate::worker::SettingsSlot;
 
 /// A frontend's slots as the workers share them: the settings, and each worker's TLS slot.
 #[derive(Clone)]

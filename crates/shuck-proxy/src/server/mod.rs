@@ -2,7 +2,6 @@
 //! them on a shutdown signal. `Server::prepare` then `Server::run(shutdown)` is the testable entry
 //! point; the binary only adds signal handling.
 
-pub(crate) mod accept;
 mod backend_watch;
 pub mod bindings;
 mod cert_watch;
@@ -11,7 +10,6 @@ mod dns_follow;
 pub(crate) mod health_checks;
 pub mod reload;
 pub mod running;
-pub(crate) mod worker;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,11 +23,13 @@ use crate::certs::{acme, staple_refresh};
 use crate::config::{Config, Frontend, OcspMode};
 use crate::error::{Error, Result};
 use crate::metrics::{self, Metrics};
-use crate::server::bindings::{write_ready_file, Bindings, Control, METRICS};
+use crate::server::bindings::{write_ready_file, Bindings, METRICS};
 pub use crate::server::reload::Reloader;
 use crate::sys::upgrade::Inherited;
 use crate::sys::{limits, notify, state_files};
 use crate::tls::TlsContext;
+use crate::worker::accept::Control;
+use crate::worker::{self, accept};
 use reload::Live;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 

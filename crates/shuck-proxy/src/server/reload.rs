@@ -18,13 +18,13 @@ use crate::error::{Error, Result};
 use crate::metrics::{self, Metrics};
 use crate::server::bindings::{Bindings, FrontendSlots};
 use crate::server::running;
-use crate::server::worker::Shared;
 use crate::sessions::cache::SessionCache;
 use crate::sessions::tickets::Ticketer;
 use crate::store::{SharedStore, StoreCounters};
 use crate::sys::limits::{self, ConnectionLimit};
 use crate::sys::upgrade::Inherited;
 use crate::tls::{Carried, TlsContext};
+use crate::worker::Shared;
 
 /// One frontend in service and what a reload carries over for it.
 #[derive(Clone)]

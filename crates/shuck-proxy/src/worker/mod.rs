@@ -1,6 +1,11 @@
-//! What a worker holds while it runs: its own identity and, per frontend, its own TLS
-//! configuration slot, backend state and metric handles. A worker is one thread, so none of this
-//! is shared with another worker (certificates and ticket keys are read-only or lock-free).
+//! A worker: one thread that accepts (`accept`) and runs each connection's pipeline
+//! (`connection`), and what it holds while it runs (here): its own identity and, per frontend,
+//! its own TLS configuration slot, backend state and metric handles. A worker is one thread, so
+//! none of this is shared with another worker (certificates and ticket keys are read-only or
+//! lock-free).
+
+pub(crate) mod accept;
+pub(crate) mod connection;
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;

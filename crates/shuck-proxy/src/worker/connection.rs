@@ -27,11 +27,11 @@ use crate::conn::relay::{self, Moved, RelayError};
 use crate::mem::buf_pool::PooledBuf;
 use crate::metrics::FrontendMetrics;
 use crate::obs::log_limit;
-use crate::server::worker::{Worker, WorkerFrontend, WorkerPool};
 use crate::tls::handshake::error::Deadline;
 use crate::tls::handshake::hello::{self, Hello};
 use crate::tls::handshake::{self, ClientCert, Negotiated, Summary};
 use crate::tls::stream::{Ktls, TlsStream};
+use crate::worker::{Worker, WorkerFrontend, WorkerPool};
 
 /// What the log line at the end says about the connection, filled in as stages complete.
 struct AccessRecord<'a> {

@@ -12,15 +12,27 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{watch, Semaphore};
 
-use crate::server::bindings::Control;
-
 use crate::config::MAX_CONNECTIONS_LIMIT;
-use crate::conn::connection;
 use crate::metrics::Metrics;
-use crate::server::worker::{FrontendSlot, SettingsSlot, Shared, Worker};
 use crate::sys::limits::ConnectionLimit;
 use crate::sys::listener::is_connection_error;
 use crate::tls::TlsSlot;
+use crate::worker::connection;
+use crate::worker::{FrontendSlot, SettingsSlot, Shared, Worker};
+
+/// What the main thread tells a worker.
+pub(crate) enum Control {
+    /// Accept on `socket` for the frontend whose slots these are; `key` names the address for a
+    /// later `Close`.
+    Listen {
+        key: u64,
+        settings: SettingsSlot,
+        tls: TlsSlot,
+        socket: std::net::TcpListener,
+    },
+    /// Stop accepting on the address `key` (its connections carry on).
+    Close { key: u64 },
+}
 
 /// Everything a worker thread is handed at start.
 pub(crate) struct WorkerSpec {
