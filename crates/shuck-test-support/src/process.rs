@@ -455,6 +455,15 @@ pub fn running_as_root() -> bool {
         .unwrap_or(false)
 }
 
+/// For the tests marked `#[ignore = "needs root"]`: run with `--ignored` as root (`.ci/run`
+/// does), they fail rather than pass without having run.
+pub fn assert_root() {
+    assert!(
+        running_as_root(),
+        "needs root: run with --ignored as root (.ci/run does)"
+    );
+}
+
 /// `--allow-root` when running as root, nothing otherwise.
 pub fn as_root_allowed() -> &'static [&'static str] {
     if running_as_root() {

@@ -560,11 +560,9 @@ fn demo_status(addr: std::net::SocketAddr) -> String {
 /// the workers run unprivileged (the `shuck` system user when there is one, otherwise nobody),
 /// said in one log line.
 #[test]
+#[ignore = "needs root"]
 fn the_readme_command_serves_as_root_and_as_an_ordinary_user() {
-    if !shuck_test_support::process::running_as_root() {
-        eprintln!("not root: a root start cannot be exercised here (CI runs as root)");
-        return;
-    }
+    shuck_test_support::process::assert_root();
     let readme = ["--self-signed", "--listen", "127.0.0.1:0"];
     let (name, uid) = match nix_user("shuck") {
         Some(uid) => ("shuck", uid),
@@ -605,11 +603,9 @@ fn nix_user(name: &str) -> Option<String> {
 /// certificate is served, and a reload that must read a file nobody cannot read is refused
 /// cleanly while the old certificate keeps serving.
 #[test]
+#[ignore = "needs root"]
 fn started_as_root_the_workers_run_as_the_configured_user() {
-    if !shuck_test_support::process::running_as_root() {
-        eprintln!("not root: the privilege drop cannot be exercised here (CI runs as root)");
-        return;
-    }
+    shuck_test_support::process::assert_root();
     let pki = Pki::new();
     // Root's alone: nobody cannot read the bundle.
     let cert = pki.leaf("root-only.pem", "root-only", &["priv.test"], Key::EcdsaP256);
