@@ -69,7 +69,6 @@ mod tests {
         let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
         assert_eq!(mode(&path), 0o600);
         assert_eq!(mode(path.parent().expect("dir")), 0o700);
-        assert!(!path.with_extension("tmp").exists());
         let left: Vec<_> = std::fs::read_dir(path.parent().expect("dir"))
             .expect("list")
             .map(|e| e.expect("entry").file_name())
@@ -93,25 +92,41 @@ mod tests {
         assert_eq!(std::fs::read(&path).expect("read"), b"ours");
     }
 
-    #[test]
-    fn a_directory_others_can_read_is_refused() {
+    /// A refusal names the mode found and the fix.
+    fn refused_with_mode(mode: u32) -> String {
         let tmp = tempfile::tempdir().expect("tempdir");
         let open = tmp.path().join("open");
         std::fs::create_dir(&open).expect("mkdir");
-        // Others may not list it, but may enter it and open what they can name.
-        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o711)).expect("chmod");
-        let e = ensure_private_dir(&open).expect_err("refused");
-        assert!(e.to_string().contains("chmod 700"), "{e}");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        ensure_private_dir(&open).expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn a_directory_others_can_read_is_refused() {
+        // The usual mode of a directory made by hand: others list it and read what is in it.
+        let e = refused_with_mode(0o755);
+        assert!(e.contains("mode 755") && e.contains("chmod 700"), "{e}");
+    }
+
+    #[test]
+    fn a_directory_its_group_can_read_is_refused() {
+        let e = refused_with_mode(0o750);
+        assert!(e.contains("mode 750") && e.contains("chmod 700"), "{e}");
     }
 
     #[test]
     fn a_directory_others_can_enter_is_refused() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let open = tmp.path().join("open");
-        std::fs::create_dir(&open).expect("mkdir");
         // Others may not list it, but may enter it and open what they can name.
-        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o711)).expect("chmod");
-        let e = ensure_private_dir(&open).expect_err("refused");
-        assert!(e.to_string().contains("chmod 700"), "{e}");
+        let e = refused_with_mode(0o711);
+        assert!(e.contains("mode 711") && e.contains("chmod 700"), "{e}");
+    }
+
+    #[test]
+    fn a_private_directory_is_kept() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("private");
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        ensure_private_dir(&dir).expect("a 0700 directory is private");
     }
 }
