@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::config::{Backend, BackendAddr, Backends};
+use crate::config::{Backend, BackendAddr, Backends, HealthCheck};
 
 /// The verdict on each backend of one set, in its order: written by its checker, read by pools.
 #[derive(Debug)]
@@ -33,75 +33,90 @@ impl Health {
 /// A checked set: which frontend and route, its members (host names stand for their addresses
 /// now) and how they are checked. A change to either makes a new set, which starts with the
 /// verdicts of the members that stay; a new policy or timeout keeps the set.
-pub(crate) fn key(
-    frontend: &str,
-    route: &str,
-    backends: &Backends,
-    members: &[BackendAddr],
-) -> String {
-    format!(
-        "{}{members:?}\u{0}{:?}",
-        route_prefix(frontend, route),
-        backends.health_check
-    )
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct SetKey {
+    frontend: String,
+    route: String,
+    members: Vec<BackendAddr>,
+    check: Option<HealthCheck>,
 }
 
-/// What the keys of one frontend's route begin with.
-fn route_prefix(frontend: &str, route: &str) -> String {
-    format!("{frontend}\u{0}{route}\u{0}")
+impl SetKey {
+    pub(crate) fn new(
+        frontend: &str,
+        route: &str,
+        backends: &Backends,
+        members: &[BackendAddr],
+    ) -> SetKey {
+        SetKey {
+            frontend: frontend.to_string(),
+            route: route.to_string(),
+            members: members.to_vec(),
+            check: backends.health_check.clone(),
+        }
+    }
+
+    fn same_route(&self, other: &SetKey) -> bool {
+        self.frontend == other.frontend && self.route == other.route
+    }
 }
 
-/// The verdicts of every checked set, by key. Locked when a pool is built (start, reload, a DNS
-/// change) and when checkers are started or stopped, never per connection.
-static SETS: LazyLock<Mutex<HashMap<String, Arc<Health>>>> = LazyLock::new(Mutex::default);
+/// The verdicts of every checked set in the process, by set: one value, owned by the engine
+/// (`worker::Engine`). Locked when a pool is built (start, reload, a DNS change) and when
+/// checkers are started or stopped, never per connection.
+#[derive(Debug, Default)]
+pub(crate) struct Verdicts {
+    sets: Mutex<HashMap<SetKey, Arc<Health>>>,
+}
 
-/// The verdicts a pool of `members` (of `backends`) reads; `None` when they are not checked. A
-/// new set takes the verdict of each member an earlier set of the same route had (DNS gave
-/// the route another address; the others stay as checked); a new member starts up.
-pub(crate) fn shared(
-    frontend: &str,
-    route: &str,
-    backends: &Backends,
-    members: &[BackendAddr],
-) -> Option<Arc<Health>> {
-    if !matches!(backends.target, Backend::Servers(_)) {
-        return None;
-    }
-    backends.health_check.as_ref()?;
-    let key = key(frontend, route, backends, members);
-    let mut sets = SETS.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(h) = sets.get(&key) {
-        return Some(h.clone());
-    }
-    let prefix = route_prefix(frontend, route);
-    let earlier: HashMap<&str, bool> = sets
-        .iter()
-        .filter(|(k, _)| k.starts_with(&prefix))
-        .flat_map(|(_, h)| {
-            h.names
-                .iter()
-                .map(String::as_str)
-                .zip(h.up.iter().map(|u| u.load(Ordering::Relaxed)))
-        })
-        .collect();
-    let health = Arc::new(Health {
-        up: members
+impl Verdicts {
+    /// The verdicts a pool of `members` (of `backends`) reads; `None` when they are not
+    /// checked. A new set takes the verdict of each member an earlier set of the same route had
+    /// (DNS gave the route another address; the others stay as checked); a new member starts up.
+    pub(crate) fn shared(
+        &self,
+        frontend: &str,
+        route: &str,
+        backends: &Backends,
+        members: &[BackendAddr],
+    ) -> Option<Arc<Health>> {
+        if !matches!(backends.target, Backend::Servers(_)) {
+            return None;
+        }
+        backends.health_check.as_ref()?;
+        let key = SetKey::new(frontend, route, backends, members);
+        let mut sets = self.sets.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(h) = sets.get(&key) {
+            return Some(h.clone());
+        }
+        let earlier: HashMap<&str, bool> = sets
             .iter()
-            .map(|m| AtomicBool::new(earlier.get(m.name.as_str()).copied().unwrap_or(true)))
-            .collect(),
-        names: members.iter().map(|m| m.name.clone()).collect(),
-    });
-    sets.insert(key, health.clone());
-    Some(health)
-}
+            .filter(|(k, _)| k.same_route(&key))
+            .flat_map(|(_, h)| {
+                h.names
+                    .iter()
+                    .map(String::as_str)
+                    .zip(h.up.iter().map(|u| u.load(Ordering::Relaxed)))
+            })
+            .collect();
+        let health = Arc::new(Health {
+            up: members
+                .iter()
+                .map(|m| AtomicBool::new(earlier.get(m.name.as_str()).copied().unwrap_or(true)))
+                .collect(),
+            names: members.iter().map(|m| m.name.clone()).collect(),
+        });
+        sets.insert(key, health.clone());
+        Some(health)
+    }
 
-/// Forgets the verdicts of every set not in `wanted`. Pools built on them are then rebuilt by
-/// their workers (`dns::touch`): a pool never keeps verdicts no checker writes any more.
-pub(crate) fn keep_only(wanted: &dyn Fn(&str) -> bool) {
-    let mut sets = SETS.lock().unwrap_or_else(PoisonError::into_inner);
-    let before = sets.len();
-    sets.retain(|k, _| wanted(k));
-    if sets.len() != before {
-        super::dns::touch();
+    /// Forgets the verdicts of every set not in `wanted`; whether any went. Pools built on
+    /// them must then be rebuilt by their workers (`dns::Directory::touch`): a pool never keeps
+    /// verdicts no checker writes any more.
+    pub(crate) fn keep_only(&self, wanted: &dyn Fn(&SetKey) -> bool) -> bool {
+        let mut sets = self.sets.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = sets.len();
+        sets.retain(|k, _| wanted(k));
+        sets.len() != before
     }
 }

@@ -24,7 +24,7 @@ pub enum Backend {
     Servers(Vec<BackendAddr>),
 }
 
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct BackendAddr {
     /// As written, for logs.
     pub name: String,
@@ -60,7 +60,7 @@ impl From<String> for BackendEntry {
 
 /// Where a backend listens: a TCP address, a Unix socket (`unix:/path`), or a host name whose
 /// addresses DNS gives (each one a member of the pool, looked up again every `dns_refresh`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Target {
     Tcp(SocketAddr),
     Unix(PathBuf),

@@ -22,7 +22,7 @@ pub struct RawHealthCheck {
 }
 
 /// A validated check.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct HealthCheck {
     pub interval: Duration,
     pub timeout: Duration,

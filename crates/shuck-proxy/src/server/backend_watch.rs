@@ -9,24 +9,40 @@ use super::dns_follow::Followers;
 use super::health_checks::Checkers;
 use crate::config::Frontend;
 use crate::metrics::Metrics;
+use crate::worker::Engine;
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct BackendWatch {
     checkers: Arc<Mutex<Checkers>>,
     dns: Arc<Mutex<Followers>>,
+    /// Where the answers and verdicts go.
+    engine: Arc<Engine>,
 }
 
 impl BackendWatch {
+    pub(crate) fn new(engine: Arc<Engine>) -> BackendWatch {
+        BackendWatch {
+            checkers: Arc::default(),
+            dns: Arc::default(),
+            engine,
+        }
+    }
+
     /// From now on, both run on `rt` and count into `metrics`.
     pub(crate) fn start(&self, rt: &tokio::runtime::Handle, metrics: &Arc<Metrics>) {
         self.checkers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .start(rt.clone(), metrics.clone());
+            .start(rt.clone(), metrics.clone(), self.engine.clone());
         self.dns
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .start(rt.clone(), metrics.clone(), self.checkers.clone());
+            .start(
+                rt.clone(),
+                self.engine.clone(),
+                metrics.clone(),
+                self.checkers.clone(),
+            );
     }
 
     /// Follows the host names of `frontends` through `resolvers` and waits (blocking the

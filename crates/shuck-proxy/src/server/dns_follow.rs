@@ -18,10 +18,10 @@ use hickory_resolver::proto::xfer::Protocol;
 use hickory_resolver::TokioResolver;
 
 use super::health_checks::Checkers;
-use crate::backend::dns;
 use crate::config::backend::{HostPort, MAX_TTL_REFRESH, MIN_DNS_REFRESH};
 use crate::config::Frontend;
 use crate::metrics::Metrics;
+use crate::worker::Engine;
 
 /// How long a start or a reload waits for the first answers of new names.
 const FIRST_ANSWER_WAIT: Duration = Duration::from_secs(5);
@@ -44,6 +44,8 @@ struct Context {
     rt: tokio::runtime::Handle,
     metrics: Arc<Metrics>,
     checkers: Arc<Mutex<Checkers>>,
+    /// Where answers are published (`engine.dns`).
+    engine: Arc<Engine>,
 }
 
 struct Following {
@@ -79,10 +81,12 @@ impl Period {
 }
 
 impl Followers {
-    /// From now on, followers run on `rt`, count into `metrics` and resync `checkers`.
+    /// From now on, followers run on `rt`, publish to `engine`, count into `metrics` and
+    /// resync `checkers`.
     pub(crate) fn start(
         &mut self,
         rt: tokio::runtime::Handle,
+        engine: Arc<Engine>,
         metrics: Arc<Metrics>,
         checkers: Arc<Mutex<Checkers>>,
     ) {
@@ -90,6 +94,7 @@ impl Followers {
             rt,
             metrics,
             checkers,
+            engine,
         });
     }
 
@@ -121,7 +126,7 @@ impl Followers {
             other => {
                 f.task.abort();
                 if other.is_none() {
-                    dns::forget(name);
+                    on.engine.dns.forget(name);
                     on.metrics.forget_dns(&name.to_string());
                 }
                 false
@@ -133,7 +138,12 @@ impl Followers {
             if self.running.contains_key(&name) {
                 continue;
             }
-            let first = dns::addresses(&name).is_empty().then(|| tx.clone());
+            let first = on
+                .engine
+                .dns
+                .addresses(&name)
+                .is_empty()
+                .then(|| tx.clone());
             count += usize::from(first.is_some());
             let follower = Follower {
                 name: name.clone(),
@@ -257,7 +267,7 @@ impl Follower {
                 Err((result, why)) => {
                     self.on.metrics.dns_lookup(&name, result);
                     if state != State::Failing {
-                        let kept = dns::addresses(&self.name).len();
+                        let kept = self.on.engine.dns.addresses(&self.name).len();
                         tracing::warn!(backend = %name, error = %why, kept_addresses = kept, "backend name lookup failed; keeping the last good answer until one comes");
                     }
                     state = State::Failing;
@@ -305,7 +315,7 @@ impl Follower {
         let count = addrs.len();
         let shown: Vec<String> = addrs.iter().map(|a| a.ip().to_string()).collect();
         self.on.metrics.dns_addresses(name, count);
-        if dns::publish(&self.name, addrs) {
+        if self.on.engine.dns.publish(&self.name, addrs) {
             tracing::info!(backend = %name, addresses = %shown.join(" "), "backend name resolves to new addresses; new connections use them");
             self.on
                 .checkers

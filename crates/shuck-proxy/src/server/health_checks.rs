@@ -9,19 +9,20 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::backend::connect_to;
-use crate::backend::dns;
-use crate::backend::health::{self, Health};
+use crate::backend::health::{Health, SetKey};
 use crate::config::{Backend, BackendAddr, Backends, Frontend, HealthCheck, Target};
 use crate::metrics::Metrics;
 use crate::proto::proxy_protocol::Version;
+use crate::worker::Engine;
 
 /// The checker tasks running, by key; `sync` makes them match a configuration. Shared by the
 /// server (which gives it its runtime when it starts), the reloader and the DNS followers.
 #[derive(Default)]
 pub(crate) struct Checkers {
-    running: HashMap<String, Running>,
-    /// Where checkers run and what they count into: set once the server runs.
-    on: Option<(tokio::runtime::Handle, Arc<Metrics>)>,
+    running: HashMap<SetKey, Running>,
+    /// Where checkers run, what they count into and where their verdicts go: set once the
+    /// server runs.
+    on: Option<(tokio::runtime::Handle, Arc<Metrics>, Arc<Engine>)>,
     /// The frontends of the last `sync`, for `resync` when DNS changes a set's members.
     frontends: Vec<Frontend>,
 }
@@ -45,9 +46,15 @@ type Wanted = (
 );
 
 impl Checkers {
-    /// From now on, checkers run on `rt` and count into `metrics`.
-    pub(crate) fn start(&mut self, rt: tokio::runtime::Handle, metrics: Arc<Metrics>) {
-        self.on = Some((rt, metrics));
+    /// From now on, checkers run on `rt`, count into `metrics` and write their verdicts into
+    /// `engine`.
+    pub(crate) fn start(
+        &mut self,
+        rt: tokio::runtime::Handle,
+        metrics: Arc<Metrics>,
+        engine: Arc<Engine>,
+    ) {
+        self.on = Some((rt, metrics, engine));
     }
 
     /// `sync` again with the frontends of the last one: DNS changed what a name stands for.
@@ -61,16 +68,16 @@ impl Checkers {
     /// and a member that stays in a changed set keeps its own).
     pub(crate) fn sync(&mut self, frontends: &[&Frontend]) {
         self.frontends = frontends.iter().map(|f| (*f).clone()).collect();
-        let Some((rt, metrics)) = self.on.clone() else {
+        let Some((rt, metrics, engine)) = self.on.clone() else {
             return;
         };
-        let wanted = wanted_sets(frontends);
+        let wanted = wanted_sets(&engine, frontends);
         // New sets first: they take the verdicts of the sets they replace.
         for (k, (frontend, route, addrs, check, backends, send)) in &wanted {
             if self.running.contains_key(k) {
                 continue;
             }
-            let Some(health) = health::shared(frontend, route, backends, addrs) else {
+            let Some(health) = engine.health.shared(frontend, route, backends, addrs) else {
                 continue;
             };
             let set = Set {
@@ -110,12 +117,12 @@ impl Checkers {
             }
             keep
         });
-        health::keep_only(&|k| wanted.contains_key(k));
+        engine.keep_health_sets(&|k| wanted.contains_key(k));
     }
 }
 
 /// The checked sets of `frontends`, by key, with their members as DNS gives them now.
-fn wanted_sets(frontends: &[&Frontend]) -> HashMap<String, Wanted> {
+fn wanted_sets(engine: &Engine, frontends: &[&Frontend]) -> HashMap<SetKey, Wanted> {
     let mut wanted = HashMap::new();
     for fe in frontends {
         let sets = std::iter::once(("default", &fe.backend, fe.proxy.send)).chain(
@@ -128,9 +135,9 @@ fn wanted_sets(frontends: &[&Frontend]) -> HashMap<String, Wanted> {
             if let (Some(check), Backend::Servers(addrs)) =
                 (&backends.health_check, &backends.target)
             {
-                let members = dns::members(addrs);
+                let members = engine.dns.members(addrs);
                 wanted.insert(
-                    health::key(&fe.name, route, backends, &members),
+                    SetKey::new(&fe.name, route, backends, &members),
                     (
                         fe.name.clone(),
                         route.to_string(),

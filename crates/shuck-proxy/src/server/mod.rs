@@ -29,7 +29,7 @@ use crate::sys::upgrade::Inherited;
 use crate::sys::{limits, notify, state_files};
 use crate::tls::TlsContext;
 use crate::worker::accept::Control;
-use crate::worker::{self, accept};
+use crate::worker::{accept, Engine};
 use reload::Live;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
@@ -50,7 +50,8 @@ pub struct Server {
     limit: Arc<limits::ConnectionLimit>,
     /// The access log's settings, `shutdown_grace` and the expiry lead time; a reload changes
     /// them in place.
-    shared: Arc<worker::Shared>,
+    /// What the workers, the reloader and the server's tasks share.
+    engine: Arc<Engine>,
     /// Where the ACME renewal tasks say a frontend's certificate changed.
     renewed: Renewals,
     /// Started by an upgrade: the old process waits to hear this one is listening.
@@ -153,9 +154,9 @@ impl Server {
         bindings.commit(prepared, &listed, |name| {
             reload::slots_named(&frontends, name)
         });
-        let shared = worker::Shared::new(&config);
+        let engine = Engine::new(&config);
         let cert_watch = cert_watch::CertWatch::new(&config);
-        let acme_jobs = acme_jobs(&config)?;
+        let acme_jobs = acme_jobs(&config, &engine)?;
         Ok(Server {
             config,
             tls,
@@ -166,7 +167,8 @@ impl Server {
             metrics_listener,
             fd_limit,
             limit,
-            shared,
+            watch: backend_watch::BackendWatch::new(engine.clone()),
+            engine,
             renewed: {
                 let (announce, updates) = tokio::sync::mpsc::unbounded_channel();
                 Renewals {
@@ -176,7 +178,6 @@ impl Server {
             },
             predecessor: std::mem::take(inherited),
             metrics_handover: Arc::new(Notify::new()),
-            watch: backend_watch::BackendWatch::default(),
             cert_watch,
             acme_jobs,
         })
@@ -193,7 +194,7 @@ impl Server {
                 limit: self.limit.clone(),
                 fd_limit: self.fd_limit,
             },
-            self.shared.clone(),
+            self.engine.clone(),
             self.watch.clone(),
         )
         .with_cert_watch(self.cert_watch.clone())
@@ -307,7 +308,7 @@ impl Server {
                 core: (!cores.is_empty()).then(|| cores[id % cores.len()]),
                 control,
                 limit: limit.clone(),
-                shared: self.shared.clone(),
+                engine: self.engine.clone(),
                 shutdown: rx.clone(),
                 metrics: self.metrics.clone(),
             };
@@ -336,7 +337,7 @@ impl Server {
             }
             _ => None,
         };
-        rt.spawn(watch_expiry(self.metrics.clone(), self.shared.clone()));
+        rt.spawn(watch_expiry(self.metrics.clone(), self.engine.clone()));
         rt.spawn(drop_lapsed_staples(
             self.metrics.clone(),
             self.renewed.announce.clone(),
@@ -389,7 +390,7 @@ impl Server {
 
 /// The renewal job of each frontend with ACME, with its fleet when it shares a session store.
 /// Made before privileges are dropped: the fleet's key file may be readable by root only.
-fn acme_jobs(c: &Config) -> Result<Vec<acme::renewal::Job>> {
+fn acme_jobs(c: &Config, engine: &Engine) -> Result<Vec<acme::renewal::Job>> {
     let mut jobs = Vec::new();
     for fe in &c.frontends {
         let Some(acme) = fe.acme() else {
@@ -398,7 +399,8 @@ fn acme_jobs(c: &Config) -> Result<Vec<acme::renewal::Job>> {
         jobs.push(acme::renewal::Job {
             frontend: fe.name.clone(),
             acme: acme.clone(),
-            fleet: fleet_of(fe)?,
+            fleet: fleet_of(fe, engine)?,
+            challenges: engine.challenges.clone(),
         });
     }
     Ok(jobs)
@@ -406,28 +408,29 @@ fn acme_jobs(c: &Config) -> Result<Vec<acme::renewal::Job>> {
 
 /// The fleet a frontend with ACME shares its certificate with, through its `acme_store` (or
 /// `session_store`).
-fn fleet_of(fe: &Frontend) -> Result<Option<acme::fleet::Fleet>> {
+fn fleet_of(fe: &Frontend, engine: &Engine) -> Result<Option<acme::fleet::Fleet>> {
     let Some(store) = fe.fleet_store() else {
         return Ok(None);
     };
     // A store that cannot be used stops the start: each host ordering alone would have the
     // CA's validations land on hosts that know nothing of its order.
-    let shared = crate::store::fleet::shared(&store.url, &store.key).map_err(|message| {
-        Error::SessionStore {
+    let shared = engine
+        .fleet_stores
+        .shared(&store.url, &store.key)
+        .map_err(|message| Error::SessionStore {
             url: crate::config::url_without_password(&store.url),
             message,
-        }
-    })?;
+        })?;
     Ok(Some(acme::fleet::Fleet::new(shared)))
 }
 
 /// Warns, twice a day, about certificates shuck does not renew that expire soon: a process that
 /// runs for months sees no reload to warn at.
-async fn watch_expiry(metrics: Arc<Metrics>, shared: Arc<worker::Shared>) {
+async fn watch_expiry(metrics: Arc<Metrics>, engine: Arc<Engine>) {
     const EVERY: Duration = Duration::from_secs(12 * 3600);
     loop {
         tokio::time::sleep(EVERY).await;
-        let within = shared.expiry_warning();
+        let within = engine.expiry_warning();
         for w in metrics.expiry_warnings(crate::sys::clock::unix_now(), within) {
             tracing::warn!("{w}");
         }

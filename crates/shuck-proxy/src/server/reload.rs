@@ -24,7 +24,7 @@ use crate::store::{SharedStore, StoreCounters};
 use crate::sys::limits::{self, ConnectionLimit};
 use crate::sys::upgrade::Inherited;
 use crate::tls::{Carried, TlsContext};
-use crate::worker::Shared;
+use crate::worker::Engine;
 
 /// One frontend in service and what a reload carries over for it.
 #[derive(Clone)]
@@ -236,8 +236,9 @@ pub struct Reloader {
     bindings: Arc<Mutex<Bindings>>,
     metrics: Arc<Metrics>,
     capacity: Capacity,
-    /// The access log's settings, `shutdown_grace` and the expiry lead time.
-    shared: Arc<Shared>,
+    /// What the workers share: the access log's settings, `shutdown_grace` and the expiry
+    /// lead time a reload changes in place.
+    engine: Arc<Engine>,
     /// Rewritten when the listening addresses change (`--ready-file`), with the metrics address.
     ready_file: Option<(PathBuf, Option<SocketAddr>)>,
     /// Whether the reload under way may still apply.
@@ -256,14 +257,14 @@ impl Reloader {
         bindings: Arc<Mutex<Bindings>>,
         metrics: Arc<Metrics>,
         capacity: Capacity,
-        shared: Arc<Shared>,
+        engine: Arc<Engine>,
         watch: crate::server::backend_watch::BackendWatch,
     ) -> Reloader {
         Reloader {
             watch,
             cert_watch: None,
             capacity,
-            shared,
+            engine,
             workers: started.workers,
             started,
             frontends,
@@ -381,14 +382,14 @@ impl Reloader {
     }
 
     /// The global keys a reload applies: `max_connections` (`limit`, as the descriptors serve
-    /// it) and those the workers read from `Shared`; `started` then says what runs, for `shuck
+    /// it) and those the workers read from the `Engine`; `started` then says what runs, for `shuck
     /// check` and the next reload.
     fn apply_globals(&mut self, new: &Config, max_connections: usize) {
         let was = self.capacity.limit.set_max(max_connections);
         if was != max_connections {
             tracing::info!(was, now = max_connections, "max_connections changed");
         }
-        self.shared.apply(new);
+        self.engine.apply(new);
         let s = &mut self.started;
         s.max_connections = new.max_connections;
         s.log_connections = new.log_connections;

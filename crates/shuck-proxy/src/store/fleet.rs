@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -24,20 +24,22 @@ const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redi
 
 /// The fleet stores of this process, by URL and key file: one each, opened at start (before
 /// privileges are dropped, the key file may be root's) and shared by the renewal task and the
-/// workers answering validations.
-type Stores = HashMap<(String, PathBuf), Arc<FleetStore>>;
-static SHARED: LazyLock<Mutex<Stores>> = LazyLock::new(Default::default);
+/// workers answering validations. One value, owned by the engine (`worker::Engine`).
+#[derive(Debug, Default)]
+pub struct FleetStores(Mutex<HashMap<(String, PathBuf), Arc<FleetStore>>>);
 
-/// The process's store at `url` sealed with `key_file`, opened on first use.
-pub fn shared(url: &str, key_file: &Path) -> Result<Arc<FleetStore>, String> {
-    let mut all = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-    let id = (url.to_string(), key_file.to_path_buf());
-    if let Some(s) = all.get(&id) {
-        return Ok(s.clone());
+impl FleetStores {
+    /// The process's store at `url` sealed with `key_file`, opened on first use.
+    pub fn shared(&self, url: &str, key_file: &Path) -> Result<Arc<FleetStore>, String> {
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let id = (url.to_string(), key_file.to_path_buf());
+        if let Some(s) = all.get(&id) {
+            return Ok(s.clone());
+        }
+        let store = Arc::new(FleetStore::open(url, key_file)?);
+        all.insert(id, store.clone());
+        Ok(store)
     }
-    let store = Arc::new(FleetStore::open(url, key_file)?);
-    all.insert(id, store.clone());
-    Ok(store)
 }
 
 /// The fleet's store, for one frontend's tasks.

@@ -18,7 +18,7 @@ use crate::sys::limits::ConnectionLimit;
 use crate::sys::listener::is_connection_error;
 use crate::tls::TlsSlot;
 use crate::worker::connection;
-use crate::worker::{FrontendSlot, SettingsSlot, Shared, Worker};
+use crate::worker::{Engine, FrontendSlot, SettingsSlot, Worker};
 
 /// What the main thread tells a worker.
 pub(crate) enum Control {
@@ -43,7 +43,7 @@ pub(crate) struct WorkerSpec {
     /// `max_connections`, shared by all workers.
     pub limit: Arc<ConnectionLimit>,
     /// The access log's settings and `shutdown_grace`, as a reload leaves them.
-    pub shared: Arc<Shared>,
+    pub engine: Arc<Engine>,
     pub shutdown: watch::Receiver<bool>,
     pub metrics: Arc<Metrics>,
 }
@@ -78,7 +78,7 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 }
 
 async fn run(spec: WorkerSpec) {
-    let worker = Rc::new(Worker::new(spec.id, spec.shared.clone()));
+    let worker = Rc::new(Worker::new(spec.id, spec.engine.clone()));
     // This worker's own connections, counted for the drain at shutdown (never a limit: the
     // shared count stops accepting first). Sized by the highest `max_connections` there can be,
     // as a reload may raise it.
@@ -109,7 +109,7 @@ async fn run(spec: WorkerSpec) {
                         continue;
                     }
                 };
-                let slot = listening.front(settings, tls, &spec.metrics, spec.id);
+                let slot = listening.front(&spec.engine, settings, tls, &spec.metrics, spec.id);
                 let task = tokio::task::spawn_local(accept_loop(
                     listener,
                     slot,
@@ -142,7 +142,7 @@ async fn run(spec: WorkerSpec) {
     let all = u32::try_from(max).unwrap_or(u32::MAX);
     let active = max - local.available_permits();
     if active > 0 {
-        let grace = spec.shared.shutdown_grace();
+        let grace = spec.engine.shutdown_grace();
         tracing::info!(worker = spec.id, active, grace = ?grace, "draining connections");
         if tokio::time::timeout(grace, local.acquire_many(all))
             .await
@@ -171,6 +171,7 @@ impl Listening {
     /// short timeout it would spend).
     fn front(
         &mut self,
+        engine: &Arc<Engine>,
         settings: SettingsSlot,
         tls: TlsSlot,
         metrics: &Metrics,
@@ -179,7 +180,8 @@ impl Listening {
         if let Some((_, f)) = self.fronts.iter().find(|(s, _)| Arc::ptr_eq(s, &settings)) {
             return f.clone();
         }
-        let f = Rc::new(FrontendSlot::new(settings.clone(), tls, metrics, worker));
+        let f = FrontendSlot::new(engine.clone(), settings.clone(), tls, metrics, worker);
+        let f = Rc::new(f);
         if let Some(remote) = &f.current().tls.load().remote {
             remote.warm_up();
         }

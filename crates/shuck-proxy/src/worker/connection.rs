@@ -18,6 +18,7 @@ use tracing::Level;
 
 use crate::backend::{BackendPool, Lease, Upstream};
 use crate::certs::acme;
+use crate::certs::acme::challenge::Challenges;
 use crate::config::{ConnectionLogFormat, Route};
 use crate::conn::backend_header::{self, UniqueId};
 use crate::conn::conn_error::{ConnError, Loudness, Reason};
@@ -158,7 +159,7 @@ async fn handshake_stage(
     let tls = fe.tls.load_full();
     if let Some(challenge) = &fe.acme_challenge {
         if acme::challenge::wants_challenge(read.hello.accepted.client_hello().alpn()) {
-            fetch_fleet_challenge(fe, &read).await;
+            fetch_fleet_challenge(&worker.engine().challenges, fe, &read).await;
             handshake::answer_acme(read.hello, challenge.clone(), read.deadline).await?;
             return Ok(None);
         }
@@ -181,7 +182,7 @@ async fn handshake_stage(
 
 /// A validator asking for a name this process has no order for: another host of the fleet
 /// may have, and published its challenge to the store (fetched within the store's timeout).
-async fn fetch_fleet_challenge(fe: &WorkerFrontend, read: &HelloRead) {
+async fn fetch_fleet_challenge(challenges: &Challenges, fe: &WorkerFrontend, read: &HelloRead) {
     let Some(store) = &fe.acme_store else {
         return;
     };
@@ -194,7 +195,7 @@ async fn fetch_fleet_challenge(fe: &WorkerFrontend, read: &HelloRead) {
     else {
         return;
     };
-    if acme::challenge::is_pending(&name) {
+    if challenges.is_pending(&name) {
         return;
     }
     let key = acme::fleet::challenge_key(&name);
@@ -203,7 +204,7 @@ async fn fetch_fleet_challenge(fe: &WorkerFrontend, read: &HelloRead) {
     let until = now + read.deadline.at().saturating_duration_since(now) / 2;
     let material = store.get_by(&key, until).await;
     let provider = crate::tls::provider_for(&fe.cfg);
-    acme::challenge::adopt(&name, material.as_deref(), &provider);
+    challenges.adopt(&name, material.as_deref(), &provider);
 }
 
 /// Whether anything will show the client's server name: the demo page, a connection log line,

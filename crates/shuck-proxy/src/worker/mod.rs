@@ -6,96 +6,51 @@
 
 pub(crate) mod accept;
 pub(crate) mod connection;
+mod engine;
+
+pub(crate) use engine::Engine;
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use crate::backend::{dns, BackendPool};
-use crate::certs::acme::challenge;
-use crate::config::{
-    Backend, BackendAddr, Backends, CertSource, Config, ConnectionLogFormat, Frontend,
-};
+use crate::backend::BackendPool;
+use crate::config::{Backend, BackendAddr, Backends, CertSource, ConnectionLogFormat, Frontend};
 use crate::metrics::{FrontendMetrics, Metrics};
 use crate::tls::{self, TlsSlot};
-
-/// The process-wide settings a reload changes in place, shared by all workers: written only by
-/// a reload, read with a relaxed load (a connection under way when the access log is switched
-/// may log without the fields it did not keep).
-#[derive(Debug)]
-pub(crate) struct Shared {
-    log_connections: AtomicBool,
-    haproxy_format: AtomicBool,
-    shutdown_grace_ms: AtomicU64,
-    expiry_warning_s: AtomicU64,
-}
-
-impl Shared {
-    pub(crate) fn new(c: &Config) -> Arc<Shared> {
-        let s = Shared {
-            log_connections: AtomicBool::new(false),
-            haproxy_format: AtomicBool::new(false),
-            shutdown_grace_ms: AtomicU64::new(0),
-            expiry_warning_s: AtomicU64::new(0),
-        };
-        s.apply(c);
-        Arc::new(s)
-    }
-
-    /// Takes `log_connections`, `connection_log_format`, `shutdown_grace` and
-    /// `certificate_expiry_warning` from `c`.
-    pub(crate) fn apply(&self, c: &Config) {
-        let grace = u64::try_from(c.shutdown_grace.as_millis()).unwrap_or(u64::MAX);
-        self.log_connections
-            .store(c.log_connections, Ordering::Relaxed);
-        self.haproxy_format.store(
-            c.connection_log_format == ConnectionLogFormat::Haproxy,
-            Ordering::Relaxed,
-        );
-        self.shutdown_grace_ms.store(grace, Ordering::Relaxed);
-        self.expiry_warning_s
-            .store(c.certificate_expiry_warning.as_secs(), Ordering::Relaxed);
-    }
-
-    /// How long before a certificate's end the twice-daily check warns of it.
-    pub(crate) fn expiry_warning(&self) -> Duration {
-        Duration::from_secs(self.expiry_warning_s.load(Ordering::Relaxed))
-    }
-
-    pub(crate) fn shutdown_grace(&self) -> Duration {
-        Duration::from_millis(self.shutdown_grace_ms.load(Ordering::Relaxed))
-    }
-}
 
 /// One worker, as its connections see it.
 #[derive(Debug)]
 pub(crate) struct Worker {
     pub(crate) id: usize,
-    shared: Arc<Shared>,
+    engine: Arc<Engine>,
     /// Numbers the connections for the PROXY unique-ID TLV, without shared state.
     connections: Cell<u64>,
 }
 
 impl Worker {
-    pub(crate) fn new(id: usize, shared: Arc<Shared>) -> Worker {
+    pub(crate) fn new(id: usize, engine: Arc<Engine>) -> Worker {
         Worker {
             id,
-            shared,
+            engine,
             connections: Cell::new(0),
         }
     }
 
+    /// What the workers share with the server and its tasks.
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// Whether every connection gets its access-log line (`log_connections`).
     pub(crate) fn log_connections(&self) -> bool {
-        self.shared.log_connections.load(Ordering::Relaxed)
+        self.engine.log_connections()
     }
 
     pub(crate) fn log_format(&self) -> ConnectionLogFormat {
-        if self.shared.haproxy_format.load(Ordering::Relaxed) {
+        if self.engine.haproxy_format() {
             ConnectionLogFormat::Haproxy
         } else {
             ConnectionLogFormat::Fields
@@ -142,6 +97,7 @@ pub(crate) struct WorkerPool {
 /// The pool `backends` asks for (`None`: no backend), or `previous` when it was built from the
 /// same settings and DNS still gives its host names the same addresses.
 fn pool_for(
+    engine: &Engine,
     (frontend, route): (&str, &str),
     backends: &Backends,
     previous: Option<(&Backends, &WorkerPool)>,
@@ -150,8 +106,8 @@ fn pool_for(
     let Backend::Servers(addrs) = &backends.target else {
         return None;
     };
-    let members = dns::members(addrs);
-    let health = crate::backend::health::shared(frontend, route, backends, &members);
+    let members = engine.dns.members(addrs);
+    let health = engine.health.shared(frontend, route, backends, &members);
     // Kept only while its verdicts are the ones its checker writes.
     let same_health = |p: &WorkerPool| match (p.pool.health(), &health) {
         (None, None) => true,
@@ -182,12 +138,14 @@ impl WorkerFrontend {
     /// The frontend as `cfg` says, keeping `previous`'s backend pool when its settings are
     /// the same.
     fn new(
+        engine: &Engine,
         cfg: Arc<Frontend>,
         tls: TlsSlot,
         metrics: FrontendMetrics,
         previous: Option<&WorkerFrontend>,
     ) -> Self {
         let backends = pool_for(
+            engine,
             (&cfg.name, "default"),
             &cfg.backend,
             previous.and_then(|p| Some((&p.cfg.backend, p.backends.as_ref()?))),
@@ -204,11 +162,13 @@ impl WorkerFrontend {
                     let was = p.cfg.routes.0.get(i).filter(|w| w.name == r.name)?;
                     Some((&was.backend, p.routes.get(i)?))
                 });
-                pool_for((&cfg.name, &r.name), &r.backend, before, &metrics)
+                pool_for(engine, (&cfg.name, &r.name), &r.backend, before, &metrics)
             })
             .collect();
         let acme_challenge = match &cfg.certs.source {
-            CertSource::Acme => challenge::server_config(tls::provider_for(&cfg))
+            CertSource::Acme => engine
+                .challenges
+                .server_config(tls::provider_for(&cfg))
                 .inspect_err(|e| tracing::error!(frontend = %cfg.name, error = %e, "cannot answer ACME challenges"))
                 .ok(),
             _ => None,
@@ -216,7 +176,7 @@ impl WorkerFrontend {
         // Opened at start (`server::acme_jobs`): found here, not opened again.
         let acme_store = cfg
             .fleet_store()
-            .and_then(|s| crate::store::fleet::shared(&s.url, &s.key).ok());
+            .and_then(|s| engine.fleet_stores.shared(&s.url, &s.key).ok());
         WorkerFrontend {
             cfg,
             tls,
@@ -238,12 +198,14 @@ pub(crate) type SettingsSlot = Arc<ArcSwap<Frontend>>;
 pub(crate) struct FrontendSlot {
     settings: SettingsSlot,
     current: RefCell<Rc<WorkerFrontend>>,
-    /// The DNS answers `current` was built with (`dns::generation`).
+    /// The DNS answers `current` was built with (`dns::Directory::generation`).
     dns_seen: Cell<u64>,
+    engine: Arc<Engine>,
 }
 
 impl FrontendSlot {
     pub(crate) fn new(
+        engine: Arc<Engine>,
         settings: SettingsSlot,
         tls: TlsSlot,
         metrics: &Metrics,
@@ -251,11 +213,13 @@ impl FrontendSlot {
     ) -> Self {
         let cfg = settings.load_full();
         let handles = metrics.for_frontend(&cfg.name, worker);
-        let dns_seen = Cell::new(dns::generation());
+        let dns_seen = Cell::new(engine.dns.generation());
+        let first = WorkerFrontend::new(&engine, cfg, tls, handles, None);
         FrontendSlot {
-            current: RefCell::new(Rc::new(WorkerFrontend::new(cfg, tls, handles, None))),
+            current: RefCell::new(Rc::new(first)),
             settings,
             dns_seen,
+            engine,
         }
     }
 
@@ -266,12 +230,13 @@ impl FrontendSlot {
         let want = self.settings.load();
         let now = self.current.borrow().clone();
         // Read before the answers are: a change while this rebuilds shows at the next accept.
-        let dns = dns::generation();
+        let dns = self.engine.dns.generation();
         if Arc::ptr_eq(&now.cfg, &want) && self.dns_seen.get() == dns {
             return now;
         }
         self.dns_seen.set(dns);
         let next = Rc::new(WorkerFrontend::new(
+            &self.engine,
             Arc::clone(&want),
             now.tls.clone(),
             now.metrics.clone(),

@@ -4,7 +4,7 @@
 //! validator connects to the frontend's own listener; nothing reaches the backend.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use rustls::crypto::CryptoProvider;
@@ -18,68 +18,92 @@ use super::AcmeError;
 /// The protocol a TLS-ALPN-01 validator offers, and only it.
 pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 
-/// The challenge certificates being validated now, by name: one table for the process (the
-/// names a CA validates are the process's, whichever frontend ordered them). Written by the
-/// order task; read, without a lock, only by validators' handshakes.
-static PENDING: LazyLock<ArcSwap<HashMap<String, Arc<CertifiedKey>>>> =
-    LazyLock::new(|| ArcSwap::from_pointee(HashMap::new()));
+type Table = ArcSwap<HashMap<String, Arc<CertifiedKey>>>;
+
+/// The challenge certificates of the process, by name: one value, owned by the engine
+/// (`worker::Engine`), since the names a CA validates are the process's, whichever frontend
+/// ordered them. Read without a lock, only by validators' handshakes.
+#[derive(Debug, Default)]
+pub struct Challenges {
+    /// The challenges of this process's own orders being validated now: written by the order
+    /// task.
+    pending: Table,
+    /// The challenges of orders another host of the fleet runs, fetched from the store by the
+    /// validator's connection (`adopt`): replaced at every fetch, removed when the store has
+    /// none, so one order's challenge never answers the next one's validation.
+    fetched: Table,
+}
 
 /// Whether a ClientHello's ALPN list asks for the challenge.
 pub fn wants_challenge(alpn: Option<impl Iterator<Item = impl AsRef<[u8]>>>) -> bool {
     alpn.is_some_and(|mut protocols| protocols.any(|p| p.as_ref() == ACME_TLS_ALPN))
 }
 
-/// The challenge certificates of orders another host of the fleet runs, fetched from the store
-/// by the validator's connection (`adopt`), by name: replaced at every fetch, removed when the
-/// store has none, so one order's challenge never answers the next one's validation.
-static FETCHED: LazyLock<ArcSwap<HashMap<String, Arc<CertifiedKey>>>> =
-    LazyLock::new(|| ArcSwap::from_pointee(HashMap::new()));
-
-/// Serves `name`'s challenge for as long as the returned guard lives; the guard also holds the
-/// certificate and key as DER (`material`), for the fleet's store.
-pub(super) fn publish(
-    name: &str,
-    digest: &[u8],
-    provider: &CryptoProvider,
-) -> Result<Published, AcmeError> {
-    let name = name.to_ascii_lowercase();
-    let material = challenge_material(&name, digest)?;
-    let key = certified(&material, provider)?;
-    PENDING.rcu(|table| {
-        let mut t = HashMap::clone(table);
-        t.insert(name.clone(), key.clone());
-        t
-    });
-    Ok(Published {
-        name,
-        key,
-        material,
-    })
-}
-
-/// Whether this process runs an order whose challenge is for `name`.
-pub fn is_pending(name: &str) -> bool {
-    PENDING.load().contains_key(&name.to_ascii_lowercase())
-}
-
-/// Answers `name`'s validation with `material` (another host's challenge, from the store), or
-/// with none when `material` is `None` or unusable.
-pub fn adopt(name: &str, material: Option<&[u8]>, provider: &CryptoProvider) {
-    let name = name.to_ascii_lowercase();
-    let key = material
-        .and_then(Material::decode)
-        .and_then(|m| certified(&m, provider).ok());
-    if key.is_none() && !FETCHED.load().contains_key(&name) {
-        return;
+impl Challenges {
+    /// Serves `name`'s challenge for as long as the returned guard lives; the guard also holds
+    /// the certificate and key as DER (`material`), for the fleet's store.
+    pub(super) fn publish(
+        self: &Arc<Self>,
+        name: &str,
+        digest: &[u8],
+        provider: &CryptoProvider,
+    ) -> Result<Published, AcmeError> {
+        let name = name.to_ascii_lowercase();
+        let material = challenge_material(&name, digest)?;
+        let key = certified(&material, provider)?;
+        self.pending.rcu(|table| {
+            let mut t = HashMap::clone(table);
+            t.insert(name.clone(), key.clone());
+            t
+        });
+        Ok(Published {
+            challenges: Arc::clone(self),
+            name,
+            key,
+            material,
+        })
     }
-    FETCHED.rcu(|table| {
-        let mut t = HashMap::clone(table);
-        match &key {
-            Some(k) => t.insert(name.clone(), k.clone()),
-            None => t.remove(&name),
-        };
-        t
-    });
+
+    /// Whether this process runs an order whose challenge is for `name`.
+    pub fn is_pending(&self, name: &str) -> bool {
+        self.pending.load().contains_key(&name.to_ascii_lowercase())
+    }
+
+    /// Answers `name`'s validation with `material` (another host's challenge, from the store),
+    /// or with none when `material` is `None` or unusable.
+    pub fn adopt(&self, name: &str, material: Option<&[u8]>, provider: &CryptoProvider) {
+        let name = name.to_ascii_lowercase();
+        let key = material
+            .and_then(Material::decode)
+            .and_then(|m| certified(&m, provider).ok());
+        if key.is_none() && !self.fetched.load().contains_key(&name) {
+            return;
+        }
+        self.fetched.rcu(|table| {
+            let mut t = HashMap::clone(table);
+            match &key {
+                Some(k) => t.insert(name.clone(), k.clone()),
+                None => t.remove(&name),
+            };
+            t
+        });
+    }
+
+    /// The configuration validators' handshakes get: `acme-tls/1` only, these challenge
+    /// certificates, no session resumption (RFC 8737 §4 forbids it for the challenge).
+    pub fn server_config(
+        self: &Arc<Self>,
+        provider: CryptoProvider,
+    ) -> Result<Arc<ServerConfig>, rustls::Error> {
+        let mut c = ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(ChallengeResolver(Arc::clone(self))));
+        c.alpn_protocols = vec![ACME_TLS_ALPN.to_vec()];
+        c.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        c.send_tls13_tickets = 0;
+        Ok(Arc::new(c))
+    }
 }
 
 /// A challenge certificate and its key, as DER.
@@ -113,6 +137,7 @@ impl Material {
 /// another order for the name has published its own since.
 #[derive(Debug)]
 pub(super) struct Published {
+    challenges: Arc<Challenges>,
     name: String,
     key: Arc<CertifiedKey>,
     material: Material,
@@ -130,7 +155,7 @@ impl Published {
 
 impl Drop for Published {
     fn drop(&mut self) {
-        PENDING.rcu(|table| {
+        self.challenges.pending.rcu(|table| {
             let mut t = HashMap::clone(table);
             if t.get(&self.name).is_some_and(|k| Arc::ptr_eq(k, &self.key)) {
                 t.remove(&self.name);
@@ -168,30 +193,14 @@ fn certified(m: &Material, provider: &CryptoProvider) -> Result<Arc<CertifiedKey
 
 /// Finds the pending challenge for the ClientHello's SNI; none without SNI or a pending order.
 #[derive(Debug)]
-struct ChallengeResolver;
+struct ChallengeResolver(Arc<Challenges>);
 
 impl ResolvesServerCert for ChallengeResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let name = hello.server_name()?.to_ascii_lowercase();
-        PENDING
-            .load()
-            .get(&name)
-            .cloned()
-            .or_else(|| FETCHED.load().get(&name).cloned())
+        let found = |t: &Table| t.load().get(&name).cloned();
+        found(&self.0.pending).or_else(|| found(&self.0.fetched))
     }
-}
-
-/// The configuration validators' handshakes get: `acme-tls/1` only, the challenge certificates,
-/// no session resumption (RFC 8737 §4 forbids it for the challenge).
-pub fn server_config(provider: CryptoProvider) -> Result<Arc<ServerConfig>, rustls::Error> {
-    let mut c = ServerConfig::builder_with_provider(Arc::new(provider))
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(ChallengeResolver));
-    c.alpn_protocols = vec![ACME_TLS_ALPN.to_vec()];
-    c.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
-    c.send_tls13_tickets = 0;
-    Ok(Arc::new(c))
 }
 
 #[cfg(test)]
@@ -203,8 +212,12 @@ mod tests {
     fn a_published_challenge_carries_the_digest_and_goes_away_when_dropped() {
         let provider = rustls::crypto::aws_lc_rs::default_provider();
         let digest = [7u8; 32];
-        let published = publish("challenge.example", &digest, &provider).expect("publish");
-        let key = PENDING
+        let challenges = Arc::new(Challenges::default());
+        let published = challenges
+            .publish("challenge.example", &digest, &provider)
+            .expect("publish");
+        let key = challenges
+            .pending
             .load()
             .get("challenge.example")
             .cloned()
@@ -223,7 +236,7 @@ mod tests {
         assert_eq!(value[..2], [4, 32]);
         assert_eq!(&value[2..], &digest);
         drop(published);
-        assert!(PENDING.load().get("challenge.example").is_none());
+        assert!(!challenges.is_pending("challenge.example"));
     }
 
     #[test]

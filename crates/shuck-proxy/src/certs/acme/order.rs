@@ -2,6 +2,7 @@
 //! stored), the order, a TLS-ALPN-01 challenge per pending authorization, finalization with a CSR
 //! for a key shuck generates, and the chain written with that key to the state directory.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use instant_acme::{
@@ -10,7 +11,7 @@ use instant_acme::{
 };
 use rcgen::{CertificateParams, DistinguishedName, KeyPair};
 
-use super::challenge::{self, Published};
+use super::challenge::{Challenges, Published};
 use super::fleet::Fleet;
 use super::{state, AcmeError};
 use crate::config::{Acme, AcmeKey};
@@ -23,6 +24,7 @@ const ORDER_PATIENCE: Duration = Duration::from_secs(90);
 /// for the other hosts to answer with.
 /// A renewal names the certificate it `replaces` (RFC 9773), when the CA's window set its time.
 pub(super) async fn obtain(
+    challenges: &Arc<Challenges>,
     acme: &Acme,
     fleet: Option<&Fleet>,
     replaces: Option<CertificateIdentifier<'static>>,
@@ -54,7 +56,7 @@ pub(super) async fn obtain(
             .ok_or_else(|| AcmeError::Refused("the CA offers no tls-alpn-01 challenge".into()))?;
         let name = ch.identifier().to_string();
         let digest = ch.key_authorization().digest();
-        let p = challenge::publish(&name, digest.as_ref(), &provider)?;
+        let p = challenges.publish(&name, digest.as_ref(), &provider)?;
         let shared = match fleet {
             Some(f) => Some(
                 f.publish_challenge(p.name(), &p.material().encode())

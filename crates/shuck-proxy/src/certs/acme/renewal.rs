@@ -3,11 +3,13 @@
 //! thirtieth (so a fleet that got its certificates together does not renew together). A failed
 //! order is retried with back-off; the certificate in place keeps serving meanwhile.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use instant_acme::CertificateIdentifier;
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::challenge::Challenges;
 use super::fleet::Fleet;
 use super::state::Stored;
 use super::{ari, order, AcmeError};
@@ -36,6 +38,8 @@ pub struct Job {
     pub acme: Acme,
     /// The fleet it shares its certificate with (through `session_store`), if any.
     pub fleet: Option<Fleet>,
+    /// Where its challenges are published for the validators' handshakes.
+    pub challenges: Arc<Challenges>,
 }
 
 /// Keeps `job`'s certificate current, forever; sends the frontend's name on `renewed` each time
@@ -64,7 +68,7 @@ async fn run_alone(job: Job, renewed: UnboundedSender<String>) {
             "ordering"
         };
         tracing::info!(frontend = %job.frontend, names = ?job.acme.names, directory = %job.acme.directory, "{what} an ACME certificate");
-        match obtain(&job.acme, None, replaces).await {
+        match obtain(&job.challenges, &job.acme, None, replaces).await {
             Ok(_) => {
                 failures = 0;
                 let not_after = Stored::read(&job.acme.bundle).map_or(0, |s| s.not_after);
@@ -88,11 +92,13 @@ async fn run_alone(job: Job, renewed: UnboundedSender<String>) {
 
 /// One order, bounded by [`ORDER_LIMIT`].
 async fn obtain(
+    challenges: &Arc<Challenges>,
     acme: &Acme,
     fleet: Option<&Fleet>,
     replaces: Option<CertificateIdentifier<'static>>,
 ) -> Result<Vec<u8>, AcmeError> {
-    let attempt = tokio::time::timeout(ORDER_LIMIT, order::obtain(acme, fleet, replaces)).await;
+    let order = order::obtain(challenges, acme, fleet, replaces);
+    let attempt = tokio::time::timeout(ORDER_LIMIT, order).await;
     attempt.unwrap_or_else(|_| {
         Err(AcmeError::Refused(format!(
             "no certificate within {}s",
@@ -151,7 +157,7 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
         };
         let attempt = if alone {
             tracing::warn!(frontend = %job.frontend, "the fleet's store is unreachable and the certificate is close to its end; {what} it alone");
-            obtain(&job.acme, None, replaces.clone()).await
+            obtain(&job.challenges, &job.acme, None, replaces.clone()).await
         } else {
             tracing::info!(frontend = %job.frontend, names = ?job.acme.names, directory = %job.acme.directory, "took the fleet's ACME lease; {what} its certificate");
             under_lease(job, fleet, replaces.clone()).await
@@ -207,7 +213,7 @@ async fn under_lease(
 ) -> Result<Vec<u8>, AcmeError> {
     let mut keeper = fleet.keep_lease(&job.acme, &job.frontend);
     let attempt = tokio::select! {
-        r = obtain(&job.acme, Some(fleet), replaces) => r,
+        r = obtain(&job.challenges, &job.acme, Some(fleet), replaces) => r,
         _ = &mut keeper => Err(AcmeError::Refused("the fleet's lease was lost during the order".into())),
     };
     keeper.abort();

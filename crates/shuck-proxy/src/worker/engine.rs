@@ -1,0 +1,96 @@
+//! The engine: what the parts of one running server share, as one value. The server makes it at
+//! start and hands it to every worker, the reloader and the tasks that write it (DNS followers,
+//! health checkers, ACME orders). None of it is a process-wide static: two servers in one
+//! process (the tests start many) never see each other's answers, verdicts or challenges.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::dns::Directory;
+use crate::backend::health::Verdicts;
+use crate::certs::acme::challenge::Challenges;
+use crate::config::{Config, ConnectionLogFormat};
+use crate::store::fleet::FleetStores;
+
+#[derive(Debug)]
+pub(crate) struct Engine {
+    /// What each followed backend host name resolves to now.
+    pub(crate) dns: Directory,
+    /// The active health checks' verdicts, by checked set.
+    pub(crate) health: Verdicts,
+    /// The ACME challenges validators are answered with: this process's orders' and those
+    /// fetched from a fleet's store.
+    pub(crate) challenges: Arc<Challenges>,
+    /// The stores fleets share their ACME state through, one per URL and key.
+    pub(crate) fleet_stores: FleetStores,
+    /// The process-wide settings a reload changes in place, shared by all workers: written only
+    /// by a reload, read with a relaxed load (a connection under way when the access log is
+    /// switched may log without the fields it did not keep).
+    log_connections: AtomicBool,
+    haproxy_format: AtomicBool,
+    shutdown_grace_ms: AtomicU64,
+    expiry_warning_s: AtomicU64,
+}
+
+impl Engine {
+    pub(crate) fn new(c: &Config) -> Arc<Engine> {
+        let e = Engine {
+            dns: Directory::default(),
+            health: Verdicts::default(),
+            challenges: Arc::default(),
+            fleet_stores: FleetStores::default(),
+            log_connections: AtomicBool::new(false),
+            haproxy_format: AtomicBool::new(false),
+            shutdown_grace_ms: AtomicU64::new(0),
+            expiry_warning_s: AtomicU64::new(0),
+        };
+        e.apply(c);
+        Arc::new(e)
+    }
+
+    /// Takes `log_connections`, `connection_log_format`, `shutdown_grace` and
+    /// `certificate_expiry_warning` from `c`.
+    pub(crate) fn apply(&self, c: &Config) {
+        let grace = u64::try_from(c.shutdown_grace.as_millis()).unwrap_or(u64::MAX);
+        self.log_connections
+            .store(c.log_connections, Ordering::Relaxed);
+        self.haproxy_format.store(
+            c.connection_log_format == ConnectionLogFormat::Haproxy,
+            Ordering::Relaxed,
+        );
+        self.shutdown_grace_ms.store(grace, Ordering::Relaxed);
+        self.expiry_warning_s
+            .store(c.certificate_expiry_warning.as_secs(), Ordering::Relaxed);
+    }
+
+    /// Whether every connection gets its access-log line (`log_connections`).
+    pub(crate) fn log_connections(&self) -> bool {
+        self.log_connections.load(Ordering::Relaxed)
+    }
+
+    /// Whether access-log lines are in HAProxy's format.
+    pub(crate) fn haproxy_format(&self) -> bool {
+        self.haproxy_format.load(Ordering::Relaxed)
+    }
+
+    /// How long before a certificate's end the twice-daily check warns of it.
+    pub(crate) fn expiry_warning(&self) -> Duration {
+        Duration::from_secs(self.expiry_warning_s.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_ms.load(Ordering::Relaxed))
+    }
+
+    /// Forgets the verdicts of every checked set not in `wanted`; the workers then rebuild the
+    /// pools built on them (a pool never keeps verdicts no checker writes any more).
+    pub(crate) fn keep_health_sets(
+        &self,
+        wanted: &dyn Fn(&crate::backend::health::SetKey) -> bool,
+    ) {
+        if self.health.keep_only(wanted) {
+            self.dns.touch();
+        }
+    }
+}
