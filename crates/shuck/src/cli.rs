@@ -12,13 +12,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     long_about = "shuck accepts TLS from clients and hands the plaintext to backends, one worker per core.\n\n\
                   Try it:   shuck serve --self-signed   then   curl -k https://127.0.0.1:8443/"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Terminate TLS and relay to backends until SIGINT/SIGTERM.
     Serve(ServeArgs),
     /// Validate a configuration (files, certificates, keys, chains, expiry) and print what would
@@ -55,7 +55,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ImportCommand {
+pub(crate) enum ImportCommand {
     /// A hitch configuration (hitch.conf): print the equivalent shuck.toml, with a comment at
     /// each option that does not carry over saying why.
     Hitch {
@@ -65,14 +65,14 @@ pub enum ImportCommand {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ProxyProtocolArg {
+pub(crate) enum ProxyProtocolArg {
     None,
     V1,
     V2,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum RecordLayerArg {
+pub(crate) enum RecordLayerArg {
     /// shuck's own, on the keys rustls hands over after the handshake (the default).
     Shuck,
     /// rustls' for the connection's whole life.
@@ -80,7 +80,7 @@ pub enum RecordLayerArg {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum TicketKeyFormatArg {
+pub(crate) enum TicketKeyFormatArg {
     /// One base64 key per line (HAProxy tls-ticket-keys); the key is appended.
     Haproxy,
     /// One raw key per file (nginx ssl_session_ticket_key); the file must not exist yet.
@@ -88,7 +88,7 @@ pub enum TicketKeyFormatArg {
 }
 
 #[derive(Debug, Clone, Args)]
-pub struct TicketKeyArgs {
+pub(crate) struct TicketKeyArgs {
     /// The key file to append to (haproxy) or create (nginx).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
@@ -111,14 +111,14 @@ fn key_size(s: &str) -> Result<usize, String> {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum LogFormatArg {
+pub(crate) enum LogFormatArg {
     Compact,
     Json,
 }
 
 /// What to serve: a configuration file, or one frontend described by flags.
 #[derive(Debug, Clone, Args)]
-pub struct ConfigArgs {
+pub(crate) struct ConfigArgs {
     /// TOML configuration file. Cannot be combined with --listen/--backend/--cert/--key/--self-signed/
     /// --alpn/--proxy-protocol/--accept-proxy(-from)/--ticket-keys/--session-store(-key), which
     /// describe a single frontend without a file.
@@ -208,7 +208,7 @@ pub struct ConfigArgs {
 }
 
 #[derive(Debug, Clone, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
 

@@ -539,7 +539,7 @@ const PROCESS_KEYS: [&str; 11] = [
 ];
 
 /// The shuck.toml equivalent to the hitch configuration `text`.
-pub fn convert(text: &str, source: &str) -> Result<String, String> {
+pub(crate) fn convert(text: &str, source: &str) -> Result<String, String> {
     let all = parse(text)?;
     let base = std::path::Path::new(source)
         .parent()

@@ -25,12 +25,12 @@ use tracing_subscriber::{fmt, reload, EnvFilter, Registry};
 
 /// The log writer's queue: keep it for the life of the process (dropping it flushes what is
 /// queued, waiting at most a second for a reader that lags).
-pub struct LogQueue {
+pub(crate) struct LogQueue {
     _guard: WorkerGuard,
     dropped: ErrorCounter,
 }
 
-pub fn init(config: &Config) -> LogQueue {
+pub(crate) fn init(config: &Config) -> LogQueue {
     let from_env = EnvFilter::try_from_default_env().ok();
     let env_set = from_env.is_some();
     let filter = from_env.unwrap_or_else(|| EnvFilter::new(&config.log_level));
@@ -69,7 +69,7 @@ impl LogQueue {
     /// Every second: counts lines the queue dropped into `shuck_log_lines_dropped_total` and,
     /// once lines get through again, says how many in one warning. The warning may itself be
     /// dropped while the reader still lags; then the next one covers it too.
-    pub fn report_drops(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+    pub(crate) fn report_drops(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let dropped = self.dropped.clone();
         async move {
             let (mut counted, mut reported) = (0usize, 0usize);
@@ -110,7 +110,7 @@ fn at_debug(filter: &EnvFilter) -> bool {
 }
 
 /// Applies a reloaded `log_level` (unless RUST_LOG rules); says whether it changed anything.
-pub fn set_level(level: &str) -> bool {
+pub(crate) fn set_level(level: &str) -> bool {
     let Some(handle) = LEVEL.get() else {
         return false;
     };

@@ -19,7 +19,7 @@ use nix::unistd::{self, Gid, Group, Uid, User};
 use shuck_proxy::config::Config;
 
 /// Who to become, decided from the configuration.
-pub struct RunAs {
+pub(crate) struct RunAs {
     user: Option<String>,
     group: Option<String>,
     allow_root: bool,
@@ -28,7 +28,7 @@ pub struct RunAs {
 }
 
 impl RunAs {
-    pub fn of(config: &Config) -> RunAs {
+    pub(crate) fn of(config: &Config) -> RunAs {
         // Always: the running settings are recorded there (`shuck check` compares with them).
         let state_dirs = vec![config.state_dir.clone()];
         RunAs {
@@ -41,7 +41,7 @@ impl RunAs {
 
     /// Becomes the configured user, or (started as root without one, unless `allow_root`) the
     /// default one.
-    pub fn apply(&self) -> Result<(), String> {
+    pub(crate) fn apply(&self) -> Result<(), String> {
         let euid = unistd::geteuid();
         let (name, by_default) = match &self.user {
             Some(name) => (name.clone(), false),

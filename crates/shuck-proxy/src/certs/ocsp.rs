@@ -30,7 +30,7 @@ const CLOCK_SKEW: i64 = 300;
 const MAX_RESPONSE: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
-pub enum OcspError {
+pub(crate) enum OcspError {
     #[error("not an OCSP response: {0}")]
     Malformed(String),
     #[error("the responder answered {0}")]
@@ -63,7 +63,7 @@ fn malformed(e: impl std::fmt::Display) -> OcspError {
 
 /// A response that passed every check: what it says about time (Unix seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Verified {
+pub(crate) struct Verified {
     pub this_update: i64,
     pub next_update: i64,
 }
@@ -74,7 +74,7 @@ impl Verified {
     /// before nextUpdate at the latest (a short-lived response is refreshed before it lapses).
     /// Counted from the fetch, not from thisUpdate: responders serve cached responses whose
     /// thisUpdate is hours old, and those must not be fetched again at once.
-    pub fn due(&self, fetched: i64) -> i64 {
+    pub(crate) fn due(&self, fetched: i64) -> i64 {
         let half = (self.next_update - self.this_update) / 2;
         (fetched + half.clamp(300, 3600)).min(self.next_update - 60)
     }
@@ -82,7 +82,7 @@ impl Verified {
 
 /// Where a fetched staple for `leaf` (DER) is kept: `<state_dir>/ocsp/<digest>.der`, the digest
 /// the first 16 bytes of the certificate's SHA-256 in hex.
-pub fn staple_path(state_dir: &std::path::Path, leaf: &[u8]) -> std::path::PathBuf {
+pub(crate) fn staple_path(state_dir: &std::path::Path, leaf: &[u8]) -> std::path::PathBuf {
     let d = digest(&SHA256, leaf);
     let name: String = d.as_ref()[..16].iter().fold(String::new(), |mut s, b| {
         use std::fmt::Write as _;
@@ -93,7 +93,7 @@ pub fn staple_path(state_dir: &std::path::Path, leaf: &[u8]) -> std::path::PathB
 }
 
 /// Checks `response` (DER) for `leaf`, issued by `issuer` (both DER), at `now`.
-pub fn verify(
+pub(crate) fn verify(
     response: &[u8],
     leaf: &[u8],
     issuer: &[u8],
@@ -265,7 +265,7 @@ fn is_delegated_responder(der: &[u8], issuer: &[u8], now: i64) -> bool {
 }
 
 /// The request for `leaf`'s status (SHA-1 CertID, as responders universally expect; unsigned).
-pub fn request(leaf: &[u8], issuer: &[u8]) -> Result<Vec<u8>, OcspError> {
+pub(crate) fn request(leaf: &[u8], issuer: &[u8]) -> Result<Vec<u8>, OcspError> {
     let leaf = parse(leaf)?;
     let issuer = parse(issuer)?;
     let alg = &SHA1_FOR_LEGACY_USE_ONLY;
@@ -295,12 +295,16 @@ pub fn request(leaf: &[u8], issuer: &[u8]) -> Result<Vec<u8>, OcspError> {
 }
 
 /// The OCSP responder named in the certificate's Authority Information Access, if any.
-pub fn responder_url(leaf: &[u8]) -> Option<String> {
+pub(crate) fn responder_url(leaf: &[u8]) -> Option<String> {
     parse(leaf).ok()?.ocsp_url()
 }
 
 /// POSTs `request` to the responder at `url` (http://), within `timeout`.
-pub async fn fetch(url: &str, request: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, OcspError> {
+pub(crate) async fn fetch(
+    url: &str,
+    request: Vec<u8>,
+    timeout: Duration,
+) -> Result<Vec<u8>, OcspError> {
     use http_body_util::{BodyExt, Full, Limited};
     let fail = |message: String| OcspError::Fetch {
         url: url.to_string(),

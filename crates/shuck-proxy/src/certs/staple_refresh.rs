@@ -28,7 +28,7 @@ const LOOK_AGAIN: Duration = Duration::from_secs(3600);
 
 /// One certificate file whose staple to keep current.
 #[derive(Debug, Clone)]
-pub struct Job {
+pub(crate) struct Job {
     pub frontend: String,
     pub certificate: PathBuf,
     pub state_dir: PathBuf,
@@ -36,7 +36,7 @@ pub struct Job {
 
 /// Keeps `job`'s staple current, forever; sends the frontend's name on `updated` when a new
 /// response is stored (a lapsed one is dropped by the server's own watch, `Server::run`).
-pub async fn run(job: Job, updated: UnboundedSender<String>) {
+pub(crate) async fn run(job: Job, updated: UnboundedSender<String>) {
     let mut failures = 0u32;
     let mut said_nothing_to_fetch = false;
     loop {

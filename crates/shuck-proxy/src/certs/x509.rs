@@ -14,7 +14,7 @@ use x509_cert::Certificate;
 /// A parsed certificate, with its issuer and subject names as the bytes they were encoded with:
 /// OCSP hashes those and issuers are matched by them, and `der` re-encodes a name's sets in
 /// sorted order, which may differ from a CA's bytes.
-pub struct X509 {
+pub(crate) struct X509 {
     cert: Certificate,
     issuer_der: Vec<u8>,
     subject_der: Vec<u8>,
@@ -22,14 +22,14 @@ pub struct X509 {
 
 /// What the certificate's public key is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PublicKeyKind {
+pub(crate) enum PublicKeyKind {
     Rsa { bits: usize },
     Ec { bits: usize },
     Other,
 }
 
 impl X509 {
-    pub fn parse(der: &[u8]) -> Result<X509, x509_cert::der::Error> {
+    pub(crate) fn parse(der: &[u8]) -> Result<X509, x509_cert::der::Error> {
         let cert = Certificate::from_der(der)?;
         let (issuer_der, subject_der) = raw_names(der)?;
         Ok(X509 {
@@ -45,30 +45,30 @@ impl X509 {
 
     /// The subject as the DER bytes it was encoded with (what issuer names are compared by and
     /// OCSP hashes).
-    pub fn subject_der(&self) -> &[u8] {
+    pub(crate) fn subject_der(&self) -> &[u8] {
         &self.subject_der
     }
 
-    pub fn issuer_der(&self) -> &[u8] {
+    pub(crate) fn issuer_der(&self) -> &[u8] {
         &self.issuer_der
     }
 
     /// The subject as text (RFC 4514: `CN=a.test,O=Example`).
-    pub fn subject(&self) -> String {
+    pub(crate) fn subject(&self) -> String {
         self.tbs().subject.to_string()
     }
 
-    pub fn issuer(&self) -> String {
+    pub(crate) fn issuer(&self) -> String {
         self.tbs().issuer.to_string()
     }
 
     /// The serial number's content bytes.
-    pub fn serial(&self) -> &[u8] {
+    pub(crate) fn serial(&self) -> &[u8] {
         self.tbs().serial_number.as_bytes()
     }
 
     /// The bits of the subject's public key (what OCSP's issuer key hash covers).
-    pub fn public_key_bits(&self) -> &[u8] {
+    pub(crate) fn public_key_bits(&self) -> &[u8] {
         self.tbs()
             .subject_public_key_info
             .subject_public_key
@@ -77,7 +77,7 @@ impl X509 {
 
     /// The contents of the public key's AlgorithmIdentifier (as rustls' verification algorithms
     /// name theirs).
-    pub fn public_key_algorithm(&self) -> Vec<u8> {
+    pub(crate) fn public_key_algorithm(&self) -> Vec<u8> {
         let der = self
             .tbs()
             .subject_public_key_info
@@ -88,7 +88,7 @@ impl X509 {
     }
 
     /// Validity as Unix seconds: (notBefore, notAfter).
-    pub fn validity(&self) -> (i64, i64) {
+    pub(crate) fn validity(&self) -> (i64, i64) {
         let v = &self.tbs().validity;
         let secs = |t: x509_cert::time::Time| {
             i64::try_from(t.to_unix_duration().as_secs()).unwrap_or(i64::MAX)
@@ -97,7 +97,7 @@ impl X509 {
     }
 
     /// The DNS names of the subjectAltName, lower-cased.
-    pub fn dns_names(&self) -> Vec<String> {
+    pub(crate) fn dns_names(&self) -> Vec<String> {
         let Ok(Some((_, san))) = self.tbs().get::<SubjectAltName>() else {
             return Vec::new();
         };
@@ -111,12 +111,12 @@ impl X509 {
     }
 
     /// The subject's common names, in order.
-    pub fn common_names(&self) -> Vec<String> {
+    pub(crate) fn common_names(&self) -> Vec<String> {
         common_names(&self.tbs().subject)
     }
 
     /// The key's type and size: RSA from its modulus, EC from its named curve.
-    pub fn public_key(&self) -> PublicKeyKind {
+    pub(crate) fn public_key(&self) -> PublicKeyKind {
         let spki = &self.tbs().subject_public_key_info;
         if spki.algorithm.oid == rfc5912::RSA_ENCRYPTION {
             // A modulus that does not decode counts as 0 bits, which the size check refuses.
@@ -142,7 +142,7 @@ impl X509 {
 
     /// The signature algorithm's name (`ecdsa-with-SHA256`, `sha256WithRSAEncryption`,
     /// `ed25519`), or its OID when it has none: what the PROXY v2 SSL TLV carries.
-    pub fn signature_algorithm(&self) -> String {
+    pub(crate) fn signature_algorithm(&self) -> String {
         let oid = &self.cert.signature_algorithm.oid;
         // The names shuck sent before it read certificates with x509-cert (oid-registry's),
         // where const-oid's database differs, so backends see the same values.
@@ -159,7 +159,7 @@ impl X509 {
     }
 
     /// The OCSP responder named in the Authority Information Access, if any.
-    pub fn ocsp_url(&self) -> Option<String> {
+    pub(crate) fn ocsp_url(&self) -> Option<String> {
         let (_, aia) = self.tbs().get::<AuthorityInfoAccessSyntax>().ok()??;
         aia.0.iter().find_map(|ad| match &ad.access_location {
             GeneralName::UniformResourceIdentifier(u)
@@ -173,7 +173,7 @@ impl X509 {
 
     /// The keyIdentifier of the Authority Key Identifier extension, if any (with the serial,
     /// what names a certificate to its CA's renewal information, RFC 9773).
-    pub fn authority_key_id(&self) -> Option<Vec<u8>> {
+    pub(crate) fn authority_key_id(&self) -> Option<Vec<u8>> {
         let (_, aki) = self
             .tbs()
             .get::<x509_cert::ext::pkix::AuthorityKeyIdentifier>()
@@ -182,7 +182,7 @@ impl X509 {
     }
 
     /// Whether the extended key usage allows signing OCSP responses.
-    pub fn may_sign_ocsp(&self) -> bool {
+    pub(crate) fn may_sign_ocsp(&self) -> bool {
         matches!(
             self.tbs().get::<ExtendedKeyUsage>(),
             Ok(Some((_, eku))) if eku.0.contains(&rfc5280::ID_KP_OCSP_SIGNING)

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::{key_err, resolve_path, KeyError, OneOrMany, RawFrontend};
 
 /// Where shuck keeps what it must find again after a restart (ACME accounts and certificates).
-pub const STATE_DIR: &str = "/var/lib/shuck";
+pub(super) const STATE_DIR: &str = "/var/lib/shuck";
 
 /// The key shuck generates for each certificate it orders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]

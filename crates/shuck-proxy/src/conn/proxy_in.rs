@@ -18,7 +18,7 @@ const _: () = assert!(crate::mem::buf_pool::BUF_SIZE >= proxy_protocol::V2_MAX_R
 
 /// What a load balancer told us about the connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Announced {
+pub(crate) struct Announced {
     /// The real client and the address it connected to; `None` for LOCAL (health checks) and
     /// unknown families, where the connection's own addresses stand.
     pub addrs: Option<(SocketAddr, SocketAddr)>,
@@ -28,7 +28,7 @@ pub struct Announced {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum HeaderError {
+pub(crate) enum HeaderError {
     #[error(transparent)]
     Decode(#[from] DecodeError),
     #[error("connection closed after {received} bytes, before the PROXY header was complete")]

@@ -289,7 +289,7 @@ impl Pump {
 
 /// Why a relay ended early.
 #[derive(Debug, thiserror::Error)]
-pub enum RelayError {
+pub(crate) enum RelayError {
     /// Reading the client failed (a reset, a TLS error): its stream is broken mid-way, and the
     /// backend should learn that by an abort, not by an EOF it could take for a complete request.
     #[error("client aborted: {0}")]
@@ -309,7 +309,7 @@ pub enum RelayError {
 
 /// Bytes moved: client to backend, backend to client.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Moved {
+pub(crate) struct Moved {
     pub up: u64,
     pub down: u64,
 }
@@ -317,7 +317,7 @@ pub struct Moved {
 /// Relays until both directions have ended (each with EOF and shutdown of the other side), an
 /// error occurs on either side, or nothing moves for `idle`.
 #[cfg(test)]
-pub async fn relay<C, B>(
+pub(crate) async fn relay<C, B>(
     client: &mut C,
     backend: &mut B,
     idle: Duration,
@@ -333,7 +333,7 @@ where
 /// first, together with whatever the client has already sent. `on_moved` hears of the bytes
 /// read as they move (the increments since its last call), so counters follow long-lived
 /// connections instead of jumping when they close.
-pub async fn relay_with_prefix<C, B, F>(
+pub(crate) async fn relay_with_prefix<C, B, F>(
     client: &mut C,
     backend: &mut B,
     idle: Duration,

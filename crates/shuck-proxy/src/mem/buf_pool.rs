@@ -7,14 +7,14 @@ use std::cell::RefCell;
 use std::thread::LocalKey;
 
 /// One TLS record's worth of plaintext: reads never return more from rustls anyway.
-pub const BUF_SIZE: usize = 16 * 1024;
+pub(crate) const BUF_SIZE: usize = 16 * 1024;
 /// One TLS record as it travels: the largest ciphertext record rustls accepts (16 KiB of
 /// plaintext, 2 KiB of expansion, the 5-byte header), rounded up. The TLS stream's receive and
 /// send buffers are of this size, so any single record fits and 16 KiB of plaintext encrypts
 /// into one.
-pub const RECORD_BUF_SIZE: usize = 16 * 1024 + 2 * 1024 + 64;
+pub(crate) const RECORD_BUF_SIZE: usize = 16 * 1024 + 2 * 1024 + 64;
 /// Four record buffers' worth: what a bulk transfer's records gather in before one send.
-pub const BATCH_BUF_SIZE: usize = 4 * RECORD_BUF_SIZE;
+pub(crate) const BATCH_BUF_SIZE: usize = 4 * RECORD_BUF_SIZE;
 /// Copy and record buffers kept for reuse per worker, in each of those two pools; more are freed
 /// so a burst does not pin memory forever (the allocator's own caches serve the rest). 64 covers
 /// the connections a worker moves bytes for at once at saturation in the shootout (32 clients,
@@ -33,12 +33,12 @@ thread_local! {
 }
 
 /// A buffer borrowed from the worker's pool; returned on drop.
-pub struct PooledBuf(Option<Box<[u8]>>);
+pub(crate) struct PooledBuf(Option<Box<[u8]>>);
 
 impl PooledBuf {
     /// A buffer of at least `n` bytes plus room for one read after them: from the pool when that
     /// fits, else allocated for this use only (a PROXY header carrying a large client certificate).
-    pub fn at_least(n: usize) -> PooledBuf {
+    pub(crate) fn at_least(n: usize) -> PooledBuf {
         if n < BUF_SIZE / 2 {
             PooledBuf::take()
         } else {
@@ -46,7 +46,7 @@ impl PooledBuf {
         }
     }
 
-    pub fn take() -> PooledBuf {
+    pub(crate) fn take() -> PooledBuf {
         PooledBuf::from_pool(&POOL, BUF_SIZE)
     }
 
@@ -62,7 +62,7 @@ impl PooledBuf {
     /// [`RECORD_BUF_SIZE`], else allocated for this use only (a handshake message spanning
     /// several records, up to rustls' 64 KiB limit), so a peer's partial message pins no more
     /// than its size asks.
-    pub fn record(n: usize) -> PooledBuf {
+    pub(crate) fn record(n: usize) -> PooledBuf {
         if n > RECORD_BUF_SIZE {
             return PooledBuf(Some(vec![0u8; n].into_boxed_slice()));
         }
@@ -71,24 +71,24 @@ impl PooledBuf {
 
     /// A buffer of [`BATCH_BUF_SIZE`] from the batch pool: room for four records to leave in
     /// one send (the TLS stream's bulk writes).
-    pub fn batch() -> PooledBuf {
+    pub(crate) fn batch() -> PooledBuf {
         PooledBuf::from_pool(&BATCH_POOL, BATCH_BUF_SIZE)
     }
 
     /// A buffer of exactly `n` bytes, never pooled: a few bytes kept for long.
-    pub fn exact(n: usize) -> PooledBuf {
+    pub(crate) fn exact(n: usize) -> PooledBuf {
         PooledBuf(Some(vec![0u8; n].into_boxed_slice()))
     }
 
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.bytes().len()
     }
 
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         self.0.as_deref_mut().unwrap_or_default()
     }
 
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         self.0.as_deref().unwrap_or_default()
     }
 }
@@ -113,7 +113,7 @@ impl Drop for PooledBuf {
 
 /// Buffers currently idle in this thread's pool.
 #[cfg(test)]
-pub fn pool_idle() -> usize {
+pub(crate) fn pool_idle() -> usize {
     POOL.with(|p| p.borrow().len())
 }
 

@@ -10,7 +10,7 @@ pub(crate) struct Sample {
 }
 
 impl Sample {
-    pub fn label(&self, key: &str) -> Option<&str> {
+    pub(super) fn label(&self, key: &str) -> Option<&str> {
         self.labels
             .iter()
             .find(|(k, _)| k == key)

@@ -22,7 +22,7 @@ const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `GET /metrics` over plain HTTP until the task is dropped. Scrapes are rare and cheap,
 /// so this runs on the main thread's runtime, away from the workers.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
+pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     // The status page's history, sampled while the endpoint serves (and stopped with it).
     let sampler = {
         let metrics = metrics.clone();
@@ -151,7 +151,7 @@ fn answer(head: &[u8], metrics: &Metrics) -> Answer {
 
 /// Where the process is, for `/readyz`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Binding, loading: not listening yet.
     Starting,
     /// Listening with its certificates loaded.

@@ -16,7 +16,7 @@ mod http;
 mod process;
 mod status;
 
-pub use http::{serve, Phase};
+pub(crate) use http::{serve, Phase};
 
 use crate::conn::conn_error::{CountedIn, Reason};
 use crate::sessions::cache::SessionCounters;
@@ -37,7 +37,7 @@ fn duration_histogram() -> Histogram {
 
 /// All metric families of the process.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     /// The process metrics, named without shuck's prefix as every exporter names them.
     process: Registry,
@@ -79,7 +79,7 @@ pub struct Metrics {
 
 /// One worker's handles for one frontend.
 #[derive(Debug, Clone)]
-pub struct FrontendMetrics {
+pub(crate) struct FrontendMetrics {
     pub accepted: Counter,
     pub active: Gauge,
     /// Completed handshakes by kind (full, resumed) and version (TLS 1.2, TLS 1.3).
@@ -105,7 +105,7 @@ pub struct FrontendMetrics {
 
 /// Where one worker's per-backend connect histograms come from.
 #[derive(Debug, Clone)]
-pub struct BackendConnects {
+pub(crate) struct BackendConnects {
     family: DurationFamily,
     frontend: String,
     worker: String,
@@ -166,7 +166,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn new() -> Metrics {
+    pub(crate) fn new() -> Metrics {
         let mut registry = Registry::with_prefix("shuck");
         let m = Metrics {
             accepted: Family::default(),
@@ -328,7 +328,7 @@ impl Metrics {
 
     /// Handles for one worker and one frontend. Called once per worker at start: the label
     /// lookup takes the family's lock, the handles do not.
-    pub fn for_frontend(&self, frontend: &str, worker: usize) -> FrontendMetrics {
+    pub(crate) fn for_frontend(&self, frontend: &str, worker: usize) -> FrontendMetrics {
         let base = || -> Labels {
             vec![
                 ("frontend", frontend.to_string()),
@@ -389,7 +389,7 @@ impl Metrics {
     }
 
     /// The addresses listened on now, by frontend (at start and after every reload).
-    pub fn set_listeners(&self, addrs: &[(String, std::net::SocketAddr)]) {
+    pub(crate) fn set_listeners(&self, addrs: &[(String, std::net::SocketAddr)]) {
         self.listeners.clear();
         for (frontend, addr) in addrs {
             let l: Labels = vec![
@@ -456,7 +456,7 @@ impl Metrics {
     }
 
     /// Adds a point to the status page's history, from a scrape of the metrics.
-    pub fn sample_history(&self) {
+    pub(crate) fn sample_history(&self) {
         let (samples, now) = self.scrape_now();
         self.history
             .lock()
@@ -465,7 +465,7 @@ impl Metrics {
     }
 
     /// The status page: what a scrape says now, and the history.
-    pub fn status_page(&self) -> String {
+    pub(crate) fn status_page(&self) -> String {
         let (samples, now) = self.scrape_now();
         let history = self
             .history
@@ -475,23 +475,23 @@ impl Metrics {
     }
 
     /// What one frontend serves now (at start, reload, renewal): its certificates' gauges.
-    pub fn set_certificates(&self, frontend: &str, records: Vec<CertRecord>) {
+    pub(crate) fn set_certificates(&self, frontend: &str, records: Vec<CertRecord>) {
         self.certificates.set(frontend, records);
     }
 
     /// Frontends stapling a response whose nextUpdate has passed (to be loaded again without it).
-    pub fn lapsed_staples(&self, now: i64) -> Vec<String> {
+    pub(crate) fn lapsed_staples(&self, now: i64) -> Vec<String> {
         self.certificates.lapsed(now)
     }
 
     /// Warnings for certificates not renewed by shuck that expire within `within`.
-    pub fn expiry_warnings(&self, now: i64, within: Duration) -> Vec<String> {
+    pub(crate) fn expiry_warnings(&self, now: i64, within: Duration) -> Vec<String> {
         self.certificates.warnings(now, within)
     }
 
     /// The OpenMetrics text exposition.
     /// Where the process is now, for `/readyz`.
-    pub fn phase(&self) -> Phase {
+    pub(crate) fn phase(&self) -> Phase {
         match self.phase.load(std::sync::atomic::Ordering::Relaxed) {
             1 => Phase::Serving,
             2 => Phase::Draining,
@@ -499,7 +499,7 @@ impl Metrics {
         }
     }
 
-    pub fn set_phase(&self, phase: Phase) {
+    pub(crate) fn set_phase(&self, phase: Phase) {
         let n = match phase {
             Phase::Starting => 0,
             Phase::Serving => 1,
@@ -508,7 +508,7 @@ impl Metrics {
         self.phase.store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         self.certificates.update_ages(crate::sys::clock::unix_now());
         let mut s = String::with_capacity(8192);
         // Writing to a String cannot fail.
@@ -675,7 +675,7 @@ fn get<M: Clone + Default>(f: &Family<Labels, M>, l: &Labels) -> M {
 
 /// What the certificate gauges say about one served certificate.
 #[derive(Debug, Clone)]
-pub struct CertRecord {
+pub(crate) struct CertRecord {
     pub path: String,
     pub subject: String,
     /// Unix seconds.

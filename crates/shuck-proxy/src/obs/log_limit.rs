@@ -6,18 +6,18 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-pub const PER_SECOND: u32 = 20;
+pub(crate) const PER_SECOND: u32 = 20;
 
 /// A budget of lines per one-second window.
 #[derive(Debug)]
-pub struct LogBudget {
+pub(crate) struct LogBudget {
     window: Cell<Option<Instant>>,
     used: Cell<u32>,
     suppressed: Cell<u64>,
 }
 
 impl LogBudget {
-    pub const fn new() -> LogBudget {
+    pub(crate) const fn new() -> LogBudget {
         LogBudget {
             window: Cell::new(None),
             used: Cell::new(0),
@@ -27,7 +27,7 @@ impl LogBudget {
 
     /// Whether a line may be logged at `now`, and, when a new window opens after lines were
     /// left out, how many and since when (to report once).
-    pub fn take(&self, now: Instant) -> (bool, Option<(u64, Instant)>) {
+    pub(crate) fn take(&self, now: Instant) -> (bool, Option<(u64, Instant)>) {
         let mut reported = None;
         let window = self.window.get();
         if window.is_none_or(|w| now.duration_since(w) >= Duration::from_secs(1)) {
@@ -61,7 +61,7 @@ thread_local! {
 
 /// True when this worker may log another per-connection warning now. First logs how many were
 /// left out since the last window with omissions began, if any.
-pub fn allow() -> bool {
+pub(crate) fn allow() -> bool {
     let now = Instant::now();
     let (ok, reported) = BUDGET.with(|b| b.take(now));
     if let Some((suppressed, since)) = reported {

@@ -6,11 +6,13 @@ use rustls::crypto::aws_lc_rs::{self, cipher_suite as cs, kx_group};
 use rustls::crypto::SupportedKxGroup;
 use rustls::{SupportedCipherSuite, SupportedProtocolVersion};
 
-pub fn default_versions() -> Vec<&'static SupportedProtocolVersion> {
+pub(crate) fn default_versions() -> Vec<&'static SupportedProtocolVersion> {
     vec![&rustls::version::TLS13, &rustls::version::TLS12]
 }
 
-pub fn parse_versions(list: &[String]) -> Result<Vec<&'static SupportedProtocolVersion>, String> {
+pub(crate) fn parse_versions(
+    list: &[String],
+) -> Result<Vec<&'static SupportedProtocolVersion>, String> {
     let mut out = Vec::new();
     for name in list {
         let v: &'static SupportedProtocolVersion = match name
@@ -41,7 +43,7 @@ pub fn parse_versions(list: &[String]) -> Result<Vec<&'static SupportedProtocolV
 
 /// True when the CPU has AES and carry-less multiply instructions, so AES-GCM is both faster and
 /// cheaper than ChaCha20-Poly1305 (a lesson of Bernat's benchmarks: the server should pick the cheap strong cipher).
-pub fn cpu_has_aes() -> bool {
+pub(crate) fn cpu_has_aes() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("aes")
@@ -58,7 +60,7 @@ pub fn cpu_has_aes() -> bool {
 }
 
 /// AES-128-GCM first on AES-capable CPUs, ChaCha20 first elsewhere; ECDSA before RSA for TLS 1.2.
-pub fn default_ciphersuites() -> Vec<SupportedCipherSuite> {
+pub(crate) fn default_ciphersuites() -> Vec<SupportedCipherSuite> {
     let aes = [cs::TLS13_AES_128_GCM_SHA256, cs::TLS13_AES_256_GCM_SHA384];
     let chacha = [cs::TLS13_CHACHA20_POLY1305_SHA256];
     let aes12 = [
@@ -86,14 +88,14 @@ pub fn default_ciphersuites() -> Vec<SupportedCipherSuite> {
     out
 }
 
-pub fn suite_name(s: SupportedCipherSuite) -> &'static str {
+pub(crate) fn suite_name(s: SupportedCipherSuite) -> &'static str {
     s.suite().as_str().unwrap_or("unknown")
 }
 
 /// The OpenSSL name of a suite, as HAProxy and nginx report ciphers (`ssl_fc_cipher`,
 /// `$ssl_cipher`) and so as backends reading the PROXY SSL TLV expect them. For TLS 1.3 that is
 /// the RFC 8446 name, which rustls spells with a "TLS13_" prefix.
-pub fn openssl_suite_name(s: SupportedCipherSuite) -> &'static str {
+pub(crate) fn openssl_suite_name(s: SupportedCipherSuite) -> &'static str {
     match suite_name(s) {
         "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256" => "ECDHE-ECDSA-AES128-GCM-SHA256",
         "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384" => "ECDHE-ECDSA-AES256-GCM-SHA384",
@@ -138,7 +140,7 @@ fn parse_names<T: Copy>(
     Ok(out)
 }
 
-pub fn parse_ciphersuites(list: &[String]) -> Result<Vec<SupportedCipherSuite>, String> {
+pub(crate) fn parse_ciphersuites(list: &[String]) -> Result<Vec<SupportedCipherSuite>, String> {
     // The RFC 8446 / OpenSSL spelling of TLS 1.3 suites ("TLS_AES_128_GCM_SHA256") is what
     // operators copy from other servers; rustls spells them "TLS13_…".
     let list: Vec<String> = list
@@ -158,7 +160,7 @@ pub fn parse_ciphersuites(list: &[String]) -> Result<Vec<SupportedCipherSuite>, 
 
 /// Each enabled protocol version needs at least one suite, or every handshake at that version
 /// fails in a way that is hard to diagnose from the client side.
-pub fn check_suites_cover_versions(
+pub(crate) fn check_suites_cover_versions(
     suites: &[SupportedCipherSuite],
     versions: &[&'static SupportedProtocolVersion],
 ) -> Result<(), String> {
@@ -174,7 +176,7 @@ pub fn check_suites_cover_versions(
 }
 
 /// TLS 1.2 cannot use the post-quantum groups; with only those, every TLS 1.2 handshake fails.
-pub fn check_groups_cover_versions(
+pub(crate) fn check_groups_cover_versions(
     groups: &[&'static dyn SupportedKxGroup],
     versions: &[&'static SupportedProtocolVersion],
 ) -> Result<(), String> {
@@ -190,7 +192,7 @@ pub fn check_groups_cover_versions(
 }
 
 /// A negotiated version as OpenSSL and the PROXY SSL TLV name it ("TLSv1.3").
-pub fn protocol_name(v: Option<rustls::ProtocolVersion>) -> &'static str {
+pub(crate) fn protocol_name(v: Option<rustls::ProtocolVersion>) -> &'static str {
     match v {
         Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
         Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
@@ -199,7 +201,7 @@ pub fn protocol_name(v: Option<rustls::ProtocolVersion>) -> &'static str {
 }
 
 /// A version as the configuration names it ("TLS1.3").
-pub fn version_name(v: rustls::ProtocolVersion) -> &'static str {
+pub(crate) fn version_name(v: rustls::ProtocolVersion) -> &'static str {
     match v {
         rustls::ProtocolVersion::TLSv1_2 => "TLS1.2",
         rustls::ProtocolVersion::TLSv1_3 => "TLS1.3",
@@ -210,7 +212,7 @@ pub fn version_name(v: rustls::ProtocolVersion) -> &'static str {
 /// Hybrid post-quantum (cheap on modern CPUs, protects against harvest-now-decrypt-later), X25519,
 /// and P-256 for clients that only do NIST curves. This is the allowed set: in TLS 1.3 rustls takes
 /// the client's key share when it is allowed, which saves the HelloRetryRequest round trip.
-pub fn default_groups() -> Vec<&'static dyn SupportedKxGroup> {
+pub(crate) fn default_groups() -> Vec<&'static dyn SupportedKxGroup> {
     vec![
         kx_group::X25519MLKEM768,
         kx_group::X25519,
@@ -218,11 +220,11 @@ pub fn default_groups() -> Vec<&'static dyn SupportedKxGroup> {
     ]
 }
 
-pub fn group_name(g: &dyn SupportedKxGroup) -> &'static str {
+pub(crate) fn group_name(g: &dyn SupportedKxGroup) -> &'static str {
     g.name().as_str().unwrap_or("unknown")
 }
 
-pub fn parse_groups(list: &[String]) -> Result<Vec<&'static dyn SupportedKxGroup>, String> {
+pub(crate) fn parse_groups(list: &[String]) -> Result<Vec<&'static dyn SupportedKxGroup>, String> {
     // OpenSSL-style aliases operators know from nginx/HAProxy configurations.
     let list: Vec<String> = list
         .iter()

@@ -16,7 +16,7 @@ use rustls::server::StoresServerSessions;
 
 /// What the cache counts; the handles are registered by the metrics module.
 #[derive(Debug, Clone, Default)]
-pub struct SessionCounters {
+pub(crate) struct SessionCounters {
     pub hits: Counter,
     pub misses: Counter,
     pub evictions: Counter,
@@ -51,7 +51,7 @@ type Shards = Cache<Vec<u8>, Entry, UnitWeighter, DefaultHashBuilder, CountEvict
 
 /// One frontend's session cache. Kept across reloads (resized, or emptied when the client
 /// certificate trust changes).
-pub struct SessionCache {
+pub(crate) struct SessionCache {
     entries: arc_swap::ArcSwapOption<Shards>,
     /// The size asked for (the shards round it up, so it is kept to compare with).
     size: AtomicUsize,
@@ -69,7 +69,11 @@ impl std::fmt::Debug for SessionCache {
 
 impl SessionCache {
     /// A cache of at most `size` sessions (none when 0), each resumable for `lifetime`.
-    pub fn new(size: usize, lifetime: Duration, counters: SessionCounters) -> Arc<SessionCache> {
+    pub(crate) fn new(
+        size: usize,
+        lifetime: Duration,
+        counters: SessionCounters,
+    ) -> Arc<SessionCache> {
         let cache = SessionCache {
             entries: arc_swap::ArcSwapOption::empty(),
             size: AtomicUsize::new(size),
@@ -81,7 +85,7 @@ impl SessionCache {
     }
 
     /// A new size (0 turns the cache off) and lifetime, on reload. A new size starts empty.
-    pub fn reconfigure(&self, size: usize, lifetime: Duration) {
+    pub(crate) fn reconfigure(&self, size: usize, lifetime: Duration) {
         self.lifetime_secs
             .store(lifetime.as_secs(), Ordering::Relaxed);
         if self.size.swap(size, Ordering::Relaxed) != size {
@@ -92,7 +96,7 @@ impl SessionCache {
     /// An empty cache with the same settings and counters: for a change of client-certificate
     /// trust, where the old cache must not be filled further by handshakes still running under
     /// the old trust (a resumed session is not checked again).
-    pub fn fresh(&self) -> Arc<SessionCache> {
+    pub(crate) fn fresh(&self) -> Arc<SessionCache> {
         Self::new(
             self.size.load(Ordering::Relaxed),
             Duration::from_secs(self.lifetime_secs.load(Ordering::Relaxed)),
@@ -125,7 +129,7 @@ impl SessionCache {
     }
 
     /// Whether a live entry is there (not counted: the remote store asks before a lookup).
-    pub fn contains(&self, key: &[u8]) -> bool {
+    pub(crate) fn contains(&self, key: &[u8]) -> bool {
         let lifetime = self.lifetime_secs.load(Ordering::Relaxed);
         self.entries.load().as_ref().is_some_and(|c| {
             c.peek(key).is_some_and(|e| {

@@ -70,7 +70,7 @@ struct KeySet {
     others_until: u64,
 }
 
-pub struct Ticketer {
+pub(crate) struct Ticketer {
     keys: ArcSwap<KeySet>,
     /// Changed in place by a reload (`set_lifetime`).
     lifetime_secs: AtomicU64,
@@ -92,7 +92,10 @@ impl std::fmt::Debug for Ticketer {
 
 impl Ticketer {
     /// A ticketer whose random keys rotate every `lifetime_secs` (at least 1).
-    pub fn new(lifetime_secs: u64, domain: [u8; 32]) -> Result<Arc<Ticketer>, rustls::Error> {
+    pub(crate) fn new(
+        lifetime_secs: u64,
+        domain: [u8; 32],
+    ) -> Result<Arc<Ticketer>, rustls::Error> {
         let lifetime_secs = lifetime_secs.max(1);
         let current = TicketKey::generate().ok_or(rustls::Error::FailedToGetRandomBytes)?;
         Ok(Arc::new(Ticketer {
@@ -110,7 +113,7 @@ impl Ticketer {
 
     /// A ticketer with the keys read from files: `keys.encrypting` seals, all of them open
     /// tickets younger than `lifetime_secs`.
-    pub fn from_files(
+    pub(crate) fn from_files(
         keys: &FileKeys,
         lifetime_secs: u64,
         domain: [u8; 32],
@@ -150,7 +153,7 @@ impl Ticketer {
     /// A reload's new `session_ticket_lifetime` for random keys, which are kept across reloads
     /// so tickets issued before still resume: the next rotation comes no later than one new
     /// lifetime from now, and tickets carry the new lifetime from now on.
-    pub fn set_lifetime(&self, lifetime_secs: u64) {
+    pub(crate) fn set_lifetime(&self, lifetime_secs: u64) {
         let lifetime_secs = lifetime_secs.max(1);
         if self.lifetime_secs.swap(lifetime_secs, Ordering::Relaxed) == lifetime_secs {
             return;
@@ -167,12 +170,12 @@ impl Ticketer {
     }
 
     /// True when the keys came from files (a reload reads them again rather than keep these).
-    pub fn is_from_files(&self) -> bool {
+    pub(crate) fn is_from_files(&self) -> bool {
         self.from_files.is_some()
     }
 
     /// What `shuck check` says of the keys (never the keys).
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let life = humantime::format_duration(std::time::Duration::from_secs(self.lifetime_secs()));
         match self.from_files {
             None => format!("random keys rotating every {life}"),

@@ -16,7 +16,7 @@ const OPEN_FOR: Duration = Duration::from_secs(3);
 /// One worker's breaker. Atomics rather than `Cell` because the store is shared through rustls'
 /// `Send + Sync` traits; only its worker's thread touches it.
 #[derive(Debug)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     failures: AtomicU32,
     /// Nanoseconds after `epoch` until which the store is skipped; 0 when closed.
     open_until: AtomicU64,
@@ -28,7 +28,7 @@ pub struct Breaker {
 impl Breaker {
     /// A closed breaker. The gauge is the worker's for this frontend, shared with the store a
     /// reload replaced: if that one's breaker was open, the new store starts afresh, and says so.
-    pub fn new(frontend: &str, worker: usize, url: &str, gauge: Gauge) -> Breaker {
+    pub(crate) fn new(frontend: &str, worker: usize, url: &str, gauge: Gauge) -> Breaker {
         if gauge.set(0) != 0 {
             tracing::info!(
                 frontend,
@@ -51,13 +51,13 @@ impl Breaker {
     }
 
     /// Whether to ask the store now (closed, or open long enough to try again).
-    pub fn allows(&self, now: Instant) -> bool {
+    pub(crate) fn allows(&self, now: Instant) -> bool {
         let until = self.open_until.load(Ordering::Relaxed);
         until == 0 || self.nanos(now) >= until
     }
 
     /// Counts a failure; true when it opened the breaker (or kept it open).
-    pub fn failed(&self, worker: usize, url: &str, why: &str) -> bool {
+    pub(crate) fn failed(&self, worker: usize, url: &str, why: &str) -> bool {
         let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
         if n < TRIP {
             return false;
@@ -78,7 +78,7 @@ impl Breaker {
         true
     }
 
-    pub fn succeeded(&self, worker: usize, url: &str) {
+    pub(crate) fn succeeded(&self, worker: usize, url: &str) {
         self.failures.store(0, Ordering::Relaxed);
         if self.open_until.swap(0, Ordering::Relaxed) != 0 {
             self.gauge.set(0);

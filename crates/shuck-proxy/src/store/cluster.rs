@@ -22,7 +22,7 @@ const MAP_TIMEOUT: Duration = Duration::from_millis(500);
 const CRC16: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
 
 /// The slot of `key`: only the part inside the first `{…}` counts when it is not empty.
-pub fn slot(key: &[u8]) -> u16 {
+pub(super) fn slot(key: &[u8]) -> u16 {
     let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
         let rest = &key[open + 1..];
         let close = rest.iter().position(|&b| b == b'}')?;
@@ -32,7 +32,7 @@ pub fn slot(key: &[u8]) -> u16 {
 }
 
 /// One worker's view of the cluster: the slot map and a link per node.
-pub struct Cluster {
+pub(super) struct Cluster {
     seeds: Vec<(String, u16)>,
     template: ConnectionInfo,
     state: Mutex<State>,
@@ -50,7 +50,7 @@ struct State {
 }
 
 impl Cluster {
-    pub fn new(seeds: Vec<(String, u16)>, template: ConnectionInfo) -> Arc<Cluster> {
+    pub(super) fn new(seeds: Vec<(String, u16)>, template: ConnectionInfo) -> Arc<Cluster> {
         Arc::new(Cluster {
             seeds,
             template,
@@ -64,7 +64,7 @@ impl Cluster {
 
     /// The link to the node that owns `key`'s slot; `None` while the map is not known (a
     /// refresh is started). Needs the worker's runtime.
-    pub fn link_for(self: &Arc<Self>, key: &[u8]) -> Option<Arc<Link>> {
+    pub(super) fn link_for(self: &Arc<Self>, key: &[u8]) -> Option<Arc<Link>> {
         let slot = slot(key);
         let node = {
             let s = self.state();
@@ -97,7 +97,7 @@ impl Cluster {
 
     /// Asks for the slot map again (a `MOVED` reply, a node that cannot be reached, no map
     /// yet), at most one ask at a time and one a second.
-    pub fn refresh(self: &Arc<Self>) {
+    pub(super) fn refresh(self: &Arc<Self>) {
         {
             let mut s = self.state();
             let now = tokio::time::Instant::now();

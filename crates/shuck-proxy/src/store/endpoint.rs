@@ -13,7 +13,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 const SENTINEL_TIMEOUT: Duration = Duration::from_millis(300);
 
 #[derive(Clone, Debug)]
-pub enum Endpoint {
+pub(super) enum Endpoint {
     Direct(ConnectionInfo),
     /// Redis Cluster: the seed nodes, and the settings of every node's connections.
     Cluster {
@@ -30,7 +30,7 @@ pub enum Endpoint {
 
 impl Endpoint {
     /// Reads `url`: a redis crate URL, or a Sentinel one (see the module's description).
-    pub fn parse(url: &str) -> Result<Endpoint, String> {
+    pub(super) fn parse(url: &str) -> Result<Endpoint, String> {
         if let Some((scheme, rest)) = url.split_once("+cluster://") {
             return Self::parse_cluster(scheme, rest);
         }
@@ -84,7 +84,7 @@ impl Endpoint {
     }
 
     /// Reads `url` and refuses what shuck does not do: `#insecure` TLS, RESP3.
-    pub fn parse_supported(url: &str) -> Result<Endpoint, String> {
+    pub(super) fn parse_supported(url: &str) -> Result<Endpoint, String> {
         let endpoint = Self::parse(url)?;
         let info = endpoint.info();
         if matches!(info.addr(), ConnectionAddr::TcpTls { insecure: true, .. }) {
@@ -100,7 +100,7 @@ impl Endpoint {
     }
 
     /// The settings every connection uses (credentials, database, protocol).
-    pub fn info(&self) -> &ConnectionInfo {
+    pub(super) fn info(&self) -> &ConnectionInfo {
         match self {
             Endpoint::Direct(info) => info,
             Endpoint::Sentinel { template, .. } | Endpoint::Cluster { template, .. } => template,
@@ -109,7 +109,7 @@ impl Endpoint {
 
     /// The server to connect to now: the one server, or the master a sentinel names (the first
     /// that answers, in the URL's order).
-    pub async fn resolve(&self) -> Result<ConnectionInfo, String> {
+    pub(super) async fn resolve(&self) -> Result<ConnectionInfo, String> {
         let Endpoint::Sentinel {
             sentinels,
             master,
@@ -132,13 +132,13 @@ impl Endpoint {
     }
 
     /// Whether connections must check they reached a master (`ROLE`).
-    pub fn needs_master_check(&self) -> bool {
+    pub(super) fn needs_master_check(&self) -> bool {
         matches!(self, Endpoint::Sentinel { .. })
     }
 }
 
 /// `template`'s settings for the server at `host:port` (over TLS when `template` is).
-pub fn at(template: &ConnectionInfo, host: &str, port: u16) -> ConnectionInfo {
+pub(super) fn at(template: &ConnectionInfo, host: &str, port: u16) -> ConnectionInfo {
     let addr = match template.addr() {
         ConnectionAddr::TcpTls {
             insecure,
@@ -191,7 +191,9 @@ async fn ask(host: &str, port: u16, master: &str) -> Result<(String, u16), Strin
 }
 
 /// Whether the server behind `conn` is a master (`ROLE`'s first element).
-pub async fn is_master(conn: &mut redis::aio::MultiplexedConnection) -> Result<bool, String> {
+pub(super) async fn is_master(
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> Result<bool, String> {
     let role: redis::Value = redis::cmd("ROLE")
         .query_async(conn)
         .await

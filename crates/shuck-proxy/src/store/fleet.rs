@@ -26,11 +26,11 @@ const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redi
 /// privileges are dropped, the key file may be root's) and shared by the renewal task and the
 /// workers answering validations. One value, owned by the engine (`worker::Engine`).
 #[derive(Debug, Default)]
-pub struct FleetStores(Mutex<HashMap<(String, PathBuf), Arc<FleetStore>>>);
+pub(crate) struct FleetStores(Mutex<HashMap<(String, PathBuf), Arc<FleetStore>>>);
 
 impl FleetStores {
     /// The process's store at `url` sealed with `key_file`, opened on first use.
-    pub fn shared(&self, url: &str, key_file: &Path) -> Result<Arc<FleetStore>, String> {
+    pub(crate) fn shared(&self, url: &str, key_file: &Path) -> Result<Arc<FleetStore>, String> {
         let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let id = (url.to_string(), key_file.to_path_buf());
         if let Some(s) = all.get(&id) {
@@ -43,7 +43,7 @@ impl FleetStores {
 }
 
 /// The fleet's store, for one frontend's tasks.
-pub struct FleetStore {
+pub(crate) struct FleetStore {
     router: Router,
     sealer: Sealer,
     endpoint: Endpoint,
@@ -58,7 +58,7 @@ impl std::fmt::Debug for FleetStore {
 impl FleetStore {
     /// The store at `url`, its values sealed with the key in `key_file` (no connection is made
     /// here). Needs a runtime when used.
-    pub fn open(url: &str, key_file: &Path) -> Result<FleetStore, String> {
+    pub(crate) fn open(url: &str, key_file: &Path) -> Result<FleetStore, String> {
         let endpoint = Endpoint::parse_supported(url)?;
         let sealer = Sealer::from_file(key_file)?;
         Ok(FleetStore {
@@ -120,7 +120,7 @@ impl FleetStore {
     }
 
     /// Tells every subscriber of `channel` (`message`: no secret, it names what changed).
-    pub async fn publish(&self, channel: &str, message: &str) -> Result<(), String> {
+    pub(crate) async fn publish(&self, channel: &str, message: &str) -> Result<(), String> {
         self.query::<i64>(
             channel.as_bytes(),
             redis::cmd("PUBLISH").arg(channel).arg(message),
@@ -131,7 +131,7 @@ impl FleetStore {
 
     /// A counter bumped at every message on `channel`, kept subscribed (again after a lost
     /// connection or a failover, within a few seconds) by a task of the current runtime.
-    pub fn subscribe(&self, channel: &str) -> tokio::sync::watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self, channel: &str) -> tokio::sync::watch::Receiver<u64> {
         let (tx, rx) = tokio::sync::watch::channel(0u64);
         let (endpoint, channel) = (self.endpoint.clone(), channel.to_string());
         tokio::spawn(async move {
@@ -150,7 +150,7 @@ impl FleetStore {
     }
 
     /// The value under `key` within `deadline` (a validator's handshake), `None` on any failure.
-    pub async fn get_by(&self, key: &str, deadline: Instant) -> Option<Vec<u8>> {
+    pub(crate) async fn get_by(&self, key: &str, deadline: Instant) -> Option<Vec<u8>> {
         tokio::time::timeout_at(deadline, self.get(key))
             .await
             .ok()?
@@ -158,7 +158,7 @@ impl FleetStore {
     }
 
     /// The value under `key`, if any (one that does not open under the fleet's key is none).
-    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+    pub(crate) async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
         let sealed: Option<Vec<u8>> = self
             .query(key.as_bytes(), redis::cmd("GET").arg(key))
             .await?;
@@ -166,12 +166,12 @@ impl FleetStore {
     }
 
     /// Stores `value` under `key` for `ttl`.
-    pub async fn put(&self, key: &str, value: &[u8], ttl: Duration) -> Result<(), String> {
+    pub(crate) async fn put(&self, key: &str, value: &[u8], ttl: Duration) -> Result<(), String> {
         self.put_sealed(key, value, ttl).await.map(|_| ())
     }
 
     /// The same, returning the sealed value as stored (for [`FleetStore::delete_if`]).
-    pub async fn put_sealed(
+    pub(crate) async fn put_sealed(
         &self,
         key: &str,
         value: &[u8],
@@ -191,7 +191,7 @@ impl FleetStore {
     }
 
     /// Deletes `key` if it still holds `sealed` (what [`FleetStore::put_sealed`] stored).
-    pub async fn delete_if(&self, key: &str, sealed: &[u8]) -> Result<(), String> {
+    pub(crate) async fn delete_if(&self, key: &str, sealed: &[u8]) -> Result<(), String> {
         self.query::<i64>(
             key.as_bytes(),
             redis::cmd("EVAL").arg(RELEASE).arg(1).arg(key).arg(sealed),
@@ -201,7 +201,12 @@ impl FleetStore {
     }
 
     /// Takes the lease `key` for `holder` for `ttl` if nobody holds it; whether it was taken.
-    pub async fn lease(&self, key: &str, holder: &str, ttl: Duration) -> Result<bool, String> {
+    pub(crate) async fn lease(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, String> {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let set: Option<String> = self
             .query(
@@ -218,7 +223,7 @@ impl FleetStore {
     }
 
     /// Extends `holder`'s lease `key` to `ttl` from now; false when it is no longer held.
-    pub async fn renew_lease(
+    pub(crate) async fn renew_lease(
         &self,
         key: &str,
         holder: &str,
@@ -240,7 +245,7 @@ impl FleetStore {
     }
 
     /// Gives `holder`'s lease `key` up.
-    pub async fn release(&self, key: &str, holder: &str) -> Result<(), String> {
+    pub(crate) async fn release(&self, key: &str, holder: &str) -> Result<(), String> {
         self.query::<i64>(
             key.as_bytes(),
             redis::cmd("EVAL").arg(RELEASE).arg(1).arg(key).arg(holder),

@@ -29,7 +29,7 @@ const MAX_DELAY: Duration = Duration::from_secs(5);
 /// A connection in use: the redis crate's handle, and whether the store sent a reply over the
 /// bound on it (then it has ended).
 #[derive(Clone)]
-pub struct Conn {
+pub(super) struct Conn {
     pub redis: MultiplexedConnection,
     refused: Arc<AtomicBool>,
     id: u64,
@@ -37,7 +37,7 @@ pub struct Conn {
 
 impl Conn {
     /// Whether the connection ended because the store's reply was over the bound.
-    pub fn refused(&self) -> bool {
+    pub(super) fn refused(&self) -> bool {
         self.refused.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
@@ -67,7 +67,7 @@ struct State {
 }
 
 /// One worker's connection to the store.
-pub struct Link {
+pub(super) struct Link {
     endpoint: Endpoint,
     state: Mutex<State>,
     /// Bumped when an attempt ends (a connection, or a failure).
@@ -76,7 +76,7 @@ pub struct Link {
 
 /// Why there is no connection to use now.
 #[derive(Debug)]
-pub enum Unavailable {
+pub(super) enum Unavailable {
     /// Still connecting when the caller's time was up.
     Connecting,
     /// The last attempt failed; the next waits for its back-off.
@@ -84,7 +84,7 @@ pub enum Unavailable {
 }
 
 impl Link {
-    pub fn new(endpoint: Endpoint) -> Arc<Link> {
+    pub(super) fn new(endpoint: Endpoint) -> Arc<Link> {
         Arc::new(Link {
             endpoint,
             state: Mutex::new(State::default()),
@@ -98,7 +98,7 @@ impl Link {
 
     /// Starts connecting if there is no connection, none is being made and no back-off holds.
     /// Needs the worker's runtime.
-    pub fn warm_up(self: &Arc<Self>) {
+    pub(super) fn warm_up(self: &Arc<Self>) {
         let mut s = self.state();
         let due = s.retry_at.is_none_or(|t| Instant::now() >= t);
         if s.open.is_some() || s.connecting || !due {
@@ -109,7 +109,10 @@ impl Link {
     }
 
     /// The connection, waiting for one being made until `deadline`.
-    pub async fn connected_by(self: &Arc<Self>, deadline: Instant) -> Result<Conn, Unavailable> {
+    pub(super) async fn connected_by(
+        self: &Arc<Self>,
+        deadline: Instant,
+    ) -> Result<Conn, Unavailable> {
         let mut settled = self.settled.subscribe();
         loop {
             self.warm_up();
@@ -137,7 +140,7 @@ impl Link {
 
     /// Ends `conn` if it is still the connection in use (a reply refused or timed out on it):
     /// the next use connects again.
-    pub fn close(&self, conn: &Conn) {
+    pub(super) fn close(&self, conn: &Conn) {
         let mut s = self.state();
         if s.open.as_ref().is_some_and(|o| o.conn.id == conn.id) {
             s.open = None;

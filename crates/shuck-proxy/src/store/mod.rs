@@ -14,7 +14,7 @@
 mod breaker;
 mod cluster;
 mod endpoint;
-pub mod fleet;
+pub(crate) mod fleet;
 mod link;
 mod replies;
 mod seal;
@@ -32,7 +32,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
-pub use breaker::Breaker;
+pub(crate) use breaker::Breaker;
 use link::{Conn, Link, Unavailable};
 use seal::Sealer;
 
@@ -41,11 +41,11 @@ const QUEUE: usize = 1024;
 
 type Labels = Vec<(&'static str, String)>;
 /// Histograms per worker, made with the store's buckets.
-pub type LatencyFamily = Family<Labels, Histogram, fn() -> Histogram>;
+pub(crate) type LatencyFamily = Family<Labels, Histogram, fn() -> Histogram>;
 
 /// What the store counts, per frontend (the breaker gauge per worker).
 #[derive(Debug, Clone)]
-pub struct StoreCounters {
+pub(crate) struct StoreCounters {
     pub hits: Counter,
     pub misses: Counter,
     pub timeouts: Counter,
@@ -93,7 +93,7 @@ pub(crate) fn latency_histogram() -> Histogram {
 
 /// Where the store is and how it is used (from the frontend's `session_store` settings).
 #[derive(Clone, PartialEq, Eq)]
-pub struct Target {
+pub(crate) struct Target {
     /// What the redis crate connects to.
     pub url: String,
     /// The URL as logs show it (no password).
@@ -118,7 +118,7 @@ impl std::fmt::Debug for Target {
 impl Target {
     /// SHA-256 of the key file's contents (zeros if it does not read: opening the store then
     /// reports why).
-    pub fn digest_key_file(path: &std::path::Path) -> [u8; 32] {
+    pub(crate) fn digest_key_file(path: &std::path::Path) -> [u8; 32] {
         let mut out = [0u8; 32];
         if let Ok(mut bytes) = crate::sys::files::read(path) {
             out.copy_from_slice(
@@ -132,7 +132,7 @@ impl Target {
 
 /// One frontend's store, shared by its workers: the client, the sealing key, the settings.
 /// Kept across reloads while the settings are unchanged, so connections stay open.
-pub struct SharedStore {
+pub(crate) struct SharedStore {
     core: Arc<Core>,
     /// One per worker, made on first use (the main thread builds worker configurations).
     workers: Mutex<Vec<Option<Arc<WorkerStore>>>>,
@@ -158,7 +158,7 @@ impl std::fmt::Debug for SharedStore {
 
 impl SharedStore {
     /// Reads the sealing key and checks the URL (no connection is made here).
-    pub fn open(
+    pub(crate) fn open(
         frontend: &str,
         settings: &Target,
         counters: StoreCounters,
@@ -181,12 +181,12 @@ impl SharedStore {
         }))
     }
 
-    pub fn target(&self) -> &Target {
+    pub(crate) fn target(&self) -> &Target {
         &self.core.settings
     }
 
     /// Worker `id`'s side of the store (its connection, queue and breaker).
-    pub fn for_worker(&self, id: usize) -> Arc<WorkerStore> {
+    pub(crate) fn for_worker(&self, id: usize) -> Arc<WorkerStore> {
         let mut workers = self
             .workers
             .lock()
@@ -278,7 +278,7 @@ enum Write {
 
 /// One worker's connection to the store. Used only on that worker's thread, except that
 /// `put` is called from inside rustls (synchronously, on the same thread).
-pub struct WorkerStore {
+pub(crate) struct WorkerStore {
     shared: Arc<Core>,
     worker: usize,
     router: Router,
@@ -291,7 +291,7 @@ pub struct WorkerStore {
 
 /// How a lookup ended, for the caller's decision (a value, or a full handshake).
 #[derive(Debug, PartialEq, Eq)]
-pub enum Fetched {
+pub(crate) enum Fetched {
     Found(Vec<u8>),
     Missing,
     /// Timed out, failed, garbage, or skipped by the open breaker.
@@ -327,7 +327,7 @@ impl WorkerStore {
     /// Makes sure the worker's connection exists or is being made, and its writer runs (the
     /// ClientHello stage calls it for every connection, so the first session of a worker finds
     /// it open). Needs the worker's runtime.
-    pub fn warm_up(&self) {
+    pub(crate) fn warm_up(&self) {
         self.router.warm_up();
         let rx = self
             .pending
@@ -341,7 +341,7 @@ impl WorkerStore {
 
     /// Fetches (and with `take`, deletes: a TLS 1.3 stateful session resumes once) the value
     /// under `key`, within the store's timeout.
-    pub async fn fetch(&self, key: &[u8], take: bool) -> Fetched {
+    pub(crate) async fn fetch(&self, key: &[u8], take: bool) -> Fetched {
         let c = &self.shared.counters;
         if !self.breaker.allows(Instant::now()) {
             c.skipped.inc();
@@ -433,7 +433,7 @@ impl WorkerStore {
     }
 
     /// Queues `value` under `key` for `ttl`; never waits (a full queue drops it, counted).
-    pub fn store(&self, key: Vec<u8>, value: &[u8], ttl: Duration) {
+    pub(crate) fn store(&self, key: Vec<u8>, value: &[u8], ttl: Duration) {
         let Some(value) = self.shared.sealer.seal(&key, value) else {
             return;
         };
@@ -441,7 +441,7 @@ impl WorkerStore {
     }
 
     /// Queues the deletion of `key` (a single-use session taken from another cache).
-    pub fn delete(&self, key: Vec<u8>) {
+    pub(crate) fn delete(&self, key: Vec<u8>) {
         self.send(Write::Delete { key });
     }
 

@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// A sealed session is a few hundred bytes to a few KiB (a client certificate chain at most):
 /// no reply shuck asks for comes near this.
-pub const MAX_REPLY: usize = 64 * 1024;
+pub(super) const MAX_REPLY: usize = 64 * 1024;
 /// Elements of one array reply, and arrays within arrays: shuck's commands answer with none.
 const MAX_ELEMENTS: i64 = 1024;
 const MAX_DEPTH: usize = 4;
@@ -24,7 +24,7 @@ const MAX_HEADER: usize = 32;
 /// A store reply over the bound, or not RESP at all.
 #[derive(Debug, thiserror::Error)]
 #[error("session store reply refused: {0}")]
-pub struct Refused(&'static str);
+pub(super) struct Refused(&'static str);
 
 /// Where the scanner is within the current reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +40,7 @@ enum At {
 /// The RESP framing of the replies seen so far: enough to know where each reply ends and how
 /// large it is, nothing of what it says.
 #[derive(Debug)]
-pub struct Scanner {
+pub(super) struct Scanner {
     at: At,
     /// Elements still to come in each open array.
     open: Vec<i64>,
@@ -63,7 +63,7 @@ impl Default for Scanner {
 
 impl Scanner {
     /// Scans `bytes`, the next ones from the store.
-    pub fn scan(&mut self, bytes: &[u8]) -> Result<(), Refused> {
+    pub(super) fn scan(&mut self, bytes: &[u8]) -> Result<(), Refused> {
         for &b in bytes {
             self.reply += 1;
             if self.reply > MAX_REPLY {
@@ -176,14 +176,14 @@ impl Scanner {
 
 /// The store's stream with every byte read passed through a [`Scanner`]; a reply over the bound
 /// fails the read (the connection ends) and sets `refused`, which the caller reads to count it.
-pub struct Bounded<S> {
+pub(super) struct Bounded<S> {
     inner: S,
     scanner: Scanner,
     refused: Arc<AtomicBool>,
 }
 
 impl<S> Bounded<S> {
-    pub fn new(inner: S, refused: Arc<AtomicBool>) -> Bounded<S> {
+    pub(super) fn new(inner: S, refused: Arc<AtomicBool>) -> Bounded<S> {
         Bounded {
             inner,
             scanner: Scanner::default(),

@@ -12,13 +12,13 @@ use std::path::Path;
 
 /// What any of these files needs by far: a certificate chain with its key is a few KiB, an OCSP
 /// response a few hundred bytes.
-pub const CAP: u64 = 1 << 20;
+pub(crate) const CAP: u64 = 1 << 20;
 /// CA bundles and CRLs: a large CA's CRL runs to megabytes.
-pub const LARGE_CAP: u64 = 64 << 20;
+pub(crate) const LARGE_CAP: u64 = 64 << 20;
 
 /// Why a file was refused before it was parsed.
 #[derive(Debug, thiserror::Error)]
-pub enum Refused {
+pub(crate) enum Refused {
     #[error("not a regular file (a {0}); name a regular file")]
     NotRegular(&'static str),
     #[error("larger than the {} KiB limit for this kind of file", .0 / 1024)]
@@ -26,18 +26,18 @@ pub enum Refused {
 }
 
 /// The whole of `path`, a regular file of at most [`CAP`] bytes.
-pub fn read(path: &Path) -> io::Result<Vec<u8>> {
+pub(crate) fn read(path: &Path) -> io::Result<Vec<u8>> {
     read_capped(path, CAP)
 }
 
 /// [`read`], as UTF-8 text.
-pub fn read_to_string(path: &Path) -> io::Result<String> {
+pub(crate) fn read_to_string(path: &Path) -> io::Result<String> {
     String::from_utf8(read(path)?).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// The whole of `path`, a regular file of at most `cap` bytes. A refusal is an
 /// `InvalidInput` error carrying a [`Refused`].
-pub fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
+pub(crate) fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     let file = open_regular(path)?;
     let len = file.metadata()?.len();
     if len > cap {

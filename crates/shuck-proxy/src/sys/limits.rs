@@ -18,12 +18,12 @@ const PER_ADDRESS_FDS: u64 = 3;
 
 /// Descriptors that are not connections', for `workers` workers listening on `addresses`
 /// addresses each.
-pub fn reserved_fds(workers: usize, addresses: usize) -> u64 {
+pub(crate) fn reserved_fds(workers: usize, addresses: usize) -> u64 {
     RESERVED_FDS + workers as u64 * (PER_WORKER_FDS + PER_ADDRESS_FDS * addresses as u64)
 }
 
 /// Raises the limit and returns it (or the unchanged limit when raising is not possible).
-pub fn raise_fd_limit() -> u64 {
+pub(crate) fn raise_fd_limit() -> u64 {
     match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(n) => n,
         Err(e) => {
@@ -34,7 +34,7 @@ pub fn raise_fd_limit() -> u64 {
 }
 
 /// How many proxied connections fit in `fd_limit` descriptors, `reserved` kept back.
-pub fn connection_capacity(fd_limit: u64, reserved: u64) -> u64 {
+pub(crate) fn connection_capacity(fd_limit: u64, reserved: u64) -> u64 {
     fd_limit.saturating_sub(reserved) / 2
 }
 
@@ -42,7 +42,7 @@ pub fn connection_capacity(fd_limit: u64, reserved: u64) -> u64 {
 /// descriptors left after the reserve, so a full process stops accepting (clients wait in the
 /// backlog) instead of accepting clients whose backend connection then fails for want of a
 /// descriptor, with the backend blamed. No room at all is a start-up error.
-pub fn effective_max_connections(
+pub(crate) fn effective_max_connections(
     configured: usize,
     fd_limit: u64,
     reserved: u64,
@@ -71,17 +71,17 @@ pub fn effective_max_connections(
 /// a reload changes it in place: a lower one stops accepting until enough connections end, none
 /// is closed.
 #[derive(Debug)]
-pub struct ConnectionLimit {
+pub(crate) struct ConnectionLimit {
     max: AtomicUsize,
     active: AtomicUsize,
 }
 
 /// A taken slot; returned on drop.
 #[derive(Debug)]
-pub struct ConnectionSlot(Arc<ConnectionLimit>);
+pub(crate) struct ConnectionSlot(Arc<ConnectionLimit>);
 
 impl ConnectionLimit {
-    pub fn new(max: usize) -> Arc<ConnectionLimit> {
+    pub(crate) fn new(max: usize) -> Arc<ConnectionLimit> {
         Arc::new(ConnectionLimit {
             max: AtomicUsize::new(max),
             active: AtomicUsize::new(0),
@@ -89,7 +89,7 @@ impl ConnectionLimit {
     }
 
     /// A slot, or `None` at the limit.
-    pub fn try_take(self: &Arc<Self>) -> Option<ConnectionSlot> {
+    pub(crate) fn try_take(self: &Arc<Self>) -> Option<ConnectionSlot> {
         self.active
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
                 (n < self.max()).then_some(n + 1)
@@ -98,21 +98,21 @@ impl ConnectionLimit {
             .map(|_| ConnectionSlot(self.clone()))
     }
 
-    pub fn max(&self) -> usize {
+    pub(crate) fn max(&self) -> usize {
         self.max.load(Ordering::Relaxed)
     }
 
     /// Applies a reloaded `max_connections`; returns the one it replaces.
-    pub fn set_max(&self, max: usize) -> usize {
+    pub(crate) fn set_max(&self, max: usize) -> usize {
         self.max.swap(max, Ordering::Relaxed)
     }
 
     /// Whether no slot is free now.
-    pub fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         self.active() >= self.max()
     }
 
-    pub fn active(&self) -> usize {
+    pub(crate) fn active(&self) -> usize {
         self.active.load(Ordering::Relaxed)
     }
 }

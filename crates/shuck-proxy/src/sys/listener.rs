@@ -14,7 +14,7 @@ use crate::sys::sockopt;
 /// connects and stays silent (a port scan, a TCP health check) costs no descriptor, task or
 /// wake-up until then, and `accept()` hands the rest over with their first bytes already
 /// readable. Zero turns it off. The kernel rounds up to whole SYN-ACK retransmissions.
-pub fn set_defer_accept(socket: &std::net::TcpListener, wait: Duration) -> io::Result<()> {
+pub(crate) fn set_defer_accept(socket: &std::net::TcpListener, wait: Duration) -> io::Result<()> {
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     // The kernel reads an int: a larger value would wrap to "off" (config caps it at 60 s).
     let secs = libc::c_int::try_from(secs).unwrap_or(libc::c_int::MAX);
@@ -23,11 +23,11 @@ pub fn set_defer_accept(socket: &std::net::TcpListener, wait: Duration) -> io::R
 
 /// Resizes a listening socket's accept queue: `listen()` on a socket already listening keeps
 /// the connections queued and takes the new size.
-pub fn set_backlog(socket: &std::net::TcpListener, backlog: u32) -> io::Result<()> {
+pub(crate) fn set_backlog(socket: &std::net::TcpListener, backlog: u32) -> io::Result<()> {
     socket2::SockRef::from(socket).listen(i32::try_from(backlog).unwrap_or(i32::MAX))
 }
 
-pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
+pub(crate) fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     if addr.is_ipv6() {
         // So "[::]:443" and "0.0.0.0:443" can both be listed, each with its own socket.
@@ -46,7 +46,7 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener>
 /// with SO_REUSEPORT our bind would succeed anyway and the kernel would split connections
 /// between the two, so the caller warns. Binding without SO_REUSEPORT (but with SO_REUSEADDR, so
 /// TIME_WAIT leftovers do not count) fails exactly in that case.
-pub fn in_use(addr: SocketAddr) -> bool {
+pub(crate) fn in_use(addr: SocketAddr) -> bool {
     let probe = || -> io::Result<()> {
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
         if addr.is_ipv6() {
@@ -59,7 +59,7 @@ pub fn in_use(addr: SocketAddr) -> bool {
 }
 
 /// Accept errors that mean "this one connection went away": retry at once.
-pub fn is_connection_error(e: &io::Error) -> bool {
+pub(crate) fn is_connection_error(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::ConnectionAborted

@@ -12,7 +12,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 
 /// Sets TCP_DEFER_ACCEPT to `secs` seconds (0 clears it).
-pub fn set_tcp_defer_accept(socket: &impl AsFd, secs: libc::c_int) -> io::Result<()> {
+pub(crate) fn set_tcp_defer_accept(socket: &impl AsFd, secs: libc::c_int) -> io::Result<()> {
     let fd = socket.as_fd().as_raw_fd();
     let len = libc::socklen_t::try_from(size_of::<libc::c_int>())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -36,7 +36,7 @@ pub fn set_tcp_defer_accept(socket: &impl AsFd, secs: libc::c_int) -> io::Result
 
 /// TCP_DEFER_ACCEPT as the kernel holds it (seconds, rounded to its retransmission steps).
 #[cfg(test)]
-pub fn tcp_defer_accept(socket: &impl AsFd) -> io::Result<libc::c_int> {
+pub(crate) fn tcp_defer_accept(socket: &impl AsFd) -> io::Result<libc::c_int> {
     let fd = socket.as_fd().as_raw_fd();
     let mut value: libc::c_int = 0;
     let mut len = libc::socklen_t::try_from(size_of::<libc::c_int>())
@@ -62,7 +62,11 @@ pub fn tcp_defer_accept(socket: &impl AsFd) -> io::Result<libc::c_int> {
 /// Sends `payload` as one TLS record of `content_type` on a socket whose transmit side kTLS
 /// protects, without waiting: `WouldBlock` when the socket's buffer is full. The bytes taken
 /// (all of them, or an error: the kernel takes a record whole).
-pub fn send_tls_record(socket: &impl AsFd, content_type: u8, payload: &[u8]) -> io::Result<usize> {
+pub(crate) fn send_tls_record(
+    socket: &impl AsFd,
+    content_type: u8,
+    payload: &[u8],
+) -> io::Result<usize> {
     let fd = socket.as_fd().as_raw_fd();
     let one = libc::c_uint::try_from(size_of::<u8>())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -96,7 +100,7 @@ pub fn send_tls_record(socket: &impl AsFd, content_type: u8, payload: &[u8]) -> 
 
 /// Bytes in a TCP socket's send queue that the peer has not acknowledged yet: sent and unacked,
 /// or not sent (SIOCOUTQ).
-pub fn unacknowledged(socket: &impl AsFd) -> io::Result<usize> {
+pub(crate) fn unacknowledged(socket: &impl AsFd) -> io::Result<usize> {
     let fd = socket.as_fd().as_raw_fd();
     let mut queued: libc::c_int = 0;
     // SAFETY: `fd` is open for the call (borrowed from `socket`); SIOCOUTQ writes one `c_int`
@@ -112,7 +116,7 @@ pub fn unacknowledged(socket: &impl AsFd) -> io::Result<usize> {
 /// what `getsockopt(SOL_TLS, TLS_TX)` returns (nix sets TLS_TX but cannot read it). `size` is
 /// the size of the socket's `tls12_crypto_info_*` (see [`ktls_info_size`]): the kernel answers
 /// EINVAL to any other. The kernel returns the keys too; they are zeroed here before returning.
-pub fn ktls_tx_seq(socket: &impl AsFd, size: usize) -> io::Result<u64> {
+pub(crate) fn ktls_tx_seq(socket: &impl AsFd, size: usize) -> io::Result<u64> {
     let fd = socket.as_fd().as_raw_fd();
     // Room for the largest of the three TLS 1.3 structures (56 bytes).
     let mut info = zeroize::Zeroizing::new([0u8; 56]);
@@ -139,7 +143,7 @@ pub fn ktls_tx_seq(socket: &impl AsFd, size: usize) -> io::Result<u64> {
 
 /// The size of the kernel's `tls12_crypto_info_*` for a TLS 1.3 cipher, by its
 /// `TLS_CIPHER_*` number.
-pub fn ktls_info_size(cipher_type: u16) -> Option<usize> {
+pub(crate) fn ktls_info_size(cipher_type: u16) -> Option<usize> {
     Some(match cipher_type {
         libc::TLS_CIPHER_AES_GCM_128 => size_of::<libc::tls12_crypto_info_aes_gcm_128>(),
         libc::TLS_CIPHER_AES_GCM_256 => size_of::<libc::tls12_crypto_info_aes_gcm_256>(),

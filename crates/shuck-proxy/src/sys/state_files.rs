@@ -9,7 +9,7 @@ use std::path::Path;
 
 /// Creates `dir` and its parents as needed, 0700; an existing one that others may enter is
 /// refused: keys live there.
-pub fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
     DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     let mode = std::fs::metadata(dir)?.permissions().mode();
     if mode & 0o077 != 0 {
@@ -22,7 +22,7 @@ pub fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Writes `bytes` to `path` (mode 0600) atomically, in a directory kept private (0700).
-pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     ensure_private_dir(directory_of(path))?;
     replace(path, bytes, 0o600)
 }
@@ -32,7 +32,7 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// at once), synced, renamed over the old one, the directory synced. A crash between the two
 /// leaves a `.shuck-*` file behind, which nothing reads and which may be deleted. Also the pid
 /// file's writer (`pid_file`).
-pub fn replace(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+pub(crate) fn replace(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     let dir = directory_of(path);
     // tempfile creates it 0600.
     let mut tmp = tempfile::Builder::new()

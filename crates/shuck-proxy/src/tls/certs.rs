@@ -16,7 +16,7 @@ use crate::config::CertFiles;
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyKind {
+pub(crate) enum KeyKind {
     Ecdsa { bits: usize },
     Ed25519,
     Rsa { bits: usize },
@@ -25,7 +25,7 @@ pub enum KeyKind {
 impl KeyKind {
     /// Lower is preferred when a name has several certificates and the client supports them:
     /// ECDSA signs far faster than RSA at equal strength.
-    pub fn preference(self) -> u8 {
+    pub(crate) fn preference(self) -> u8 {
         match self {
             KeyKind::Ecdsa { .. } => 0,
             KeyKind::Ed25519 => 1,
@@ -45,7 +45,7 @@ impl std::fmt::Display for KeyKind {
 }
 
 #[derive(Debug, Clone)]
-pub struct LoadedCert {
+pub(crate) struct LoadedCert {
     pub path: PathBuf,
     /// Lower-case DNS names from the subjectAltName (or the CN when there is none); may hold
     /// wildcards like `*.example.com`.
@@ -64,7 +64,7 @@ pub struct LoadedCert {
 
 /// Algorithms of a certificate shuck serves, as text for backends.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServedCert {
+pub(crate) struct ServedCert {
     /// The certificate's signature algorithm ("ecdsa-with-SHA256", "sha256WithRSAEncryption").
     pub sig_alg: String,
     /// Key type and size, HAProxy's style ("EC256", "RSA2048", "ED25519").
@@ -73,7 +73,7 @@ pub struct ServedCert {
 
 impl LoadedCert {
     /// Human warnings (expired / expiring within `within`) as of `now` (seconds since the epoch).
-    pub fn warnings(&self, now: i64, within: std::time::Duration) -> Vec<String> {
+    pub(crate) fn warnings(&self, now: i64, within: std::time::Duration) -> Vec<String> {
         let days = (self.not_after - now).div_euclid(86_400);
         if self.not_after <= now {
             vec![format!(
@@ -96,7 +96,7 @@ impl LoadedCert {
 /// Expands directories into the certificates they hold, sorted so the order is stable: a
 /// Kubernetes TLS secret (`tls.crt` + `tls.key`), certbot's `live/` (each subdirectory's
 /// `fullchain.pem` + `privkey.pem`), or else the `*.pem` bundles in it.
-pub fn expand_paths(entries: &[CertFiles]) -> Result<Vec<CertFiles>> {
+pub(crate) fn expand_paths(entries: &[CertFiles]) -> Result<Vec<CertFiles>> {
     let mut out = Vec::new();
     for e in entries {
         let meta = std::fs::metadata(&e.cert).map_err(|source| Error::CertRead {
@@ -181,7 +181,7 @@ pub(crate) fn pem_problem(e: &rustls::pki_types::pem::Error) -> String {
 /// Loads one certificate: the chain (leaf first, then its issuers) from `files.cert`, and the
 /// private key from `files.key`, or else from the bundle itself, or else from `<bundle>.key`
 /// beside it (HAProxy's rule).
-pub fn load_certificate(files: &CertFiles, provider: &CryptoProvider) -> Result<LoadedCert> {
+pub(crate) fn load_certificate(files: &CertFiles, provider: &CryptoProvider) -> Result<LoadedCert> {
     let path = files.cert.as_path();
     let bytes = read(path)?;
     let bad = |message: String| Error::Cert {
@@ -216,7 +216,7 @@ pub fn load_certificate(files: &CertFiles, provider: &CryptoProvider) -> Result<
 }
 
 /// Loads one PEM bundle (chain and key in one file, or the key in `<bundle>.key`).
-pub fn load_bundle(path: &Path, provider: &CryptoProvider) -> Result<LoadedCert> {
+pub(crate) fn load_bundle(path: &Path, provider: &CryptoProvider) -> Result<LoadedCert> {
     let files = CertFiles {
         cert: path.to_path_buf(),
         key: None,
@@ -272,7 +272,7 @@ fn effective_gid() -> Option<u32> {
 }
 
 /// Builds a checked `LoadedCert` from DER parts (shared by files and the self-signed generator).
-pub fn from_parts(
+pub(crate) fn from_parts(
     path: &Path,
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
@@ -374,7 +374,7 @@ pub fn from_parts(
 /// out and for tests. Never a production certificate: clients will not trust it.
 /// One per process, kept across reloads (a client that pinned it, or a test that trusts it,
 /// sees the same certificate after a SIGHUP), made again only once it is 60 of its 90 days old.
-pub fn self_signed(provider: &CryptoProvider) -> Result<LoadedCert> {
+pub(crate) fn self_signed(provider: &CryptoProvider) -> Result<LoadedCert> {
     const RENEW_AFTER: std::time::Duration = std::time::Duration::from_secs(60 * 86_400);
     type Made = (
         std::time::Instant,
@@ -402,7 +402,7 @@ pub fn self_signed(provider: &CryptoProvider) -> Result<LoadedCert> {
 
 /// What an ACME frontend serves until its first certificate is issued: self-signed for its
 /// names, and named so that anyone who looks at it sees why.
-pub fn acme_temporary(names: &[String], provider: &CryptoProvider) -> Result<LoadedCert> {
+pub(crate) fn acme_temporary(names: &[String], provider: &CryptoProvider) -> Result<LoadedCert> {
     generated(
         names.to_vec(),
         "shuck temporary certificate (ACME certificate not yet issued)",

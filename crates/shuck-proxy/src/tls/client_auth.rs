@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 
 /// A verifier and a digest of everything it trusts (mode, CA and CRL file contents): a reload
 /// that changes the digest must not resume sessions made under the old trust (see server.rs).
-pub struct Verifier {
+pub(crate) struct Verifier {
     pub checks: Arc<dyn ClientCertVerifier>,
     pub trust_digest: [u8; 32],
     /// With `optional_no_ca`: the check run after each handshake, whose result the backend gets.
@@ -28,7 +28,7 @@ pub struct Verifier {
 }
 
 /// The verifier for `fe`, or `None` when client certificates are not asked for.
-pub fn verifier(fe: &Frontend, provider: &Arc<CryptoProvider>) -> Result<Option<Verifier>> {
+pub(crate) fn verifier(fe: &Frontend, provider: &Arc<CryptoProvider>) -> Result<Option<Verifier>> {
     let mut digest = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
     digest.update(fe.client_auth.mode.to_string().as_bytes());
     let strict = match (fe.client_auth.mode, fe.client_auth.ca.as_deref()) {
@@ -99,7 +99,7 @@ fn strict_verifier(
 /// the session but not a verification result, and a check at resumption time also sees CRLs
 /// reloaded since.
 #[derive(Debug)]
-pub struct Lenient {
+pub(crate) struct Lenient {
     /// The chain and CRL check; `None` without `client_ca` (nothing can verify).
     strict: Option<Arc<dyn ClientCertVerifier>>,
     algorithms: WebPkiSupportedAlgorithms,
@@ -108,7 +108,7 @@ pub struct Lenient {
 impl Lenient {
     /// The verification result of `chain` (end entity first) as OpenSSL numbers it, which is
     /// what backends reading the PROXY SSL TLV (HAProxy's `ssl_c_verify` style) expect.
-    pub fn verify_code(&self, chain: &[CertificateDer<'_>]) -> u32 {
+    pub(crate) fn verify_code(&self, chain: &[CertificateDer<'_>]) -> u32 {
         let Some((end_entity, intermediates)) = chain.split_first() else {
             return X509_V_ERR_UNSPECIFIED;
         };
@@ -253,7 +253,7 @@ fn load_crls(
 }
 
 /// The subject common name of a client certificate (first CN), for the PROXY SSL TLV.
-pub fn subject_cn(der: &[u8]) -> Option<String> {
+pub(crate) fn subject_cn(der: &[u8]) -> Option<String> {
     crate::certs::x509::X509::parse(der)
         .ok()?
         .common_names()

@@ -24,7 +24,7 @@ use sni::{SniResolver, WorkerResolver};
 /// What a frontend's TLS keeps from one load to the next (a reload): the ticket keys, so tickets
 /// issued before still resume, and the session cache.
 #[derive(Debug, Default, Clone)]
-pub struct Carried {
+pub(crate) struct Carried {
     /// Random ticket keys (keys from files are read again instead).
     pub ticketer: Option<Arc<tickets::Ticketer>>,
     pub sessions: Option<Arc<SessionCache>>,
@@ -36,11 +36,11 @@ pub struct Carried {
 
 /// One worker's TLS configuration for one frontend. Only the main thread stores into it (on
 /// reload); the worker loads it once per connection, which is an uncontended reference-count bump.
-pub type TlsSlot = Arc<arc_swap::ArcSwap<WorkerTls>>;
+pub(crate) type TlsSlot = Arc<arc_swap::ArcSwap<WorkerTls>>;
 
 /// What a worker serves one frontend's handshakes with.
 #[derive(Debug)]
-pub struct WorkerTls {
+pub(crate) struct WorkerTls {
     pub config: Arc<ServerConfig>,
     /// `config`'s certificate resolver, this worker's own: it notes which certificate rustls
     /// chose for the handshake being started, so the connection learns what it serves.
@@ -55,7 +55,7 @@ pub struct WorkerTls {
 
 /// Everything TLS a frontend needs, loaded and checked once at start.
 #[derive(Debug)]
-pub struct TlsContext {
+pub(crate) struct TlsContext {
     pub certs: Vec<LoadedCert>,
     template: ServerConfig,
     resolver: Arc<SniResolver>,
@@ -72,7 +72,7 @@ pub struct TlsContext {
     client_check: Option<Arc<client_auth::Lenient>>,
 }
 
-pub fn provider_for(fe: &Frontend) -> CryptoProvider {
+pub(crate) fn provider_for(fe: &Frontend) -> CryptoProvider {
     CryptoProvider {
         cipher_suites: fe.tls.ciphersuites.to_vec(),
         kx_groups: fe.tls.groups.to_vec(),
@@ -153,13 +153,13 @@ pub(crate) fn covers(cert: &LoadedCert, names: &[String]) -> bool {
 impl TlsContext {
     /// Loads and checks a frontend's certificates and TLS settings, with a new ticket key and an
     /// empty session cache whose counters nobody reads (`shuck check`).
-    pub fn load(fe: &Frontend) -> Result<TlsContext> {
+    pub(crate) fn load(fe: &Frontend) -> Result<TlsContext> {
         Self::load_keeping(fe, Carried::default())
     }
 
     /// Like `load`, reusing what `carried` holds: the ticketer (when tickets are on) so tickets
     /// issued before a reload still resume after it, and the session cache.
-    pub fn load_keeping(fe: &Frontend, carried: Carried) -> Result<TlsContext> {
+    pub(crate) fn load_keeping(fe: &Frontend, carried: Carried) -> Result<TlsContext> {
         let ticketer = carried.ticketer;
         let provider = Arc::new(provider_for(fe));
         let mut refusing = false;
@@ -274,7 +274,7 @@ impl TlsContext {
     /// Worker `worker`'s server configuration: its own certificate resolver (which notes the
     /// worker's choice), the frontend's shared ticket keys and session cache, and with a remote
     /// store the worker's own side of it (connection, queue, slot).
-    pub fn worker_config(&self, worker: usize) -> Arc<WorkerTls> {
+    pub(crate) fn worker_config(&self, worker: usize) -> Arc<WorkerTls> {
         let mut c = self.template.clone();
         let resolver = Arc::new(WorkerResolver::new(self.resolver.clone()));
         c.cert_resolver = resolver.clone();

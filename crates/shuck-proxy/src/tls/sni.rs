@@ -16,7 +16,7 @@ use crate::config::SniFallback;
 type Candidates = Vec<Arc<CertifiedKey>>;
 
 #[derive(Debug)]
-pub struct SniResolver {
+pub(crate) struct SniResolver {
     exact: HashMap<String, Candidates>,
     /// Keyed by the parent domain: `*.example.com` is stored under `example.com`.
     wildcard: HashMap<String, Candidates>,
@@ -30,7 +30,7 @@ pub struct SniResolver {
 impl SniResolver {
     /// `certs` in configuration order; `default_index` picks the default certificate's name group
     /// (the first certificate when not configured).
-    pub fn new(
+    pub(crate) fn new(
         certs: &[LoadedCert],
         default_index: usize,
         unknown_sni: SniFallback,
@@ -86,7 +86,7 @@ impl SniResolver {
     }
 
     /// The candidates for a server name, or `None` when nothing matches.
-    pub fn lookup(&self, name: &str) -> Option<&Candidates> {
+    pub(crate) fn lookup(&self, name: &str) -> Option<&Candidates> {
         // rustls has already validated and lower-cased the DNS name.
         let name = name.trim_end_matches('.');
         if let Some(c) = self.exact.get(name) {

@@ -16,7 +16,7 @@ use rustls::ServerConfig;
 use super::AcmeError;
 
 /// The protocol a TLS-ALPN-01 validator offers, and only it.
-pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+pub(crate) const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 
 type Table = ArcSwap<HashMap<String, Arc<CertifiedKey>>>;
 
@@ -24,7 +24,7 @@ type Table = ArcSwap<HashMap<String, Arc<CertifiedKey>>>;
 /// (`worker::Engine`), since the names a CA validates are the process's, whichever frontend
 /// ordered them. Read without a lock, only by validators' handshakes.
 #[derive(Debug, Default)]
-pub struct Challenges {
+pub(crate) struct Challenges {
     /// The challenges of this process's own orders being validated now: written by the order
     /// task.
     pending: Table,
@@ -35,7 +35,7 @@ pub struct Challenges {
 }
 
 /// Whether a ClientHello's ALPN list asks for the challenge.
-pub fn wants_challenge(alpn: Option<impl Iterator<Item = impl AsRef<[u8]>>>) -> bool {
+pub(crate) fn wants_challenge(alpn: Option<impl Iterator<Item = impl AsRef<[u8]>>>) -> bool {
     alpn.is_some_and(|mut protocols| protocols.any(|p| p.as_ref() == ACME_TLS_ALPN))
 }
 
@@ -65,13 +65,13 @@ impl Challenges {
     }
 
     /// Whether this process runs an order whose challenge is for `name`.
-    pub fn is_pending(&self, name: &str) -> bool {
+    pub(crate) fn is_pending(&self, name: &str) -> bool {
         self.pending.load().contains_key(&name.to_ascii_lowercase())
     }
 
     /// Answers `name`'s validation with `material` (another host's challenge, from the store),
     /// or with none when `material` is `None` or unusable.
-    pub fn adopt(&self, name: &str, material: Option<&[u8]>, provider: &CryptoProvider) {
+    pub(crate) fn adopt(&self, name: &str, material: Option<&[u8]>, provider: &CryptoProvider) {
         let name = name.to_ascii_lowercase();
         let key = material
             .and_then(Material::decode)
@@ -91,7 +91,7 @@ impl Challenges {
 
     /// The configuration validators' handshakes get: `acme-tls/1` only, these challenge
     /// certificates, no session resumption (RFC 8737 §4 forbids it for the challenge).
-    pub fn server_config(
+    pub(crate) fn server_config(
         self: &Arc<Self>,
         provider: CryptoProvider,
     ) -> Result<Arc<ServerConfig>, rustls::Error> {

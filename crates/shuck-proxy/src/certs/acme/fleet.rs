@@ -13,13 +13,13 @@ use crate::config::Acme;
 use crate::store::fleet::FleetStore;
 
 /// How long a lease lasts unless renewed; it is renewed every third of that.
-pub const LEASE: Duration = Duration::from_secs(15);
+pub(crate) const LEASE: Duration = Duration::from_secs(15);
 /// How long a published challenge stays in the store at most.
 const CHALLENGE_TTL: Duration = Duration::from_secs(300);
 
 /// One frontend's view of the fleet's ACME state.
 #[derive(Debug, Clone)]
-pub struct Fleet {
+pub(crate) struct Fleet {
     pub store: Arc<FleetStore>,
     /// Who this process is, in the leases it takes (host name, pid and a random part).
     holder: String,
@@ -39,12 +39,12 @@ fn digest(parts: &[&str]) -> String {
 }
 
 /// The store key of `name`'s published challenge.
-pub fn challenge_key(name: &str) -> String {
+pub(crate) fn challenge_key(name: &str) -> String {
     format!("shuck:acme:challenge:{}", name.to_ascii_lowercase())
 }
 
 impl Fleet {
-    pub fn new(store: Arc<FleetStore>) -> Fleet {
+    pub(crate) fn new(store: Arc<FleetStore>) -> Fleet {
         let mut random = [0u8; 6];
         let _ = aws_lc_rs::rand::fill(&mut random);
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
@@ -61,7 +61,7 @@ impl Fleet {
         digest(&parts)
     }
 
-    pub fn certificate_key(acme: &Acme) -> String {
+    pub(crate) fn certificate_key(acme: &Acme) -> String {
         format!("shuck:acme:cert:{}", Self::order_id(acme))
     }
 
@@ -70,19 +70,19 @@ impl Fleet {
     }
 
     /// Where the host that stored a new certificate says so.
-    pub fn issued_channel(acme: &Acme) -> String {
+    pub(crate) fn issued_channel(acme: &Acme) -> String {
         format!("shuck:acme:issued:{}", Self::order_id(acme))
     }
 
     /// Tells the fleet a new certificate is in the store (the others also look every so often).
-    pub async fn announce(&self, acme: &Acme) {
+    pub(crate) async fn announce(&self, acme: &Acme) {
         let _ = self
             .store
             .publish(&Self::issued_channel(acme), &Self::order_id(acme))
             .await;
     }
 
-    pub fn account_key(directory: &str) -> String {
+    pub(crate) fn account_key(directory: &str) -> String {
         format!("shuck:acme:account:{}", digest(&[directory]))
     }
 
@@ -91,7 +91,7 @@ impl Fleet {
     }
 
     /// Takes the order's lease if nobody holds it and the fleet is not backing off a failure.
-    pub async fn take_lease(&self, acme: &Acme) -> Result<bool, String> {
+    pub(crate) async fn take_lease(&self, acme: &Acme) -> Result<bool, String> {
         if self.store.get(&Self::back_off_key(acme)).await?.is_some() {
             return Ok(false);
         }
@@ -101,13 +101,13 @@ impl Fleet {
     }
 
     /// After a failed order: no host of the fleet orders again for `retry`.
-    pub async fn back_off(&self, acme: &Acme, retry: Duration) {
+    pub(crate) async fn back_off(&self, acme: &Acme, retry: Duration) {
         let _ = self.store.put(&Self::back_off_key(acme), b"1", retry).await;
     }
 
     /// Renews the lease every third of its life while the returned task runs (abort it when the
     /// order ends); a lease lost (lapsed, taken) is logged.
-    pub fn keep_lease(&self, acme: &Acme, frontend: &str) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn keep_lease(&self, acme: &Acme, frontend: &str) -> tokio::task::JoinHandle<()> {
         let (me, key, frontend) = (self.clone(), Self::lease_key(acme), frontend.to_string());
         tokio::spawn(async move {
             let mut failing = false;
@@ -130,7 +130,7 @@ impl Fleet {
         })
     }
 
-    pub async fn release_lease(&self, acme: &Acme) {
+    pub(crate) async fn release_lease(&self, acme: &Acme) {
         let _ = self
             .store
             .release(&Self::lease_key(acme), &self.holder)
@@ -138,14 +138,18 @@ impl Fleet {
     }
 
     /// Publishes a challenge for the fleet's hosts; what was stored, to withdraw it by.
-    pub async fn publish_challenge(&self, name: &str, material: &[u8]) -> Result<Vec<u8>, String> {
+    pub(crate) async fn publish_challenge(
+        &self,
+        name: &str,
+        material: &[u8],
+    ) -> Result<Vec<u8>, String> {
         self.store
             .put_sealed(&challenge_key(name), material, CHALLENGE_TTL)
             .await
     }
 
     /// Withdraws a published challenge, unless another order has replaced it since.
-    pub async fn withdraw_challenge(&self, name: &str, stored: &[u8]) {
+    pub(crate) async fn withdraw_challenge(&self, name: &str, stored: &[u8]) {
         let _ = self.store.delete_if(&challenge_key(name), stored).await;
     }
 }

@@ -4,17 +4,17 @@
 //! says when a frontend's certificate changed, for the server to load it into every worker.
 
 mod ari;
-pub mod challenge;
-pub mod fleet;
+pub(crate) mod challenge;
+pub(crate) mod fleet;
 mod order;
-pub mod renewal;
-pub mod state;
+pub(crate) mod renewal;
+pub(crate) mod state;
 
 use std::path::PathBuf;
 
 /// Why getting a certificate failed (or could not start).
 #[derive(Debug, thiserror::Error)]
-pub enum AcmeError {
+pub(crate) enum AcmeError {
     /// The CA answered with an error (its problem document) or could not be reached.
     #[error("{0}")]
     Ca(#[from] instant_acme::Error),
@@ -38,7 +38,7 @@ pub enum AcmeError {
 
 impl AcmeError {
     /// Whether the CA said to slow down (RFC 8555 §6.6): the next attempt waits the longest.
-    pub fn is_rate_limit(&self) -> bool {
+    pub(crate) fn is_rate_limit(&self) -> bool {
         matches!(self, AcmeError::Ca(instant_acme::Error::Api(p))
             if p.r#type.as_deref() == Some("urn:ietf:params:acme:error:rateLimited"))
     }

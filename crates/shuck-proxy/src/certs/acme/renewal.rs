@@ -33,7 +33,7 @@ const LEASE_POLL: Duration = Duration::from_secs(3);
 
 /// One frontend's certificate to keep current.
 #[derive(Debug, Clone)]
-pub struct Job {
+pub(crate) struct Job {
     pub frontend: String,
     pub acme: Acme,
     /// The fleet it shares its certificate with (through `session_store`), if any.
@@ -44,7 +44,7 @@ pub struct Job {
 
 /// Keeps `job`'s certificate current, forever; sends the frontend's name on `renewed` each time
 /// a new certificate is stored.
-pub async fn run(job: Job, renewed: UnboundedSender<String>) {
+pub(crate) async fn run(job: Job, renewed: UnboundedSender<String>) {
     match job.fleet.clone() {
         Some(fleet) => run_in_fleet(&job, &fleet, &renewed).await,
         None => run_alone(job, renewed).await,

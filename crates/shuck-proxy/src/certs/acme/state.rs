@@ -34,7 +34,7 @@ pub(super) fn write_private(path: &Path, bytes: &[u8]) -> Result<(), AcmeError> 
 
 /// What the stored certificate says about itself, for the renewal schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stored {
+pub(crate) struct Stored {
     /// Unix seconds.
     pub not_before: i64,
     pub not_after: i64,
@@ -47,12 +47,12 @@ pub struct Stored {
 impl Stored {
     /// Reads the leaf of a bundle; `None` when there is none or it cannot be parsed (the
     /// frontend then serves its temporary certificate and a new one is ordered).
-    pub fn read(bundle: &Path) -> Option<Stored> {
+    pub(crate) fn read(bundle: &Path) -> Option<Stored> {
         Self::parse(&crate::sys::files::read(bundle).ok()?)
     }
 
     /// The same, of a bundle's bytes.
-    pub fn parse(pem: &[u8]) -> Option<Stored> {
+    pub(crate) fn parse(pem: &[u8]) -> Option<Stored> {
         let der = rustls::pki_types::CertificateDer::pem_slice_iter(pem)
             .next()?
             .ok()?;
@@ -69,7 +69,7 @@ impl Stored {
     }
 
     /// Whether it names all of `names`.
-    pub fn covers(&self, names: &[String]) -> bool {
+    pub(crate) fn covers(&self, names: &[String]) -> bool {
         names.iter().all(|n| self.names.contains(n))
     }
 }

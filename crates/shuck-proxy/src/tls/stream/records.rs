@@ -676,6 +676,6 @@ fn algorithm_of(suite: CipherSuite) -> Option<&'static Algorithm> {
 
 /// shuck's record layer against rustls' on the same bytes (the `records` fuzz target).
 #[cfg(any(test, feature = "fuzzing"))]
-pub mod differential;
+pub(crate) mod differential;
 #[cfg(test)]
 mod tests;

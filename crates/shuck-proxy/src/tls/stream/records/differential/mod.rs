@@ -100,7 +100,7 @@ impl Outcome {
 
 /// The two outcomes of an input the layers disagree on.
 #[derive(Debug)]
-pub struct Disagreement {
+pub(crate) struct Disagreement {
     ours: Outcome,
     theirs: Outcome,
 }
@@ -118,14 +118,14 @@ impl std::fmt::Display for Disagreement {
 
 /// Runs `input` through both record layers; panics, saying how, when they disagree beyond
 /// the rules in [`agree`]. The fuzz target's body.
-pub fn check(input: &[u8]) {
+pub(crate) fn check(input: &[u8]) {
     if let Err(d) = compare(input) {
         panic!("the record layers disagree\n{d}");
     }
 }
 
 /// Runs `input` through both record layers and compares their outcomes.
-pub fn compare(input: &[u8]) -> Result<(), Box<Disagreement>> {
+pub(crate) fn compare(input: &[u8]) -> Result<(), Box<Disagreement>> {
     let suite = SUITES[usize::from(input.first().copied().unwrap_or(0)) % SUITES.len()];
     let a = pair::handshake(suite);
     let b = pair::handshake(suite);
