@@ -20,7 +20,7 @@ use super::routes::Routes;
 pub use super::section::{OnChange, Section, SectionVisitor};
 use super::sessions::{Resumption, SessionStoreSettings};
 use super::timeouts::Timeouts;
-use super::tls::{Records, Tls};
+use super::tls::{RecordLayerSettings, Tls};
 
 macro_rules! frontend_sections {
     ($($(#[$doc:meta])* $field:ident: $ty:ty,)*) => {
@@ -55,7 +55,7 @@ frontend_sections! {
     /// Where decrypted connections go and how the pool picks and avoids backends.
     backend: Backends,
     /// Certificate files (or self-signed, or ACME's) and the SNI fallbacks.
-    certs: Certificates,
+    certificates: Certificates,
     /// The ACME settings the renewal task runs with, if the certificates come from ACME.
     acme: AcmeSettings,
     /// Where OCSP staples come from.
@@ -63,17 +63,17 @@ frontend_sections! {
     /// Versions, cipher suites, groups, ALPN.
     tls: Tls,
     /// Who protects records after the handshake: `record_layer`, `ktls`.
-    records: Records,
+    record_layer: RecordLayerSettings,
     timeouts: Timeouts,
     /// PROXY headers sent to the backend and accepted from a balancer.
-    proxy: Proxy,
+    proxy_protocol: Proxy,
     client_auth: ClientAuthSettings,
     /// The session cache and tickets.
     resumption: Resumption,
     /// A store shared by hosts for sessions by ID (Redis).
     session_store: Option<SessionStoreSettings>,
     /// Other backends by negotiated SNI and ALPN.
-    routes: Routes,
+    route: Routes,
 }
 
 /// `acme = { … }`: the settings ACME renewal runs with.

@@ -50,7 +50,7 @@ pub use proxy::{AcceptProxy, Proxy, ProxyProtocol, ProxyTlvs};
 pub use routes::{Route, Routes};
 pub use sessions::Resumption;
 pub use timeouts::Timeouts;
-pub use tls::{Alpn, Groups, RecordLayer, Records, Suites, Tls, Versions};
+pub use tls::{Alpn, Groups, RecordLayer, RecordLayerSettings, Suites, Tls, Versions};
 
 /// Where a configuration came from, for messages ("shuck.toml" or "command line").
 #[derive(Debug, Clone)]
@@ -360,13 +360,13 @@ impl RawFrontend {
             state_dir: state_dir.to_path_buf(),
             listen,
             backend,
-            certs,
+            certificates: certs,
             acme: AcmeSettings(acme),
             ocsp: self.ocsp.unwrap_or_default(),
             tls,
-            records,
+            record_layer: records,
             timeouts,
-            proxy: Proxy {
+            proxy_protocol: Proxy {
                 send: send.version,
                 tlvs: send.tlvs,
                 accept,
@@ -374,7 +374,7 @@ impl RawFrontend {
             client_auth,
             resumption,
             session_store,
-            routes,
+            route: routes,
         })
     }
 }

@@ -53,14 +53,14 @@ impl Section for Tls {
 
 /// `record_layer`, `ktls`: who protects a TLS 1.3 connection's records after the handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Records {
+pub struct RecordLayerSettings {
     pub layer: RecordLayer,
     /// Kernel TLS: the kernel protects the records once the handshake is done, where it can
     /// (`tls::stream::ktls`).
     pub ktls: bool,
 }
 
-impl Section for Records {
+impl Section for RecordLayerSettings {
     const KEY: &'static str = "record_layer";
     const ON_CHANGE: OnChange = OnChange::NewConnections;
 }
@@ -151,7 +151,7 @@ deref_to_vec!(
 
 impl RawFrontend {
     /// `record_layer`, and `ktls` with it: the kernel takes the keys shuck's layer holds.
-    pub(super) fn validate_record_layer(&self) -> Result<Records, KeyError> {
+    pub(super) fn validate_record_layer(&self) -> Result<RecordLayerSettings, KeyError> {
         let layer = self.record_layer.unwrap_or_default();
         if layer == RecordLayer::Rustls && self.ktls == Some(true) {
             return Err(key_err(
@@ -159,7 +159,7 @@ impl RawFrontend {
                 "needs record_layer = \"shuck\" (the kernel takes over the keys shuck's record layer holds)",
             ));
         }
-        Ok(Records {
+        Ok(RecordLayerSettings {
             layer,
             ktls: self.ktls.unwrap_or(false),
         })

@@ -170,7 +170,7 @@ fn look(fe: &Frontend, s: &mut Seen, refresh: &UnboundedSender<String>, metrics:
 
 /// Whether `fe`'s certificates load as they are on disk now (every check a start makes).
 fn loads(fe: &Frontend) -> crate::error::Result<()> {
-    let CertSource::Files { paths, .. } = &fe.certs.source else {
+    let CertSource::Files { paths, .. } = &fe.certificates.source else {
         return Ok(());
     };
     let provider = crate::tls::provider_for(fe);
@@ -184,7 +184,7 @@ fn loads(fe: &Frontend) -> crate::error::Result<()> {
 /// named in `certificates`, whose contents count).
 fn files_of(fe: &Frontend) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    if let CertSource::Files { paths, .. } = &fe.certs.source {
+    if let CertSource::Files { paths, .. } = &fe.certificates.source {
         out.extend(
             paths
                 .iter()

@@ -115,7 +115,7 @@ fn write_acme(s: &mut String, fe: &Frontend) {
 
 fn write_backend(s: &mut String, fe: &Frontend) {
     match &fe.backend.target {
-        Backend::Demo if fe.routes.0.is_empty() => {
+        Backend::Demo if fe.route.0.is_empty() => {
             let _ = writeln!(s, "  backend: built-in demo page");
         }
         Backend::Demo => {
@@ -125,7 +125,7 @@ fn write_backend(s: &mut String, fe: &Frontend) {
             let _ = writeln!(s, "  backend: {}", backends_text(&fe.backend));
         }
     }
-    for (i, r) in fe.routes.0.iter().enumerate() {
+    for (i, r) in fe.route.0.iter().enumerate() {
         let mut when = Vec::new();
         if !r.sni.is_empty() {
             when.push(format!("sni {}", r.sni.join(" ")));
@@ -174,8 +174,8 @@ fn backends_text(b: &crate::config::Backends) -> String {
 
 /// PROXY headers sent to the backend and accepted from load balancers.
 fn write_proxy(s: &mut String, fe: &Frontend) {
-    if let Some(version) = fe.proxy.send {
-        let tlv_names = fe.proxy.tlvs.names();
+    if let Some(version) = fe.proxy_protocol.send {
+        let tlv_names = fe.proxy_protocol.tlvs.names();
         let _ = writeln!(
             s,
             "  proxy_protocol: {} to the backend{}",
@@ -187,7 +187,7 @@ fn write_proxy(s: &mut String, fe: &Frontend) {
             }
         );
     }
-    if let Some(ap) = &fe.proxy.accept {
+    if let Some(ap) = &fe.proxy_protocol.accept {
         let from: Vec<String> = ap.from.iter().map(ToString::to_string).collect();
         let _ = writeln!(
             s,
@@ -231,8 +231,8 @@ fn write_tls(s: &mut String, fe: &Frontend) {
     let _ = writeln!(
         s,
         "  unknown SNI: {}; missing SNI: {}",
-        fallback(fe.certs.unknown_sni),
-        fallback(fe.certs.missing_sni)
+        fallback(fe.certificates.unknown_sni),
+        fallback(fe.certificates.missing_sni)
     );
     let versions: Vec<&str> = fe
         .tls
@@ -322,13 +322,13 @@ fn write_timeouts(s: &mut String, fe: &Frontend) {
 /// With `ktls`, whether this kernel lists the `tls` upper-layer protocol now (Linux loads the
 /// module on first use where it can, so "not listed" is a warning, not an error).
 fn write_ktls(s: &mut String, fe: &Frontend) {
-    if fe.records.layer == crate::config::RecordLayer::Rustls {
+    if fe.record_layer.layer == crate::config::RecordLayer::Rustls {
         let _ = writeln!(
             s,
             "  record_layer: rustls protects the records for each connection's whole life"
         );
     }
-    if !fe.records.ktls {
+    if !fe.record_layer.ktls {
         return;
     }
     let listed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")

@@ -184,7 +184,7 @@ impl FirstAnswers {
 fn wanted_names(frontends: &[&Frontend]) -> HashMap<HostPort, Period> {
     let mut wanted: HashMap<HostPort, Period> = HashMap::new();
     for fe in frontends {
-        let sets = std::iter::once(&fe.backend).chain(fe.routes.0.iter().map(|r| &r.backend));
+        let sets = std::iter::once(&fe.backend).chain(fe.route.0.iter().map(|r| &r.backend));
         for backends in sets {
             for name in backends.names() {
                 let p = wanted.entry(name.clone()).or_default();

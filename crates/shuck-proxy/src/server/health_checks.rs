@@ -125,8 +125,8 @@ impl Checkers {
 fn wanted_sets(engine: &Engine, frontends: &[&Frontend]) -> HashMap<SetKey, Wanted> {
     let mut wanted = HashMap::new();
     for fe in frontends {
-        let sets = std::iter::once(("default", &fe.backend, fe.proxy.send)).chain(
-            fe.routes
+        let sets = std::iter::once(("default", &fe.backend, fe.proxy_protocol.send)).chain(
+            fe.route
                 .0
                 .iter()
                 .map(|r| (r.name.as_str(), &r.backend, r.send)),

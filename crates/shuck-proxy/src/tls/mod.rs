@@ -163,7 +163,7 @@ impl TlsContext {
         let ticketer = carried.ticketer;
         let provider = Arc::new(provider_for(fe));
         let mut refusing = false;
-        let (certs, default_index) = match (&fe.certs.source, fe.acme()) {
+        let (certs, default_index) = match (&fe.certificates.source, fe.acme()) {
             (_, Some(acme)) => {
                 let (cert, refuse) = acme_certificate(acme, &provider)?;
                 refusing = refuse;
@@ -185,7 +185,7 @@ impl TlsContext {
         let (unknown_sni, missing_sni) = if refusing {
             (SniFallback::Reject, SniFallback::Reject)
         } else {
-            (fe.certs.unknown_sni, fe.certs.missing_sni)
+            (fe.certificates.unknown_sni, fe.certificates.missing_sni)
         };
         let resolver = Arc::new(SniResolver::new(
             &certs,
@@ -214,7 +214,8 @@ impl TlsContext {
         // With shuck's record layer, shuck protects a TLS 1.3 connection's records itself after
         // the handshake (`records`); rustls hands the traffic keys over only when this allows
         // it. The stream reads it back to know which layer the records go to.
-        template.enable_secret_extraction = fe.records.layer == crate::config::RecordLayer::Shuck;
+        template.enable_secret_extraction =
+            fe.record_layer.layer == crate::config::RecordLayer::Shuck;
         // Server preference: the server knows which cipher is cheap on its CPU.
         template.ignore_client_order = true;
         let domain = resumption_domain(&certs, client_trust);

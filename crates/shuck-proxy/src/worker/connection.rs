@@ -138,8 +138,15 @@ async fn arrive_with_hello<'a>(
     let cfg = &fe.cfg;
     // No TCP_NODELAY here: Linux copies it from the listening socket (`listener::bind` sets it).
     // The header's destination: wanted when the frontend or any of its routes sends one.
-    let want_local = cfg.proxy.send.is_some() || cfg.routes.0.iter().any(|r| r.send.is_some());
-    let arrival = proxy_in::arrive(&mut tcp, peer, cfg.proxy.accept.as_ref(), want_local).await?;
+    let want_local =
+        cfg.proxy_protocol.send.is_some() || cfg.route.0.iter().any(|r| r.send.is_some());
+    let arrival = proxy_in::arrive(
+        &mut tcp,
+        peer,
+        cfg.proxy_protocol.accept.as_ref(),
+        want_local,
+    )
+    .await?;
     count_arrival(&fe.metrics, &arrival);
     (trace.client, trace.balancer) = (arrival.client, arrival.balancer);
     let deadline = Deadline::after(cfg.timeouts.handshake);
@@ -212,9 +219,9 @@ async fn fetch_fleet_challenge(challenges: &Challenges, fe: &WorkerFrontend, rea
 fn keeps_sni(worker: &Worker, fe: &WorkerFrontend) -> bool {
     let cfg = &fe.cfg;
     fe.backends.is_none()
-        || !cfg.routes.0.is_empty()
+        || !cfg.route.0.is_empty()
         || worker.log_connections()
-        || (cfg.proxy.send.is_some() && cfg.proxy.tlvs.authority)
+        || (cfg.proxy_protocol.send.is_some() && cfg.proxy_protocol.tlvs.authority)
 }
 
 /// The stages after the handshake: the backend (or the demo page), the PROXY header, the relay.
@@ -239,7 +246,9 @@ async fn serve_negotiated<'a>(
         Destination::Backends { route, pool } => (route, pool),
     };
     trace.route = route.map(|r| r.name.as_str());
-    let proxy = route.map_or((cfg.proxy.send, &cfg.proxy.tlvs), |r| (r.send, &r.tlvs));
+    let proxy = route.map_or((cfg.proxy_protocol.send, &cfg.proxy_protocol.tlvs), |r| {
+        (r.send, &r.tlvs)
+    });
     let (upstream, lease) =
         connect_backend(&pool.pool, &mut hs.stream, cfg.timeouts.handshake).await?;
     trace.backend = Some(lease.name());
@@ -258,7 +267,7 @@ async fn serve_negotiated<'a>(
     arrival.passthrough = None;
     // Nothing asks rustls about the handshake from here on.
     hs.stream
-        .take_over_records(cfg.records.ktls)
+        .take_over_records(cfg.record_layer.ktls)
         .map_err(|e| ConnError::Relay(RelayError::ClientAborted(e)))?;
     let (moved, res) = relay_to(fe, &mut hs.stream, upstream, prefix).await;
     count_ktls(&fe.metrics, &hs.stream);
@@ -283,7 +292,7 @@ enum Destination<'a> {
 /// The first route that matches the server name and ALPN the handshake settled, else the
 /// frontend's own backends.
 fn destination<'a>(fe: &'a WorkerFrontend, hs: &Negotiated) -> Destination<'a> {
-    let routes = &fe.cfg.routes.0;
+    let routes = &fe.cfg.route.0;
     if !routes.is_empty() {
         let alpn = hs.conn().and_then(rustls::CommonState::alpn_protocol);
         let found = routes
@@ -366,7 +375,7 @@ async fn serve_demo(
     let summary = Summary::of(hs);
     let idle = fe.cfg.timeouts.idle;
     hs.stream
-        .take_over_records(fe.cfg.records.ktls)
+        .take_over_records(fe.cfg.record_layer.ktls)
         .map_err(|e| ConnError::Relay(RelayError::ClientAborted(e)))?;
     let body = demo::page(&summary, who, hs.stream.records_by());
     // Boxed: the demo's state would otherwise enlarge every connection's future, relay ones too.

@@ -152,20 +152,20 @@ impl WorkerFrontend {
             &metrics,
         );
         let routes = cfg
-            .routes
+            .route
             .0
             .iter()
             .enumerate()
             .filter_map(|(i, r)| {
                 // Kept only for the same route (its name labels the connect histograms).
                 let before = previous.and_then(|p| {
-                    let was = p.cfg.routes.0.get(i).filter(|w| w.name == r.name)?;
+                    let was = p.cfg.route.0.get(i).filter(|w| w.name == r.name)?;
                     Some((&was.backend, p.routes.get(i)?))
                 });
                 pool_for(engine, (&cfg.name, &r.name), &r.backend, before, &metrics)
             })
             .collect();
-        let acme_challenge = match &cfg.certs.source {
+        let acme_challenge = match &cfg.certificates.source {
             CertSource::Acme => engine
                 .challenges
                 .server_config(tls::provider_for(&cfg))
