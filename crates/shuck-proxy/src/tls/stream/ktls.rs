@@ -1,5 +1,5 @@
 //! Kernel TLS (kTLS): a TLS 1.3 connection's records sealed and opened by the kernel, with
-//! `ktls = true`. Once shuck holds the traffic keys ([`Records`]), they can go one step further:
+//! `ktls = true`. Once shuck holds the traffic keys ([`ShuckRecords`]), they can go one step further:
 //! the TLS upper-layer protocol on the socket takes them (TLS_TX, TLS_RX), and from then on a
 //! write is plaintext that leaves as records and a read returns the client's plaintext. The
 //! AEAD work and the copy into a record buffer leave user space, and bulk moves without shuck
@@ -8,11 +8,11 @@
 //! The hand-over happens where the stream has nothing half done: no record received but not
 //! opened, nothing sealed but not sent (before a read waits for the client, or after a flush
 //! that emptied the send queue). The socket's receive queue then starts at a record boundary,
-//! and the sequence numbers are the ones [`Records`] reached.
+//! and the sequence numbers are the ones [`ShuckRecords`] reached.
 //!
 //! What the kernel cannot do alone stays here. Each read is one `recvmsg`, which says the type
 //! of what it returns: close_notify ends the reading, other alerts and KeyUpdates go through
-//! [`Records::control`], the same rules as in user space. After our close_notify the FIN waits
+//! [`ShuckRecords::control`], the same rules as in user space. After our close_notify the FIN waits
 //! until the kernel has pushed every record ([`Kernel::poll_pushed`]). A KeyUpdate
 //! gives the kernel new keys with TLS_RX/TLS_TX again, which kernels without kTLS rekeying
 //! (added upstream after 6.12; Debian 12's 6.1 lacks it) refuse: the connection then ends with an
@@ -48,7 +48,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 use zeroize::Zeroize;
 
-use super::records::{Cipher, Content, Direction, KeyView, RecordError, Records};
+use super::records::{Cipher, Content, Direction, KeyView, RecordError, ShuckRecords};
 use crate::sys::sockopt;
 
 /// Set once a socket found the kernel without the TLS upper-layer protocol: no connection of
@@ -81,7 +81,7 @@ pub(crate) enum HandOver {
     /// The kernel protects the records from now on.
     Kernel(Kernel),
     /// Nothing changed on the socket: the records stay with shuck.
-    Kept(Box<Records>),
+    Kept(Box<ShuckRecords>),
     /// The kernel took our keys but refused the client's: the connection cannot go on.
     Failed(io::Error),
 }
@@ -99,7 +99,7 @@ pub(crate) enum Read {
 /// A connection whose records the kernel protects: rustls' remains and the keys' bookkeeping,
 /// for KeyUpdates.
 pub(crate) struct Kernel {
-    records: Box<Records>,
+    records: Box<ShuckRecords>,
     /// Records sealed with our current keys when last known exactly: those sealed in user
     /// space before the hand-over, then the kernel's count (TLS_TX's `rec_seq`).
     sealed: u64,
@@ -153,7 +153,7 @@ pub fn kernel_has_tls() -> Result<(), String> {
 impl Kernel {
     /// Hands the keys of `records` to the kernel for `tcp`. Call only where nothing received is
     /// left unopened and nothing sealed unsent, and before our close_notify.
-    pub(crate) fn hand_over(tcp: &TcpStream, mut records: Box<Records>) -> HandOver {
+    pub(crate) fn hand_over(tcp: &TcpStream, mut records: Box<ShuckRecords>) -> HandOver {
         if KERNEL_LACKS_TLS.load(Ordering::Relaxed) {
             return HandOver::Kept(records);
         }

@@ -34,11 +34,11 @@ use crate::mem::buf_pool::{BATCH_BUF_SIZE, RECORD_BUF_SIZE};
 use crate::mem::buf_queue::BufQueue;
 
 use ktls::{HandOver, Kernel};
-use records::Records;
+use records::ShuckRecords;
 
 // By layer: while rustls has the records, and once shuck protects them itself.
-mod own_layer;
 mod rustls_layer;
+mod shuck_layer;
 
 /// The most plaintext one write encrypts: one full record.
 const MAX_PLAINTEXT_PER_WRITE: usize = 16 * 1024;
@@ -57,7 +57,7 @@ enum ReadEnd {
 /// What one call to rustls is asked to do.
 enum Mode<'a, 'b> {
     Handshake,
-    /// Plaintext rustls has ready goes to the plaintext queue (before [`Records`] take over).
+    /// Plaintext rustls has ready goes to the plaintext queue (before [`ShuckRecords`] take over).
     Drain,
     Read(&'a mut ReadBuf<'b>),
     Write(&'a [u8]),
@@ -81,11 +81,11 @@ enum Step {
 
 /// Who protects the records.
 enum Layer {
-    /// rustls: the handshake, and a TLS 1.2 connection throughout. Boxed, like [`Records`], so
+    /// rustls: the handshake, and a TLS 1.2 connection throughout. Boxed, like [`ShuckRecords`], so
     /// that the stream holds only the one in use.
     Rustls(Box<UnbufferedServerConnection>),
     /// shuck, once a TLS 1.3 handshake is done (see [`TlsStream::take_over_records`]).
-    Own(Box<Records>),
+    Shuck(Box<ShuckRecords>),
     /// The kernel (kTLS), when asked for and the kernel has it (see [`ktls`]).
     Kernel(Kernel),
     /// The keys were lost handing them over (a bug); the stream is broken.
@@ -183,7 +183,7 @@ impl TlsStream {
     pub(crate) fn conn(&self) -> Option<&CommonState> {
         match &self.layer {
             Layer::Rustls(conn) => Some(conn),
-            Layer::Own(_) | Layer::Kernel(_) | Layer::Lost => None,
+            Layer::Shuck(_) | Layer::Kernel(_) | Layer::Lost => None,
         }
     }
 
@@ -192,8 +192,8 @@ impl TlsStream {
     pub(crate) fn records_by(&self) -> &'static str {
         match &self.layer {
             Layer::Rustls(_) => "rustls",
-            Layer::Own(_) if self.ktls == Ktls::Asked => "shuck, then the kernel (ktls)",
-            Layer::Own(_) => "shuck",
+            Layer::Shuck(_) if self.ktls == Ktls::Asked => "shuck, then the kernel (ktls)",
+            Layer::Shuck(_) => "shuck",
             Layer::Kernel(_) => "kernel",
             Layer::Lost => "none",
         }
@@ -224,7 +224,7 @@ impl TlsStream {
         let Layer::Rustls(conn) = &self.layer else {
             return Ok(());
         };
-        if self.broken || !Records::can_take_over(conn) {
+        if self.broken || !ShuckRecords::can_take_over(conn) {
             return Ok(());
         }
         while self.step_or_alert(&mut Mode::Drain)? == Step::Again {}
@@ -234,9 +234,9 @@ impl TlsStream {
         let Layer::Rustls(conn) = std::mem::replace(&mut self.layer, Layer::Lost) else {
             return Ok(());
         };
-        match Records::take_over(*conn) {
+        match ShuckRecords::take_over(*conn) {
             Ok(records) => {
-                self.layer = Layer::Own(Box::new(records));
+                self.layer = Layer::Shuck(Box::new(records));
                 if ktls {
                     self.ktls = Ktls::Asked;
                 }
@@ -308,7 +308,7 @@ impl TlsStream {
         }
         let outcome = match &self.layer {
             Layer::Rustls(_) => self.step_rustls(mode),
-            Layer::Own(_) => self.step_own(mode),
+            Layer::Shuck(_) => self.step_shuck(mode),
             // The kernel's reads and writes do not come here (see the `poll_*_kernel`).
             Layer::Kernel(_) => Ok(Step::Wait),
             Layer::Lost => Err(io::Error::new(
@@ -373,7 +373,7 @@ impl TlsStream {
     /// the wait the AEAD contexts (the sealing one only when nothing is queued to go out).
     fn wait_lightly(&mut self) {
         self.incoming.shrink_small();
-        if let Layer::Own(records) = &mut self.layer {
+        if let Layer::Shuck(records) = &mut self.layer {
             records.rest(self.outgoing.is_empty() && !self.gathering);
         }
     }
@@ -385,7 +385,7 @@ impl TlsStream {
     /// it was dropped unread, so the socket need not be at a record boundary), and once the
     /// stream has failed.
     fn hand_over_at_boundary(&mut self) -> io::Result<()> {
-        let fragment = matches!(&self.layer, Layer::Own(r) if r.holds_fragment());
+        let fragment = matches!(&self.layer, Layer::Shuck(r) if r.holds_fragment());
         if self.ktls != Ktls::Asked
             || !self.incoming.is_empty()
             || !self.outgoing.is_empty()
@@ -398,7 +398,7 @@ impl TlsStream {
             return Ok(());
         }
         let layer = std::mem::replace(&mut self.layer, Layer::Lost);
-        let Layer::Own(records) = layer else {
+        let Layer::Shuck(records) = layer else {
             self.layer = layer;
             return Ok(());
         };
@@ -409,7 +409,7 @@ impl TlsStream {
                 Ok(())
             }
             HandOver::Kept(records) => {
-                self.layer = Layer::Own(records);
+                self.layer = Layer::Shuck(records);
                 self.ktls = Ktls::UserSpace;
                 Ok(())
             }

@@ -4,9 +4,9 @@
 //! rustls keeps, for the life of a connection, its connection state (about 2 KiB, half of it
 //! inline in our stream) and two aws-lc AES-GCM contexts (580 bytes each). Once the handshake
 //! is done, rustls' kernel API (`dangerous_into_kernel_connection`, made for kTLS) hands over
-//! the traffic keys and keeps only what a KeyUpdate needs (the traffic secrets). [`Records`]
+//! the traffic keys and keeps only what a KeyUpdate needs (the traffic secrets). [`ShuckRecords`]
 //! then seals and opens records itself with aws-lc-rs, the AEAD rustls' own provider uses, and
-//! builds the AEAD contexts only while bytes move: [`Records::rest`] drops them when the
+//! builds the AEAD contexts only while bytes move: [`ShuckRecords::rest`] drops them when the
 //! stream waits for the client, so an idle connection keeps the key bytes (zeroized on drop)
 //! and the secrets, a few hundred bytes.
 //!
@@ -102,7 +102,7 @@ pub(crate) enum Content {
     Data { start: usize, end: usize },
     /// Nothing for the reader (an empty record, user_canceled, a KeyUpdate not asking for ours).
     Nothing,
-    /// A KeyUpdate asking for ours: the caller seals one with [`Records::answer_key_update`].
+    /// A KeyUpdate asking for ours: the caller seals one with [`ShuckRecords::answer_key_update`].
     KeyUpdateRequested,
     /// close_notify: the client sends no more.
     CloseNotify,
@@ -182,7 +182,7 @@ struct Fragment {
 }
 
 /// A TLS 1.3 connection's record protection after the handshake.
-pub(crate) struct Records {
+pub(crate) struct ShuckRecords {
     /// rustls' remains: the traffic secrets, for KeyUpdates.
     kernel: KernelConnection<ServerConnectionData>,
     tx: Keys,
@@ -201,8 +201,8 @@ pub(crate) struct Records {
     answered: bool,
 }
 
-impl Records {
-    /// Whether [`Records::take_over`] can take this connection: TLS 1.3, handshake done, one of
+impl ShuckRecords {
+    /// Whether [`ShuckRecords::take_over`] can take this connection: TLS 1.3, handshake done, one of
     /// the AEADs sealed here.
     pub(crate) fn can_take_over(conn: &CommonState) -> bool {
         conn.protocol_version() == Some(ProtocolVersion::TLSv1_3)
@@ -214,9 +214,9 @@ impl Records {
     }
 
     /// Takes the keys over from rustls (the config must allow secret extraction; nothing may be
-    /// left for rustls to send). Check [`Records::can_take_over`] first: on error the
+    /// left for rustls to send). Check [`ShuckRecords::can_take_over`] first: on error the
     /// connection is lost.
-    pub(crate) fn take_over(conn: UnbufferedServerConnection) -> Result<Records, Error> {
+    pub(crate) fn take_over(conn: UnbufferedServerConnection) -> Result<ShuckRecords, Error> {
         let (secrets, kernel) = conn.dangerous_into_kernel_connection()?;
         let suite = kernel.negotiated_cipher_suite();
         let algorithm = algorithm_of(suite.suite())
@@ -225,7 +225,7 @@ impl Records {
             SupportedCipherSuite::Tls13(s) => s.common.confidentiality_limit,
             SupportedCipherSuite::Tls12(_) => 0,
         };
-        Ok(Records {
+        Ok(ShuckRecords {
             kernel,
             tx: Keys::new(algorithm, secrets.tx)?,
             rx: Keys::new(algorithm, secrets.rx)?,

@@ -9,7 +9,7 @@ use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, Insufficien
 use super::{tls_error, too_large, Fed, Layer, Mode, ReadEnd, Step, TlsStream};
 use crate::config::RecordLayer;
 use crate::mem::buf_queue::BufQueue;
-use crate::tls::stream::records::Records;
+use crate::tls::stream::records::ShuckRecords;
 
 impl TlsStream {
     /// One call to rustls over the records received, acting on the state it returns; on error
@@ -186,7 +186,7 @@ fn fill<E: std::fmt::Display>(
 /// How much of the received bytes rustls is given. During the handshake: what it holds (a
 /// message it is joining from several records), and one more whole record when it asked for
 /// more, so that the record with the client's Finished is the last it sees. After a TLS 1.3
-/// handshake with shuck's record layer: nothing, the records behind it are for `Records`
+/// handshake with shuck's record layer: nothing, the records behind it are for `ShuckRecords`
 /// (`take_over_records`); had rustls read them, it could have answered a KeyUpdate into a queue
 /// of its own that the hand-over loses, or held half a message the hand-over cuts. TLS 1.2, or
 /// `record_layer = "rustls"`: everything.
@@ -197,7 +197,7 @@ fn rustls_input(
     layer: RecordLayer,
 ) -> usize {
     if !conn.is_handshaking() {
-        return if layer == RecordLayer::Shuck && Records::can_take_over(conn) {
+        return if layer == RecordLayer::Shuck && ShuckRecords::can_take_over(conn) {
             0
         } else {
             received.len()

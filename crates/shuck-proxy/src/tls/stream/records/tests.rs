@@ -1,4 +1,4 @@
-//! `Records` against a rustls client in memory: the record layer's rules, each direction.
+//! `ShuckRecords` against a rustls client in memory: the record layer's rules, each direction.
 
 use super::*;
 use rustls::client::ClientConnection;
@@ -19,7 +19,7 @@ impl ResolvesServerCert for One {
 
 /// A rustls client and a server connection that finished a TLS 1.3 handshake in memory
 /// with `suite`, the server's keys taken over.
-fn pair(suite: CipherSuite) -> (ClientConnection, Records) {
+fn pair(suite: CipherSuite) -> (ClientConnection, ShuckRecords) {
     let provider = rustls::crypto::aws_lc_rs::default_provider();
     let loaded = crate::tls::certs::self_signed(&provider).expect("certificate");
     let certified = loaded.certified.clone();
@@ -52,15 +52,18 @@ fn pair(suite: CipherSuite) -> (ClientConnection, Records) {
         client.process_new_packets().expect("client handshake");
         if done && !client.is_handshaking() {
             assert!(to_server.is_empty());
-            assert!(Records::can_take_over(&server));
-            return (client, Records::take_over(server).expect("take over"));
+            assert!(ShuckRecords::can_take_over(&server));
+            return (client, ShuckRecords::take_over(server).expect("take over"));
         }
     }
     panic!("no handshake");
 }
 
 /// Everything in `bytes` opened: the application data, and what else came.
-fn open_all(records: &mut Records, bytes: &mut Vec<u8>) -> Result<(Vec<u8>, Vec<Content>), Error> {
+fn open_all(
+    records: &mut ShuckRecords,
+    bytes: &mut Vec<u8>,
+) -> Result<(Vec<u8>, Vec<Content>), Error> {
     let (mut data, mut other) = (Vec::new(), Vec::new());
     loop {
         match records.open(bytes).map_err(|e| e.error)? {
@@ -98,7 +101,7 @@ fn client_gets(client: &mut ClientConnection, wire: &[u8]) -> Result<Vec<u8>, Er
     Ok(got)
 }
 
-fn seal_all(records: &mut Records, data: &[u8]) -> Vec<u8> {
+fn seal_all(records: &mut ShuckRecords, data: &[u8]) -> Vec<u8> {
     let mut wire = Vec::new();
     for chunk in data.chunks(MAX_PLAINTEXT) {
         let mut out = vec![0; chunk.len() + MAX_SEAL_OVERHEAD];
@@ -333,7 +336,7 @@ impl Crafter {
     }
 
     /// Takes the keys `records` now expects from the client (after it opened a KeyUpdate).
-    fn follow(&mut self, records: &Records) {
+    fn follow(&mut self, records: &ShuckRecords) {
         let unbound = UnboundKey::new(&AES_128_GCM, &records.rx.key[..records.rx.key_len]);
         self.key = LessSafeKey::new(unbound.expect("key"));
         self.iv = *records.rx.iv;
@@ -354,13 +357,13 @@ const ALERT: u8 = 21;
 const DATA: u8 = 23;
 
 /// A fresh pair's server side and a crafter with the client's keys.
-fn crafted() -> (Crafter, Records) {
+fn crafted() -> (Crafter, ShuckRecords) {
     let (client, records) = pair(CipherSuite::TLS13_AES_128_GCM_SHA256);
     (Crafter::from(client), records)
 }
 
 /// The alert `records` answers `wire` with (it must fail).
-fn refusal(records: &mut Records, wire: &mut Vec<u8>) -> Option<AlertDescription> {
+fn refusal(records: &mut ShuckRecords, wire: &mut Vec<u8>) -> Option<AlertDescription> {
     loop {
         match records.open(wire) {
             Ok(Opened::Record { len, .. }) => {
@@ -657,7 +660,7 @@ fn records_count_a_key_update_before_reading_its_request() {
     );
 }
 
-/// What kTLS uses of `Records`: the keys as the kernel takes them, the limit, the wipe, and
+/// What kTLS uses of `ShuckRecords`: the keys as the kernel takes them, the limit, the wipe, and
 /// the records the kernel opened (a whole KeyUpdate or an alert goes through the same rules).
 #[test]
 fn records_give_the_kernel_its_keys_and_take_its_records() {
@@ -725,7 +728,7 @@ fn records_can_take_over_a_finished_tls13_handshake_only() {
         .expect("certificate")
         .certified)));
     let fresh = UnbufferedServerConnection::new(Arc::new(server)).expect("server");
-    assert!(!Records::can_take_over(&fresh), "still handshaking");
+    assert!(!ShuckRecords::can_take_over(&fresh), "still handshaking");
 }
 
 /// The kernel is told each cipher by name, with its key's length; a rest that keeps the

@@ -1,7 +1,7 @@
 //! Differential testing of shuck's record layer against rustls' own.
 //!
 //! Two server connections finish the same deterministic TLS 1.3 handshake ([`pair`]), so they
-//! hold the same traffic keys. One hands its records to [`Records`](super::Records), the
+//! hold the same traffic keys. One hands its records to [`ShuckRecords`](super::ShuckRecords), the
 //! other keeps them in rustls. A script decoded from the input ([`script`]) seals records with
 //! the client's real keys — any content type, padding, length, KeyUpdate and alert bodies,
 //! handshake messages split over records, sequence gaps, flipped bits, raw bytes — and

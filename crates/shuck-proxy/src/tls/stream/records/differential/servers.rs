@@ -1,11 +1,11 @@
 //! The two servers under comparison, driven the same way: bytes delivered, application data
-//! read, answers and alerts sent. `Ours` is shuck's record layer ([`Records`]); `Theirs` is
+//! read, answers and alerts sent. `Ours` is shuck's record layer ([`ShuckRecords`]); `Theirs` is
 //! rustls keeping the records itself, through its unbuffered API.
 
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
 
-use crate::tls::stream::records::{Content, Opened, Records, MAX_SEAL_OVERHEAD, OVERHEAD};
+use crate::tls::stream::records::{Content, Opened, ShuckRecords, MAX_SEAL_OVERHEAD, OVERHEAD};
 
 /// How a server's reading ended, if it did.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,7 +48,7 @@ impl Seen {
 }
 
 pub(super) struct Ours {
-    records: Records,
+    records: ShuckRecords,
     received: Vec<u8>,
     delivered: usize,
     pub(super) seen: Seen,
@@ -57,7 +57,7 @@ pub(super) struct Ours {
 impl Ours {
     pub(super) fn new(server: UnbufferedServerConnection) -> Ours {
         Ours {
-            records: Records::take_over(server).expect("take over"),
+            records: ShuckRecords::take_over(server).expect("take over"),
             received: Vec::new(),
             delivered: 0,
             seen: Seen::new(),

@@ -8,16 +8,16 @@ use tokio::io::ReadBuf;
 
 use super::{tls_error, too_large, Layer, Mode, ReadEnd, Step, TlsStream};
 use crate::mem::buf_queue::BufQueue;
-use crate::tls::stream::records::{self, Content, Opened, Records};
+use crate::tls::stream::records::{self, Content, Opened, ShuckRecords};
 
 impl TlsStream {
     /// One step of shuck's own record layer: a write or close_notify sealed into the send
     /// queue, or for a read the records received opened until one brings plaintext (a
     /// KeyUpdate asking for ours is answered into the send queue on the way). On error the
     /// alert is queued.
-    pub(super) fn step_own(&mut self, mode: &mut Mode<'_, '_>) -> io::Result<Step> {
+    pub(super) fn step_shuck(&mut self, mode: &mut Mode<'_, '_>) -> io::Result<Step> {
         let Self {
-            layer: Layer::Own(records),
+            layer: Layer::Shuck(records),
             incoming,
             outgoing,
             plain,
@@ -81,7 +81,7 @@ enum Got {
 /// `plain`) or close_notify, or no whole record is left. The client's KeyUpdates asking for ours
 /// are answered into `outgoing` (not once we have sent close_notify: nothing may follow it).
 fn open_records(
-    records: &mut Records,
+    records: &mut ShuckRecords,
     incoming: &mut BufQueue,
     outgoing: &mut BufQueue,
     plain: &mut BufQueue,
@@ -125,7 +125,7 @@ fn open_records(
 
 /// An alert sealed into the send queue.
 fn seal_alert(
-    records: &mut Records,
+    records: &mut ShuckRecords,
     outgoing: &mut BufQueue,
     alert: AlertDescription,
 ) -> io::Result<()> {
