@@ -17,7 +17,7 @@ use super::client_auth::ClientAuthSettings;
 use super::listen::Listen;
 use super::proxy::Proxy;
 use super::routes::Routes;
-pub use super::section::{OnChange, Section, SectionVisitor};
+pub use super::section::{Applies, OnChange, Section, SectionVisitor};
 use super::sessions::{Resumption, SessionStoreSettings};
 use super::timeouts::Timeouts;
 use super::tls::{RecordLayerSettings, Tls};

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::section::Applies;
 use super::{defaults, duration_or, key_err, Config, Frontend, KeyError, Origin, RawConfig};
 
 /// The longest drain: contrib/shuck.service's `TimeoutStopSec=` (3660 s) is set above it, so
@@ -166,23 +167,30 @@ pub(super) fn check_metrics_listen_free(
 /// applies it. The one declaration the reload's notes and `shuck check` read.
 pub struct GlobalKey {
     pub key: &'static str,
-    /// Applied by a reload (otherwise named as needing a restart).
-    pub on_reload: bool,
-    /// Recorded in `running.toml`: not the keys serve's flags may set, which `shuck check`
-    /// cannot see, nor those that act once at start (privileges).
-    pub recorded: bool,
+    /// Whether a reload applies it (otherwise it is named as needing a restart).
+    pub applies: Applies,
+    pub recorded: Recorded,
     pub value: fn(&Config) -> String,
+}
+
+/// Whether `running.toml` keeps a global key, for `shuck check` to compare: not the keys
+/// serve's flags may set, which `shuck check` cannot see, nor those that act once at start
+/// (privileges).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    Yes,
+    No,
 }
 
 const fn key(
     key: &'static str,
-    on_reload: bool,
-    recorded: bool,
+    applies: Applies,
+    recorded: Recorded,
     value: fn(&Config) -> String,
 ) -> GlobalKey {
     GlobalKey {
         key,
-        on_reload,
+        applies,
         recorded,
         value,
     }
@@ -195,47 +203,71 @@ fn duration(d: std::time::Duration) -> String {
 /// Every global key. `log_level` is applied by the `shuck` binary's reload (the log filter
 /// belongs to the process's subscriber), not by the engine.
 pub const GLOBAL_KEYS: &[GlobalKey] = &[
-    key("workers", false, true, |c| c.workers.to_string()),
-    key("pin_cpus", false, true, |c| c.pin_cpus.to_string()),
-    key("max_connections", true, true, |c| {
+    key("workers", Applies::Restart, Recorded::Yes, |c| {
+        c.workers.to_string()
+    }),
+    key("pin_cpus", Applies::Restart, Recorded::Yes, |c| {
+        c.pin_cpus.to_string()
+    }),
+    key("max_connections", Applies::Reload, Recorded::Yes, |c| {
         c.max_connections.to_string()
     }),
-    key("shutdown_grace", true, true, |c| duration(c.shutdown_grace)),
-    key("reload_timeout", true, true, |c| duration(c.reload_timeout)),
-    key("upgrade_confirm", true, true, |c| {
+    key("shutdown_grace", Applies::Reload, Recorded::Yes, |c| {
+        duration(c.shutdown_grace)
+    }),
+    key("reload_timeout", Applies::Reload, Recorded::Yes, |c| {
+        duration(c.reload_timeout)
+    }),
+    key("upgrade_confirm", Applies::Reload, Recorded::Yes, |c| {
         duration(c.upgrade_confirm)
     }),
-    key("upgrade_timeout", true, true, |c| {
+    key("upgrade_timeout", Applies::Reload, Recorded::Yes, |c| {
         duration(c.upgrade_timeout)
     }),
-    key("log_format", false, false, |c| {
+    key("log_format", Applies::Restart, Recorded::No, |c| {
         format!("{:?}", c.log_format)
     }),
-    key("log_queue_lines", false, true, |c| {
+    key("log_queue_lines", Applies::Restart, Recorded::Yes, |c| {
         c.log_queue_lines.to_string()
     }),
-    key("log_level", true, false, |c| c.log_level.clone()),
-    key("log_connections", true, false, |c| {
+    key("log_level", Applies::Reload, Recorded::No, |c| {
+        c.log_level.clone()
+    }),
+    key("log_connections", Applies::Reload, Recorded::No, |c| {
         c.log_connections.to_string()
     }),
-    key("connection_log_format", true, true, |c| {
-        format!("{:?}", c.connection_log_format)
-    }),
-    key("metrics_listen", false, true, |c| {
+    key(
+        "connection_log_format",
+        Applies::Reload,
+        Recorded::Yes,
+        |c| format!("{:?}", c.connection_log_format),
+    ),
+    key("metrics_listen", Applies::Restart, Recorded::Yes, |c| {
         format!("{:?}", c.metrics_listen)
     }),
-    key("certificate_expiry_warning", true, true, |c| {
-        duration(c.certificate_expiry_warning)
-    }),
-    key("state_dir", false, true, |c| {
+    key(
+        "certificate_expiry_warning",
+        Applies::Reload,
+        Recorded::Yes,
+        |c| duration(c.certificate_expiry_warning),
+    ),
+    key("state_dir", Applies::Restart, Recorded::Yes, |c| {
         c.state_dir.display().to_string()
     }),
     // Privileges are dropped once, at start: a reload runs as the user already.
-    key("user", false, false, |c| format!("{:?}", c.user)),
-    key("group", false, false, |c| format!("{:?}", c.group)),
-    key("allow_root", false, false, |c| c.allow_root.to_string()),
-    key("resolvers", true, true, |c| format!("{:?}", c.resolvers)),
-    key("watch_certificates", true, true, |c| {
+    key("user", Applies::Restart, Recorded::No, |c| {
+        format!("{:?}", c.user)
+    }),
+    key("group", Applies::Restart, Recorded::No, |c| {
+        format!("{:?}", c.group)
+    }),
+    key("allow_root", Applies::Restart, Recorded::No, |c| {
+        c.allow_root.to_string()
+    }),
+    key("resolvers", Applies::Reload, Recorded::Yes, |c| {
+        format!("{:?}", c.resolvers)
+    }),
+    key("watch_certificates", Applies::Reload, Recorded::Yes, |c| {
         c.watch_certificates.to_string()
     }),
 ];
@@ -273,18 +305,15 @@ impl RawConfig {
 }
 
 /// Whether a reload applies the global key `key` (None: no such key).
-pub fn on_reload(key: &str) -> Option<bool> {
-    GLOBAL_KEYS
-        .iter()
-        .find(|k| k.key == key)
-        .map(|k| k.on_reload)
+pub fn applies(key: &str) -> Option<Applies> {
+    GLOBAL_KEYS.iter().find(|k| k.key == key).map(|k| k.applies)
 }
 
 /// The global keys whose value differs in `new` and that a reload cannot apply.
 pub fn needing_a_restart(old: &Config, new: &Config) -> Vec<&'static str> {
     GLOBAL_KEYS
         .iter()
-        .filter(|k| !k.on_reload && (k.value)(old) != (k.value)(new))
+        .filter(|k| k.applies == Applies::Restart && (k.value)(old) != (k.value)(new))
         .map(|k| k.key)
         .collect()
 }

@@ -3,7 +3,18 @@
 
 use std::fmt;
 
-/// How a change to one section of a frontend takes effect on reload (SIGHUP).
+/// How a changed setting takes effect: the one answer `shuck check`, the reload's notes and
+/// `running.toml` give, for global keys and sections alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applies {
+    /// On reload (SIGHUP).
+    Reload,
+    /// Only on restart or upgrade; a reload leaves it as it runs.
+    Restart,
+}
+
+/// How a change to one section of a frontend takes effect on reload (SIGHUP), with the reason
+/// when a reload cannot apply it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnChange {
     /// Connections accepted after the reload get the new value; open ones keep theirs.
@@ -13,6 +24,15 @@ pub enum OnChange {
     Restart(&'static str),
     /// The reload keeps the whole frontend as it runs and says so, with the reason.
     RestartFrontend(&'static str),
+}
+
+impl OnChange {
+    pub fn applies(self) -> Applies {
+        match self {
+            OnChange::NewConnections => Applies::Reload,
+            OnChange::Restart(_) | OnChange::RestartFrontend(_) => Applies::Restart,
+        }
+    }
 }
 
 /// One section of a frontend: a value compared whole, with the key naming it (in notes and

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::config::frontend::Applies;
 use crate::config::frontend::{on_change_of, OnChange, SECTIONS};
+use crate::config::global::Recorded;
 use crate::config::{global, Config, Frontend};
 
 /// The file under `state_dir`.
@@ -26,15 +28,6 @@ pub struct Snapshot {
     #[serde(default)]
     pub format: u32,
     pub settings: BTreeMap<String, String>,
-}
-
-/// How a changed setting takes effect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Applies {
-    /// On reload (SIGHUP).
-    Reload,
-    /// Only on restart or upgrade; a reload leaves it as it runs.
-    Restart,
 }
 
 /// One setting that differs between what runs and a new configuration.
@@ -78,7 +71,10 @@ pub fn read(state_dir: &Path) -> Option<(PathBuf, Snapshot)> {
 /// Every setting, by a key naming it (`workers`, `frontend "web" listen`), as text.
 pub fn settings(c: &Config) -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
-    for k in global::GLOBAL_KEYS.iter().filter(|k| k.recorded) {
+    for k in global::GLOBAL_KEYS
+        .iter()
+        .filter(|k| k.recorded == Recorded::Yes)
+    {
         m.insert(k.key.to_string(), (k.value)(c));
     }
     for fe in &c.frontends {
@@ -119,10 +115,7 @@ pub fn changes(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -
 /// the same declarations (`config::global::GLOBAL_KEYS`, `config::frontend::SECTIONS`).
 fn applies(key: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Applies {
     let Some((frontend, section)) = frontend_key(key) else {
-        return match global::on_reload(key) {
-            Some(true) => Applies::Reload,
-            _ => Applies::Restart,
-        };
+        return global::applies(key).unwrap_or(Applies::Restart);
     };
     let whole = |m: &BTreeMap<String, String>| m.get(frontend).cloned();
     let tasks = |v: Option<String>| v.is_some_and(|v| v.starts_with("with ACME"));
@@ -143,7 +136,7 @@ fn applies(key: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, Str
     let restart = match section {
         // The frontend gains or loses tasks of its own (its `ocsp` or `acme` changed).
         None => true,
-        Some(s) => !matches!(on_change_of(s), Some(OnChange::NewConnections)),
+        Some(s) => on_change_of(s).map(OnChange::applies) != Some(Applies::Reload),
     };
     if kept_whole || restart {
         Applies::Restart
