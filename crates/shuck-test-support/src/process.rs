@@ -442,6 +442,16 @@ pub fn run_bounded(cmd: &mut Command, stdin: &[u8], secs: u64) -> Output {
     out
 }
 
+/// Polls `done` every 10 ms until it holds; panics naming `what` if it does not within `bound`.
+/// What a test waits on instead of a sleep.
+pub fn wait_for(what: &str, bound: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + bound;
+    while !done() {
+        assert!(Instant::now() < deadline, "not within {bound:?}: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// True when the tests run as root (CI does): shuck then refuses to serve without `--user` unless
 /// told it may run as root.
 pub fn running_as_root() -> bool {

@@ -270,6 +270,7 @@ fn acme_issues_serves_renews_and_restarts_from_the_stored_certificate() {
     assert_eq!(served_leaf(shuck.addr()), second);
     let (ok, err) = curl_trusting(&pebble.root, shuck.addr());
     assert!(ok, "{err}");
+    // An order that does not start has no event: a second for one to show in the log.
     std::thread::sleep(Duration::from_secs(1));
     let log = shuck.log_text();
     assert!(

@@ -389,6 +389,7 @@ fn twenty_reloads_under_load_fail_no_connection_and_sigterm_drains() {
 
     // SIGTERM in the middle of a load: connections in flight finish whole.
     let load = load_in_background(&target, &pki.ca_path(), 4);
+    // The load's progress shows only when it ends: 2 s of its 4 puts the stop in its middle.
     std::thread::sleep(std::time::Duration::from_secs(2));
     let (status, log) = shuck.stop();
     assert!(status.success(), "{log}");
@@ -490,6 +491,7 @@ fn an_upgrade_under_load_fails_no_connection_and_the_old_process_drains() {
     let old = shuck.pid();
     let target = shuck.addr().to_string();
     let load = load_in_background(&target, &pki.ca_path(), 6);
+    // The load's progress shows only when it ends: the upgrade goes in its first third.
     std::thread::sleep(std::time::Duration::from_secs(2));
     shuck.signal("USR2");
     let log = shuck.wait_log("the new process is listening");

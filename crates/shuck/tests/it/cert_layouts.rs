@@ -200,6 +200,7 @@ fn renewed_files_are_served_without_a_signal_once_consistent() {
         &live.join("fullchain.pem"),
         Path::new("../../archive/a.test/fullchain2.pem"),
     );
+    // certbot's gap between its two link swaps: the half-done state the watcher must not load.
     std::thread::sleep(std::time::Duration::from_millis(100));
     swap_link(
         &live.join("privkey.pem"),
@@ -232,6 +233,8 @@ fn renewed_files_are_served_without_a_signal_once_consistent() {
     let chain = &whole[..whole.find("-----BEGIN PRIVATE KEY-----").expect("key")];
     std::fs::write(secret.join("tls.crt"), &chain[..chain.len() / 3]).expect("write half");
     shuck.wait_log("do not load");
+    // That the old certificate stays has no event: past the watcher's settling time it would
+    // have been replaced.
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert_eq!(
         served_leaf(&pki, &shuck, "c.test"),
@@ -282,6 +285,7 @@ fn with_watching_off_a_change_waits_for_sighup() {
     let old = served_leaf(&pki, &shuck, "c.test");
     let c2 = pki.leaf("c2.bundle", "c", &["c.test"], Key::EcdsaP256);
     split(&c2, &secret, "tls.crt", "tls.key", 0o600);
+    // A change that must not be picked up has no event: past the watcher's settling time.
     std::thread::sleep(std::time::Duration::from_secs(3));
     assert_eq!(
         served_leaf(&pki, &shuck, "c.test"),

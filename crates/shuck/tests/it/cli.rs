@@ -515,6 +515,7 @@ fn a_reload_changes_the_log_level() {
     let shuck = Shuck::start(&config("info"));
     let probe = || drop(std::net::TcpStream::connect(shuck.addr()).expect("connect"));
     probe();
+    // A debug line that must not be written has no event: a moment for one to show.
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(!shuck.log_text().contains("DEBUG"), "{}", shuck.log_text());
     std::fs::write(shuck.config_path(), config("debug")).expect("rewrite");

@@ -297,7 +297,8 @@ fn guest_client_gets_the_fin_after_close_notify() {
     use std::io::{Read, Write};
     let (mut conn, mut tcp) = guest_connect(64 * 1024);
     let mut tls = rustls::Stream::new(&mut conn, &mut tcp);
-    // After the handshake and a pause, so that the request reaches the kernel's records.
+    // After the handshake and a pause, so that the request reaches the kernel's records (the
+    // guest's shuck shows no sign of having handed its keys over).
     tls.flush().expect("handshake");
     std::thread::sleep(std::time::Duration::from_secs(1));
     tls.write_all(b"GET /small HTTP/1.0\r\n\r\n")

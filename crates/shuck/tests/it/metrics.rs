@@ -381,7 +381,8 @@ fn a_flood_of_bad_handshakes_is_counted_in_full_but_logged_sparingly() {
         garbage();
     }
     let flood_secs = started.elapsed().as_secs() + 1;
-    // A second later, one more: the worker reports how many lines it left out.
+    // A second later (the log budget's window, a time and not an event), one more: the worker
+    // reports how many lines it left out.
     std::thread::sleep(std::time::Duration::from_millis(1100));
     garbage();
     let log = shuck.wait_log("per-connection warnings were left out");

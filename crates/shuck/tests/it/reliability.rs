@@ -181,7 +181,8 @@ fn a_client_that_never_reads_holds_no_more_than_the_buffers() {
     let tcp = TcpStream::connect(shuck.addr()).expect("connect");
     let mut tls = blocking_client(&pki, tcp);
     tls.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("request");
-    // Never read. Give the firehose time to fill every buffer on the way.
+    // Never read. Give the firehose time to fill every buffer on the way (full buffers are the
+    // absence of progress: no event marks them).
     std::thread::sleep(Duration::from_secs(2));
     let held = rss_kib(shuck.pid());
     let pushed = fed.load(std::sync::atomic::Ordering::Relaxed);
@@ -254,6 +255,7 @@ fn a_black_hole_backend_ends_at_connect_timeout() {
         let _ = s.connect(&backend.into());
         fillers.push(s);
     }
+    // The kernel completes the fillers' handshakes on its own; nothing reports the backlog full.
     std::thread::sleep(Duration::from_millis(200));
     let shuck = Shuck::start(&one_frontend(&pki, backend, "connect_timeout = \"1s\""));
     let started = Instant::now();

@@ -600,7 +600,8 @@ fn a_low_open_files_limit_caps_connections_instead_of_failing_them() {
     let active = |text: &str| sum(text, "shuck_connections_active", &[]);
     let text = wait_metric(metrics, "shuck_connections_active", &[], 15);
     assert_eq!(active(&text), 15, "{text}");
-    // And no more, a moment later: the rest stay in the backlog.
+    // And no more, a moment later: the rest stay in the backlog (a connection not accepted has
+    // no event to wait on).
     std::thread::sleep(Duration::from_millis(300));
     let text = shuck_test_support::clients::scrape(metrics);
     assert_eq!(active(&text), 15, "{text}");

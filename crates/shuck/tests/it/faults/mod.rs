@@ -352,6 +352,8 @@ fn a_reload_stuck_on_dns_is_abandoned_and_never_holds_a_stop() {
     .expect("stuck config");
     let t = Instant::now();
     kill("HUP", pid);
+    // Nothing marks a reload's start (its one line comes at the end): a moment for the signal
+    // loop to start it, so that the next HUP meets it under way.
     std::thread::sleep(Duration::from_millis(300));
     kill("HUP", pid);
     kill("USR2", pid);

@@ -198,15 +198,24 @@ fn a_new_process_that_dies_after_the_handover_is_rolled_back() {
     let pki = &old.pki;
     let old_pid = old.pid();
     let load = Load::start(pki, old.proc.addrs[0], 2);
-    std::thread::sleep(Duration::from_millis(500));
+    shuck_test_support::process::wait_for("the load is served", Duration::from_secs(10), || {
+        load.counts().0 >= 20
+    });
     kill("USR2", old_pid);
     let new = wait_pid_other_than(&old.pid_file, old_pid, Duration::from_secs(30), &old.log);
     let _guard = KillOnDrop(Some(new));
-    std::thread::sleep(Duration::from_millis(300));
+    // After the handover: the old process has said so, and waits out upgrade_confirm.
+    wait_file(
+        &old.log,
+        "the new process is listening",
+        Duration::from_secs(10),
+    );
     kill("KILL", new);
     let text = wait_file(&old.log, "upgrade rolled back", Duration::from_secs(10));
     assert_eq!(pid_in(&old.pid_file), Some(old_pid), "{text}");
     let (_, failed_at_rollback) = load.counts();
+    // Past upgrade_confirm (5 s) with the load still running: what must not happen (a failure
+    // after the rollback) has no event to wait on.
     std::thread::sleep(Duration::from_secs(6));
     let (ok, failed) = load.finish();
     println!("rolled back: {ok} served, {failed} failed ({failed_at_rollback} by the rollback)");
@@ -237,6 +246,7 @@ fn a_stop_right_after_usr2_leaves_no_unmanaged_process() {
     let old_pid = old.pid();
     kill("USR2", old_pid);
     wait_child(old_pid, Duration::from_secs(10));
+    // The race under test: TERM a moment after the new process exists, before it is ready.
     std::thread::sleep(Duration::from_millis(10));
     kill("TERM", old_pid);
     let deadline = Instant::now() + Duration::from_secs(20);
