@@ -47,6 +47,8 @@ fi
 # A test build's binary is large with debug information: strip a copy, compress lightly.
 if command -v strip >/dev/null; then
   strip -o "$work/shuck" "$bin"
+  tool=$(dirname "$bin")/shuck-bench
+  [ -x "$tool" ] && strip -o "$work/shuck-bench" "$tool"
   bin=$work/shuck
 fi
 deb=$(DEB_COMPRESSION=gzip "$here/build.sh" "$bin" "$work")
@@ -60,6 +62,11 @@ version=$(/usr/bin/shuck --version)
 grep -q "commit" <<<"$version" || fail "shuck --version: $version"
 /usr/bin/shuck check --config /etc/shuck/shuck.toml >/dev/null || fail "shuck check on the shipped example"
 getent passwd shuck >/dev/null || fail "no shuck system user"
+# `shuck speed` through the helper the package puts in /usr/lib/shuck (when it was built).
+if [ -x "$(dirname "$bin")/shuck-bench" ]; then
+  help=$(/usr/bin/shuck speed --help) || fail "shuck speed --help failed"
+  grep -q "Usage: shuck speed" <<<"$help" || fail "shuck speed --help: $help"
+fi
 [ -f /lib/systemd/system/shuck.service ] || fail "no unit"
 [ -f /usr/share/bash-completion/completions/shuck ] || fail "no bash completion"
 page=$(MANPAGER=cat man shuck 2>/dev/null || true)

@@ -30,11 +30,21 @@ pub(crate) enum Command {
     TicketKey(TicketKeyArgs),
     /// Load a TLS server as Vincent Bernat's TLS-termination benchmark did (K connections per
     /// TLS session, an offered-rate ramp, the maximum within a latency bound); `shuck bench backend` and `shuck bench idle` help set it up.
-    #[cfg(feature = "bench")]
-    Bench(Box<shuck_bench::cli::BenchCommand>),
+    /// `shuck bench --help` lists its options.
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// Passed to the shuck-bench binary, which runs the benchmark.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Measure this machine's per-core crypto speed and predict handshakes/s and bulk MB/s.
-    #[cfg(feature = "bench")]
-    Speed(shuck_bench::cli::SpeedArgs),
+    /// `shuck speed --help` lists its options.
+    #[command(disable_help_flag = true)]
+    Speed {
+        /// Passed to the shuck-bench binary, which measures.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Convert another terminator's configuration into shuck's (printed; check it with
     /// `shuck check`).
     #[command(subcommand)]

@@ -1,6 +1,7 @@
 //! The `shuck` binary: parses the command line and hands over to the engine.
 #![forbid(unsafe_code)]
 
+mod bench_tool;
 mod cli;
 mod hitch;
 mod logging;
@@ -38,10 +39,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(&args),
         Command::Check(args) => check(&args),
         Command::TicketKey(args) => ticket_key(&args),
-        #[cfg(feature = "bench")]
-        Command::Bench(args) => shuck_bench::cli::run_bench(&args).map_err(|e| e.to_string()),
-        #[cfg(feature = "bench")]
-        Command::Speed(args) => shuck_bench::cli::run_speed(&args).map_err(|e| e.to_string()),
+        Command::Bench { args } => return exit_as(bench_tool::run("bench", &args)),
+        Command::Speed { args } => return exit_as(bench_tool::run("speed", &args)),
         Command::Completions { shell } => {
             // Into a buffer: clap_complete panics on a write error (a closed pipe).
             let mut script = Vec::new();
@@ -71,6 +70,14 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The exit of a tool run in shuck's place, or shuck's own error when it could not run.
+fn exit_as(ran: Result<ExitCode, String>) -> ExitCode {
+    ran.unwrap_or_else(|e| {
+        eprintln!("shuck: error: {e}");
+        ExitCode::FAILURE
+    })
 }
 
 /// `shuck version`: one line, or with `verbose` what a bug report needs about the build and this
