@@ -44,7 +44,7 @@ struct AccessRecord<'a> {
     summary: Option<Box<Summary>>,
     backend: Option<&'a str>,
     /// The route taken, when one matched.
-    route: Option<&'a str>,
+    route: Option<&'a Route>,
     unique_id: UniqueId,
     moved: Moved,
     /// When the connection was accepted, and how long after it the handshake was done and the
@@ -225,6 +225,9 @@ fn keeps_sni(worker: &Worker, fe: &WorkerFrontend) -> bool {
 }
 
 /// The stages after the handshake: the backend (or the demo page), the PROXY header, the relay.
+/// This future lives as long as the connection, so what it holds across the relay is memory per
+/// idle connection: the connect is boxed apart (its future is as large as the relay's), and
+/// what only the header needs is dropped before the relay.
 async fn serve_negotiated<'a>(
     worker: &Worker,
     fe: &'a WorkerFrontend,
@@ -245,12 +248,30 @@ async fn serve_negotiated<'a>(
         }
         Destination::Backends { route, pool } => (route, pool),
     };
-    trace.route = route.map(|r| r.name.as_str());
-    let proxy = route.map_or((cfg.proxy_protocol.send, &cfg.proxy_protocol.tlvs), |r| {
-        (r.send, &r.tlvs)
-    });
-    let (upstream, lease) =
-        connect_backend(&pool.pool, &mut hs.stream, cfg.timeouts.handshake).await?;
+    trace.route = route;
+    let connect = connect_backend(&pool.pool, &mut hs.stream, cfg.timeouts.handshake);
+    let (upstream, lease) = Box::pin(connect).await?;
+    let prefix = before_relay(worker, fe, (route, pool), &lease, hs, arrival, trace)?;
+    let (moved, res) = relay_to(fe, &mut hs.stream, upstream, prefix).await;
+    count_ktls(&fe.metrics, &hs.stream);
+    trace.moved = moved;
+    drop(lease);
+    Ok(res?)
+}
+
+/// Between the connect and the relay: the access record and counters, the PROXY header to send
+/// first, and the TLS records taken over from rustls (nothing asks it about the handshake from
+/// here on).
+fn before_relay<'a>(
+    worker: &Worker,
+    fe: &'a WorkerFrontend,
+    (route, pool): (Option<&'a Route>, &'a WorkerPool),
+    lease: &Lease<'a>,
+    hs: &mut Negotiated,
+    arrival: &mut Arrival,
+    trace: &mut AccessRecord<'a>,
+) -> Result<Option<(PooledBuf, usize)>, ConnError> {
+    let cfg = &fe.cfg;
     trace.backend = Some(lease.name());
     trace.connect_ms = Some(trace.since_accept());
     if let Some(h) = pool.connect_times.get(lease.index()) {
@@ -260,20 +281,18 @@ async fn serve_negotiated<'a>(
         // Counted as passed on: only now is there a backend to pass it to.
         fe.metrics.client_certs_unverified.inc();
     }
+    let proxy = route.map_or((cfg.proxy_protocol.send, &cfg.proxy_protocol.tlvs), |r| {
+        (r.send, &r.tlvs)
+    });
     if backend_header::makes_unique_id(*proxy.1, arrival.passthrough.as_deref()) {
         trace.unique_id = UniqueId::new(worker.id, worker.next_connection());
     }
     let prefix = backend_header::header(proxy, hs, arrival, trace.unique_id.as_bytes())?;
     arrival.passthrough = None;
-    // Nothing asks rustls about the handshake from here on.
     hs.stream
         .take_over_records(cfg.record_layer.ktls)
         .map_err(|e| ConnError::Relay(RelayError::ClientAborted(e)))?;
-    let (moved, res) = relay_to(fe, &mut hs.stream, upstream, prefix).await;
-    count_ktls(&fe.metrics, &hs.stream);
-    trace.moved = moved;
-    drop(lease);
-    Ok(res?)
+    Ok(prefix)
 }
 
 /// Where a connection goes once its handshake is done.
@@ -492,7 +511,7 @@ impl Line<'_> {
         event_at!(level,
             frontend = %self.frontend, client = %t.client, worker = self.worker,
             balancer = %Dash(t.balancer), reason = self.reason.map_or("-", Reason::as_str),
-            error = %Dash(self.error), route = %t.route.unwrap_or("-"),
+            error = %Dash(self.error), route = %t.route.map_or("-", |r| r.name.as_str()),
             backend = %t.backend.unwrap_or("-"),
             up = t.moved.up, down = t.moved.down, ms = self.ms, "{}", self.message());
     }
@@ -511,7 +530,7 @@ impl Line<'_> {
             error = %Dash(self.error), protocol = s.map_or("-", |s| s.protocol),
             cipher = s.map_or("-", |s| s.cipher), group = %Dash(s.and_then(|s| s.group)),
             resumed = s.is_some_and(|s| s.resumed), sni = %Dash(s.and_then(|s| s.sni.as_deref())),
-            alpn = %Dash(s.and_then(|s| s.alpn.as_deref())), route = %t.route.unwrap_or("-"),
+            alpn = %Dash(s.and_then(|s| s.alpn.as_deref())), route = %t.route.map_or("-", |r| r.name.as_str()),
             backend = %t.backend.unwrap_or("-"),
             id = t.unique_id.as_str(), up = t.moved.up, down = t.moved.down,
             handshake_ms = %Dash(t.handshake_ms), connect_ms = %Dash(t.connect_ms), ms = self.ms,

@@ -109,11 +109,13 @@ pub(crate) enum Content {
 }
 
 /// One direction's keys: the key and IV bytes, the next sequence number, and the AEAD context
-/// while bytes move.
+/// while bytes move. Held by every idle TLS 1.3 connection (twice): no field the algorithm
+/// already gives (the key's length), since a few bytes more took `ShuckRecords` past 768 bytes,
+/// into jemalloc's next size class (+128 bytes per connection).
 struct Keys {
     algorithm: &'static Algorithm,
+    /// The key in its first `algorithm.key_len()` bytes.
     key: Zeroizing<[u8; 32]>,
-    key_len: usize,
     iv: Zeroizing<[u8; NONCE_LEN]>,
     seq: u64,
     ready: Option<LessSafeKey>,
@@ -137,20 +139,27 @@ impl Keys {
         let mut k = Keys {
             algorithm,
             key: Zeroizing::new([0; 32]),
-            key_len: key.len().min(32),
             iv: Zeroizing::new([0; NONCE_LEN]),
             seq,
             ready: None,
         };
-        k.key[..k.key_len].copy_from_slice(&key[..k.key_len]);
+        // At most 32 bytes: `algorithm_of` admitted only AES-128, AES-256 and ChaCha20.
+        k.key
+            .get_mut(..key.len())
+            .ok_or_else(|| Error::General("a traffic key over 32 bytes".into()))?
+            .copy_from_slice(key);
         k.iv.copy_from_slice(iv);
         Ok(k)
+    }
+
+    fn key_bytes(&self) -> &[u8] {
+        &self.key[..self.algorithm.key_len()]
     }
 
     /// The AEAD context, built when first needed since the last [`Keys::rest`].
     fn aead(&mut self) -> Result<&LessSafeKey, Error> {
         if self.ready.is_none() {
-            let unbound = UnboundKey::new(self.algorithm, &self.key[..self.key_len])
+            let unbound = UnboundKey::new(self.algorithm, self.key_bytes())
                 .map_err(|_| Error::General("the traffic key does not fit its cipher".into()))?;
             self.ready = Some(LessSafeKey::new(unbound));
         }
@@ -600,7 +609,7 @@ impl ShuckRecords {
         };
         KeyView {
             cipher,
-            key: &keys.key[..keys.key_len],
+            key: keys.key_bytes(),
             iv: &keys.iv,
             seq: keys.seq,
         }
