@@ -445,9 +445,9 @@ fn text(f: &Files, global: &str, frontend: &str) -> String {
 /// What one row's reload did: applied, noted, or neither (the failure this test is for).
 fn outcome(
     row: &Row,
-    before: &BTreeMap<String, String>,
-    want: &BTreeMap<String, String>,
-    in_force: &BTreeMap<String, String>,
+    before: &BTreeMap<String, toml::Value>,
+    want: &BTreeMap<String, toml::Value>,
+    in_force: &BTreeMap<String, toml::Value>,
     notes: &[String],
 ) -> Result<Expect, String> {
     let named = notes.iter().any(|n| n.contains(row.key));
@@ -476,9 +476,12 @@ fn outcome(
 }
 
 /// What `Reloader::in_force` should say once `c` is in force.
-fn expected(c: &shuck_proxy::config::Config) -> BTreeMap<String, String> {
+fn expected(c: &shuck_proxy::config::Config) -> BTreeMap<String, toml::Value> {
     let mut settings = running::settings(c);
-    settings.insert("log_connections".into(), c.log_connections.to_string());
+    settings.insert(
+        "log_connections".into(),
+        toml::Value::String(c.log_connections.to_string()),
+    );
     settings
 }
 

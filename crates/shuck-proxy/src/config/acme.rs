@@ -12,7 +12,7 @@ use super::{key_err, resolve_path, KeyError, OneOrMany, RawFrontend};
 pub(super) const STATE_DIR: &str = "/var/lib/shuck";
 
 /// The key shuck generates for each certificate it orders.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum AcmeKey {
     /// ECDSA P-256: what browsers and CAs expect today, and far cheaper to sign with.
@@ -23,7 +23,7 @@ pub enum AcmeKey {
 }
 
 /// What a frontend serves before its first certificate is issued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum UntilIssued {
     /// A self-signed certificate for the names, named as temporary.
@@ -51,7 +51,7 @@ pub struct RawAcme {
 }
 
 /// External account binding: what a CA that requires it gave with the account.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct Eab {
     pub kid: String,
     /// Read when an account is created (never logged or shown).
@@ -60,8 +60,9 @@ pub struct Eab {
 
 /// Where a fleet shares its ACME state (`acme_store`, or the `session_store`), and the file of
 /// the key that seals it.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, serde::Serialize)]
 pub struct AcmeStore {
+    #[serde(serialize_with = "super::ser::url_without_password")]
     pub url: String,
     pub key: PathBuf,
 }
@@ -77,7 +78,7 @@ impl std::fmt::Debug for AcmeStore {
 }
 
 /// A frontend's ACME settings, validated, with where its state lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct Acme {
     pub directory: String,
     pub contact: Vec<String>,

@@ -16,7 +16,7 @@ use super::{defaults, duration_or, key_err, KeyError, OneOrMany, RawFrontend};
 /// Backends per frontend; the backend pool's health snapshot is a 128-bit mask.
 pub const MAX_BACKENDS: usize = 128;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
 pub enum Backend {
     /// The built-in page describing the connection.
     Demo,
@@ -60,7 +60,7 @@ impl From<String> for BackendEntry {
 
 /// Where a backend listens: a TCP address, a Unix socket (`unix:/path`), or a host name whose
 /// addresses DNS gives (each one a member of the pool, looked up again every `dns_refresh`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Target {
     Tcp(SocketAddr),
     Unix(PathBuf),
@@ -68,7 +68,7 @@ pub enum Target {
 }
 
 /// A host name and a port, as `backend` gives them.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct HostPort {
     /// Lower-case, without a trailing dot.
     pub host: String,
@@ -108,7 +108,7 @@ impl fmt::Debug for BackendAddr {
 
 /// How a worker picks the backend for a new connection. Backends in cooldown are tried last
 /// whatever the policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendPolicy {
     /// Each worker goes round the list in order.
@@ -130,16 +130,19 @@ impl fmt::Display for BackendPolicy {
 
 /// `backend`, `backend_policy`, `connect_timeout`, `backend_cooldown`: what a frontend's
 /// backend pool is built from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct Backends {
     pub target: Backend,
     pub policy: BackendPolicy,
+    #[serde(serialize_with = "super::ser::duration")]
     pub connect_timeout: Duration,
+    #[serde(serialize_with = "super::ser::duration")]
     pub cooldown: Duration,
     /// Active checks of these backends, if any.
     pub health_check: Option<super::HealthCheck>,
     /// How often host names are looked up again; `None`: when the answer's TTL ends (kept
     /// between [`MIN_DNS_REFRESH`] and [`MAX_TTL_REFRESH`]).
+    #[serde(serialize_with = "super::ser::opt_duration")]
     pub dns_refresh: Option<Duration>,
 }
 

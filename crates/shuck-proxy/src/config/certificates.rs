@@ -9,7 +9,7 @@ use super::acme::Acme;
 use super::section::{OnChange, Section};
 use super::{key_err, resolve_path, KeyError, OneOrMany, RawFrontend};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
 pub enum CertSource {
     SelfSigned,
     Files {
@@ -63,14 +63,14 @@ impl From<PathBuf> for CertEntry {
 /// Where one certificate comes from: `cert` (a PEM chain, leaf first; or a directory) and the
 /// file of its key when that is apart (`None`: in the bundle itself, or in `<bundle>.key`
 /// beside it, as HAProxy looks for it).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct CertFiles {
     pub cert: PathBuf,
     pub key: Option<PathBuf>,
 }
 
 /// Where OCSP staples come from (`ocsp`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum OcspMode {
     /// No stapling.
@@ -83,7 +83,7 @@ pub enum OcspMode {
 }
 
 /// What to do with a client whose SNI matches no certificate (or that sends none).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SniFallback {
     /// Serve the frontend's default certificate.
@@ -93,7 +93,7 @@ pub enum SniFallback {
 }
 
 /// `certificates`, `self_signed`, `default_certificate`, `unknown_sni`, `missing_sni`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct Certificates {
     pub source: CertSource,
     pub unknown_sni: SniFallback,

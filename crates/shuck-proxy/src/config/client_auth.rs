@@ -10,7 +10,7 @@ use super::section::{OnChange, Section};
 use super::{key_err, resolve_path, resolve_paths, KeyError, RawFrontend};
 
 /// Whether clients must present a certificate (mutual TLS).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum ClientAuth {
     #[default]
@@ -37,7 +37,7 @@ impl fmt::Display for ClientAuth {
 }
 
 /// `client_auth`, `client_ca`, `client_crl`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct ClientAuthSettings {
     pub mode: ClientAuth,
     pub ca: Option<PathBuf>,

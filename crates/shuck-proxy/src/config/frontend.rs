@@ -77,7 +77,7 @@ frontend_sections! {
 }
 
 /// `acme = { … }`: the settings ACME renewal runs with.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq)]
 pub struct AcmeSettings(pub Option<Box<Acme>>);
 
 impl Section for AcmeSettings {
@@ -140,18 +140,18 @@ impl Frontend {
         new
     }
 
-    /// Each section's key and value as text (`Debug`, which every section derives or, where a
-    /// secret or raw bytes would show, writes itself).
-    pub fn rendered_sections(&self) -> Vec<(&'static str, String)> {
-        struct Render(Vec<(&'static str, String)>);
-        impl SectionVisitor for Render {
+    /// Each section's key and value, as the TOML values `running.toml` keeps (`config::ser`:
+    /// durations as written, TLS parameters by name, store URLs without their password).
+    pub fn section_values(&self) -> Vec<(&'static str, toml::Value)> {
+        struct Values(Vec<(&'static str, toml::Value)>);
+        impl SectionVisitor for Values {
             fn visit<S: Section>(&mut self, old: &S, _: &mut S) {
-                self.0.push((S::KEY, format!("{old:?}")));
+                self.0.push((S::KEY, super::ser::value_of(old)));
             }
         }
-        let mut render = Render(Vec::new());
-        self.zip_sections(&mut self.clone(), &mut render);
-        render.0
+        let mut values = Values(Vec::new());
+        self.zip_sections(&mut self.clone(), &mut values);
+        values.0
     }
 
     /// The ACME settings, if the certificates come from ACME.

@@ -22,9 +22,11 @@ pub struct RawHealthCheck {
 }
 
 /// A validated check.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq, Hash)]
 pub struct HealthCheck {
+    #[serde(serialize_with = "super::ser::duration")]
     pub interval: Duration,
+    #[serde(serialize_with = "super::ser::duration")]
     pub timeout: Duration,
     /// Good checks in a row that bring a down backend back.
     pub rise: u32,

@@ -12,10 +12,11 @@ use super::{defaults, duration_or, key_err, Frontend, KeyError, OneOrMany, RawFr
 const MAX_DEFER_ACCEPT: Duration = Duration::from_secs(60);
 
 /// `listen`, `backlog`, `defer_accept`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct Listen {
     pub addrs: Vec<SocketAddr>,
     pub backlog: u32,
+    #[serde(serialize_with = "super::ser::duration")]
     pub defer_accept: Duration,
 }
 

@@ -31,6 +31,7 @@ mod listen;
 mod proxy;
 pub mod routes;
 mod section;
+mod ser;
 mod sessions;
 mod timeouts;
 mod tls;

@@ -48,7 +48,7 @@ impl fmt::Display for ProxyProtocol {
     clippy::struct_excessive_bools,
     reason = "independent on/off switches, one per TLV, as in the configuration"
 )]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ProxyTlvs {
     pub alpn: bool,
     pub authority: bool,
@@ -99,10 +99,12 @@ impl ProxyTlvs {
 }
 
 /// Receiving PROXY headers from a load balancer in front of shuck.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct AcceptProxy {
     /// Peers allowed to connect (and so to send a header); empty means any.
+    #[serde(serialize_with = "super::ser::shown")]
     pub from: Vec<ipnet::IpNet>,
+    #[serde(serialize_with = "super::ser::duration")]
     pub timeout: Duration,
     /// The TLV type shuck uses for client certificates: never taken from a received header.
     pub cert_tlv: u8,
@@ -128,9 +130,10 @@ impl AcceptProxy {
 
 /// `proxy_protocol`, `proxy_protocol_tlvs`, `proxy_client_cert_tlv`, `accept_proxy`,
 /// `accept_proxy_from`, `proxy_header_timeout`: PROXY headers sent and accepted.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct Proxy {
     /// The header sent to the backend, if any.
+    #[serde(serialize_with = "super::ser::version")]
     pub send: Option<Version>,
     /// TLVs of v2 headers to the backend (none for v1).
     pub tlvs: ProxyTlvs,

@@ -33,7 +33,7 @@ pub struct RawRoute {
 }
 
 /// A validated route.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct Route {
     /// For logs and metrics: as written, or `route1`, `route2`, … by position.
     pub name: String,
@@ -43,6 +43,7 @@ pub struct Route {
     pub alpn: Vec<String>,
     pub backend: Backends,
     /// The PROXY header to this route's backends, if any, and its TLVs.
+    #[serde(serialize_with = "super::ser::version")]
     pub send: Option<Version>,
     pub tlvs: ProxyTlvs,
 }
@@ -70,7 +71,7 @@ fn name_matches(pattern: &str, name: &str) -> bool {
 }
 
 /// The routes of a frontend, in file order.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq, Default)]
 pub struct Routes(pub Vec<Route>);
 
 /// Workers build each route's pool afresh when its backend settings change, as for the

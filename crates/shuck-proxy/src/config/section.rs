@@ -37,7 +37,7 @@ impl OnChange {
 
 /// One section of a frontend: a value compared whole, with the key naming it (in notes and
 /// `running.toml`) and how a change to it applies.
-pub trait Section: fmt::Debug + Clone + PartialEq {
+pub trait Section: fmt::Debug + Clone + PartialEq + serde::Serialize {
     const KEY: &'static str;
     const ON_CHANGE: OnChange;
 }

@@ -13,7 +13,7 @@ use super::{duration_or, key_err, resolve_path, resolve_paths, KeyError, RawFron
 const STORE_TIMEOUT: Duration = Duration::from_millis(2);
 
 /// How a ticket key file is read (`session_ticket_key_format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum TicketKeyFormat {
     /// Raw bytes: nginx; base64 lines: HAProxy.
@@ -37,12 +37,13 @@ impl std::fmt::Display for TicketKeyFormat {
 
 /// `session_cache_size`, `session_tickets`, `session_ticket_lifetime`, `session_ticket_keys`,
 /// `session_ticket_key_format`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct Resumption {
     pub cache_size: usize,
     pub tickets: bool,
     /// Random ticket keys rotate this often (a ticket stays valid one to two lifetimes); with
     /// key files, a ticket is refused once this old.
+    #[serde(serialize_with = "super::ser::duration")]
     pub ticket_lifetime: Duration,
     /// Ticket keys from files shared by a fleet, instead of random ones.
     pub ticket_keys: Option<TicketKeyFiles>,
@@ -56,7 +57,7 @@ impl Section for Resumption {
 }
 
 /// `session_ticket_keys`: the files, read when TLS is loaded (start, reload, `shuck check`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct TicketKeyFiles {
     pub paths: Vec<PathBuf>,
     pub format: TicketKeyFormat,
@@ -92,11 +93,13 @@ impl RawFrontend {
 }
 
 /// `session_store`: where sessions by ID are shared across hosts.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SessionStoreSettings {
     /// `redis://…`, `rediss://…` or `unix:/path` (as the redis crate reads it).
+    #[serde(serialize_with = "super::ser::url_without_password")]
     pub url: String,
     /// The longest a handshake waits for a lookup.
+    #[serde(serialize_with = "super::ser::duration")]
     pub timeout: Duration,
     /// The file holding the key that seals stored sessions (shared by the fleet).
     pub key: PathBuf,

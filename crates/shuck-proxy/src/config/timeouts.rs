@@ -7,9 +7,11 @@ use super::section::{OnChange, Section};
 use super::{defaults, duration_or, key_err, KeyError, RawFrontend};
 
 /// `handshake_timeout`, `idle_timeout` (`connect_timeout` is the backend pool's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
+    #[serde(serialize_with = "super::ser::duration")]
     pub handshake: Duration,
+    #[serde(serialize_with = "super::ser::duration")]
     pub idle: Duration,
 }
 

@@ -17,7 +17,7 @@ const MIN_TICKET_LIFETIME: Duration = Duration::from_secs(60);
 const MAX_TICKET_LIFETIME: Duration = Duration::from_secs(7 * 86_400);
 
 /// Who protects a TLS 1.3 connection's records once its handshake is done (`record_layer`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default)]
+#[derive(serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum RecordLayer {
     /// shuck's own (`tls::stream::records`, on the keys rustls hands over): a few hundred bytes per
@@ -38,7 +38,7 @@ impl RecordLayer {
 }
 
 /// `protocols`, `ciphersuites`, `groups`, `alpn`: what a handshake may negotiate.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq)]
 pub struct Tls {
     pub versions: Versions,
     pub ciphersuites: Suites,
@@ -52,7 +52,7 @@ impl Section for Tls {
 }
 
 /// `record_layer`, `ktls`: who protects a TLS 1.3 connection's records after the handshake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordLayerSettings {
     pub layer: RecordLayer,
     /// Kernel TLS: the kernel protects the records once the handshake is done, where it can

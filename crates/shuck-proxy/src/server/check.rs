@@ -397,13 +397,13 @@ fn write_reload_changes(s: &mut String, config: &Config) {
         let _ = match (&c.old, &c.new) {
             (None, Some(_)) => writeln!(s, "  {how}: {} added", c.key),
             (Some(_), None) => writeln!(s, "  {how}: {} removed", c.key),
-            (old, new) => {
-                let (old, new) = (old.as_deref().unwrap_or(""), new.as_deref().unwrap_or(""));
+            (Some(old), Some(new)) => {
                 for (field, old, new) in running::differing_fields(old, new) {
                     let _ = writeln!(s, "  {how}: {}{field}: {old} -> {new}", c.key);
                 }
                 Ok(())
             }
+            (None, None) => Ok(()),
         };
     }
 }

@@ -407,7 +407,7 @@ impl Reloader {
     /// accept (the settings slot), not as the record of the last reload says. Also
     /// `log_connections`, which `running.toml` leaves out (a flag may set it) but a reload
     /// applies.
-    pub fn in_force(&self) -> std::collections::BTreeMap<String, String> {
+    pub fn in_force(&self) -> std::collections::BTreeMap<String, toml::Value> {
         let mut config = self.started.clone();
         config.frontends = self
             .frontends
@@ -417,7 +417,7 @@ impl Reloader {
         let mut settings = running::settings(&config);
         settings.insert(
             "log_connections".into(),
-            self.started.log_connections.to_string(),
+            toml::Value::String(self.started.log_connections.to_string()),
         );
         settings
     }

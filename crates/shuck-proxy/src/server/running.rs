@@ -1,5 +1,6 @@
-//! What runs, as `shuck check` compares it: every setting a reload looks at, as text, written to
-//! `state_dir/running.toml` at start and after each reload. `shuck check` reads it back and says
+//! What runs, as `shuck check` compares it: every setting a reload looks at, as TOML values
+//! (each frontend section serialized by `config::ser`), written to `state_dir/running.toml` at
+//! start and after each reload. `shuck check` reads it back and says
 //! what a reload of the edited file would change, and what would need a restart. Settings only:
 //! paths, addresses, names, never key material; a store URL goes without its password.
 
@@ -18,7 +19,7 @@ const FILE: &str = "running.toml";
 
 /// The shape of the settings recorded, raised whenever their keys or renderings change: a
 /// record in another shape is not compared (every setting would look changed).
-pub const FORMAT: u32 = 3;
+pub const FORMAT: u32 = 4;
 
 /// What a running shuck recorded.
 #[derive(Debug, Serialize, Deserialize)]
@@ -27,15 +28,15 @@ pub struct Snapshot {
     /// [`FORMAT`] of the shuck that wrote it (absent: the first shape).
     #[serde(default)]
     pub format: u32,
-    pub settings: BTreeMap<String, String>,
+    pub settings: BTreeMap<String, toml::Value>,
 }
 
 /// One setting that differs between what runs and a new configuration.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub struct Change {
     pub key: String,
-    pub old: Option<String>,
-    pub new: Option<String>,
+    pub old: Option<toml::Value>,
+    pub new: Option<toml::Value>,
     pub applies: Applies,
 }
 
@@ -68,14 +69,14 @@ pub fn read(state_dir: &Path) -> Option<(PathBuf, Snapshot)> {
     Some((path, snapshot))
 }
 
-/// Every setting, by a key naming it (`workers`, `frontend "web" listen`), as text.
-pub fn settings(c: &Config) -> BTreeMap<String, String> {
+/// Every setting, by a key naming it (`workers`, `frontend "web" listen`), as a TOML value.
+pub fn settings(c: &Config) -> BTreeMap<String, toml::Value> {
     let mut m = BTreeMap::new();
     for k in global::GLOBAL_KEYS
         .iter()
         .filter(|k| k.recorded == Recorded::Yes)
     {
-        m.insert(k.key.to_string(), (k.value)(c));
+        m.insert(k.key.to_string(), toml::Value::String((k.value)(c)));
     }
     for fe in &c.frontends {
         frontend_settings(fe, &mut m);
@@ -83,22 +84,25 @@ pub fn settings(c: &Config) -> BTreeMap<String, String> {
     m
 }
 
-fn frontend_settings(fe: &Frontend, m: &mut BTreeMap<String, String>) {
+/// The key under which a frontend itself is recorded: a table saying whether it has tasks of
+/// its own (ACME renewal, OCSP fetching), which decides whether a reload may add or remove it.
+const TASKS: &str = "runs_tasks";
+
+fn frontend_settings(fe: &Frontend, m: &mut BTreeMap<String, toml::Value>) {
     let whole = format!("frontend {:?}", fe.name);
-    // The frontend itself: whether it has tasks of its own decides if a reload may add it.
-    let kind = if fe.runs_tasks() {
-        "with ACME or OCSP fetching"
-    } else {
-        "configured"
-    };
-    m.insert(whole.clone(), kind.into());
-    for (key, value) in fe.rendered_sections() {
+    let mut itself = toml::Table::new();
+    itself.insert(TASKS.into(), toml::Value::Boolean(fe.runs_tasks()));
+    m.insert(whole.clone(), toml::Value::Table(itself));
+    for (key, value) in fe.section_values() {
         m.insert(format!("{whole} {key}"), value);
     }
 }
 
 /// What differs between `old` (what runs) and `new`, and how each change would take effect.
-pub fn changes(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Vec<Change> {
+pub fn changes(
+    old: &BTreeMap<String, toml::Value>,
+    new: &BTreeMap<String, toml::Value>,
+) -> Vec<Change> {
     let keys: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
     keys.into_iter()
         .filter(|k| old.get(*k) != new.get(*k))
@@ -113,12 +117,18 @@ pub fn changes(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -
 
 /// How a change of `key` takes effect: what `reload::Reloader` applies and what it leaves, from
 /// the same declarations (`config::global::GLOBAL_KEYS`, `config::frontend::SECTIONS`).
-fn applies(key: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Applies {
+fn applies(
+    key: &str,
+    old: &BTreeMap<String, toml::Value>,
+    new: &BTreeMap<String, toml::Value>,
+) -> Applies {
     let Some((frontend, section)) = frontend_key(key) else {
         return global::applies(key).unwrap_or(Applies::Restart);
     };
-    let whole = |m: &BTreeMap<String, String>| m.get(frontend).cloned();
-    let tasks = |v: Option<String>| v.is_some_and(|v| v.starts_with("with ACME"));
+    let whole = |m: &BTreeMap<String, toml::Value>| m.get(frontend).cloned();
+    let tasks = |v: Option<toml::Value>| {
+        v.and_then(|v| v.get(TASKS).and_then(toml::Value::as_bool)) == Some(true)
+    };
     // A frontend added or removed: all of it as the frontend itself, not if it renews
     // certificates or fetches staples.
     if whole(old).is_none() || whole(new).is_none() {
@@ -130,7 +140,7 @@ fn applies(key: &str, old: &BTreeMap<String, String>, new: &BTreeMap<String, Str
     }
     // A frontend one of whose sections keeps the whole frontend as it runs.
     let kept_whole = SECTIONS.iter().any(|(k, on)| {
-        let of = |m: &BTreeMap<String, String>| m.get(&format!("{frontend} {k}")).cloned();
+        let of = |m: &BTreeMap<String, toml::Value>| m.get(&format!("{frontend} {k}")).cloned();
         matches!(on, OnChange::RestartFrontend(_)) && of(old) != of(new)
     });
     let restart = match section {
@@ -156,53 +166,43 @@ fn frontend_key(key: &str) -> Option<(&str, Option<&str>)> {
     }
 }
 
-/// The fields that differ between two renderings of a section (`Name { a: 1, b: [2, 3] }`), as
-/// (".a", old, new); the whole values under "" when either is not such a struct or their
-/// fields differ in name.
-pub fn differing_fields<'a>(old: &'a str, new: &'a str) -> Vec<(String, &'a str, &'a str)> {
-    match (struct_fields(old), struct_fields(new)) {
-        (Some(a), Some(b)) if a.iter().map(|f| f.0).eq(b.iter().map(|f| f.0)) => a
-            .into_iter()
-            .zip(b)
-            .filter(|(x, y)| x.1 != y.1)
-            .map(|((name, x), (_, y))| (format!(".{name}"), x, y))
-            .collect(),
-        _ => vec![(String::new(), old, new)],
-    }
+/// The fields that differ between two values of a section, as (".field", old, new) shown
+/// inline in TOML's syntax; the whole values under "" when either is not a table.
+pub fn differing_fields(old: &toml::Value, new: &toml::Value) -> Vec<(String, String, String)> {
+    let (Some(a), Some(b)) = (old.as_table(), new.as_table()) else {
+        // A global key's value is its text (`workers: 2 -> 3`), shown as such.
+        let whole = |v: &toml::Value| v.as_str().map_or_else(|| inline(v), str::to_string);
+        return vec![(String::new(), whole(old), whole(new))];
+    };
+    let none = toml::Value::String("none".into());
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| {
+            let (x, y) = (a.get(k).unwrap_or(&none), b.get(k).unwrap_or(&none));
+            (format!(".{k}"), inline(x), inline(y))
+        })
+        .collect()
 }
 
-/// The top-level fields of a derived `Debug` rendering of a struct, in order.
-fn struct_fields(text: &str) -> Option<Vec<(&str, &str)>> {
-    let body = text.strip_suffix(" }")?;
-    let body = &body[body.find(" { ")? + 3..];
-    let mut fields = Vec::new();
-    let (mut depth, mut quoted, mut escaped, mut start) = (0i32, false, false, 0);
-    for (i, &b) in body.as_bytes().iter().enumerate() {
-        if escaped {
-            escaped = false;
-            continue;
+/// A value on one line: `"5s"`, `["127.0.0.1:443"]`, `{ addrs = [...], backlog = 511 }`.
+pub fn inline(v: &toml::Value) -> String {
+    match v {
+        toml::Value::Array(items) => {
+            format!(
+                "[{}]",
+                items.iter().map(inline).collect::<Vec<_>>().join(", ")
+            )
         }
-        match b {
-            b'\\' if quoted => escaped = true,
-            b'"' => quoted = !quoted,
-            b'(' | b'[' | b'{' if !quoted => depth += 1,
-            b')' | b']' | b'}' if !quoted => depth -= 1,
-            b',' if !quoted && depth == 0 => {
-                fields.push(field(&body[start..i])?);
-                start = i + 2;
-            }
-            _ => {}
+        toml::Value::Table(t) => {
+            let fields: Vec<String> = t
+                .iter()
+                .map(|(k, v)| format!("{k} = {}", inline(v)))
+                .collect();
+            format!("{{ {} }}", fields.join(", "))
         }
+        other => other.to_string(),
     }
-    fields.push(field(body.get(start..)?)?);
-    Some(fields)
-}
-
-fn field(text: &str) -> Option<(&str, &str)> {
-    let (name, value) = text.split_once(": ")?;
-    name.chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '_')
-        .then_some((name, value))
 }
 
 #[cfg(test)]
@@ -245,26 +245,69 @@ mod tests {
 
     #[test]
     fn differing_fields_name_only_what_changed() {
-        let old =
-            r#"Listen { addrs: [127.0.0.1:1, 127.0.0.1:2], backlog: 16, note: "a, b\\", x: 1 }"#;
-        let new =
-            r#"Listen { addrs: [127.0.0.1:1, 127.0.0.1:2], backlog: 64, note: "a, c\\", x: 2 }"#;
+        let value = |text: &str| toml::from_str::<toml::Table>(text).unwrap()["s"].clone();
+        let old = value("s = { addrs = [\"127.0.0.1:1\"], backlog = 16, note = \"a, b\", x = 1 }");
+        let new = value("s = { addrs = [\"127.0.0.1:1\"], backlog = 64, note = \"a, c\" }");
         assert_eq!(
-            differing_fields(old, new),
+            differing_fields(&old, &new),
             [
-                (".backlog".to_string(), "16", "64"),
-                (".note".to_string(), r#""a, b\\""#, r#""a, c\\""#),
-                (".x".to_string(), "1", "2")
+                (".backlog".to_string(), "16".to_string(), "64".to_string()),
+                (
+                    ".note".to_string(),
+                    r#""a, b""#.to_string(),
+                    r#""a, c""#.to_string()
+                ),
+                (".x".to_string(), "1".to_string(), r#""none""#.to_string()),
             ]
         );
-        assert_eq!(
-            differing_fields("Round", "Least"),
-            [(String::new(), "Round", "Least")]
+        let (round, least) = (
+            value("s = \"round_robin\""),
+            value("s = \"least_connections\""),
         );
         assert_eq!(
-            differing_fields("Some(A { x: 1 })", "None"),
-            [(String::new(), "Some(A { x: 1 })", "None")]
+            differing_fields(&round, &least),
+            [(
+                String::new(),
+                "round_robin".to_string(),
+                "least_connections".to_string()
+            )]
         );
+    }
+
+    #[test]
+    fn sections_are_recorded_as_values_not_text() {
+        let c = config(&format!("{WEB}idle_timeout = \"90s\"\n"));
+        let s = settings(&c);
+        let timeouts = &s["frontend \"web\" timeouts"];
+        assert_eq!(
+            timeouts.get("idle").and_then(toml::Value::as_str),
+            Some("1m 30s"),
+            "{timeouts}"
+        );
+        let tls = &s["frontend \"web\" tls"];
+        let versions = tls
+            .get("versions")
+            .and_then(toml::Value::as_array)
+            .expect("a list");
+        assert!(
+            versions.iter().any(|v| v.as_str() == Some("TLSv1_3")),
+            "{tls}"
+        );
+        assert_eq!(
+            s["frontend \"web\""]
+                .get(TASKS)
+                .and_then(toml::Value::as_bool),
+            Some(false)
+        );
+        // Written and read back, the record compares equal: nothing is lost in the file.
+        let text = toml::to_string(&Snapshot {
+            pid: 1,
+            format: FORMAT,
+            settings: s.clone(),
+        })
+        .unwrap();
+        let back: Snapshot = toml::from_str(&text).unwrap();
+        assert!(changes(&s, &back.settings).is_empty(), "{text}");
     }
 
     #[test]

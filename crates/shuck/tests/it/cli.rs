@@ -696,9 +696,9 @@ fn check_says_what_a_reload_would_change() {
     for want in [
         format!("pid {}", running.pid()),
         format!(
-            "a reload applies: frontend \"web\" listen.addrs: [127.0.0.1:0] -> [{first}, {free}]"
+            "a reload applies: frontend \"web\" listen.addrs: [\"127.0.0.1:0\"] -> [\"{first}\", \"{free}\"]"
         ),
-        "a reload applies: frontend \"web\" backend.target: Servers([127.0.0.1:1]) -> Servers([127.0.0.1:2])"
+        "a reload applies: frontend \"web\" backend.target: { Servers = [\"127.0.0.1:1\"] } -> { Servers = [\"127.0.0.1:2\"] }"
             .into(),
         "needs a restart: workers: 2 -> 3".into(),
     ] {

@@ -763,6 +763,6 @@ fn records_name_each_cipher_for_the_kernel_and_rest_either_half() {
 /// class (896), 128 bytes more per connection (8 bytes over did, between 80a28ed and 5b9510a).
 #[test]
 fn shuck_records_stay_within_768_bytes() {
-    let size = std::mem::size_of::<ShuckRecords>();
+    let size = size_of::<ShuckRecords>();
     assert!(size <= 768, "{size} bytes");
 }
