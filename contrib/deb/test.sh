@@ -21,24 +21,28 @@ fi
 work=$(mktemp -d)
 pid=
 policy=/usr/sbin/policy-rc.d
-policy_saved=
+saved=$work/policy-rc.d.machine
+policy_ours=
 cleanup() {
   [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
   touch "$work/loop.stop" 2>/dev/null || true
   dpkg -P shuck >/dev/null 2>&1 || true
-  # The machine's policy back as it was: ours removed, its own restored.
-  rm -f "$policy"
-  [ -n "$policy_saved" ] && mv "$work/policy-rc.d.machine" "$policy"
+  # The machine's policy back as it was: ours removed, its own restored (and the work
+  # directory, which holds it meanwhile, removed only once it is back).
+  [ -n "$policy_ours" ] && rm -f "$policy"
+  if [ -e "$saved" ] || [ -L "$saved" ]; then
+    mv -f "$saved" "$policy" || { echo "package test: restore $policy from $saved" >&2; return; }
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 fail() { echo "package test: $*" >&2; exit 1; }
 
 # The steps below set the policy each needs; the machine's own is kept aside until the end.
 if [ -e "$policy" ] || [ -L "$policy" ]; then
-  mv "$policy" "$work/policy-rc.d.machine"
-  policy_saved=1
+  mv "$policy" "$saved"
   echo "package test: this machine's $policy moved aside for the test (restored at exit)"
 else
   echo "package test: this machine has no $policy"
@@ -143,10 +147,12 @@ dpkg -P shuck >/dev/null || fail "dpkg -P failed"
 [ ! -e /var/lib/shuck ] || fail "purge left the state directory"
 
 # policy-rc.d forbidding actions (as in image builds and chroots): installed, not started.
+policy_ours=1
 printf '#!/bin/sh\nexit 101\n' >"$policy"
 chmod +x "$policy"
 dpkg -i "$deb" >/dev/null || fail "dpkg -i under policy-rc.d failed"
 rm -f "$policy"
+policy_ours=
 ! alive || fail "installed under a policy-rc.d that forbids it, the service started"
 dpkg -P shuck >/dev/null || fail "dpkg -P failed"
 echo "package test: under a policy-rc.d that forbids starting, installed and not started"

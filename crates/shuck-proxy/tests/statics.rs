@@ -49,11 +49,15 @@ fn statics(code: &str) -> Vec<String> {
     code.lines()
         .filter_map(|line| {
             let rest = line.trim_start();
-            let rest = rest
-                .strip_prefix("pub(crate) ")
-                .or_else(|| rest.strip_prefix("pub "))
-                .unwrap_or(rest);
-            let (name, ty) = rest.strip_prefix("static ")?.split_once(':')?;
+            // Any visibility: `pub`, `pub(crate)`, `pub(super)`, `pub(in …)`.
+            let rest = match rest.strip_prefix("pub") {
+                Some(r) if r.starts_with('(') => r.split_once(") ")?.1,
+                Some(r) => r.trim_start(),
+                None => rest,
+            };
+            let rest = rest.strip_prefix("static ")?;
+            let rest = rest.strip_prefix("mut ").unwrap_or(rest);
+            let (name, ty) = rest.split_once(':')?;
             let plain_reference = ty.trim_start().starts_with('&');
             (!plain_reference && !name.contains(' ')).then(|| name.trim().to_string())
         })
@@ -99,6 +103,7 @@ fn the_reader_sees_statics_in_all_their_forms() {
     let code = "static A: AtomicBool = AtomicBool::new(false);\n    static B: RefCell<u8> = 0;\n\
                 pub(crate) static C: LazyLock<X> = LazyLock::new(X::default);\n\
                 pub static D: &str = \"d\";\nstatic E: &[u8] = b\"\";\nlet s = \"static F: u8\";\n\
+                pub(super) static H: Cell<u8> = 0;\nstatic mut I: u8 = 0;\n\
                 #[cfg(test)]\nmod tests {\n    static G: Mutex<u8> = Mutex::new(0);\n}";
-    assert_eq!(statics(code), ["A", "B", "C"]);
+    assert_eq!(statics(code), ["A", "B", "C", "H", "I"]);
 }

@@ -5,6 +5,12 @@
 
 use std::process::ExitCode;
 
+// The same allocator as shuck's (when built with it), so the load generator and `shuck bench
+// backend` measure as they did when they were part of the shuck binary.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use clap::{Parser, Subcommand};
 
 /// Named `shuck` in its help: users reach it as `shuck bench` and `shuck speed`.

@@ -1,32 +1,28 @@
-//! `shuck bench` and `shuck speed`: the shuck-bench binary, run with the same arguments and
-//! standard streams, its exit status passed on. It is found beside this executable (a cargo
+//! `shuck bench` and `shuck speed`: this process becomes the shuck-bench binary (exec), with the
+//! same arguments, streams and process ID, so a signal sent to `shuck bench` reaches the
+//! benchmark and its exit status is the command's. It is found beside this executable (a cargo
 //! build) or in ../lib/shuck/ (the Debian package); the terminator links none of it.
 
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 const TOOL: &str = "shuck-bench";
 
-/// Runs `shuck-bench SUBCOMMAND ARGS…` and exits as it did.
-pub(crate) fn run(subcommand: &str, args: &[OsString]) -> Result<ExitCode, String> {
-    let tool = find().ok_or_else(|| {
-        format!(
+/// Replaces this process with `shuck-bench SUBCOMMAND ARGS…`; returns only if that fails.
+pub(crate) fn run(subcommand: &str, args: &[OsString]) -> String {
+    let Some(tool) = find() else {
+        return format!(
             "`shuck {subcommand}` runs the {TOOL} binary, which is not beside this shuck nor in \
              ../lib/shuck/ (cargo builds it with the default `bench` feature; the Debian package \
              installs it in /usr/lib/shuck/)"
-        )
-    })?;
-    let status = std::process::Command::new(&tool)
+        );
+    };
+    let e = std::process::Command::new(&tool)
         .arg(subcommand)
         .args(args)
-        .status()
-        .map_err(|e| format!("cannot run {}: {e}", tool.display()))?;
-    // A status without a code (a signal) is a failure too.
-    Ok(status
-        .code()
-        .and_then(|c| u8::try_from(c).ok())
-        .map_or(ExitCode::FAILURE, ExitCode::from))
+        .exec();
+    format!("cannot run {}: {e}", tool.display())
 }
 
 fn find() -> Option<PathBuf> {

@@ -39,8 +39,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(&args),
         Command::Check(args) => check(&args),
         Command::TicketKey(args) => ticket_key(&args),
-        Command::Bench { args } => return exit_as(bench_tool::run("bench", &args)),
-        Command::Speed { args } => return exit_as(bench_tool::run("speed", &args)),
+        Command::Bench { args } => Err(bench_tool::run("bench", &args)),
+        Command::Speed { args } => Err(bench_tool::run("speed", &args)),
         Command::Completions { shell } => {
             // Into a buffer: clap_complete panics on a write error (a closed pipe).
             let mut script = Vec::new();
@@ -70,14 +70,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// The exit of a tool run in shuck's place, or shuck's own error when it could not run.
-fn exit_as(ran: Result<ExitCode, String>) -> ExitCode {
-    ran.unwrap_or_else(|e| {
-        eprintln!("shuck: error: {e}");
-        ExitCode::FAILURE
-    })
 }
 
 /// `shuck version`: one line, or with `verbose` what a bug report needs about the build and this

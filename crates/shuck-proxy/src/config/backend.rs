@@ -168,7 +168,7 @@ impl Backends {
 }
 
 /// A new pool for new connections: its health and counts start afresh, so workers keep the old
-/// pool while this section is unchanged (`server::worker`).
+/// pool while this section is unchanged (`worker`).
 impl Section for Backends {
     const KEY: &'static str = "backend";
     const ON_CHANGE: OnChange = OnChange::NewConnections;

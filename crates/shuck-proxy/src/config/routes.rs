@@ -75,7 +75,7 @@ fn name_matches(pattern: &str, name: &str) -> bool {
 pub struct Routes(pub Vec<Route>);
 
 /// Workers build each route's pool afresh when its backend settings change, as for the
-/// frontend's own (`server::worker`).
+/// frontend's own (`worker`).
 impl Section for Routes {
     const KEY: &'static str = "route";
     const ON_CHANGE: OnChange = OnChange::NewConnections;

@@ -100,7 +100,9 @@ impl Outcome {
 
 /// The two outcomes of an input the layers disagree on.
 #[derive(Debug)]
-pub(crate) struct Disagreement {
+// Public for the fuzz targets (`shuck_proxy::fuzzing`); unreachable from outside in tests.
+#[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
+pub struct Disagreement {
     ours: Outcome,
     theirs: Outcome,
 }
@@ -118,14 +120,18 @@ impl std::fmt::Display for Disagreement {
 
 /// Runs `input` through both record layers; panics, saying how, when they disagree beyond
 /// the rules in [`agree`]. The fuzz target's body.
-pub(crate) fn check(input: &[u8]) {
+// Public for the fuzz targets (`shuck_proxy::fuzzing`); unreachable from outside in tests.
+#[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
+pub fn check(input: &[u8]) {
     if let Err(d) = compare(input) {
         panic!("the record layers disagree\n{d}");
     }
 }
 
 /// Runs `input` through both record layers and compares their outcomes.
-pub(crate) fn compare(input: &[u8]) -> Result<(), Box<Disagreement>> {
+// Public for the fuzz targets (`shuck_proxy::fuzzing`); unreachable from outside in tests.
+#[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
+pub fn compare(input: &[u8]) -> Result<(), Box<Disagreement>> {
     let suite = SUITES[usize::from(input.first().copied().unwrap_or(0)) % SUITES.len()];
     let a = pair::handshake(suite);
     let b = pair::handshake(suite);
