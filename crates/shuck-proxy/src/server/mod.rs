@@ -48,9 +48,8 @@ pub struct Server {
     fd_limit: u64,
     /// `max_connections` as the descriptors can serve it; a reload changes it in place.
     limit: Arc<limits::ConnectionLimit>,
-    /// The access log's settings, `shutdown_grace` and the expiry lead time; a reload changes
-    /// them in place.
-    /// What the workers, the reloader and the server's tasks share.
+    /// What the workers, the reloader and the server's tasks share (with the access log's
+    /// settings, `shutdown_grace` and the expiry lead time, which a reload changes in place).
     engine: Arc<Engine>,
     /// Where the ACME renewal tasks say a frontend's certificate changed.
     renewed: Renewals,
@@ -266,14 +265,32 @@ impl Server {
     /// worker is listening. `rt` is the main thread's runtime: it drives `shutdown`, `force`, the
     /// metrics endpoint and whatever the caller spawned on it (signal handling).
     pub fn run(
-        self,
+        mut self,
         rt: &tokio::runtime::Runtime,
         ready_file: Option<&Path>,
         shutdown: impl Future<Output = ()>,
         force: impl Future<Output = ()>,
     ) -> Result<()> {
-        let staple_jobs = self.staple_jobs();
-        let c = &self.config;
+        let bound = self.listening();
+        let metrics_addr = self.metrics_addr();
+        self.watch_backends(rt);
+        self.cert_watch.start(
+            rt.handle(),
+            self.renewed.announce.clone(),
+            self.metrics.clone(),
+        );
+        let (stop, workers) = self.start_workers()?;
+        let _metrics_task = self.serve_metrics(rt, metrics_addr)?;
+        self.start_tasks(rt);
+        let listed: Vec<SocketAddr> = bound.iter().map(|(_, a)| *a).chain(metrics_addr).collect();
+        self.announce_ready(rt, ready_file, &listed, bound.len())?;
+        rt.block_on(shutdown);
+        self.drain(rt, &stop, workers, force);
+        Ok(())
+    }
+
+    /// The addresses listened on, as the metrics and the start's log line show them.
+    fn listening(&self) -> Vec<(String, SocketAddr)> {
         let bound = self
             .bindings
             .lock()
@@ -282,32 +299,29 @@ impl Server {
         self.metrics.set_listeners(&bound);
         tracing::info!(
             pid = std::process::id(),
-            workers = c.workers,
+            workers = self.config.workers,
             fd_limit = self.fd_limit,
             max_connections = self.limit.max(),
             "starting"
         );
-        let limit = self.limit.clone();
-        let cores = if c.pin_cpus {
+        bound
+    }
+
+    /// One thread per worker, pinned when `pin_cpus` says so; the sender stops them accepting.
+    fn start_workers(&mut self) -> Result<(watch::Sender<bool>, Vec<std::thread::JoinHandle<()>>)> {
+        let cores = if self.config.pin_cpus {
             core_affinity::get_core_ids().unwrap_or_default()
         } else {
             Vec::new()
         };
-        let metrics_addr = self.metrics_addr();
-        self.watch_backends(rt);
-        self.cert_watch.start(
-            rt.handle(),
-            self.renewed.announce.clone(),
-            self.metrics.clone(),
-        );
         let (tx, rx) = watch::channel(false);
-        let mut handles = Vec::with_capacity(c.workers);
-        for (id, control) in self.control.into_iter().enumerate() {
+        let mut handles = Vec::with_capacity(self.config.workers);
+        for (id, control) in std::mem::take(&mut self.control).into_iter().enumerate() {
             let spec = accept::WorkerSpec {
                 id,
                 core: (!cores.is_empty()).then(|| cores[id % cores.len()]),
                 control,
-                limit: limit.clone(),
+                limit: self.limit.clone(),
                 engine: self.engine.clone(),
                 shutdown: rx.clone(),
                 metrics: self.metrics.clone(),
@@ -315,48 +329,65 @@ impl Server {
             handles
                 .push(accept::spawn(spec).map_err(|source| Error::Worker { worker: id, source })?);
         }
-        let _metrics_task = match (self.metrics_listener, metrics_addr) {
-            (Some(l), Some(addr)) => {
-                let _guard = rt.enter();
-                let l = tokio::net::TcpListener::from_std(l).map_err(|source| Error::Bind {
-                    addr,
-                    frontend: "metrics".into(),
-                    source,
-                })?;
-                tracing::info!(%addr, "metrics on http://{addr}/metrics");
-                let (serve, handover) = (
-                    metrics::serve(l, self.metrics.clone()),
-                    self.metrics_handover.clone(),
-                );
-                Some(rt.spawn(async move {
-                    tokio::select! {
-                        () = serve => {}
-                        () = handover.notified() => tracing::info!("metrics endpoint handed over to the new process"),
-                    }
-                }))
-            }
-            _ => None,
+        Ok((tx, handles))
+    }
+
+    /// The metrics endpoint on the main runtime, until a new process takes it over.
+    fn serve_metrics(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        addr: Option<SocketAddr>,
+    ) -> Result<Option<tokio::task::JoinHandle<()>>> {
+        let (Some(l), Some(addr)) = (self.metrics_listener.take(), addr) else {
+            return Ok(None);
         };
+        let _guard = rt.enter();
+        let l = tokio::net::TcpListener::from_std(l).map_err(|source| Error::Bind {
+            addr,
+            frontend: "metrics".into(),
+            source,
+        })?;
+        tracing::info!(%addr, "metrics on http://{addr}/metrics");
+        let (serve, handover) = (
+            metrics::serve(l, self.metrics.clone()),
+            self.metrics_handover.clone(),
+        );
+        Ok(Some(rt.spawn(async move {
+            tokio::select! {
+                () = serve => {}
+                () = handover.notified() => tracing::info!("metrics endpoint handed over to the new process"),
+            }
+        })))
+    }
+
+    /// The main runtime's own tasks: the expiry warning, staples, ACME renewals.
+    fn start_tasks(&mut self, rt: &tokio::runtime::Runtime) {
+        let announce = &self.renewed.announce;
         rt.spawn(watch_expiry(self.metrics.clone(), self.engine.clone()));
-        rt.spawn(drop_lapsed_staples(
-            self.metrics.clone(),
-            self.renewed.announce.clone(),
-        ));
-        for job in staple_jobs {
-            rt.spawn(staple_refresh::run(job, self.renewed.announce.clone()));
+        rt.spawn(drop_lapsed_staples(self.metrics.clone(), announce.clone()));
+        for job in self.staple_jobs() {
+            rt.spawn(staple_refresh::run(job, announce.clone()));
         }
-        for job in self.acme_jobs {
-            rt.spawn(acme::renewal::run(job, self.renewed.announce.clone()));
+        for job in std::mem::take(&mut self.acme_jobs) {
+            rt.spawn(acme::renewal::run(job, announce.clone()));
         }
-        // Everything is bound and running: `shuck check` compares with what serves, not with a
-        // start that failed. Before the ready file, so whoever waits on it finds the record.
-        running::record(c);
+    }
+
+    /// Everything is bound and running: the record `shuck check` compares with (not a start
+    /// that failed), the ready file (the `listed` addresses, the metrics endpoint's last), the
+    /// service manager told.
+    fn announce_ready(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        ready_file: Option<&Path>,
+        listed: &[SocketAddr],
+        listening: usize,
+    ) -> Result<()> {
+        // Before the ready file, so whoever waits on it finds the record.
+        running::record(&self.config);
         if let Some(path) = ready_file {
-            let mut lines: Vec<SocketAddr> = bound.iter().map(|(_, a)| *a).collect();
-            lines.extend(metrics_addr);
-            write_ready_file(path, &lines)?;
+            write_ready_file(path, listed)?;
         }
-        let listening = bound.len();
         // After an upgrade, the service manager follows this process only once its
         // predecessor has heard it is ready (or is gone): one that cancelled the upgrade is not
         // followed to a process about to stop.
@@ -365,17 +396,27 @@ impl Server {
         }
         notify::ready(&format!("listening on {listening} addresses"));
         self.metrics.set_phase(metrics::Phase::Serving);
-        rt.spawn(report_status(limit.clone(), self.bindings.clone()));
-        rt.block_on(shutdown);
+        rt.spawn(report_status(self.limit.clone(), self.bindings.clone()));
+        Ok(())
+    }
+
+    /// Stops accepting and waits for the workers' connections (`shutdown_grace` each), or
+    /// until `force`. The runtime keeps running meanwhile, so metrics stay up and a second
+    /// signal can cut the drain short.
+    fn drain(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        stop: &watch::Sender<bool>,
+        workers: Vec<std::thread::JoinHandle<()>>,
+        force: impl Future<Output = ()>,
+    ) {
         notify::stopping();
         self.metrics.set_phase(metrics::Phase::Draining);
         tracing::info!("shutting down: no new connections");
-        let _ = tx.send(true);
-        // The runtime keeps running while workers drain, so metrics stay up and a second signal
-        // can cut the drain short.
+        let _ = stop.send(true);
         rt.block_on(async {
             let drained = tokio::task::spawn_blocking(move || {
-                for h in handles {
+                for h in workers {
                     let _ = h.join();
                 }
             });
@@ -384,7 +425,6 @@ impl Server {
                 () = force => tracing::warn!("second stop signal: exiting without waiting for open connections"),
             }
         });
-        Ok(())
     }
 }
 
