@@ -14,16 +14,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-fn source_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read src") {
-        let path = entry.expect("entry").path();
-        if path.is_dir() {
-            source_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
+mod source;
+use source::without_tests;
 
 /// A file's module path (`tls::hello` for src/tls/hello.rs, `tls` for src/tls/mod.rs); `None`
 /// for lib.rs and test files.
@@ -42,13 +34,6 @@ fn module_of(src: &Path, file: &Path) -> Option<Vec<String>> {
         _ => {}
     }
     Some(parts)
-}
-
-/// The code before an inline `mod tests { ... }` at the end of a file (a `mod tests;` that
-/// names a file is a declaration like any other, with code after it).
-fn without_tests(code: &str) -> &str {
-    code.find("#[cfg(test)]\nmod tests {")
-        .map_or(code, |i| &code[..i])
 }
 
 fn is_ident(c: char) -> bool {
@@ -161,9 +146,7 @@ fn children(code: &str) -> BTreeSet<String> {
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
 fn graph() -> Graph {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    source_files(&src, &mut files);
+    let (src, files) = (source::src(), source::files());
     let modules: BTreeMap<Vec<String>, PathBuf> = files
         .into_iter()
         .filter_map(|f| Some((module_of(&src, &f)?, f)))

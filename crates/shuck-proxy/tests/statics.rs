@@ -4,7 +4,7 @@
 //! not a plain reference is one of the exceptions below, each with its reason. A new one needs
 //! a reason here too.
 
-use std::path::{Path, PathBuf};
+mod source;
 
 /// (file under src/, static's name, why it may be process-wide or per thread).
 const EXCEPTIONS: &[(&str, &str, &str)] = &[
@@ -29,23 +29,10 @@ const EXCEPTIONS: &[(&str, &str, &str)] = &[
     ("tls/stream/records/differential/pair.rs", "MADE", "test and fuzzing builds only: one certificate for all pairs"),
 ];
 
-fn source_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read src") {
-        let path = entry.expect("entry").path();
-        if path.is_dir() {
-            source_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// The `static` items of `code` (before an inline `mod tests`) whose type is not a reference:
 /// their names.
 fn statics(code: &str) -> Vec<String> {
-    let code = code
-        .find("#[cfg(test)]\nmod tests {")
-        .map_or(code, |i| &code[..i]);
+    let code = source::without_tests(code);
     code.lines()
         .filter_map(|line| {
             let rest = line.trim_start();
@@ -66,11 +53,9 @@ fn statics(code: &str) -> Vec<String> {
 
 #[test]
 fn every_static_outside_sys_is_a_documented_exception() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    source_files(&src, &mut files);
+    let src = source::src();
     let mut found = Vec::new();
-    for file in files {
+    for file in source::files() {
         let rel = file.strip_prefix(&src).expect("under src");
         let rel = rel.to_string_lossy().to_string();
         if rel.starts_with("sys/") || rel.ends_with("tests.rs") {
