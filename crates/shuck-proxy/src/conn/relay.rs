@@ -8,7 +8,10 @@ use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, the one the idle timer runs on (and the tests can pause).
+use tokio::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -412,7 +415,7 @@ where
             if Instant::now() >= deadline {
                 return Poll::Ready(Err(RelayError::Idle(idle)));
             }
-            sleep.as_mut().reset(deadline.into());
+            sleep.as_mut().reset(deadline);
         }
         Poll::Pending
     })
@@ -727,16 +730,27 @@ mod tests {
         assert_eq!(moved.down, 22);
     }
 
-    #[tokio::test]
-    async fn idle_timeout_fires() {
-        let (_client, mut proxy_client) = tokio::io::duplex(64);
-        let (mut proxy_backend, _backend) = tokio::io::duplex(64);
-        let (_, res) = relay(
-            &mut proxy_client,
-            &mut proxy_backend,
-            Duration::from_millis(50),
-        )
-        .await;
-        assert!(matches!(res, Err(RelayError::Idle(_))));
+    /// On tokio's paused clock: the default idle timeout (5 minutes) is checked as configured,
+    /// in no time, and not a moment early.
+    #[tokio::test(start_paused = true)]
+    async fn idle_timeout_fires_when_idle_and_not_before() {
+        let idle = Duration::from_secs(300);
+        let (mut client, mut proxy_client) = tokio::io::duplex(64);
+        let (mut proxy_backend, mut backend) = tokio::io::duplex(64);
+        let started = Instant::now();
+        let relay =
+            tokio::spawn(async move { relay(&mut proxy_client, &mut proxy_backend, idle).await.1 });
+        // Traffic at 200 s keeps the connection: the timeout counts from the last byte.
+        tokio::time::sleep(Duration::from_secs(200)).await;
+        client.write_all(b"ping").await.unwrap();
+        let mut got = [0u8; 4];
+        backend.read_exact(&mut got).await.unwrap();
+        let res = relay.await.unwrap();
+        assert!(matches!(res, Err(RelayError::Idle(_))), "{res:?}");
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_secs(500) && took < Duration::from_secs(502),
+            "cut after {took:?}: 300 s after the last byte at 200 s"
+        );
     }
 }
