@@ -39,21 +39,10 @@ pub(crate) fn opt_duration<S: Serializer>(d: &Option<Duration>, s: S) -> Result<
     }
 }
 
-/// A list of names (protocol versions, cipher suites, groups, ALPN protocols).
-pub(crate) fn names<S: Serializer, T: std::fmt::Debug>(
+/// A list of strings: names (protocol versions, cipher suites, groups, ALPN protocols) or
+/// values as they print.
+fn strings<S: Serializer, T: std::fmt::Display>(
     items: impl ExactSizeIterator<Item = T>,
-    s: S,
-) -> Result<S::Ok, S::Error> {
-    let mut seq = s.serialize_seq(Some(items.len()))?;
-    for item in items {
-        seq.serialize_element(&format!("{item:?}"))?;
-    }
-    seq.end()
-}
-
-/// Values shown as they print (`10.0.0.0/8`).
-pub(crate) fn shown<S: Serializer, T: std::fmt::Display>(
-    items: &[T],
     s: S,
 ) -> Result<S::Ok, S::Error> {
     let mut seq = s.serialize_seq(Some(items.len()))?;
@@ -61,6 +50,22 @@ pub(crate) fn shown<S: Serializer, T: std::fmt::Display>(
         seq.serialize_element(&item.to_string())?;
     }
     seq.end()
+}
+
+/// The names rustls gives its parameters (`TLSv1_3`, `TLS13_AES_128_GCM_SHA256`), from `Debug`.
+fn names<S: Serializer, T: std::fmt::Debug>(
+    items: impl ExactSizeIterator<Item = T>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    strings(items.map(|i| format!("{i:?}")), s)
+}
+
+/// Values shown as they print (`10.0.0.0/8`).
+pub(crate) fn shown<S: Serializer, T: std::fmt::Display>(
+    items: &[T],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    strings(items.iter(), s)
 }
 
 /// A PROXY protocol version, `v1` or `v2`, as configured.
@@ -106,11 +111,7 @@ impl serde::Serialize for super::Groups {
 
 impl serde::Serialize for super::Alpn {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(self.0.len()))?;
-        for p in &self.0 {
-            seq.serialize_element(&String::from_utf8_lossy(p))?;
-        }
-        seq.end()
+        strings(self.0.iter().map(|p| String::from_utf8_lossy(p)), s)
     }
 }
 
