@@ -92,13 +92,18 @@ mod tests {
         assert_eq!(std::fs::read(&path).expect("read"), b"ours");
     }
 
+    /// What `ensure_private_dir` says of an existing directory of `mode`.
+    fn ensure_on_mode(mode: u32) -> std::io::Result<()> {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("existing");
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        ensure_private_dir(&dir)
+    }
+
     /// A refusal names the mode found and the fix.
     fn refused_with_mode(mode: u32) -> String {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let open = tmp.path().join("open");
-        std::fs::create_dir(&open).expect("mkdir");
-        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(mode)).expect("chmod");
-        ensure_private_dir(&open).expect_err("refused").to_string()
+        ensure_on_mode(mode).expect_err("refused").to_string()
     }
 
     #[test]
@@ -123,10 +128,6 @@ mod tests {
 
     #[test]
     fn a_private_directory_is_kept() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().join("private");
-        std::fs::create_dir(&dir).expect("mkdir");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
-        ensure_private_dir(&dir).expect("a 0700 directory is private");
+        ensure_on_mode(0o700).expect("a 0700 directory is private");
     }
 }
