@@ -123,6 +123,14 @@ impl CertificateGauges {
         served.insert(frontend.to_string(), records);
     }
 
+    /// What each frontend serves now.
+    pub(super) fn served(&self) -> std::collections::BTreeMap<String, Vec<CertRecord>> {
+        self.served
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     pub(super) fn update_ages(&self, now: i64) {
         let served = self
             .served

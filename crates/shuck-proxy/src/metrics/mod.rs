@@ -12,14 +12,15 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 mod certificates;
-mod exposition;
 mod http;
 mod process;
+mod snapshot;
 mod status;
 
 pub(crate) use certificates::CertRecord;
 use certificates::CertificateGauges;
 pub(crate) use http::{serve, Phase};
+pub(crate) use snapshot::ConnectTime;
 
 use crate::conn::conn_error::{CountedIn, Reason};
 use crate::sessions::cache::SessionCounters;
@@ -78,6 +79,8 @@ pub(crate) struct Metrics {
     history: std::sync::Mutex<status::History>,
     /// The certificates served now: expiry and OCSP staples.
     certificates: CertificateGauges,
+    /// The handles made so far, which the status page reads.
+    index: snapshot::Index,
 }
 
 /// One worker's handles for one frontend.
@@ -110,8 +113,9 @@ pub(crate) struct FrontendMetrics {
 #[derive(Debug, Clone)]
 pub(crate) struct BackendConnects {
     family: DurationFamily,
+    made: snapshot::Connects,
     frontend: String,
-    worker: String,
+    worker: usize,
 }
 
 impl BackendConnects {
@@ -121,16 +125,19 @@ impl BackendConnects {
         &self,
         route: &str,
         names: impl Iterator<Item = &'a str>,
-    ) -> Vec<Histogram> {
+    ) -> Vec<ConnectTime> {
         names
             .map(|b| {
-                let l: Labels = vec![
-                    ("frontend", self.frontend.clone()),
-                    ("worker", self.worker.clone()),
-                    ("route", route.to_string()),
-                    ("backend", b.to_string()),
-                ];
-                self.family.get_or_create(&l).clone()
+                let key = (self.frontend.clone(), route.to_string(), b.to_string());
+                self.made.get(key, self.worker, || {
+                    let l: Labels = vec![
+                        ("frontend", self.frontend.clone()),
+                        ("worker", self.worker.to_string()),
+                        ("route", route.to_string()),
+                        ("backend", b.to_string()),
+                    ];
+                    ConnectTime::new(self.family.get_or_create(&l).clone())
+                })
             })
             .collect()
     }
@@ -200,85 +207,12 @@ impl Metrics {
             dns: DnsFamilies::default(),
             history: std::sync::Mutex::default(),
             certificates: CertificateGauges::default(),
+            index: snapshot::Index::default(),
             registry: Registry::default(),
             process: Registry::default(),
             phase: std::sync::atomic::AtomicU8::new(0),
         };
-        registry.register(
-            "connections_accepted",
-            "TCP connections accepted",
-            m.accepted.clone(),
-        );
-        registry.register(
-            "connections_active",
-            "Connections open now (handshaking or relaying)",
-            m.active.clone(),
-        );
-        registry.register(
-            "handshakes",
-            "Completed TLS handshakes, by kind (full or resumed) and version",
-            m.handshakes.clone(),
-        );
-        registry.register(
-            "resumptions",
-            "Resumed handshakes by mechanism: id (TLS 1.2 session ID), ticket (TLS 1.2 or 1.3), psk (TLS 1.3 stateful session)",
-            m.resumptions.clone(),
-        );
-        registry.register(
-            "handshake_failures",
-            "Failed TLS handshakes, by reason",
-            m.handshake_failures.clone(),
-        );
-        registry.register(
-            "backend_errors",
-            "Backend failures: no backend reachable (connect), error while relaying (relay), PROXY header not built (proxy_header)",
-            m.backend_errors.clone(),
-        );
-        registry.register(
-            "client_errors",
-            "Client-side errors while relaying (reset, broken TLS record)",
-            m.client_errors.clone(),
-        );
-        registry.register(
-            "idle_timeouts",
-            "Connections closed by idle_timeout",
-            m.idle_timeouts.clone(),
-        );
-        registry.register(
-            "bytes",
-            "Plaintext bytes relayed, by direction (up = client to backend)",
-            m.bytes.clone(),
-        );
-        registry.register(
-            "accept_errors",
-            "accept() failures that forced a back-off (EMFILE, ENFILE, ENOBUFS)",
-            m.accept_errors.clone(),
-        );
-        registry.register(
-            "proxy_headers",
-            "PROXY headers received (accept_proxy), by command (proxy, or local for health checks)",
-            m.proxy_headers.clone(),
-        );
-        registry.register(
-            "proxy_header_errors",
-            "Connections closed because of their PROXY header (accept_proxy), by reason",
-            m.proxy_header_errors.clone(),
-        );
-        registry.register(
-            "client_certificates_unverified",
-            "Client certificates that did not verify and were passed on (client_auth = optional_no_ca)",
-            m.client_certs_unverified.clone(),
-        );
-        registry.register(
-            "ktls_connections",
-            "Connections of frontends with ktls = true, by who protected their records after the handshake (kernel, or user_space where the kernel could not: no kTLS, TLS 1.2)",
-            m.ktls.clone(),
-        );
-        registry.register(
-            "resource_errors",
-            "Connections closed because this process ran out of a resource, by kind (descriptors)",
-            m.resource_errors.clone(),
-        );
+        register_connection_families(&mut registry, &m);
         register_process_wide(&mut registry);
         register_session_families(&mut registry, &m);
         register_latencies_and_listeners(&mut registry, &m);
@@ -357,7 +291,7 @@ impl Metrics {
                 CountedIn::ResourceErrors => get(&self.resource_errors, &with("kind", label)),
             })
         });
-        FrontendMetrics {
+        let handles = FrontendMetrics {
             accepted: get(&self.accepted, &base()),
             active: get(&self.active, &base()),
             handshakes: ["full", "resumed"].map(|kind| {
@@ -385,10 +319,13 @@ impl Metrics {
             }),
             backend_connects: BackendConnects {
                 family: self.backend_connect_duration.clone(),
+                made: self.index.connects(),
                 frontend: frontend.to_string(),
-                worker: worker.to_string(),
+                worker,
             },
-        }
+        };
+        self.index.frontend(frontend, worker, &handles);
+        handles
     }
 
     /// The addresses listened on now, by frontend (at start and after every reload).
@@ -401,11 +338,14 @@ impl Metrics {
             ];
             self.listeners.get_or_create(&l).set(1);
         }
+        self.index.listeners(addrs);
     }
 
     /// The gauge of one checked backend's verdict.
     pub(crate) fn backend_up(&self, frontend: &str, route: &str, backend: &str) -> Gauge {
-        get(&self.backend_up, &backend_labels(frontend, route, backend))
+        let gauge = get(&self.backend_up, &backend_labels(frontend, route, backend));
+        self.index.up(backend_key(frontend, route, backend), &gauge);
+        gauge
     }
 
     /// Counts a lookup of host-name backend `name` (`ok`, `failed` or `empty`).
@@ -446,35 +386,46 @@ impl Metrics {
     pub(crate) fn forget_backend_up(&self, frontend: &str, route: &str, backend: &str) {
         self.backend_up
             .remove(&backend_labels(frontend, route, backend));
+        self.index.forget_up(&backend_key(frontend, route, backend));
     }
 
-    /// What a scrape says now, read back, and when (Unix seconds, the process's one clock).
+    /// What the handles say now, with what /proc and the certificates say.
     #[allow(
         clippy::cast_precision_loss,
         reason = "Unix seconds fit an f64's 52-bit mantissa"
     )]
-    fn scrape_now(&self) -> (Vec<exposition::Sample>, f64) {
-        let samples = exposition::samples(&self.encode());
-        (samples, crate::sys::clock::unix_now() as f64)
+    fn snapshot(&self) -> snapshot::Snapshot {
+        let now = crate::sys::clock::unix_now();
+        let r = process::read();
+        let process = snapshot::Process {
+            version: env!("CARGO_PKG_VERSION"),
+            commit: BUILD.get().map(|b| b.commit.clone()).unwrap_or_default(),
+            started: r.start_time_seconds,
+            resident_bytes: r.resident_bytes,
+            open_fds: r.open_fds,
+            max_fds: r.max_fds,
+        };
+        self.index
+            .snapshot(process, self.certificates.served(), now as f64)
     }
 
-    /// Adds a point to the status page's history, from a scrape of the metrics.
+    /// Adds a point to the status page's history.
     pub(crate) fn sample_history(&self) {
-        let (samples, now) = self.scrape_now();
+        let now = self.snapshot();
         self.history
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .record(&samples, now);
+            .record(&now);
     }
 
-    /// The status page: what a scrape says now, and the history.
+    /// The status page: the handles' values now, and the history.
     pub(crate) fn status_page(&self) -> String {
-        let (samples, now) = self.scrape_now();
+        let now = self.snapshot();
         let history = self
             .history
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        status::page(&samples, &history, now)
+        status::page(&now, &history)
     }
 
     /// What one frontend serves now (at start, reload, renewal): its certificates' gauges.
@@ -520,6 +471,85 @@ impl Metrics {
         let _ = encode_eof(&mut s);
         s
     }
+}
+
+/// The families of connections, per frontend and worker: accepted, handshakes, how they ended.
+fn register_connection_families(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "connections_accepted",
+        "TCP connections accepted",
+        m.accepted.clone(),
+    );
+    registry.register(
+        "connections_active",
+        "Connections open now (handshaking or relaying)",
+        m.active.clone(),
+    );
+    registry.register(
+        "handshakes",
+        "Completed TLS handshakes, by kind (full or resumed) and version",
+        m.handshakes.clone(),
+    );
+    registry.register(
+        "resumptions",
+        "Resumed handshakes by mechanism: id (TLS 1.2 session ID), ticket (TLS 1.2 or 1.3), psk (TLS 1.3 stateful session)",
+        m.resumptions.clone(),
+    );
+    registry.register(
+        "handshake_failures",
+        "Failed TLS handshakes, by reason",
+        m.handshake_failures.clone(),
+    );
+    registry.register(
+        "backend_errors",
+        "Backend failures: no backend reachable (connect), error while relaying (relay), PROXY header not built (proxy_header)",
+        m.backend_errors.clone(),
+    );
+    registry.register(
+        "client_errors",
+        "Client-side errors while relaying (reset, broken TLS record)",
+        m.client_errors.clone(),
+    );
+    registry.register(
+        "idle_timeouts",
+        "Connections closed by idle_timeout",
+        m.idle_timeouts.clone(),
+    );
+    registry.register(
+        "bytes",
+        "Plaintext bytes relayed, by direction (up = client to backend)",
+        m.bytes.clone(),
+    );
+    registry.register(
+        "accept_errors",
+        "accept() failures that forced a back-off (EMFILE, ENFILE, ENOBUFS)",
+        m.accept_errors.clone(),
+    );
+    registry.register(
+        "proxy_headers",
+        "PROXY headers received (accept_proxy), by command (proxy, or local for health checks)",
+        m.proxy_headers.clone(),
+    );
+    registry.register(
+        "proxy_header_errors",
+        "Connections closed because of their PROXY header (accept_proxy), by reason",
+        m.proxy_header_errors.clone(),
+    );
+    registry.register(
+        "client_certificates_unverified",
+        "Client certificates that did not verify and were passed on (client_auth = optional_no_ca)",
+        m.client_certs_unverified.clone(),
+    );
+    registry.register(
+        "ktls_connections",
+        "Connections of frontends with ktls = true, by who protected their records after the handshake (kernel, or user_space where the kernel could not: no kTLS, TLS 1.2)",
+        m.ktls.clone(),
+    );
+    registry.register(
+        "resource_errors",
+        "Connections closed because this process ran out of a resource, by kind (descriptors)",
+        m.resource_errors.clone(),
+    );
 }
 
 /// What belongs to the process rather than to a frontend: the build, the log's dropped lines.
@@ -643,6 +673,10 @@ fn register_backend_watch(registry: &mut Registry, m: &Metrics) {
         "The addresses a host-name backend resolves to now, each a member of its pools",
         m.dns.addresses.clone(),
     );
+}
+
+fn backend_key(frontend: &str, route: &str, backend: &str) -> (String, String, String) {
+    (frontend.to_string(), route.to_string(), backend.to_string())
 }
 
 fn backend_labels(frontend: &str, route: &str, backend: &str) -> Labels {

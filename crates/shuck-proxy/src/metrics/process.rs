@@ -13,12 +13,12 @@ pub(super) struct ProcessCollector;
 
 /// What /proc says of this process.
 #[derive(Debug, Default, PartialEq)]
-struct Readings {
-    cpu_seconds: Option<f64>,
-    resident_bytes: Option<i64>,
-    open_fds: Option<i64>,
-    max_fds: Option<i64>,
-    start_time_seconds: Option<f64>,
+pub(super) struct Readings {
+    pub(super) cpu_seconds: Option<f64>,
+    pub(super) resident_bytes: Option<i64>,
+    pub(super) open_fds: Option<i64>,
+    pub(super) max_fds: Option<i64>,
+    pub(super) start_time_seconds: Option<f64>,
 }
 
 impl Collector for ProcessCollector {
@@ -65,7 +65,7 @@ fn one(
     m.encode(encoder.encode_descriptor(name, help, None, m.metric_type())?)
 }
 
-fn read() -> Readings {
+pub(super) fn read() -> Readings {
     let text = |p: &str| std::fs::read_to_string(p).ok();
     let mut r = parse(&Texts {
         stat: text("/proc/self/stat"),

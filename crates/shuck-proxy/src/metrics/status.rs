@@ -1,13 +1,13 @@
 //! The status page at `/` of the metrics listener: one self-contained HTML page (no external
-//! assets, no script; it reloads itself) built from the same text a `/metrics` scrape returns,
-//! so the page and the metrics never disagree, and the last minutes of two rates kept here by
-//! sampling that text every [`EVERY`].
+//! assets, no script; it reloads itself) built from a [`Snapshot`] of the same handles a
+//! `/metrics` scrape encodes, so the page and the metrics never disagree, and the last minutes
+//! of two rates kept here by taking a snapshot every [`EVERY`].
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::exposition::{sum, Sample};
+use super::snapshot::{Family, Frontend, Snapshot};
 
 /// How often the history is sampled, and how many samples it keeps (five minutes).
 pub(crate) const EVERY: Duration = Duration::from_secs(10);
@@ -17,7 +17,7 @@ const KEEP: usize = 31;
 #[derive(Debug, Clone)]
 struct Point {
     at: f64,
-    totals: BTreeMap<String, (f64, f64)>,
+    totals: BTreeMap<String, (u64, u64)>,
 }
 
 /// The last minutes of connections and handshake failures, per frontend.
@@ -27,24 +27,24 @@ pub(crate) struct History {
 }
 
 impl History {
-    /// Adds what `samples` say at `at` (Unix seconds).
-    pub(crate) fn record(&mut self, samples: &[Sample], at: f64) {
-        let totals = frontends(samples)
-            .into_iter()
-            .map(|fe| {
-                let with = [("frontend", fe.as_str())];
-                let accepted = sum(samples, "shuck_connections_accepted_total", &with);
-                let failed = sum(samples, "shuck_handshake_failures_total", &with);
-                (fe, (accepted, failed))
-            })
+    /// Adds what `now` says.
+    pub(crate) fn record(&mut self, now: &Snapshot) {
+        let totals = now
+            .frontends
+            .iter()
+            .map(|(name, fe)| (name.clone(), (fe.accepted, fe.handshake_failures())))
             .collect();
-        self.points.push_back(Point { at, totals });
+        self.points.push_back(Point { at: now.at, totals });
         while self.points.len() > KEEP {
             self.points.pop_front();
         }
     }
 
     /// Per second between samples: (connections, handshake failures), oldest first.
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "a rate for a chart: counts past 2^52 may round"
+    )]
     fn rates(&self, frontend: &str) -> (Vec<f64>, Vec<f64>) {
         let pairs = self.points.iter().zip(self.points.iter().skip(1));
         pairs
@@ -53,19 +53,11 @@ impl History {
                 let (b0, b1) = b.totals.get(frontend)?;
                 let dt = (b.at - a.at).max(1.0);
                 // A counter that went back (a restart of the family) counts as zero.
-                Some((((b0 - a0).max(0.0)) / dt, ((b1 - a1).max(0.0)) / dt))
+                let per_second = |old: &u64, new: &u64| new.saturating_sub(*old) as f64 / dt;
+                Some((per_second(a0, b0), per_second(a1, b1)))
             })
             .unzip()
     }
-}
-
-/// The frontends the metrics name.
-fn frontends(samples: &[Sample]) -> BTreeSet<String> {
-    samples
-        .iter()
-        .filter(|s| s.name == "shuck_connections_accepted_total")
-        .filter_map(|s| s.label("frontend").map(str::to_string))
-        .collect()
 }
 
 /// Text for HTML.
@@ -95,6 +87,11 @@ fn span(secs: f64) -> String {
     }
 }
 
+/// A number read from /proc, or "?" where it could not be read.
+fn or_unknown<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "?".to_string(), |v| v.to_string())
+}
+
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}\
 h1{font-size:1.4em;margin:0}h2{font-size:1.2em;border-bottom:2px solid #357;padding-bottom:.2em}\
 h3{font-size:1em;margin:.8em 0 .3em}section{background:#fff;border:1px solid #ddd;padding:0 1em 1em;margin:1em 0}\
@@ -102,87 +99,77 @@ table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 8px;text-
 th{background:#eef}.num{text-align:right}.grid{display:flex;flex-wrap:wrap;gap:2em}\
 .warn{color:#b00;font-weight:bold}.muted{color:#777}svg{background:#f4f6fa;border:1px solid #ccd}";
 
-/// The page, from a scrape's samples, the history, and the time now (Unix seconds).
-pub(crate) fn page(samples: &[Sample], history: &History, now: f64) -> String {
+/// The page: what `now` says, and the history.
+#[allow(
+    clippy::cast_precision_loss,
+    reason = "resident memory in MiB, for reading"
+)]
+pub(crate) fn page(now: &Snapshot, history: &History) -> String {
     let mut h = String::with_capacity(16 * 1024);
-    let build = samples.iter().find(|s| s.name == "shuck_build_info");
-    let version = build.and_then(|b| b.label("version")).unwrap_or("?");
-    let commit = build.and_then(|b| b.label("commit")).unwrap_or("?");
-    let started = sum(samples, "process_start_time_seconds", &[]);
+    let p = &now.process;
     let _ = write!(
         h,
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"refresh\" content=\"{}\"><title>shuck status</title><style>{STYLE}</style></head><body>\
          <h1>shuck {} <span class=\"muted\">commit {}</span></h1>\
-         <p id=\"process\">up {} · resident memory {:.1} MiB · open files {} of {} · refreshed every {} s</p>",
+         <p id=\"process\">up {} · resident memory {} MiB · open files {} of {} · refreshed every {} s</p>",
         EVERY.as_secs(),
-        esc(version),
-        esc(commit),
-        span(now - started),
-        sum(samples, "process_resident_memory_bytes", &[]) / 1_048_576.0,
-        sum(samples, "process_open_fds", &[]),
-        sum(samples, "process_max_fds", &[]),
+        esc(p.version),
+        esc(if p.commit.is_empty() { "?" } else { &p.commit }),
+        p.started.map_or_else(|| "?".into(), |t| span(now.at - t)),
+        or_unknown(p.resident_bytes.map(|b| format!("{:.1}", b as f64 / 1_048_576.0))),
+        or_unknown(p.open_fds),
+        or_unknown(p.max_fds),
         EVERY.as_secs(),
     );
-    for fe in frontends(samples) {
-        frontend_section(&mut h, samples, history, &fe, now);
+    for (name, fe) in &now.frontends {
+        frontend_section(&mut h, name, fe, history, now.at);
     }
-    h.push_str("<p class=\"muted\">The numbers come from <a href=\"/metrics\">/metrics</a>.</p></body></html>\n");
+    h.push_str("<p class=\"muted\">The same numbers, for Prometheus: <a href=\"/metrics\">/metrics</a>.</p></body></html>\n");
     h
 }
 
-fn frontend_section(h: &mut String, samples: &[Sample], history: &History, fe: &str, now: f64) {
+fn frontend_section(h: &mut String, name: &str, fe: &Frontend, history: &History, now: f64) {
     let _ = write!(
         h,
         "<section class=\"frontend\" data-frontend=\"{0}\"><h2>frontend {0}</h2><div class=\"grid\">",
-        esc(fe)
+        esc(name)
     );
-    connections(h, samples, fe);
-    handshakes(h, samples, fe);
-    failures(h, samples, fe);
+    let _ = write!(
+        h,
+        "<div><h3>Connections</h3><p><b class=\"open\">{}</b> open · {} accepted</p></div>",
+        fe.active, fe.accepted,
+    );
+    handshakes(h, fe);
+    failures(h, fe);
     h.push_str("</div><div class=\"grid\">");
-    listeners(h, samples, fe);
-    backends(h, samples, fe);
+    listeners(h, fe);
+    backends(h, fe);
     h.push_str("</div>");
-    certificates(h, samples, fe, now);
-    let (conns, fails) = history.rates(fe);
+    certificates(h, fe, now);
+    let (conns, fails) = history.rates(name);
     h.push_str("<h3>Last minutes</h3><div class=\"grid\">");
     chart(h, "connections per second", &conns);
     chart(h, "handshake failures per second", &fails);
     h.push_str("</div></section>");
 }
 
-fn connections(h: &mut String, samples: &[Sample], fe: &str) {
-    let with = [("frontend", fe)];
-    let _ = write!(
-        h,
-        "<div><h3>Connections</h3><p><b class=\"open\">{}</b> open · {} accepted</p></div>",
-        sum(samples, "shuck_connections_active", &with),
-        sum(samples, "shuck_connections_accepted_total", &with),
-    );
-}
-
-fn handshakes(h: &mut String, samples: &[Sample], fe: &str) {
-    let count = |kind: &str, version: &str| {
-        sum(
-            samples,
-            "shuck_handshakes_total",
-            &[("frontend", fe), ("kind", kind), ("version", version)],
-        )
-    };
+#[allow(
+    clippy::cast_precision_loss,
+    reason = "a share in percent, for reading"
+)]
+fn handshakes(h: &mut String, fe: &Frontend) {
     h.push_str("<div><h3>Handshakes</h3><table><tr><th></th><th>TLS 1.2</th><th>TLS 1.3</th></tr>");
-    for kind in ["full", "resumed"] {
+    for (kind, [tls12, tls13]) in ["full", "resumed"].iter().zip(fe.handshakes) {
         let _ = write!(
             h,
-            "<tr><th>{kind}</th><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-            count(kind, "TLSv1.2"),
-            count(kind, "TLSv1.3")
+            "<tr><th>{kind}</th><td class=\"num\">{tls12}</td><td class=\"num\">{tls13}</td></tr>",
         );
     }
-    let resumed = count("resumed", "TLSv1.2") + count("resumed", "TLSv1.3");
-    let all = resumed + count("full", "TLSv1.2") + count("full", "TLSv1.3");
-    let share = if all > 0.0 {
-        format!("{:.1}%", 100.0 * resumed / all)
+    let resumed: u64 = fe.handshakes[1].iter().sum();
+    let all: u64 = resumed + fe.handshakes[0].iter().sum::<u64>();
+    let share = if all > 0 {
+        format!("{:.1}%", 100.0 * resumed as f64 / all as f64)
     } else {
         "–".into()
     };
@@ -192,96 +179,64 @@ fn handshakes(h: &mut String, samples: &[Sample], fe: &str) {
     );
 }
 
-fn failures(h: &mut String, samples: &[Sample], fe: &str) {
-    let mut rows: Vec<(String, f64)> = Vec::new();
-    for (family, label, what) in [
-        ("shuck_handshake_failures_total", "reason", "handshake"),
-        ("shuck_backend_errors_total", "kind", "backend"),
-        ("shuck_proxy_header_errors_total", "reason", "PROXY header"),
-        ("shuck_resource_errors_total", "kind", "resources"),
-    ] {
-        let mut by: BTreeMap<&str, f64> = BTreeMap::new();
-        for s in samples
-            .iter()
-            .filter(|s| s.name == family && s.label("frontend") == Some(fe))
-        {
-            *by.entry(s.label(label).unwrap_or("?")).or_default() += s.value;
-        }
-        rows.extend(
-            by.into_iter()
-                .filter(|(_, n)| *n > 0.0)
-                .map(|(r, n)| (format!("{what}: {r}"), n)),
-        );
+/// A failure row's words: the family, and the reason where the family has several.
+fn failure_words(family: Family, label: &str) -> String {
+    match family {
+        Family::Handshake => format!("handshake: {label}"),
+        Family::Backend => format!("backend: {label}"),
+        Family::ProxyHeader => format!("PROXY header: {label}"),
+        Family::Resources => format!("resources: {label}"),
+        Family::Client => "client errors".into(),
+        Family::Idle => "idle timeouts".into(),
     }
-    for (family, what) in [
-        ("shuck_client_errors_total", "client errors"),
-        ("shuck_idle_timeouts_total", "idle timeouts"),
-    ] {
-        let n = sum(samples, family, &[("frontend", fe)]);
-        if n > 0.0 {
-            rows.push((what.into(), n));
-        }
-    }
-    h.push_str("<div><h3>Failures by reason</h3>");
-    if rows.is_empty() {
-        h.push_str("<p class=\"muted\">none</p>");
-    } else {
-        h.push_str("<table class=\"failures\">");
-        for (what, n) in rows {
-            let _ = write!(
-                h,
-                "<tr><td>{}</td><td class=\"num\">{n}</td></tr>",
-                esc(&what)
-            );
-        }
-        h.push_str("</table>");
-    }
-    h.push_str("</div>");
 }
 
-fn listeners(h: &mut String, samples: &[Sample], fe: &str) {
+fn failures(h: &mut String, fe: &Frontend) {
+    h.push_str("<div><h3>Failures by reason</h3>");
+    let mut rows = fe.failures.iter().filter(|(_, n)| **n > 0).peekable();
+    if rows.peek().is_none() {
+        h.push_str("<p class=\"muted\">none</p></div>");
+        return;
+    }
+    h.push_str("<table class=\"failures\">");
+    for ((family, label), n) in rows {
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td class=\"num\">{n}</td></tr>",
+            esc(&failure_words(*family, label))
+        );
+    }
+    h.push_str("</table></div>");
+}
+
+fn listeners(h: &mut String, fe: &Frontend) {
     h.push_str("<div><h3>Listening on</h3><ul class=\"listeners\">");
-    for s in samples
-        .iter()
-        .filter(|s| s.name == "shuck_listener_info" && s.label("frontend") == Some(fe))
-    {
-        let _ = write!(h, "<li>{}</li>", esc(s.label("address").unwrap_or("?")));
+    for addr in &fe.listeners {
+        let _ = write!(h, "<li>{addr}</li>");
     }
     h.push_str("</ul></div>");
 }
 
 /// Per route (`default`: the frontend's own) and backend: the active checks' verdict, the
 /// connects and their mean time.
-fn backends(h: &mut String, samples: &[Sample], fe: &str) {
-    // (route, backend) -> (connects, seconds connecting, up: None when not checked)
-    let mut by: BTreeMap<(&str, &str), (f64, f64, Option<bool>)> = BTreeMap::new();
-    for s in samples.iter().filter(|s| s.label("frontend") == Some(fe)) {
-        let (Some(route), Some(b)) = (s.label("route"), s.label("backend")) else {
-            continue;
-        };
-        let e = by.entry((route, b)).or_default();
-        match s.name.as_str() {
-            "shuck_backend_connect_duration_seconds_count" => e.0 += s.value,
-            "shuck_backend_connect_duration_seconds_sum" => e.1 += s.value,
-            "shuck_backend_up" => e.2 = Some(s.value > 0.0),
-            _ => {}
-        }
-    }
+#[allow(clippy::cast_precision_loss, reason = "a mean, for reading")]
+fn backends(h: &mut String, fe: &Frontend) {
     h.push_str("<div><h3>Backends</h3>");
-    if by.is_empty() {
+    if fe.backends.is_empty() {
         h.push_str("<p class=\"muted\">the built-in demo page</p></div>");
         return;
     }
     h.push_str(
         "<table class=\"backends\"><tr><th>route</th><th>backend</th><th>health</th><th>connects</th><th>mean connect</th></tr>",
     );
-    for ((route, b), (n, total, up)) in by {
-        let mean = if n > 0.0 {
-            format!("{:.2} ms", 1000.0 * total / n)
+    for ((route, b), backend) in &fe.backends {
+        let n = backend.connects;
+        let mean = if n > 0 {
+            format!("{:.2} ms", 1000.0 * backend.seconds / n as f64)
         } else {
             "–".into()
         };
-        let health = match up {
+        let health = match backend.up {
             Some(true) => "up",
             Some(false) => "<b class=\"warn\">down</b>",
             None => "<span class=\"muted\">not checked</span>",
@@ -296,39 +251,25 @@ fn backends(h: &mut String, samples: &[Sample], fe: &str) {
     h.push_str("</table></div>");
 }
 
-fn certificates(h: &mut String, samples: &[Sample], fe: &str, now: f64) {
+#[allow(clippy::cast_precision_loss, reason = "Unix seconds in an f64")]
+fn certificates(h: &mut String, fe: &Frontend, now: f64) {
     h.push_str("<h3>Certificates</h3><table class=\"certificates\"><tr><th>file</th><th>names</th><th>subject</th><th>expires in</th><th>OCSP staple age</th></tr>");
-    for s in samples
-        .iter()
-        .filter(|s| s.name == "shuck_certificate_info" && s.label("frontend") == Some(fe))
-    {
-        let file = s.label("certificate").unwrap_or("?");
-        let key = [("frontend", fe), ("certificate", file)];
-        let not_after = sum(
-            samples,
-            "shuck_certificate_not_after_timestamp_seconds",
-            &key,
-        );
-        let left = not_after - now;
+    for c in &fe.certificates {
+        let left = c.not_after as f64 - now;
         let class = if left < 14.0 * 86_400.0 {
             " class=\"warn\""
         } else {
             ""
         };
-        let staple = samples
-            .iter()
-            .find(|x| {
-                x.name == "shuck_ocsp_staple_age_seconds"
-                    && x.label("frontend") == Some(fe)
-                    && x.label("certificate") == Some(file)
-            })
-            .map_or_else(|| "none".to_string(), |x| span(x.value));
+        let staple = c
+            .staple
+            .map_or_else(|| "none".to_string(), |(this, _)| span(now - this as f64));
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td{class}>{}</td><td>{staple}</td></tr>",
-            esc(file),
-            esc(s.label("names").unwrap_or("")),
-            esc(s.label("subject").unwrap_or("")),
+            esc(&c.path),
+            esc(&c.names.join(" ")),
+            esc(&c.subject),
             if left > 0.0 {
                 span(left)
             } else {
@@ -381,21 +322,26 @@ fn chart(h: &mut String, title: &str, values: &[f64]) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::exposition::samples;
     use super::*;
 
     #[test]
-    fn the_page_shows_what_the_metrics_say_and_escapes_it() {
+    fn the_page_shows_what_the_handles_say_and_escapes_it() {
         let m = super::super::Metrics::new();
         let fm = m.for_frontend("<web>", 0);
+        let other_worker = m.for_frontend("<web>", 1);
         fm.accepted.inc_by(7);
         fm.active.set(2);
+        other_worker.ended(crate::conn::conn_error::Reason::HandshakeTimeout);
         m.set_listeners(&[("<web>".into(), "127.0.0.1:443".parse().unwrap())]);
         let mut history = History::default();
-        history.record(&samples(&m.encode()), 1000.0);
+        let mut now = m.snapshot();
+        now.at = 1000.0;
+        history.record(&now);
         fm.accepted.inc_by(50);
-        history.record(&samples(&m.encode()), 1010.0);
-        let page = page(&samples(&m.encode()), &history, 1010.0);
+        let mut now = m.snapshot();
+        now.at = 1010.0;
+        history.record(&now);
+        let page = page(&now, &history);
         assert!(page.contains("frontend &lt;web&gt;"), "{page}");
         assert!(!page.contains("<web>"), "escaped: {page}");
         assert!(
@@ -403,7 +349,34 @@ mod tests {
             "{page}"
         );
         assert!(page.contains("<li>127.0.0.1:443</li>"), "{page}");
+        assert!(
+            page.contains("<td>handshake: timeout</td><td class=\"num\">1</td>"),
+            "{page}"
+        );
         assert!(page.contains("(now 5.0, peak 5.0)"), "50 in 10 s: {page}");
         assert!(page.contains("<polyline"), "{page}");
+    }
+
+    #[test]
+    fn backends_show_connects_verdicts_and_the_mean() {
+        let m = super::super::Metrics::new();
+        let w0 = m.for_frontend("web", 0);
+        let w1 = m.for_frontend("web", 1);
+        let names = ["10.0.0.1:80", "10.0.0.2:80"];
+        let t0 = w0
+            .backend_connects()
+            .for_backends("default", names.into_iter());
+        let t1 = w1
+            .backend_connects()
+            .for_backends("default", names.into_iter());
+        t0[0].observe(0.001);
+        t1[0].observe(0.003);
+        m.backend_up("web", "default", "10.0.0.2:80").set(0);
+        let shown = page(&m.snapshot(), &History::default());
+        assert!(shown.contains("<tr><td>default</td><td>10.0.0.1:80</td><td><span class=\"muted\">not checked</span></td><td class=\"num\">2</td><td class=\"num\">2.00 ms</td></tr>"), "{shown}");
+        assert!(shown.contains("<tr><td>default</td><td>10.0.0.2:80</td><td><b class=\"warn\">down</b></td><td class=\"num\">0</td>"), "{shown}");
+        m.forget_backend_up("web", "default", "10.0.0.2:80");
+        let shown = page(&m.snapshot(), &History::default());
+        assert!(shown.contains("<tr><td>default</td><td>10.0.0.2:80</td><td><span class=\"muted\">not checked</span>"), "{shown}");
     }
 }

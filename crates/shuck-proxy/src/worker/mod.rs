@@ -89,7 +89,7 @@ pub(crate) struct WorkerFrontend {
 #[derive(Clone)]
 pub(crate) struct WorkerPool {
     pub(crate) pool: Rc<BackendPool>,
-    pub(crate) connect_times: Vec<prometheus_client::metrics::histogram::Histogram>,
+    pub(crate) connect_times: Vec<crate::metrics::ConnectTime>,
     /// What the pool was built from: the backends, host names standing for their addresses.
     members: Rc<[BackendAddr]>,
 }
