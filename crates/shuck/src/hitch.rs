@@ -180,12 +180,37 @@ impl Lines {
             Value::Text(t) => t.clone(),
             Value::Block(_) => "{ … }".into(),
         };
-        self.0.push(format!("# hitch: {key} = {shown}: {why}"));
+        self.note(&format!("hitch: {key} = {shown}: {why}"));
     }
 
+    /// A comment: one line whatever `text` holds (a line break in a file name would otherwise
+    /// end the comment and start a setting).
     fn note(&mut self, text: &str) {
-        self.0.push(format!("# {text}"));
+        self.0.push(format!("# {}", one_line(text)));
     }
+
+    /// Sets `key` to the number `text` is, or says why not.
+    fn number(&mut self, key: &str, text: &str, hitch_key: &str) {
+        match text.trim().parse::<u32>() {
+            Ok(n) => self.set(key, n.to_string()),
+            Err(_) => self.note(&format!(
+                "hitch: {hitch_key} = {text}: not a number, left out"
+            )),
+        }
+    }
+}
+
+/// `text` with control characters (line breaks among them) written as escapes.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// hitch's "[HOST]:PORT" (or "HOST:PORT"), "*" for every address, as shuck's listen addresses.
@@ -430,7 +455,7 @@ fn frontend_keys(options: &[(String, Value)], base: &std::path::Path, out: &mut 
             "proxy-tlv" if !value.on() && last("write-proxy-v2").is_some_and(Value::on) => {
                 out.set("proxy_protocol_tlvs", "[]".into());
             }
-            "backlog" => out.set("backlog", text.to_string()),
+            "backlog" => out.number("backlog", text, key),
             "enable-tcp-fastopen" | "recv-bufsize" | "send-bufsize" => {
                 out.dropped(key, value, "shuck leaves these to the kernel's defaults");
             }
@@ -503,7 +528,7 @@ fn process_keys(options: &[(String, Value)], out: &mut Lines) {
     for (key, value) in options {
         let text = value.text().unwrap_or("");
         match key.as_str() {
-            "workers" => out.set("workers", text.to_string()),
+            "workers" => out.number("workers", text, key),
             "user" => out.set("user", quoted(text)),
             "group" => out.set("group", quoted(text)),
             "log-level" => {
@@ -670,5 +695,47 @@ mod tests {
         // Debian's hitch is built without its session cache, so only here.
         let out = convert("session-cache = 1000\n", "h").unwrap();
         assert!(out.contains("session_cache_size = 1000"), "{out}");
+    }
+
+    /// Nothing in the hitch file or its path reaches the output but as a TOML value or inside one
+    /// comment line: a path holding a line break, or a value holding quotes, `=` or `#`, cannot
+    /// add a setting. (hitch's own grammar keeps a quoted value on one line.)
+    #[test]
+    fn line_breaks_and_quotes_in_names_and_values_add_no_setting() {
+        let value = r#"x\" metrics_listen = \"0.0.0.0:9911\" #"#;
+        let conf = format!(
+            "workers = \"2 admin = 1\"\nbacklog = \"9 user = \\\"root\\\"\"\nciphers = \"{value}\"\nfoo = \"{value}\"\nocsp-dir = \"{value}\"\npem-dir = \"/d{value}\"\nfrontend = {{\n host = \"*\"\n port = \"443\"\n}}\n",
+        );
+        let parsed = parse(&conf).unwrap_or_else(|e| panic!("{e}\n{conf}"));
+        assert!(
+            parsed
+                .iter()
+                .any(|(_, v)| v.text().is_some_and(|t| t.contains("\" metrics_listen"))),
+            "the hitch file holds quotes in values: {parsed:?}"
+        );
+        let source = "/etc/x\nmetrics_listen = \"0.0.0.0:9911\"\r\n#/hitch.conf";
+        let out = convert(&conf, source).unwrap();
+        let toml: toml::Value = toml::from_str(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+        let top: Vec<&String> = toml.as_table().unwrap().keys().collect();
+        assert_eq!(top, ["frontend"], "{out}");
+        let fe = toml["frontend"][0].as_table().unwrap();
+        for key in ["metrics_listen", "user", "admin", "backlog"] {
+            assert!(!fe.contains_key(key), "{key}: {out}");
+        }
+        assert_eq!(
+            fe["certificates"][0].as_str(),
+            Some(r#"/dx" metrics_listen = "0.0.0.0:9911" #/"#),
+            "a value is kept whole, as a TOML string: {out}"
+        );
+        for line in out.lines() {
+            assert!(
+                line.is_empty()
+                    || line.starts_with('#')
+                    || line.starts_with("[[")
+                    || line.contains(" = "),
+                "{line:?}: {out}"
+            );
+        }
+        assert!(out.contains("not a number"), "workers, backlog: {out}");
     }
 }

@@ -157,3 +157,27 @@ fn hitch_configurations_are_served_the_same_once_converted() {
     }
     shuck_check(&path);
 }
+
+/// A hitch file whose directory name holds a line break and a setting: the import names it in
+/// its first comment, and `shuck check` must not find that setting in the result.
+#[test]
+fn a_file_name_holding_a_line_break_adds_no_setting() {
+    let pki = Pki::new();
+    let bundle = pki.leaf("bundle.pem", "h", &["hitch.test"], Key::EcdsaP256);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let evil = dir.path().join("x\nmetrics_listen = \"0.0.0.0:9911\"\n#");
+    std::fs::create_dir(&evil).expect("mkdir");
+    let conf = evil.join("hitch.conf");
+    let text = format!(
+        "frontend = \"[127.0.0.1]:8443\"\nbackend = \"[127.0.0.1]:8000\"\npem-file = \"{}\"\n",
+        bundle.display()
+    );
+    std::fs::write(&conf, text).expect("write");
+    hitch_accepts(&conf);
+    let (path, toml) = import(&conf);
+    assert!(toml.starts_with("# Converted from "), "{toml}");
+    let parsed: toml::Table = toml::from_str(&toml).unwrap_or_else(|e| panic!("{e}\n{toml}"));
+    assert!(!parsed.contains_key("metrics_listen"), "{toml}");
+    let check = shuck_check(&path);
+    assert!(check.contains("frontend \"hitch\""), "{check}");
+}
