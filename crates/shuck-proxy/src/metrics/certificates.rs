@@ -40,6 +40,8 @@ pub(super) struct CertificateGauges {
     loaded: Family<Labels, Gauge>,
     /// `shuck_certificate_watch_errors_total{frontend}`: changed files not loaded.
     pub(super) watch_errors: Family<Labels, Counter>,
+    /// `shuck_certificate_watch_healthy{frontend}`: 0 while changed files do not load.
+    pub(super) watch_healthy: Family<Labels, Gauge>,
     served: std::sync::Mutex<std::collections::BTreeMap<String, Vec<CertRecord>>>,
 }
 
@@ -74,6 +76,11 @@ impl CertificateGauges {
             "certificate_watch_errors",
             "Changed certificate files that were not loaded (inconsistent or unreadable): the previous ones stay served",
             self.watch_errors.clone(),
+        );
+        registry.register(
+            "certificate_watch_healthy",
+            "1 while what watch_certificates sees on disk loads (or is what is served), 0 while changed files do not load and the previous ones stay served",
+            self.watch_healthy.clone(),
         );
     }
 

@@ -371,6 +371,21 @@ impl Metrics {
             .inc();
     }
 
+    /// Whether what `watch_certificates` sees of `frontend` on disk loads.
+    pub(crate) fn certificate_watch_healthy(&self, frontend: &str, healthy: bool) {
+        self.certificates
+            .watch_healthy
+            .get_or_create(&vec![("frontend", frontend.to_string())])
+            .set(i64::from(healthy));
+    }
+
+    /// Drops the watch gauge of a frontend no longer watched.
+    pub(crate) fn forget_certificate_watch(&self, frontend: &str) {
+        self.certificates
+            .watch_healthy
+            .remove(&vec![("frontend", frontend.to_string())]);
+    }
+
     /// Drops the series of a host-name backend no longer followed.
     pub(crate) fn forget_dns(&self, name: &str) {
         self.dns.addresses.remove(&vec![("name", name.to_string())]);

@@ -5,7 +5,10 @@
 //! a change the files must stay quiet for a moment, and the certificates must load (chain in
 //! order, key matching) before the frontend is refreshed as a renewal is: a half-written file
 //! or a swap half done is never served, and a set that stays bad is one error line and one count
-//! per state of the files, never one per event.
+//! per state of the files, never one per event. A failed load loses no watch: the directories
+//! named in `certificates` and their subdirectories (certbot's `live/NAME/`) are watched whether
+//! or not they load, and every [`RESCAN`] the files are looked at even without an event, for
+//! what inotify missed (a directory made again, a network file system).
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -25,6 +28,8 @@ use crate::tls::certs;
 const QUIET: Duration = Duration::from_millis(400);
 /// A stream of changes is looked at after this long anyway.
 const AT_MOST: Duration = Duration::from_secs(2);
+/// How often the files are looked at without an event.
+const RESCAN: Duration = Duration::from_secs(30);
 
 /// The watcher: told of every new configuration (start, reload).
 #[derive(Clone)]
@@ -102,12 +107,17 @@ async fn run(
     let mut frontends = config.borrow_and_update().clone();
     let mut seen: HashMap<String, Seen> = HashMap::new();
     let mut dirs = BTreeSet::new();
+    let mut rescan = tokio::time::interval_at(tokio::time::Instant::now() + RESCAN, RESCAN);
+    rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         rewatch(&mut watcher, &mut dirs, &frontends);
         for fe in &frontends {
-            seen.entry(fe.name.clone()).or_insert_with(|| Seen {
-                loaded: state_of(fe),
-                reported: None,
+            seen.entry(fe.name.clone()).or_insert_with(|| {
+                metrics.certificate_watch_healthy(&fe.name, true);
+                Seen {
+                    loaded: state_of(fe),
+                    reported: None,
+                }
             });
         }
         tokio::select! {
@@ -117,6 +127,9 @@ async fn run(
                 }
                 frontends.clone_from(&config.borrow_and_update());
                 // A reload loaded every file: what is on disk now is what is served.
+                for name in seen.keys().filter(|n| !frontends.iter().any(|f| f.name == **n)) {
+                    metrics.forget_certificate_watch(name);
+                }
                 seen.clear();
                 continue;
             }
@@ -124,9 +137,10 @@ async fn run(
                 if event.is_none() {
                     return;
                 }
+                settle(&mut events).await;
             }
+            _ = rescan.tick() => {}
         }
-        settle(&mut events).await;
         for fe in &frontends {
             let Some(s) = seen.get_mut(&fe.name) else {
                 continue;
@@ -158,11 +172,13 @@ fn look(fe: &Frontend, s: &mut Seen, refresh: &UnboundedSender<String>, metrics:
             tracing::info!(frontend = %fe.name, "certificate files changed on disk; loading them");
             s.loaded = now;
             s.reported = None;
+            metrics.certificate_watch_healthy(&fe.name, true);
             let _ = refresh.send(fe.name.clone());
         }
         Err(e) => {
             tracing::error!(frontend = %fe.name, error = %e, "certificate files changed on disk but do not load; still serving the previous ones");
             metrics.certificate_watch_error(&fe.name);
+            metrics.certificate_watch_healthy(&fe.name, false);
             s.reported = Some(now);
         }
     }
@@ -180,43 +196,79 @@ fn loads(fe: &Frontend) -> crate::error::Result<()> {
     Ok(())
 }
 
-/// The files `fe` reads that a renewal may change (those that exist now, and the directories
-/// named in `certificates`, whose contents count).
-fn files_of(fe: &Frontend) -> Vec<PathBuf> {
-    let mut out = Vec::new();
+/// What a renewal of `fe` may change: the directories named in `certificates` with their
+/// subdirectories (watched, and their files looked at, whether or not they load now), and the
+/// files `fe` reads, each with the most its loader reads of it.
+#[derive(Default)]
+struct Watched {
+    dirs: Vec<PathBuf>,
+    files: Vec<(PathBuf, u64)>,
+}
+
+fn watched_of(fe: &Frontend) -> Watched {
+    use crate::sys::files::{CAP, LARGE_CAP};
+    let mut w = Watched::default();
     if let CertSource::Files { paths, .. } = &fe.certificates.source {
-        out.extend(
-            paths
-                .iter()
-                .filter(|p| p.cert.is_dir())
-                .map(|p| p.cert.clone()),
-        );
+        for dir in paths.iter().map(|p| &p.cert).filter(|p| p.is_dir()) {
+            w.dirs.push(dir.clone());
+            w.dirs
+                .extend(entries(dir).into_iter().filter(|p| p.is_dir()));
+        }
+        let listed = w
+            .dirs
+            .iter()
+            .flat_map(|d| entries(d))
+            .filter(|p| p.is_file());
+        w.files.extend(listed.map(|f| (f, CAP)));
         for CertFiles { cert, key } in certs::expand_paths(paths).unwrap_or_default() {
             let mut ocsp = cert.clone().into_os_string();
             ocsp.push(".ocsp");
-            out.push(key.unwrap_or_else(|| certs::key_beside(&cert)));
-            out.push(PathBuf::from(ocsp));
-            out.push(cert);
+            w.files
+                .push((key.unwrap_or_else(|| certs::key_beside(&cert)), CAP));
+            w.files.push((PathBuf::from(ocsp), CAP));
+            w.files.push((cert, CAP));
         }
     }
     if let Some(t) = &fe.resumption.ticket_keys {
-        out.extend(t.paths.iter().cloned());
+        w.files.extend(t.paths.iter().map(|p| (p.clone(), CAP)));
     }
-    out.extend(fe.client_auth.ca.iter().cloned());
-    out.extend(fe.client_auth.crls.iter().cloned());
+    // CA bundles and CRLs are read up to the larger cap (a large CA's CRL runs to megabytes).
+    let trust = fe.client_auth.ca.iter().chain(&fe.client_auth.crls);
+    w.files.extend(trust.map(|p| (p.clone(), LARGE_CAP)));
+    w
+}
+
+/// What `dir` lists, sorted; nothing when it cannot be read.
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    out.sort();
     out
 }
 
-/// A digest of what `fe`'s files hold now (contents, and which files a directory lists).
-/// Only compared, never shown: it is no secret's fingerprint anyone sees.
+/// A digest of what `fe`'s files hold now (contents up to their loader's cap; a file over it
+/// by its size, time and inode, so that its change is still seen and the loader says what is
+/// wrong), and which files the directories list. Only compared, never shown.
 fn state_of(fe: &Frontend) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    for f in files_of(fe) {
+    let w = watched_of(fe);
+    w.dirs.hash(&mut h);
+    for (f, cap) in &w.files {
         f.hash(&mut h);
-        if f.is_dir() {
-            continue;
+        match crate::sys::files::read_capped(f, *cap) {
+            Ok(bytes) => bytes.hash(&mut h),
+            Err(_) => std::fs::metadata(f)
+                .ok()
+                .map(|m| {
+                    (
+                        m.len(),
+                        m.modified().ok(),
+                        std::os::unix::fs::MetadataExt::ino(&m),
+                    )
+                })
+                .hash(&mut h),
         }
-        crate::sys::files::read(&f).ok().hash(&mut h);
     }
     h.finish()
 }
@@ -228,19 +280,14 @@ fn rewatch(
     frontends: &[Frontend],
 ) {
     let mut want = BTreeSet::new();
-    for f in frontends.iter().flat_map(files_of) {
-        if f.is_dir() {
-            want.insert(f.clone());
-        }
-        if let Some(dir) = f.parent() {
-            want.insert(dir.to_path_buf());
-        }
-        if let Some(dir) = std::fs::canonicalize(&f)
-            .ok()
-            .as_deref()
-            .and_then(Path::parent)
+    for w in frontends.iter().map(watched_of) {
+        want.extend(w.dirs.iter().cloned());
+        for f in w
+            .dirs
+            .into_iter()
+            .chain(w.files.into_iter().map(|(f, _)| f))
         {
-            want.insert(dir.to_path_buf());
+            want_parents(&f, &mut want);
         }
     }
     for gone in dirs.difference(&want) {
@@ -256,5 +303,19 @@ fn rewatch(
             }
             Err(e) => tracing::debug!(dir = %dir.display(), error = %e, "cannot watch"),
         }
+    }
+}
+
+/// The directory of `f`, and of its symlink's target (certbot's `archive/NAME/`).
+fn want_parents(f: &Path, want: &mut BTreeSet<PathBuf>) {
+    if let Some(dir) = f.parent() {
+        want.insert(dir.to_path_buf());
+    }
+    if let Some(dir) = std::fs::canonicalize(f)
+        .ok()
+        .as_deref()
+        .and_then(Path::parent)
+    {
+        want.insert(dir.to_path_buf());
     }
 }

@@ -249,6 +249,14 @@ fn renewed_files_are_served_without_a_signal_once_consistent() {
         &[],
     );
     assert_eq!(errors, 1);
+    let healthy = |shuck: &Shuck| {
+        shuck_test_support::clients::sum(
+            &shuck_test_support::clients::scrape(shuck.addrs[1]),
+            "shuck_certificate_watch_healthy",
+            &[],
+        )
+    };
+    assert_eq!(healthy(&shuck), 0, "while the changed files do not load");
     // The rest of the file, with its key: served.
     split(&c2, &secret, "tls.crt", "tls.key", 0o600);
     let want = first_pem(chain);
@@ -267,6 +275,7 @@ fn renewed_files_are_served_without_a_signal_once_consistent() {
         &["certificate=\""],
     );
     assert!(loaded > 0, "a loaded timestamp per certificate");
+    assert_eq!(healthy(&shuck), 1, "once they load");
 }
 
 /// `watch_certificates = false`: a changed file waits for SIGHUP.
@@ -295,4 +304,56 @@ fn with_watching_off_a_change_waits_for_sighup() {
     shuck.signal("HUP");
     shuck.wait_log("reloaded");
     assert_ne!(served_leaf(&pki, &shuck, "c.test"), old);
+}
+
+/// certbot's `live/NAME/` briefly incomplete (its key moved out, then back): one error line,
+/// and the watch goes on, so a renewal after it is served without a signal. (The watch on
+/// `live/NAME/` was once lost after the failed load: renewals stopped loading, silently.)
+#[test]
+fn a_renewal_after_live_was_briefly_incomplete_is_served() {
+    let pki = Pki::new();
+    let root = pki.path("letsencrypt");
+    certbot(&pki, &root, "a.test");
+    let backend = shuck_test_support::process::HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = [{}]\n",
+        backend.addr,
+        toml_path(&root.join("live")),
+    ));
+    let first = served_leaf(&pki, &shuck, "a.test");
+    let live = root.join("live").join("a.test");
+    // Moved to a directory nothing watches, as an operator's `mv` to their home would.
+    let elsewhere = pki.path("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("mkdir");
+    let aside = elsewhere.join("privkey.pem");
+    std::fs::rename(live.join("privkey.pem"), &aside).expect("move the key out");
+    shuck.wait_log("do not load");
+    // An operator puts it back a moment later. The watcher re-arms its watches after the line
+    // above, and nothing observable says when: a second is far past it.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    std::fs::rename(&aside, live.join("privkey.pem")).expect("put it back");
+    let renewed = pki.leaf("a2.bundle", "a.test", &["a.test"], Key::EcdsaP256);
+    let archive = root.join("archive").join("a.test");
+    split(&renewed, &archive, "fullchain2.pem", "privkey2.pem", 0o600);
+    swap_link(
+        &live.join("fullchain.pem"),
+        Path::new("../../archive/a.test/fullchain2.pem"),
+    );
+    swap_link(
+        &live.join("privkey.pem"),
+        Path::new("../../archive/a.test/privkey2.pem"),
+    );
+    let want = first_pem(&std::fs::read_to_string(archive.join("fullchain2.pem")).expect("read"));
+    assert_ne!(first, want);
+    let t = std::time::Instant::now();
+    while served_leaf(&pki, &shuck, "a.test") != want {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "the renewal is not served 10 s after it:\n{}",
+            shuck.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let log = shuck.log_text();
+    assert_eq!(log.matches("do not load").count(), 1, "{log}");
 }

@@ -537,3 +537,34 @@ fn a_reload_with_a_new_crl_does_not_let_revoked_clients_resume() {
         "revoked client served: {ok} {out}"
     );
 }
+
+/// A CRL larger than 1 MiB (a large CA's runs to megabytes; the loader takes up to 64 MiB),
+/// replaced on disk by one that revokes a client: `watch_certificates` loads it and the client
+/// is refused, without a signal. (The watcher once hashed files through the 1 MiB cap, saw no
+/// change, and kept admitting the client.)
+#[test]
+fn a_crl_over_one_mib_replaced_on_disk_is_applied() {
+    let pki = Pki::new();
+    let client = pki.client("carol.pem", "carol", 7001);
+    let many: Vec<u64> = (1_000_000..1_032_000).collect();
+    let crl = pki.crl("big.crl.pem", &many);
+    let size = std::fs::metadata(&crl).expect("CRL").len();
+    assert!(size > 1 << 20, "the CRL is {size} bytes");
+    let backend = HttpBackend::start();
+    let shuck = crl_frontend(&pki, &backend, &crl);
+    assert!(curl_with_cert(&pki, &shuck, &client).status.success());
+    let mut revoking = many;
+    revoking.push(7001);
+    let new = pki.crl("big-revoking.crl.pem", &revoking);
+    std::fs::rename(&new, &crl).expect("replace CRL");
+    let t = std::time::Instant::now();
+    while curl_with_cert(&pki, &shuck, &client).status.success() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the revoked client is still admitted 10 s after the CRL changed:\n{}",
+            shuck.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!("refused {:?} after the CRL changed", t.elapsed());
+}
