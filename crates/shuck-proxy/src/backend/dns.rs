@@ -4,8 +4,8 @@
 //! themselves are read only then, lock-free.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -22,6 +22,8 @@ pub(crate) struct Directory {
     answers: ArcSwap<Answers>,
     /// Bumped after every change of an answer, and when health sets are dropped.
     generation: AtomicU64,
+    /// How many members the last set cut to [`MAX_BACKENDS`] had: one line per new count.
+    last_cut: AtomicUsize,
 }
 
 impl Directory {
@@ -100,9 +102,56 @@ impl Directory {
                 });
             }
         }
-        out.truncate(MAX_BACKENDS);
+        if out.len() > MAX_BACKENDS {
+            // Every worker builds the same pools: one line for them all, again if it changes.
+            if self.last_cut.swap(out.len(), Ordering::Relaxed) != out.len() {
+                tracing::warn!(
+                    members = out.len(),
+                    limit = MAX_BACKENDS,
+                    first = %out[0].name,
+                    "a backend set's host names resolve to more addresses than a pool holds; the ones past the limit are not used"
+                );
+            }
+            out.truncate(MAX_BACKENDS);
+        }
         out
     }
+}
+
+/// Why an address a DNS answer names is not made a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// 0.0.0.0 or `::` (a connect to it reaches this host), multicast or broadcast: never.
+    NotUnicast,
+    /// Loopback, link-local or a cloud metadata service: only with
+    /// `dns_allow_special_addresses`.
+    Special,
+}
+
+/// The AWS instance metadata service over IPv6 (over IPv4 it is link-local, 169.254.169.254).
+const METADATA_V6: std::net::Ipv6Addr =
+    std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+
+/// Whether an answer for `host` may name `ip`. A name under `localhost` (RFC 6761: always
+/// loopback) may name loopback addresses without `allow_special`.
+pub(crate) fn refusal(host: &str, ip: IpAddr, allow_special: bool) -> Option<Refused> {
+    let ip = ip.to_canonical();
+    let not_unicast = match ip {
+        IpAddr::V4(v4) => v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast(),
+        IpAddr::V6(v6) => v6.is_unspecified() || v6.is_multicast(),
+    };
+    if not_unicast {
+        return Some(Refused::NotUnicast);
+    }
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let localhost = host == "localhost" || host.ends_with(".localhost");
+    let special = match ip {
+        IpAddr::V4(v4) => (v4.is_loopback() && !localhost) || v4.is_link_local(),
+        IpAddr::V6(v6) => {
+            (v6.is_loopback() && !localhost) || v6.is_unicast_link_local() || v6 == METADATA_V6
+        }
+    };
+    (special && !allow_special).then_some(Refused::Special)
 }
 
 #[cfg(test)]
@@ -157,5 +206,76 @@ mod tests {
         assert!(dns.publish(&n, vec![b]));
         assert_eq!(&*dns.addresses(&n), &[b]);
         assert!(dns.addresses(&name("unknown.dns.test")).is_empty());
+    }
+
+    #[test]
+    fn answers_naming_this_host_or_no_host_are_refused() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        for never in [
+            "0.0.0.0",
+            "::",
+            "224.0.0.1",
+            "255.255.255.255",
+            "ff02::1",
+            "::ffff:0.0.0.0",
+        ] {
+            assert_eq!(
+                refusal("a.test", ip(never), true),
+                Some(Refused::NotUnicast),
+                "{never}"
+            );
+        }
+        for special in [
+            "127.0.0.1",
+            "127.8.0.1",
+            "::1",
+            "169.254.169.254",
+            "fe80::1",
+            "fd00:ec2::254",
+            "::ffff:127.0.0.1",
+        ] {
+            assert_eq!(
+                refusal("a.test", ip(special), false),
+                Some(Refused::Special),
+                "{special}"
+            );
+            assert_eq!(refusal("a.test", ip(special), true), None, "{special}");
+        }
+        for fine in [
+            "10.0.0.1",
+            "192.168.1.1",
+            "203.0.113.9",
+            "2001:db8::1",
+            "fd00::1",
+        ] {
+            assert_eq!(refusal("a.test", ip(fine), false), None, "{fine}");
+        }
+        assert_eq!(refusal("localhost", ip("127.0.0.1"), false), None);
+        assert_eq!(refusal("db.localhost.", ip("::1"), false), None);
+        assert_eq!(
+            refusal("localhost", ip("169.254.169.254"), false),
+            Some(Refused::Special)
+        );
+    }
+
+    #[test]
+    fn a_set_past_the_pool_limit_is_cut() {
+        let dns = Directory::default();
+        let (a, b) = (name("a.dns.test"), name("b.dns.test"));
+        let many = |third: u8| -> Vec<SocketAddr> {
+            (0..100u8)
+                .map(|i| SocketAddr::from(([10, third, 0, i], 8080)))
+                .collect()
+        };
+        dns.publish(&a, many(1));
+        dns.publish(&b, many(2));
+        let set = |n: &HostPort| BackendAddr {
+            name: n.to_string(),
+            addr: Target::Name(n.clone()),
+            weight: 1,
+        };
+        let members = dns.members(&[set(&a), set(&b)]);
+        assert_eq!(members.len(), MAX_BACKENDS);
+        assert_eq!(dns.last_cut.load(Ordering::Relaxed), 200);
     }
 }

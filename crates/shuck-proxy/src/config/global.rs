@@ -137,6 +137,7 @@ impl RawConfig {
             group: self.group.clone(),
             allow_root: self.allow_root.unwrap_or(false),
             resolvers,
+            dns_allow_special_addresses: self.dns_allow_special_addresses.unwrap_or(false),
             watch_certificates: self.watch_certificates.unwrap_or(true),
             state_dir: self.state_dir.clone().map_or_else(
                 || PathBuf::from(super::acme::STATE_DIR),
@@ -267,6 +268,12 @@ pub const GLOBAL_KEYS: &[GlobalKey] = &[
     key("resolvers", Applies::Reload, Recorded::Yes, |c| {
         format!("{:?}", c.resolvers)
     }),
+    key(
+        "dns_allow_special_addresses",
+        Applies::Reload,
+        Recorded::Yes,
+        |c| c.dns_allow_special_addresses.to_string(),
+    ),
     key("watch_certificates", Applies::Reload, Recorded::Yes, |c| {
         c.watch_certificates.to_string()
     }),

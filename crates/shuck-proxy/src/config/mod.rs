@@ -109,6 +109,7 @@ pub struct RawConfig {
     pub group: Option<String>,
     pub allow_root: Option<bool>,
     pub resolvers: Option<Vec<String>>,
+    pub dns_allow_special_addresses: Option<bool>,
     pub watch_certificates: Option<bool>,
     #[serde(default, rename = "frontend")]
     pub frontends: Vec<RawFrontend>,
@@ -229,6 +230,8 @@ pub struct Config {
     pub allow_root: bool,
     /// The DNS servers host-name backends are looked up with; empty: the system's.
     pub resolvers: Vec<SocketAddr>,
+    /// DNS answers may name loopback, link-local and cloud metadata addresses.
+    pub dns_allow_special_addresses: bool,
     /// Certificate, key, OCSP and ticket-key files are watched and loaded again when they
     /// change, without SIGHUP.
     pub watch_certificates: bool,
@@ -254,6 +257,25 @@ fn key_err(key: &str, message: impl Into<String>) -> KeyError {
     KeyError {
         key: key.to_string(),
         message: message.into(),
+    }
+}
+
+/// How host-name backends are looked up: the servers asked, and what an answer may name.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DnsLookups {
+    /// Empty: the system's servers.
+    pub resolvers: Vec<SocketAddr>,
+    /// Loopback, link-local and cloud metadata addresses are members too.
+    pub allow_special_addresses: bool,
+}
+
+impl Config {
+    /// How this configuration's host-name backends are looked up.
+    pub fn dns_lookups(&self) -> DnsLookups {
+        DnsLookups {
+            resolvers: self.resolvers.clone(),
+            allow_special_addresses: self.dns_allow_special_addresses,
+        }
     }
 }
 

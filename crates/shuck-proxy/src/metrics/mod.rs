@@ -386,10 +386,17 @@ impl Metrics {
             .remove(&vec![("frontend", frontend.to_string())]);
     }
 
+    /// Counts addresses an answer for `name` named and that were refused.
+    pub(crate) fn dns_refused(&self, name: &str, count: usize) {
+        let c = get(&self.dns.refused, &vec![("name", name.to_string())]);
+        c.inc_by(u64::try_from(count).unwrap_or(u64::MAX));
+    }
+
     /// Drops the series of a host-name backend no longer followed.
     pub(crate) fn forget_dns(&self, name: &str) {
         self.dns.addresses.remove(&vec![("name", name.to_string())]);
-        for result in ["ok", "failed", "empty"] {
+        self.dns.refused.remove(&vec![("name", name.to_string())]);
+        for result in ["ok", "failed", "empty", "refused"] {
             self.dns.lookups.remove(&vec![
                 ("name", name.to_string()),
                 ("result", result.to_string()),
@@ -669,6 +676,7 @@ fn register_session_families(registry: &mut Registry, m: &Metrics) {
 struct DnsFamilies {
     lookups: Family<Labels, Counter>,
     addresses: Family<Labels, Gauge>,
+    refused: Family<Labels, Counter>,
 }
 
 /// The gauges and counters of what watches the backends: health checks and DNS.
@@ -680,13 +688,18 @@ fn register_backend_watch(registry: &mut Registry, m: &Metrics) {
     );
     registry.register(
         "dns_lookups",
-        "Lookups of host-name backends, by name and result (ok; failed or empty: the last good answer stays in use)",
+        "Lookups of host-name backends, by name and result (ok; failed, empty, or refused: every address refused; the last good answer stays in use)",
         m.dns.lookups.clone(),
     );
     registry.register(
         "dns_addresses",
         "The addresses a host-name backend resolves to now, each a member of its pools",
         m.dns.addresses.clone(),
+    );
+    registry.register(
+        "dns_refused_addresses",
+        "Addresses DNS answers for a host-name backend named and that were not used: unspecified, multicast, broadcast; loopback, link-local and metadata unless dns_allow_special_addresses",
+        m.dns.refused.clone(),
     );
 }
 

@@ -2,7 +2,6 @@
 //! reloader: the DNS followers (what a host name stands for) and the active health checks
 //! (whether each member answers). DNS comes first: the checks check what it gives.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::dns_follow::Followers;
@@ -45,21 +44,21 @@ impl BackendWatch {
             );
     }
 
-    /// Follows the host names of `frontends` through `resolvers` and waits (blocking the
+    /// Follows the host names of `frontends` as `lookups` says and waits (blocking the
     /// thread, a few seconds at most) for the first answers of new names, so that the
     /// connections `frontends` take next have addresses to go to. With `prune`, stops following
     /// the names `frontends` do not have.
     pub(crate) fn follow_names(
         &self,
         frontends: &[&Frontend],
-        resolvers: &[SocketAddr],
+        lookups: &crate::config::DnsLookups,
         prune: bool,
     ) {
         let first = self
             .dns
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .sync(frontends, resolvers, prune);
+            .sync(frontends, lookups, prune);
         first.wait();
     }
 

@@ -1,11 +1,14 @@
 //! DNS that is followed: each host name among the backends is looked up at start and again
 //! every `dns_refresh` (or when its answer's TTL ends), by one task per name per process on the
 //! main thread's runtime. Every address of an answer (A and AAAA) becomes a member of the pools
-//! (`backend::dns`); a failed or empty answer keeps the last good one. One log line per change
-//! of state, never one per lookup.
+//! (`backend::dns`); a failed or empty answer keeps the last good one. An address an answer may
+//! not name (`backend::dns::refusal`: 0.0.0.0, multicast, and without
+//! `dns_allow_special_addresses` loopback, link-local, metadata) is left out and counted; an
+//! answer of only those keeps the last good one too. One log line per change of state, never
+//! one per lookup.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -18,8 +21,9 @@ use hickory_resolver::proto::xfer::Protocol;
 use hickory_resolver::TokioResolver;
 
 use super::health_checks::Checkers;
+use crate::backend::dns::{refusal, Refused};
 use crate::config::backend::{HostPort, MAX_TTL_REFRESH, MIN_DNS_REFRESH};
-use crate::config::Frontend;
+use crate::config::{DnsLookups, Frontend};
 use crate::metrics::Metrics;
 use crate::worker::Engine;
 
@@ -34,7 +38,7 @@ const MAX_ADDRESSES: usize = 64;
 #[derive(Default)]
 pub(crate) struct Followers {
     running: HashMap<HostPort, Following>,
-    resolvers: Vec<SocketAddr>,
+    lookups: DnsLookups,
     on: Option<Context>,
 }
 
@@ -98,14 +102,14 @@ impl Followers {
         });
     }
 
-    /// Follows every host name of `frontends` (asking `resolvers`, or the system's DNS servers
-    /// when empty). With `prune`, stops following (and forgets) the names `frontends` do not
+    /// Follows every host name of `frontends` as `lookups` says (its `resolvers`, or the
+    /// system's DNS servers when empty). With `prune`, stops following (and forgets) the names `frontends` do not
     /// have; without, keeps them (a reload adds names before it applies, and removes them
     /// after). Returns what to wait on for the first answers of names that have none.
     pub(crate) fn sync(
         &mut self,
         frontends: &[&Frontend],
-        resolvers: &[SocketAddr],
+        lookups: &DnsLookups,
         prune: bool,
     ) -> FirstAnswers {
         let (tx, rx) = mpsc::channel();
@@ -113,12 +117,12 @@ impl Followers {
             return FirstAnswers { rx, count: 0 };
         };
         let wanted = wanted_names(frontends);
-        if resolvers != self.resolvers {
-            // Other servers: every name is looked up again through them.
+        if *lookups != self.lookups {
+            // Other servers or rules: every name is looked up again under them.
             for (_, f) in self.running.drain() {
                 f.task.abort();
             }
-            self.resolvers = resolvers.to_vec();
+            self.lookups = lookups.clone();
         }
         self.running.retain(|name, f| match wanted.get(name) {
             Some(p) if *p == f.period => true,
@@ -145,12 +149,17 @@ impl Followers {
                 .is_empty()
                 .then(|| tx.clone());
             count += usize::from(first.is_some());
+            if first.is_some() {
+                // A series from the start: 0 until the name resolves, for an alert to see.
+                on.metrics.dns_addresses(&name.to_string(), 0);
+            }
             let follower = Follower {
                 name: name.clone(),
                 period,
                 resolver: resolver
-                    .get_or_insert_with(|| Arc::new(build_resolver(resolvers)))
+                    .get_or_insert_with(|| Arc::new(build_resolver(&lookups.resolvers)))
                     .clone(),
+                allow_special: lookups.allow_special_addresses,
                 on: on.clone(),
             };
             let task = on.rt.spawn(follower.run(first));
@@ -241,7 +250,16 @@ struct Follower {
     name: HostPort,
     period: Period,
     resolver: Arc<TokioResolver>,
+    /// `dns_allow_special_addresses`.
+    allow_special: bool,
     on: Context,
+}
+
+/// One answer: the addresses taken, those left out, how long it may be kept.
+struct Answer {
+    addrs: Vec<SocketAddr>,
+    refused: Vec<(IpAddr, Refused)>,
+    ttl: Duration,
 }
 
 /// Where a name's lookups stand, for one log line per change.
@@ -256,9 +274,18 @@ impl Follower {
     async fn run(self, mut first: Option<mpsc::Sender<()>>) {
         let name = self.name.to_string();
         let mut state = State::Unknown;
+        let mut refused_before = Vec::new();
         loop {
-            let next = match self.lookup().await {
-                Ok((addrs, ttl)) => {
+            let answer = self.lookup().await.and_then(|a| {
+                self.note_refused(&name, &a.refused, &mut refused_before);
+                if a.addrs.is_empty() {
+                    Err(("refused", "every address of the answer was refused".into()))
+                } else {
+                    Ok(a)
+                }
+            });
+            let next = match answer {
+                Ok(Answer { addrs, ttl, .. }) => {
                     self.on.metrics.dns_lookup(&name, "ok");
                     self.answered(&name, addrs, state);
                     state = State::Answering;
@@ -281,9 +308,9 @@ impl Follower {
         }
     }
 
-    /// The addresses of one lookup and how long they may be kept; an error's result label
-    /// (`failed`, `empty`) and its reason.
-    async fn lookup(&self) -> Result<(Vec<SocketAddr>, Duration), (&'static str, String)> {
+    /// The addresses of one lookup, those refused, and how long they may be kept; an error's
+    /// result label (`failed`, `empty`) and its reason.
+    async fn lookup(&self) -> Result<Answer, (&'static str, String)> {
         let answer = self
             .resolver
             // As written: a short name (`db`, Kubernetes' `svc`) goes through the search domains.
@@ -299,15 +326,54 @@ impl Follower {
         let ttl = answer
             .valid_until()
             .saturating_duration_since(std::time::Instant::now());
-        let addrs: Vec<SocketAddr> = answer
-            .iter()
-            .take(MAX_ADDRESSES)
-            .map(|ip| SocketAddr::new(ip, self.name.port))
-            .collect();
-        if addrs.is_empty() {
+        if answer.iter().next().is_none() {
             return Err(("empty", "no address in the answer".into()));
         }
-        Ok((addrs, ttl))
+        let (taken, refused): (Vec<_>, Vec<_>) = answer
+            .iter()
+            .map(|ip| (ip, refusal(&self.name.host, ip, self.allow_special)))
+            .partition(|(_, why)| why.is_none());
+        let refused = refused
+            .into_iter()
+            .filter_map(|(ip, why)| Some((ip, why?)))
+            .collect();
+        let addrs = taken
+            .into_iter()
+            .take(MAX_ADDRESSES)
+            .map(|(ip, _)| SocketAddr::new(ip, self.name.port))
+            .collect();
+        Ok(Answer {
+            addrs,
+            refused,
+            ttl,
+        })
+    }
+
+    /// Counts the addresses an answer named and were refused; one line when they change.
+    fn note_refused(
+        &self,
+        name: &str,
+        refused: &[(IpAddr, Refused)],
+        before: &mut Vec<(IpAddr, Refused)>,
+    ) {
+        self.on.metrics.dns_refused(name, refused.len());
+        if refused.is_empty() || refused == before.as_slice() {
+            before.clear();
+            before.extend_from_slice(refused);
+            return;
+        }
+        let shown: Vec<String> = refused
+            .iter()
+            .map(|(ip, why)| match why {
+                Refused::NotUnicast => format!("{ip} (not a unicast address)"),
+                Refused::Special => format!(
+                    "{ip} (loopback, link-local or metadata; see dns_allow_special_addresses)"
+                ),
+            })
+            .collect();
+        tracing::warn!(backend = %name, refused = %shown.join(", "), "backend name resolves to refused addresses; they are not used");
+        before.clear();
+        before.extend_from_slice(refused);
     }
 
     /// Publishes a good answer; a change goes to the health checks and is one log line.

@@ -248,10 +248,9 @@ impl Server {
         let c = &self.config;
         let frontends: Vec<&Frontend> = c.frontends.iter().collect();
         self.watch.start(rt.handle(), &self.metrics);
-        let (watch, listed, resolvers) =
-            (self.watch.clone(), c.frontends.clone(), c.resolvers.clone());
+        let (watch, listed, lookups) = (self.watch.clone(), c.frontends.clone(), c.dns_lookups());
         let waiting = rt.spawn_blocking(move || {
-            watch.follow_names(&listed.iter().collect::<Vec<_>>(), &resolvers, true);
+            watch.follow_names(&listed.iter().collect::<Vec<_>>(), &lookups, true);
         });
         let waited = rt.block_on(waiting);
         if let Err(e) = waited {

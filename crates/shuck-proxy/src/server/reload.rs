@@ -349,7 +349,7 @@ impl Reloader {
             // force has are kept until it is replaced).
             let listed: Vec<&Frontend> = next.iter().map(|n| self.frontend_of(n)).collect();
             self.watch
-                .follow_names(&listed, &self.started.resolvers, false);
+                .follow_names(&listed, &self.started.dns_lookups(), false);
         }
         self.may_apply()?;
         // Before `apply`: reloaded certificates are warned about with the new lead time.
@@ -368,7 +368,8 @@ impl Reloader {
         {
             let installed: Vec<&Frontend> = self.frontends.iter().map(|l| &l.cfg).collect();
             // No wait here: every name has been looked up (unless `resolvers` changed).
-            self.watch.follow_names(&installed, &new.resolvers, true);
+            self.watch
+                .follow_names(&installed, &new.dns_lookups(), true);
             self.watch.check(&installed);
             if let Some(w) = &self.cert_watch {
                 w.update(new, installed.iter().copied());

@@ -46,7 +46,7 @@ fn a_host_name_backend_follows_dns_changes_with_no_client_failure() {
     let cert = pki.leaf("dns.pem", "dns", &["app.test"], Key::EcdsaP256);
     let name = format!("app.internal:{}", a.addr.port());
     let shuck = Shuck::start(&format!(
-        "workers = 2\nmetrics_listen = \"127.0.0.1:0\"\nresolvers = [\"{}\"]\n[[frontend]]\nname = \"web\"\n\
+        "workers = 2\nmetrics_listen = \"127.0.0.1:0\"\nresolvers = [\"{}\"]\ndns_allow_special_addresses = true\n[[frontend]]\nname = \"web\"\n\
          listen = \"127.0.0.1:0\"\nbackend = \"{name}\"\ncertificates = {}\n",
         dns.addr,
         toml_path(&cert)
@@ -153,4 +153,72 @@ fn a_host_name_backend_follows_dns_changes_with_no_client_failure() {
             context()
         );
     });
+}
+
+/// What a DNS answer may name is filtered: 0.0.0.0 (which the kernel takes as this host) is
+/// never a member, and loopback is one only with `dns_allow_special_addresses = true`. A refused
+/// answer is counted and logged once, and sends no client to a service bound to 127.0.0.1 only.
+#[test]
+fn unspecified_and_loopback_answers_are_refused_unless_allowed() {
+    let local_only = HttpBackend::start_on("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let port = local_only.addr.port();
+    let dns = Dnsmasq::start(&[
+        ("zero.internal", [0, 0, 0, 0].into()),
+        ("local.internal", [127, 0, 0, 1].into()),
+    ]);
+    let pki = Pki::new();
+    let cert = pki.leaf(
+        "dns.pem",
+        "dns",
+        &["zero.test", "local.test"],
+        Key::EcdsaP256,
+    );
+    let config = |allow: bool| {
+        format!(
+            "metrics_listen = \"127.0.0.1:0\"\nresolvers = [\"{}\"]\ndns_allow_special_addresses = {allow}\n\
+             [[frontend]]\nname = \"zero\"\nlisten = \"127.0.0.1:0\"\nbackend = \"zero.internal:{port}\"\ncertificates = {cert}\n\
+             [[frontend]]\nname = \"local\"\nlisten = \"127.0.0.1:0\"\nbackend = \"local.internal:{port}\"\ncertificates = {cert}\n",
+            dns.addr,
+            cert = toml_path(&cert)
+        )
+    };
+    for allow in [false, true] {
+        let shuck = Shuck::start(&config(allow));
+        let ask = |at: SocketAddr, name: &str| {
+            shuck_test_support::clients::curl_at(&pki, at, name, "/", &["--max-time", "5"])
+                .status
+                .success()
+        };
+        assert!(
+            !ask(shuck.addrs[0], "zero.test"),
+            "0.0.0.0 reached the local service"
+        );
+        assert_eq!(
+            ask(shuck.addrs[1], "local.test"),
+            allow,
+            "loopback with dns_allow_special_addresses = {allow}:\n{}",
+            shuck.log_text()
+        );
+        let text = scrape(shuck.addrs[2]);
+        let refused = |name: &str| {
+            sum(
+                &text,
+                "shuck_dns_refused_addresses_total",
+                &[&format!("name=\"{name}.internal:{port}\"")],
+            )
+        };
+        assert!(refused("zero") > 0, "{text}");
+        assert_eq!(refused("local") > 0, !allow, "{text}");
+        let log = shuck.log_text();
+        assert_eq!(
+            log.matches("refused addresses").count(),
+            if allow { 1 } else { 2 },
+            "one line per name: {log}"
+        );
+    }
+    assert_eq!(
+        local_only.served.load(Ordering::Relaxed),
+        1,
+        "only the allowed loopback request"
+    );
 }
