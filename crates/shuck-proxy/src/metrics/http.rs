@@ -10,18 +10,19 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use super::pending::{Pending, Place};
 use super::Metrics;
 
-/// Scrapes served at once; more wait in the listen backlog.
+/// Scrapes (and status pages) served at once; more wait for a slot. Probes need none.
 const MAX_SCRAPES: usize = 8;
 /// A scraper sends its request at once (Prometheus does): a connection that has not within this
-/// long gives its slot up, so a few idle connections cannot keep the scrapers out.
+/// long is closed. Until then it holds no slot (see `pending`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
-/// A scraper gets this long to read the answer.
+/// A scraper gets this long to get a slot, and as long again to read the answer.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves `GET /metrics` over plain HTTP until the task is dropped. Scrapes are rare and cheap,
-/// so this runs on the main thread's runtime, away from the workers.
+/// Serves the endpoint until the task is dropped. Scrapes are rare and cheap, so this runs on
+/// the main thread's runtime, away from the workers.
 pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     // The status page's history, sampled while the endpoint serves (and stopped with it).
     let sampler = {
@@ -35,21 +36,52 @@ pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
         })
     };
     let _stop_sampler = AbortOnDrop(sampler);
-    let limit = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
+    let pending = Pending::default();
     loop {
-        let Ok(permit) = limit.clone().acquire_owned().await else {
-            return;
-        };
-        let Ok((s, _)) = listener.accept().await else {
+        let Ok((s, peer)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(SCRAPE_TIMEOUT, scrape(s, &metrics)).await;
-            drop(permit);
+        let (tx, rx) = tokio::sync::oneshot::channel::<Place>();
+        let (shared, slots) = (metrics.clone(), slots.clone());
+        let task = tokio::spawn(async move {
+            if let Ok(place) = rx.await {
+                serve_one(s, place, &shared, &slots).await;
+            }
         });
+        let (place, evicted) = pending.admit(peer.ip(), task.abort_handle());
+        metrics.endpoint_evicted.inc_by(evicted as u64);
+        let _ = tx.send(place);
     }
+}
+
+/// One connection: its request (leaving `place` once it came), then the answer; a probe at
+/// once, a scrape or the status page once a slot is free.
+async fn serve_one(
+    mut s: tokio::net::TcpStream,
+    place: Place,
+    metrics: &Metrics,
+    slots: &tokio::sync::Semaphore,
+) {
+    let Ok(Some(head)) = tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut s)).await else {
+        return;
+    };
+    drop(place);
+    let _slot = if is_probe(&head) {
+        None
+    } else {
+        match tokio::time::timeout(SCRAPE_TIMEOUT, slots.acquire()).await {
+            Ok(Ok(slot)) => Some(slot),
+            _ => return,
+        }
+    };
+    let _ = tokio::time::timeout(SCRAPE_TIMEOUT, respond(s, &head, metrics)).await;
+}
+
+/// `/healthz` or `/readyz`: answered without a slot (nothing to encode).
+fn is_probe(head: &[u8]) -> bool {
+    matches!(path_of(head), b"/healthz" | b"/readyz")
 }
 
 /// Aborts a task when dropped (the endpoint's own tasks end with it).
@@ -74,11 +106,8 @@ async fn read_request(s: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
     Some(head)
 }
 
-async fn scrape(mut s: tokio::net::TcpStream, metrics: &Metrics) {
-    let Ok(Some(head)) = tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut s)).await else {
-        return;
-    };
-    let answer = answer(&head, metrics);
+async fn respond(mut s: tokio::net::TcpStream, head: &[u8], metrics: &Metrics) {
+    let answer = answer(head, metrics);
     let mut resp = format!(
         "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n",
         answer.status,
@@ -106,14 +135,26 @@ struct Answer {
 const TEXT: &str = "text/plain; charset=utf-8";
 const PATHS: &str = "served here: / (the status page), /metrics, /healthz, /readyz\n";
 
-fn answer(head: &[u8], metrics: &Metrics) -> Answer {
+/// The request line's method and path (without its query string).
+fn method_and_path(head: &[u8]) -> (&[u8], &[u8]) {
     let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
     let mut words = line.split(|&b| b == b' ');
     let (method, target) = (
         words.next().unwrap_or_default(),
         words.next().unwrap_or_default(),
     );
-    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
+    (
+        method,
+        target.split(|&b| b == b'?').next().unwrap_or_default(),
+    )
+}
+
+fn path_of(head: &[u8]) -> &[u8] {
+    method_and_path(head).1
+}
+
+fn answer(head: &[u8], metrics: &Metrics) -> Answer {
+    let (method, path) = method_and_path(head);
     let known = matches!(path, b"/" | b"/metrics" | b"/healthz" | b"/readyz");
     let head_only = method == b"HEAD";
     if known && !(head_only || method == b"GET") {

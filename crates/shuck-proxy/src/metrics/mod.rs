@@ -13,6 +13,7 @@ use prometheus_client::registry::Registry;
 
 mod certificates;
 mod http;
+mod pending;
 mod process;
 mod snapshot;
 mod status;
@@ -81,6 +82,8 @@ pub(crate) struct Metrics {
     certificates: CertificateGauges,
     /// The handles made so far, which the status page reads.
     index: snapshot::Index,
+    /// Connections to this endpoint closed before their request, for newer ones.
+    endpoint_evicted: Counter,
 }
 
 /// One worker's handles for one frontend.
@@ -208,12 +211,18 @@ impl Metrics {
             history: std::sync::Mutex::default(),
             certificates: CertificateGauges::default(),
             index: snapshot::Index::default(),
+            endpoint_evicted: Counter::default(),
             registry: Registry::default(),
             process: Registry::default(),
             phase: std::sync::atomic::AtomicU8::new(0),
         };
         register_connection_families(&mut registry, &m);
         register_process_wide(&mut registry);
+        registry.register(
+            "metrics_connections_evicted",
+            "Connections to this endpoint closed before they sent a request, for a newer one: their client had 32 such connections, or all clients 512",
+            m.endpoint_evicted.clone(),
+        );
         register_session_families(&mut registry, &m);
         register_latencies_and_listeners(&mut registry, &m);
         m.certificates.register(&mut registry);

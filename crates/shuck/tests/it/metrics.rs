@@ -699,3 +699,53 @@ fn probes_answer_on_the_metrics_listener_and_readiness_ends_with_the_drain() {
     );
     assert_eq!(probe(m, &[], "/healthz").0, "200");
 }
+
+/// Time for one `GET /healthz` on a fresh connection from 127.0.0.1, answered 200.
+fn healthz_took(m: std::net::SocketAddr) -> std::time::Duration {
+    use std::io::Read;
+    let t = std::time::Instant::now();
+    let mut s = TcpStream::connect(m).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .expect("timeout");
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+    t.elapsed()
+}
+
+/// 200 connections that never send a request, from another address and then from the
+/// prober's own, do not keep `/healthz` from answering at once: a liveness probe failing
+/// there restarts a healthy process. (Slots were once taken before the request arrived: 200
+/// silent connections made `/healthz` time out for 10 s.)
+#[test]
+fn silent_connections_do_not_keep_probes_out_of_the_metrics_listener() {
+    let shuck = Shuck::start(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nself_signed = true\n",
+    );
+    let m = shuck.addrs[1];
+    for source in [[127, 0, 0, 2], [127, 0, 0, 1]] {
+        let silent: Vec<TcpStream> = (0..200)
+            .map(|_| {
+                let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                    .expect("socket");
+                s.bind(&std::net::SocketAddr::from((source, 0)).into())
+                    .expect("bind");
+                s.connect(&m.into()).expect("connect");
+                s.into()
+            })
+            .collect();
+        let mut took: Vec<std::time::Duration> = (0..5).map(|_| healthz_took(m)).collect();
+        took.sort();
+        eprintln!("/healthz with 200 silent connections from {source:?}: {took:?}");
+        assert!(
+            took[2] < std::time::Duration::from_millis(100)
+                && took[4] < std::time::Duration::from_secs(1),
+            "with 200 silent connections from {source:?}: {took:?}"
+        );
+        drop(silent);
+    }
+    let (code, _) = probe(m, &[], "/metrics");
+    assert_eq!(code, "200");
+}
