@@ -189,6 +189,7 @@ async fn handshake_stage(
 
 /// A validator asking for a name this process has no order for: another host of the fleet
 /// may have, and published its challenge to the store (fetched within the store's timeout).
+/// Only for the frontend's own `acme.names`: any other SNI asks nothing of the store.
 async fn fetch_fleet_challenge(challenges: &Challenges, fe: &WorkerFrontend, read: &HelloRead) {
     let Some(store) = &fe.acme_store else {
         return;
@@ -202,7 +203,11 @@ async fn fetch_fleet_challenge(challenges: &Challenges, fe: &WorkerFrontend, rea
     else {
         return;
     };
-    if challenges.is_pending(&name) {
+    let ordered = fe
+        .cfg
+        .acme()
+        .is_some_and(|a| acme::challenge::is_ordered(&a.names, &name));
+    if !ordered || challenges.is_pending(&name) {
         return;
     }
     let key = acme::fleet::challenge_key(&name);

@@ -165,10 +165,10 @@ impl WorkerFrontend {
                 pool_for(engine, (&cfg.name, &r.name), &r.backend, before, &metrics)
             })
             .collect();
-        let acme_challenge = match &cfg.certificates.source {
-            CertSource::Acme => engine
+        let acme_challenge = match (&cfg.certificates.source, cfg.acme()) {
+            (CertSource::Acme, Some(acme)) => engine
                 .challenges
-                .server_config(tls::provider_for(&cfg))
+                .server_config(tls::provider_for(&cfg), acme.names.clone())
                 .inspect_err(|e| tracing::error!(frontend = %cfg.name, error = %e, "cannot answer ACME challenges"))
                 .ok(),
             _ => None,

@@ -582,3 +582,68 @@ fn acme_external_account_binding_is_sent_when_the_ca_requires_it() {
     let (ok, err) = curl_trusting(&pebble.root, with.addr());
     assert!(ok, "{err}\n{}", with.log_text());
 }
+
+/// `GET`s redis-server has run so far (its command statistics).
+fn redis_gets(redis: &shuck_test_support::redis::RedisServer) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_get:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A handshake offering `acme-tls/1` for `name` (as a TLS-ALPN-01 validator does).
+fn validator_hello(addr: SocketAddr, name: &str) {
+    let _ = run_bounded(
+        Command::new("openssl").args([
+            "s_client",
+            "-connect",
+            &addr.to_string(),
+            "-servername",
+            name,
+            "-alpn",
+            "acme-tls/1",
+        ]),
+        b"",
+        20,
+    );
+}
+
+/// A client offering `acme-tls/1` makes a fleet host look a challenge up in the store only for
+/// a name the frontend orders (`acme.names`): any other name asks nothing of the store. (Any
+/// SNI once made every such handshake a store lookup.)
+#[test]
+fn acme_challenge_lookups_are_only_for_the_frontends_names() {
+    let pki = Pki::new();
+    let redis = shuck_test_support::redis::RedisServer::start(&[]);
+    let port = free_tcp_port();
+    let nobody = format!("https://127.0.0.1:{}/dir", free_tcp_port());
+    let state = pki.dir.path().join("state");
+    let shuck = Shuck::start(&format!(
+        "{}acme_store = \"redis://127.0.0.1:{}\"\nacme_store_key = {}\n",
+        acme_config(port, &nobody, &pki.ca_path(), &state),
+        redis.port,
+        toml_path(&fleet_key(&pki))
+    ));
+    shuck.wait_log("ACME order failed");
+    let addr = shuck.addr();
+    let before = redis_gets(&redis);
+    for name in ["other.acme.test", "admin.example", "shop.acme.test.evil"] {
+        validator_hello(addr, name);
+    }
+    let after_others = redis_gets(&redis);
+    validator_hello(addr, NAME);
+    let after_own = redis_gets(&redis);
+    assert_eq!(
+        after_others,
+        before,
+        "store lookups for names the frontend does not order:\n{}",
+        shuck.log_text()
+    );
+    assert!(
+        after_own > after_others,
+        "the frontend's own name is looked up (another host may be validating it)"
+    );
+}

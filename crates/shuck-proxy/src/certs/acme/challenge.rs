@@ -34,6 +34,14 @@ pub(crate) struct Challenges {
     fetched: Table,
 }
 
+/// Whether `name` (an SNI, or the identifier of a CA's authorization) is one of `names`, the
+/// names an order asks for: a validation, a store lookup or a challenge certificate is only
+/// ever for those.
+pub(crate) fn is_ordered(names: &[String], name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    names.iter().any(|n| n.eq_ignore_ascii_case(name))
+}
+
 /// Whether a ClientHello's ALPN list asks for the challenge.
 pub(crate) fn wants_challenge(alpn: Option<impl Iterator<Item = impl AsRef<[u8]>>>) -> bool {
     alpn.is_some_and(|mut protocols| protocols.any(|p| p.as_ref() == ACME_TLS_ALPN))
@@ -89,16 +97,22 @@ impl Challenges {
         });
     }
 
-    /// The configuration validators' handshakes get: `acme-tls/1` only, these challenge
-    /// certificates, no session resumption (RFC 8737 §4 forbids it for the challenge).
+    /// The configuration validators' handshakes get: `acme-tls/1` only, the challenge
+    /// certificates of `names` (the frontend's `acme.names`: another frontend's are not its to
+    /// show), no session resumption (RFC 8737 §4 forbids it for the challenge).
     pub(crate) fn server_config(
         self: &Arc<Self>,
         provider: CryptoProvider,
+        names: Vec<String>,
     ) -> Result<Arc<ServerConfig>, rustls::Error> {
+        let resolver = ChallengeResolver {
+            challenges: Arc::clone(self),
+            names,
+        };
         let mut c = ServerConfig::builder_with_provider(Arc::new(provider))
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
             .with_no_client_auth()
-            .with_cert_resolver(Arc::new(ChallengeResolver(Arc::clone(self))));
+            .with_cert_resolver(Arc::new(resolver));
         c.alpn_protocols = vec![ACME_TLS_ALPN.to_vec()];
         c.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         c.send_tls13_tickets = 0;
@@ -191,15 +205,23 @@ fn certified(m: &Material, provider: &CryptoProvider) -> Result<Arc<CertifiedKey
     Ok(Arc::new(CertifiedKey::new(chain, signing)))
 }
 
-/// Finds the pending challenge for the ClientHello's SNI; none without SNI or a pending order.
+/// Finds the pending challenge for the ClientHello's SNI among one frontend's names; none
+/// without SNI, for another name, or without a pending order.
 #[derive(Debug)]
-struct ChallengeResolver(Arc<Challenges>);
+struct ChallengeResolver {
+    challenges: Arc<Challenges>,
+    names: Vec<String>,
+}
 
 impl ResolvesServerCert for ChallengeResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let name = hello.server_name()?.to_ascii_lowercase();
+        let name = hello.server_name()?;
+        if !is_ordered(&self.names, name) {
+            return None;
+        }
+        let name = name.to_ascii_lowercase();
         let found = |t: &Table| t.load().get(&name).cloned();
-        found(&self.0.pending).or_else(|| found(&self.0.fetched))
+        found(&self.challenges.pending).or_else(|| found(&self.challenges.fetched))
     }
 }
 
@@ -248,5 +270,21 @@ mod tests {
         assert!(!wants_challenge(
             None::<std::iter::Copied<std::slice::Iter<'_, &[u8]>>>
         ));
+    }
+
+    #[test]
+    fn only_the_names_ordered_are_validated_looked_up_or_shown() {
+        let names = vec!["shop.example".to_string(), "www.shop.example".to_string()];
+        assert!(is_ordered(&names, "shop.example"));
+        assert!(is_ordered(&names, "WWW.Shop.Example."));
+        for other in [
+            "example",
+            "evil.shop.example",
+            "shop.example.evil",
+            "*.shop.example",
+            "",
+        ] {
+            assert!(!is_ordered(&names, other), "{other}");
+        }
     }
 }

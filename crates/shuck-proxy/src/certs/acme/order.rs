@@ -55,6 +55,14 @@ pub(super) async fn obtain(
             .challenge(ChallengeType::TlsAlpn01)
             .ok_or_else(|| AcmeError::Refused("the CA offers no tls-alpn-01 challenge".into()))?;
         let name = ch.identifier().to_string();
+        if !super::challenge::is_ordered(&acme.names, &name) {
+            // A CA answering for a name the order did not ask for would have the fleet serve
+            // challenge certificates for it (and replace another frontend's pending one).
+            return Err(AcmeError::Refused(format!(
+                "the CA's authorization is for {name:?}, which this order did not ask for (names: {})",
+                acme.names.join(", ")
+            )));
+        }
         let digest = ch.key_authorization().digest();
         let p = challenges.publish(&name, digest.as_ref(), &provider)?;
         let shared = match fleet {
