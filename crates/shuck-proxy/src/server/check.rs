@@ -46,6 +46,9 @@ pub fn report(config: &Config) -> Result<Report> {
             if fe.acme().is_none() {
                 warnings.extend(c.warnings(now, config.certificate_expiry_warning));
             }
+            warnings.extend(c.writable_by_others.iter().map(|w| {
+                format!("{w}: whoever may write it chooses what is served (make it writable by its owner only)")
+            }));
         }
         write_tls(&mut s, fe);
         write_resumption(&mut s, fe, &tls);

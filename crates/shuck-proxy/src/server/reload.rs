@@ -56,6 +56,17 @@ pub(crate) fn slots_named(frontends: &[Live], name: &str) -> Option<FrontendSlot
         .map(|l| l.slots.clone())
 }
 
+/// One line per file or directory of `ctx`'s certificates that others than the owner may write
+/// (at start and at each load, which the operator or a renewal causes, never a client).
+fn warn_writable(fe: &Frontend, ctx: &TlsContext) {
+    let mut seen = std::collections::BTreeSet::new();
+    for w in ctx.certs.iter().flat_map(|c| &c.writable_by_others) {
+        if seen.insert(w) {
+            tracing::warn!(frontend = %fe.name, "{w}: whoever may write it chooses what is served; make it writable by its owner only");
+        }
+    }
+}
+
 impl Live {
     /// A frontend put in service with `ctx`, one TLS slot per worker.
     pub(crate) fn start(
@@ -64,6 +75,7 @@ impl Live {
         workers: usize,
         metrics: &Metrics,
     ) -> Live {
+        warn_writable(fe, ctx);
         metrics.set_certificates(&fe.name, cert_records(fe, ctx));
         Live {
             cfg: fe.clone(),
@@ -119,6 +131,7 @@ impl Live {
                 tracing::warn!("{w}");
             }
         }
+        warn_writable(fe, ctx);
         metrics.set_certificates(&fe.name, cert_records(fe, ctx));
         ctx.sessions
             .reconfigure(fe.resumption.cache_size, fe.resumption.ticket_lifetime);

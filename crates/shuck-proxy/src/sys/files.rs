@@ -81,6 +81,42 @@ fn refused(r: Refused) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, r)
 }
 
+/// Who besides the owner may write `path` or its directory (and, for a symlink, its target's
+/// directory): one line each, as "<path> is writable by its group" or "… by every user". Whoever
+/// can write a key or certificate (or replace it in its directory) chooses what is served.
+pub(crate) fn writable_by_others(path: &Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut places = vec![path.to_path_buf()];
+    places.extend(path.parent().map(Path::to_path_buf));
+    if let Some(dir) = std::fs::canonicalize(path)
+        .ok()
+        .as_deref()
+        .and_then(Path::parent)
+    {
+        places.push(dir.to_path_buf());
+    }
+    places.dedup();
+    let mut out = Vec::new();
+    for place in places {
+        let shown = if place.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            &place
+        };
+        let Ok(meta) = std::fs::metadata(shown) else {
+            continue;
+        };
+        let mode = meta.permissions().mode();
+        if mode & 0o002 != 0 {
+            out.push(format!("{} is writable by every user", shown.display()));
+        } else if mode & 0o020 != 0 {
+            out.push(format!("{} is writable by its group", shown.display()));
+        }
+    }
+    out.dedup();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

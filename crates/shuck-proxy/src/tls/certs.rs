@@ -60,6 +60,8 @@ pub(crate) struct LoadedCert {
     pub served: Arc<ServedCert>,
     /// The OCSP response stapled with it, once checked (see `tls::staple`).
     pub staple: Option<crate::certs::ocsp::Verified>,
+    /// Its files (or their directories) that others than their owner may write, as warnings.
+    pub writable_by_others: Vec<String>,
 }
 
 /// Algorithms of a certificate shuck serves, as text for backends.
@@ -198,11 +200,16 @@ pub(crate) fn load_certificate(files: &CertFiles, provider: &CryptoProvider) -> 
         ));
     }
     let beside = key_beside(path);
+    let mut writable = crate::sys::files::writable_by_others(path);
+    let mut key_file = |p: &Path| {
+        writable.extend(crate::sys::files::writable_by_others(p));
+        read_key(p)
+    };
     let key = match &files.key {
-        Some(key_path) => read_key(key_path)?,
+        Some(key_path) => key_file(key_path)?,
         None => match PrivateKeyDer::from_pem_slice(&bytes) {
             Ok(key) => key,
-            Err(_) if beside.is_file() => read_key(&beside)?,
+            Err(_) if beside.is_file() => key_file(&beside)?,
             Err(e) => {
                 return Err(bad(format!(
                     "no usable private key ({}); the bundle must hold the chain and its key, or the key must be in {} beside it, or give {{ cert = …, key = … }}",
@@ -212,7 +219,11 @@ pub(crate) fn load_certificate(files: &CertFiles, provider: &CryptoProvider) -> 
             }
         },
     };
-    from_parts(path, chain, key, provider)
+    let mut loaded = from_parts(path, chain, key, provider)?;
+    writable.sort();
+    writable.dedup();
+    loaded.writable_by_others = writable;
+    Ok(loaded)
 }
 
 /// Loads one PEM bundle (chain and key in one file, or the key in `<bundle>.key`).
@@ -367,6 +378,7 @@ pub(crate) fn from_parts(
         certified: Arc::new(certified),
         served: Arc::new(ServedCert { sig_alg, key_alg }),
         staple: None,
+        writable_by_others: Vec::new(),
     })
 }
 

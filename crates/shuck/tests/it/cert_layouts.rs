@@ -357,3 +357,58 @@ fn a_renewal_after_live_was_briefly_incomplete_is_served() {
     let log = shuck.log_text();
     assert_eq!(log.matches("do not load").count(), 1, "{log}");
 }
+
+/// A key or certificate that others than its owner may write (or whose directory they may):
+/// whoever can write it chooses what shuck serves, so `shuck check` and the server warn, naming
+/// the file and who may write it. The owner's own modes (0600, 0644, 0700) are no warning.
+#[test]
+fn keys_and_directories_writable_by_others_are_warned_about() {
+    let pki = Pki::new();
+    let b = pki.leaf("w.bundle", "w", &["w.test"], Key::EcdsaP256);
+    let dir = pki.path("w");
+    let (cert, key) = split(&b, &dir, "w.crt", "w.key", 0o600);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let check = |cert: &Path, key: &Path| {
+        let out = shuck_test_support::process::run_bounded(
+            std::process::Command::new(&*shuck_test_support::process::SHUCK)
+                .args(["check", "--cert"])
+                .arg(cert)
+                .arg("--key")
+                .arg(key),
+            b"",
+            30,
+        );
+        assert!(out.status.success(), "{out:?}");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let quiet = check(&cert, &key);
+    assert!(!quiet.contains("writable"), "{quiet}");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let out = check(&cert, &key);
+    assert!(
+        out.contains(&format!("{} is writable by every user", key.display())),
+        "{out}"
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o770)).expect("chmod");
+    let out = check(&cert, &key);
+    assert!(
+        out.contains(&format!("{} is writable by its group", dir.display())),
+        "{out}"
+    );
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = [{{ cert = {}, key = {} }}]\n",
+        toml_path(&cert),
+        toml_path(&key)
+    ));
+    let log = shuck.log_text();
+    assert_eq!(
+        log.matches("is writable by its group").count(),
+        1,
+        "one line for the directory both files are in: {log}"
+    );
+}
