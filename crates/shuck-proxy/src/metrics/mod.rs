@@ -84,6 +84,8 @@ pub(crate) struct Metrics {
     index: snapshot::Index,
     /// Connections to this endpoint closed before their request, for newer ones.
     endpoint_evicted: Counter,
+    /// `shuck_acme_fleet_events_total{frontend,event}`.
+    acme_fleet: Family<Labels, Counter>,
 }
 
 /// One worker's handles for one frontend.
@@ -212,6 +214,7 @@ impl Metrics {
             certificates: CertificateGauges::default(),
             index: snapshot::Index::default(),
             endpoint_evicted: Counter::default(),
+            acme_fleet: Family::default(),
             registry: Registry::default(),
             process: Registry::default(),
             phase: std::sync::atomic::AtomicU8::new(0),
@@ -222,6 +225,11 @@ impl Metrics {
             "metrics_connections_evicted",
             "Connections to this endpoint closed before they sent a request, for a newer one: their client had 32 such connections, or all clients 512",
             m.endpoint_evicted.clone(),
+        );
+        registry.register(
+            "acme_fleet_events",
+            "What a fleet's ACME waited for or refused, by event: lease_wait (a wait for the host holding the lease, or the fleet's back-off, began), lease_taken_over (a lease no host of the fleet wrote, or one past its time), ordered_alone, notification_dropped (beyond one a second), value_refused (a store value not sealed by the fleet, or past its expiry)",
+            m.acme_fleet.clone(),
         );
         register_session_families(&mut registry, &m);
         register_latencies_and_listeners(&mut registry, &m);
@@ -370,6 +378,29 @@ impl Metrics {
     pub(crate) fn dns_addresses(&self, name: &str, count: usize) {
         get(&self.dns.addresses, &vec![("name", name.to_string())])
             .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// The counters of one frontend's fleet ACME: its waits and refusals.
+    pub(crate) fn acme_fleet_events(
+        &self,
+        frontend: &str,
+    ) -> crate::certs::acme::fleet::FleetEvents {
+        let c = |event: &str| {
+            get(
+                &self.acme_fleet,
+                &vec![
+                    ("frontend", frontend.to_string()),
+                    ("event", event.to_string()),
+                ],
+            )
+        };
+        crate::certs::acme::fleet::FleetEvents {
+            lease_wait: c("lease_wait"),
+            lease_taken_over: c("lease_taken_over"),
+            ordered_alone: c("ordered_alone"),
+            notifications_dropped: c("notification_dropped"),
+            values_refused: c("value_refused"),
+        }
     }
 
     /// Counts changed certificate files of `frontend` that were not loaded.

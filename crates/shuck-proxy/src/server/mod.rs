@@ -155,7 +155,7 @@ impl Server {
         });
         let engine = Engine::new(&config);
         let cert_watch = cert_watch::CertWatch::new(&config);
-        let acme_jobs = acme_jobs(&config, &engine)?;
+        let acme_jobs = acme_jobs(&config, &engine, &metrics)?;
         Ok(Server {
             config,
             tls,
@@ -429,7 +429,7 @@ impl Server {
 
 /// The renewal job of each frontend with ACME, with its fleet when it shares a session store.
 /// Made before privileges are dropped: the fleet's key file may be readable by root only.
-fn acme_jobs(c: &Config, engine: &Engine) -> Result<Vec<acme::renewal::Job>> {
+fn acme_jobs(c: &Config, engine: &Engine, metrics: &Metrics) -> Result<Vec<acme::renewal::Job>> {
     let mut jobs = Vec::new();
     for fe in &c.frontends {
         let Some(acme) = fe.acme() else {
@@ -440,6 +440,7 @@ fn acme_jobs(c: &Config, engine: &Engine) -> Result<Vec<acme::renewal::Job>> {
             acme: acme.clone(),
             fleet: fleet_of(fe, engine)?,
             challenges: engine.challenges.clone(),
+            events: metrics.acme_fleet_events(&fe.name),
         });
     }
     Ok(jobs)

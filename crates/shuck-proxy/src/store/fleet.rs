@@ -2,6 +2,12 @@
 //! and the lease on each order), for tasks of the main thread's runtime: its own connections (a
 //! router like a worker's, bounded the same), every value sealed with the fleet's key and bound
 //! to its key, every call within a deadline.
+//!
+//! What a Redis writer without the fleet's key can do is bounded here: every sealed value carries
+//! its own expiry ([`FORMAT`]), so a value written back after its time (`DUMP` then `RESTORE`,
+//! without a TTL) is refused as stale; a lease is a sealed value too (its holder and expiry), so
+//! a lease no host of the fleet wrote, or one past its time, holds nobody off: it is taken over
+//! with a compare-and-set.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,9 +23,9 @@ use super::Router;
 /// How long one call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Renews a lease only for its holder.
-const RENEW: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
-/// Deletes a key only while it holds the value given (a lease's holder, a challenge's value).
+/// Replaces a value only while it is the one read (a lease renewed or taken over).
+const SWAP: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 else return 0 end";
+/// Deletes a key only while it holds the value given (a lease, a challenge's value).
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
 /// The fleet stores of this process, by URL and key file: one each, opened at start (before
@@ -40,6 +46,53 @@ impl FleetStores {
         all.insert(id, store.clone());
         Ok(store)
     }
+}
+
+/// The first byte of what a sealed value holds: `FORMAT | expires (Unix ms, u64 BE) | value`.
+const FORMAT: u8 = 2;
+
+/// `value` with its expiry, `ttl` from `now_ms`, to be sealed.
+fn with_expiry(value: &[u8], ttl: Duration, now_ms: u64) -> Vec<u8> {
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    let mut out = Vec::with_capacity(9 + value.len());
+    out.push(FORMAT);
+    out.extend_from_slice(&now_ms.saturating_add(ttl_ms).to_be_bytes());
+    out.extend_from_slice(value);
+    out
+}
+
+/// The value of an opened envelope, unless it is of another format or past its expiry.
+fn unexpired(plain: &[u8], now_ms: u64) -> Option<&[u8]> {
+    let (&format, rest) = plain.split_first()?;
+    let (expires, value) = rest.split_first_chunk::<8>()?;
+    (format == FORMAT && u64::from_be_bytes(*expires) > now_ms).then_some(value)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// What a read found under a key.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Found {
+    Value(Vec<u8>),
+    Absent,
+    /// A value that does not open under the fleet's key and this key, or past its expiry.
+    Refused,
+}
+
+/// What an attempt to take a lease found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lease {
+    /// It was free: this holder has it now.
+    Taken,
+    /// It held a value no host of the fleet wrote, or one past its expiry: replaced, this
+    /// holder has it now.
+    TakenOver,
+    /// A host of the fleet holds it.
+    Held,
 }
 
 /// The fleet's store, for one frontend's tasks.
@@ -157,12 +210,39 @@ impl FleetStore {
             .ok()?
     }
 
-    /// The value under `key`, if any (one that does not open under the fleet's key is none).
+    /// The value under `key`, if any (one that does not open under the fleet's key, or is past
+    /// its expiry, is none).
     pub(crate) async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        Ok(match self.read(key).await? {
+            Found::Value(v) => Some(v),
+            Found::Absent | Found::Refused => None,
+        })
+    }
+
+    /// What is under `key`: a value, nothing, or a value refused.
+    pub(crate) async fn read(&self, key: &str) -> Result<Found, String> {
         let sealed: Option<Vec<u8>> = self
             .query(key.as_bytes(), redis::cmd("GET").arg(key))
             .await?;
-        Ok(sealed.and_then(|s| self.sealer.open(key.as_bytes(), &s)))
+        Ok(match sealed {
+            None => Found::Absent,
+            Some(s) => self
+                .open_value(key, &s)
+                .map_or(Found::Refused, Found::Value),
+        })
+    }
+
+    /// The value `sealed` holds, if it opens under `key` and is not past its expiry.
+    fn open_value(&self, key: &str, sealed: &[u8]) -> Option<Vec<u8>> {
+        let plain = self.sealer.open(key.as_bytes(), sealed)?;
+        unexpired(&plain, now_ms()).map(<[u8]>::to_vec)
+    }
+
+    /// `value` sealed under `key`, expiring `ttl` from now.
+    fn seal_value(&self, key: &str, value: &[u8], ttl: Duration) -> Result<Vec<u8>, String> {
+        self.sealer
+            .seal(key.as_bytes(), &with_expiry(value, ttl, now_ms()))
+            .ok_or_else(|| "cannot seal the value".into())
     }
 
     /// Stores `value` under `key` for `ttl`.
@@ -177,10 +257,7 @@ impl FleetStore {
         value: &[u8],
         ttl: Duration,
     ) -> Result<Vec<u8>, String> {
-        let sealed = self
-            .sealer
-            .seal(key.as_bytes(), value)
-            .ok_or("cannot seal the value")?;
+        let sealed = self.seal_value(key, value, ttl)?;
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         self.query::<()>(
             key.as_bytes(),
@@ -200,26 +277,72 @@ impl FleetStore {
         .map(|_| ())
     }
 
-    /// Takes the lease `key` for `holder` for `ttl` if nobody holds it; whether it was taken.
+    /// Takes the lease `key` for `holder` for `ttl` if no host of the fleet holds it.
     pub(crate) async fn lease(
         &self,
         key: &str,
         holder: &str,
         ttl: Duration,
-    ) -> Result<bool, String> {
+    ) -> Result<Lease, String> {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let new = self.seal_value(key, holder.as_bytes(), ttl)?;
         let set: Option<String> = self
             .query(
                 key.as_bytes(),
                 redis::cmd("SET")
                     .arg(key)
-                    .arg(holder)
+                    .arg(&new)
                     .arg("NX")
                     .arg("PX")
                     .arg(ms),
             )
             .await?;
-        Ok(set.is_some())
+        if set.is_some() {
+            return Ok(Lease::Taken);
+        }
+        let current: Option<Vec<u8>> = self
+            .query(key.as_bytes(), redis::cmd("GET").arg(key))
+            .await?;
+        let Some(current) = current else {
+            // Released in between: the next try takes it.
+            return Ok(Lease::Held);
+        };
+        if self.open_value(key, &current).is_some() {
+            return Ok(Lease::Held);
+        }
+        Ok(if self.swap(key, &current, &new, ms).await? {
+            Lease::TakenOver
+        } else {
+            Lease::Held
+        })
+    }
+
+    /// Replaces `old` under `key` with `new` (for `ms`), if `old` is still there.
+    async fn swap(&self, key: &str, old: &[u8], new: &[u8], ms: u64) -> Result<bool, String> {
+        let n: i64 = self
+            .query(
+                key.as_bytes(),
+                redis::cmd("EVAL")
+                    .arg(SWAP)
+                    .arg(1)
+                    .arg(key)
+                    .arg(old)
+                    .arg(new)
+                    .arg(ms),
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// The lease value under `key` while it is `holder`'s (opened, unexpired), as stored.
+    async fn held_by(&self, key: &str, holder: &str) -> Result<Option<Vec<u8>>, String> {
+        let current: Option<Vec<u8>> = self
+            .query(key.as_bytes(), redis::cmd("GET").arg(key))
+            .await?;
+        Ok(current.filter(|c| {
+            self.open_value(key, c)
+                .is_some_and(|h| h == holder.as_bytes())
+        }))
     }
 
     /// Extends `holder`'s lease `key` to `ttl` from now; false when it is no longer held.
@@ -229,29 +352,20 @@ impl FleetStore {
         holder: &str,
         ttl: Duration,
     ) -> Result<bool, String> {
+        let Some(current) = self.held_by(key, holder).await? else {
+            return Ok(false);
+        };
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        let n: i64 = self
-            .query(
-                key.as_bytes(),
-                redis::cmd("EVAL")
-                    .arg(RENEW)
-                    .arg(1)
-                    .arg(key)
-                    .arg(holder)
-                    .arg(ms),
-            )
-            .await?;
-        Ok(n == 1)
+        let new = self.seal_value(key, holder.as_bytes(), ttl)?;
+        self.swap(key, &current, &new, ms).await
     }
 
     /// Gives `holder`'s lease `key` up.
     pub(crate) async fn release(&self, key: &str, holder: &str) -> Result<(), String> {
-        self.query::<i64>(
-            key.as_bytes(),
-            redis::cmd("EVAL").arg(RELEASE).arg(1).arg(key).arg(holder),
-        )
-        .await
-        .map(|_| ())
+        let Some(current) = self.held_by(key, holder).await? else {
+            return Ok(());
+        };
+        self.delete_if(key, &current).await
     }
 }
 
@@ -283,4 +397,89 @@ async fn listen(
         tx.send_modify(|n| *n = n.wrapping_add(1));
     }
     Err("the subscription ended".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shuck_test_support::redis::RedisServer;
+
+    fn store(redis: &RedisServer, key_file: &Path) -> FleetStore {
+        FleetStore::open(&format!("redis://127.0.0.1:{}", redis.port), key_file).expect("open")
+    }
+
+    fn key_file(dir: &Path, byte: u8) -> PathBuf {
+        let p = dir.join(format!("fleet-{byte}.key"));
+        std::fs::write(&p, [byte; 48]).expect("key");
+        p
+    }
+
+    #[test]
+    fn an_envelope_opens_until_its_expiry_and_only_in_its_format() {
+        let e = with_expiry(b"v", Duration::from_secs(10), 1_000);
+        assert_eq!(unexpired(&e, 10_999), Some(&b"v"[..]));
+        assert_eq!(unexpired(&e, 11_000), None);
+        assert_eq!(unexpired(b"v", 0), None, "a value of the format before");
+        let mut other = e.clone();
+        other[0] = 1;
+        assert_eq!(unexpired(&other, 0), None);
+    }
+
+    /// With a real redis-server: a lease written in the clear (by a writer without the
+    /// fleet's key), or one of another fleet, is taken over; one of this fleet is held; a
+    /// sealed value written back after its expiry (DUMP, then RESTORE without a TTL) is refused.
+    #[tokio::test]
+    async fn foreign_and_stale_values_hold_nobody_off() {
+        let redis = RedisServer::start(&[]);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ours, theirs) = (key_file(dir.path(), 7), key_file(dir.path(), 8));
+        let (a, b, other_fleet) = (
+            store(&redis, &ours),
+            store(&redis, &ours),
+            store(&redis, &theirs),
+        );
+        let ttl = Duration::from_secs(15);
+
+        redis.cli(&["SET", "lease:1", "attacker"]);
+        assert_eq!(
+            a.lease("lease:1", "host-a", ttl).await,
+            Ok(Lease::TakenOver)
+        );
+        assert_eq!(b.lease("lease:1", "host-b", ttl).await, Ok(Lease::Held));
+        assert_eq!(a.renew_lease("lease:1", "host-a", ttl).await, Ok(true));
+        assert_eq!(b.renew_lease("lease:1", "host-b", ttl).await, Ok(false));
+        b.release("lease:1", "host-b").await.unwrap();
+        assert_eq!(
+            b.lease("lease:1", "host-b", ttl).await,
+            Ok(Lease::Held),
+            "not b's to release"
+        );
+        a.release("lease:1", "host-a").await.unwrap();
+        assert_eq!(b.lease("lease:1", "host-b", ttl).await, Ok(Lease::Taken));
+        assert_eq!(
+            other_fleet.lease("lease:1", "x", ttl).await,
+            Ok(Lease::TakenOver)
+        );
+
+        // A back-off recorded, then written back without a TTL after its time.
+        a.put("back-off", b"1", Duration::from_millis(300))
+            .await
+            .unwrap();
+        let url = format!("redis://127.0.0.1:{}", redis.port);
+        let mut raw = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let dump: Vec<u8> = redis::cmd("DUMP").arg("back-off").query(&mut raw).unwrap();
+        assert_eq!(a.read("back-off").await, Ok(Found::Value(b"1".to_vec())));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(a.read("back-off").await, Ok(Found::Absent));
+        redis::cmd("RESTORE")
+            .arg("back-off")
+            .arg(0)
+            .arg(dump)
+            .query::<()>(&mut raw)
+            .unwrap();
+        assert_eq!(a.read("back-off").await, Ok(Found::Refused));
+        assert_eq!(a.get("back-off").await, Ok(None));
+        redis.cli(&["SET", "plain", "1"]);
+        assert_eq!(a.read("plain").await, Ok(Found::Refused));
+    }
 }

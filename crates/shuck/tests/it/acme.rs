@@ -647,3 +647,86 @@ fn acme_challenge_lookups_are_only_for_the_frontends_names() {
         "the frontend's own name is looked up (another host may be validating it)"
     );
 }
+
+/// What a Redis writer without the fleet's key can do to a fleet's ACME, with pebble and a real
+/// redis-server. A lease written in the clear with no TTL (`SET shuck:acme:lease:<id> x`) once
+/// kept a fresh host from ever ordering: now it is taken over at once, logged and counted, and
+/// the host gets its certificate. A flood of `PUBLISH` on the fleet's channel once made every
+/// host read the store thousands of times: now at most once a second, the rest counted.
+#[test]
+fn a_redis_writer_without_the_key_neither_freezes_nor_floods_fleet_acme() {
+    let pki = Pki::new();
+    let port = free_tcp_port();
+    let pebble = Pebble::start(&pki, port, 3600);
+    let redis = shuck_test_support::redis::RedisServer::start(&[]);
+    let store = format!("redis://127.0.0.1:{}", redis.port);
+    let key = fleet_key(&pki);
+    // A first host orders, so that the order's key is known (as anyone reading Redis sees it).
+    let first = Shuck::start(&fleet_config(
+        port,
+        &pebble,
+        &pki,
+        &pki.path("state-a"),
+        &store,
+        &key,
+    ));
+    first.wait_log_within("ACME certificate issued", Duration::from_secs(60));
+    let keys = redis.cli(&["--scan", "--pattern", "shuck:acme:cert:*"]);
+    let id = keys
+        .trim()
+        .strip_prefix("shuck:acme:cert:")
+        .unwrap_or_else(|| panic!("the fleet's certificate key: {keys:?}"))
+        .to_string();
+    drop(first);
+    redis.cli(&["FLUSHALL"]);
+    redis.cli(&["SET", &format!("shuck:acme:lease:{id}"), "attacker"]);
+
+    let metrics_port = free_tcp_port();
+    let config = format!(
+        "metrics_listen = \"127.0.0.1:{metrics_port}\"\n{}",
+        fleet_config(port, &pebble, &pki, &pki.path("state-b"), &store, &key)
+    );
+    let host = Shuck::start(&config);
+    let log = host.wait_log_within("ACME certificate issued", Duration::from_secs(60));
+    assert!(log.contains("taken over"), "{log}");
+    host.wait_log("loaded a renewed certificate or OCSP staple");
+    let (ok, err) = curl_trusting(&pebble.root, host.addr());
+    assert!(ok, "{err}\n{}", host.log_text());
+    let metrics: SocketAddr = format!("127.0.0.1:{metrics_port}").parse().expect("addr");
+    let event = |name: &str| {
+        shuck_test_support::clients::sum(
+            &shuck_test_support::clients::scrape(metrics),
+            "shuck_acme_fleet_events_total",
+            &[&format!("event=\"{name}\"")],
+        )
+    };
+    assert_eq!(event("lease_taken_over"), 1);
+
+    // Notifications as fast as redis-cli sends them, for 14 s: past the 10 s a host rests after
+    // an order, then 2 s more.
+    let gets_before = redis_gets(&redis);
+    let flood = format!("PUBLISH shuck:acme:issued:{id} x\n").repeat(5_000);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(14) {
+        let out = run_bounded(
+            Command::new(require("redis-cli", "redis-tools")).args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &redis.port.to_string(),
+            ]),
+            flood.as_bytes(),
+            60,
+        );
+        assert!(out.status.success(), "{out:?}");
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let seconds = t.elapsed().as_secs() + 1;
+    let gets = redis_gets(&redis) - gets_before;
+    eprintln!("{gets} GETs in {seconds} s of notifications");
+    assert!(
+        gets <= 3 * seconds,
+        "{gets} GETs in {seconds} s: a notification flood drives the store reads"
+    );
+    assert!(event("notification_dropped") > 0);
+}

@@ -9,13 +9,33 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
+
 use crate::config::Acme;
 use crate::store::fleet::FleetStore;
+pub(crate) use crate::store::fleet::Lease;
 
 /// How long a lease lasts unless renewed; it is renewed every third of that.
 pub(crate) const LEASE: Duration = Duration::from_secs(15);
 /// How long a published challenge stays in the store at most.
 const CHALLENGE_TTL: Duration = Duration::from_secs(300);
+
+/// What one frontend's fleet waits and refusals count into
+/// (`shuck_acme_fleet_events_total{frontend,event}`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FleetEvents {
+    /// A wait for the certificate of the host holding the lease began.
+    pub lease_wait: Counter,
+    /// A lease no host of the fleet wrote (or one past its time) was taken over.
+    pub lease_taken_over: Counter,
+    /// An order made alone: the store unreachable, or the lease held too long, while this
+    /// host's certificate was missing or close to its end.
+    pub ordered_alone: Counter,
+    /// Notifications of a new certificate beyond the one acted on (at most one a second is).
+    pub notifications_dropped: Counter,
+    /// Values in the store refused: not sealed by the fleet, or past their expiry.
+    pub values_refused: Counter,
+}
 
 /// One frontend's view of the fleet's ACME state.
 #[derive(Debug, Clone)]
@@ -90,14 +110,15 @@ impl Fleet {
         format!("shuck:acme:back-off:{}", Self::order_id(acme))
     }
 
-    /// Takes the order's lease if nobody holds it and the fleet is not backing off a failure.
-    pub(crate) async fn take_lease(&self, acme: &Acme) -> Result<bool, String> {
+    /// Takes the order's lease if no host holds it; `None` while the fleet backs off a failure.
+    pub(crate) async fn take_lease(&self, acme: &Acme) -> Result<Option<Lease>, String> {
         if self.store.get(&Self::back_off_key(acme)).await?.is_some() {
-            return Ok(false);
+            return Ok(None);
         }
         self.store
             .lease(&Self::lease_key(acme), &self.holder, LEASE)
             .await
+            .map(Some)
     }
 
     /// After a failed order: no host of the fleet orders again for `retry`.

@@ -10,10 +10,11 @@ use instant_acme::CertificateIdentifier;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::challenge::Challenges;
-use super::fleet::Fleet;
+use super::fleet::{Fleet, FleetEvents, Lease};
 use super::state::Stored;
 use super::{ari, order, AcmeError};
 use crate::config::Acme;
+use crate::store::fleet::Found;
 
 /// The first retry after a failure, doubled after each further one up to `MAX_RETRY`.
 const FIRST_RETRY: Duration = Duration::from_secs(10);
@@ -30,6 +31,13 @@ const LOOK_AGAIN: Duration = Duration::from_secs(3600);
 const FLEET_POLL: Duration = Duration::from_secs(30);
 /// How often a host whose certificate is due tries the lease another host holds.
 const LEASE_POLL: Duration = Duration::from_secs(3);
+/// How long a host whose certificate is missing or close to its end waits for the host holding
+/// the lease before it orders alone (a few lease lifetimes: a holder that died has lost it by
+/// then, so one still held is held by a host that hangs, or by someone else).
+const ALONE_AFTER: Duration = Duration::from_secs(60);
+/// The least time between two looks at the store that notifications cause: a flood of them
+/// (anyone who can PUBLISH) costs one look a second.
+const MIN_WAKE: Duration = Duration::from_secs(1);
 
 /// One frontend's certificate to keep current.
 #[derive(Debug, Clone)]
@@ -40,6 +48,8 @@ pub(crate) struct Job {
     pub fleet: Option<Fleet>,
     /// Where its challenges are published for the validators' handshakes.
     pub challenges: Arc<Challenges>,
+    /// What the fleet's waits and refusals count into.
+    pub events: FleetEvents,
 }
 
 /// Keeps `job`'s certificate current, forever; sends the frontend's name on `renewed` each time
@@ -111,12 +121,15 @@ async fn obtain(
 /// newer than this host's (and puts this host's there when it is the newer); when due, orders
 /// only under the fleet's lease, and stores what it got for the others. A store that cannot be
 /// reached delays nothing but the sharing: when the certificate is close to its end (a sixth
-/// of its life left) or there is none, the host orders alone.
+/// of its life left) or there is none, the host orders alone; so it does after [`ALONE_AFTER`]
+/// of a lease held by another host.
 async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String>) {
     let mut issued = fleet.store.subscribe(&Fleet::issued_channel(&job.acme));
+    let mut wake = Wake::new();
     let mut schedule = Schedule::new();
     let mut failures = 0u32;
     let mut store_failing = false;
+    let mut waiting = Waiting::default();
     loop {
         let reached = match adopt(job, fleet).await {
             Ok(adopted) => {
@@ -139,28 +152,33 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
         let stored = Stored::read(&job.acme.bundle).filter(|s| s.covers(&job.acme.names));
         let (wait, replaces) = schedule.wait(&job.acme, Some(fleet), stored.as_ref()).await;
         if let Some(wait) = wait {
-            nap(&mut issued, wait.min(FLEET_POLL)).await;
+            waiting = Waiting::default();
+            nap(&mut issued, wait.min(FLEET_POLL), &mut wake, &job.events).await;
             continue;
         }
         // Due, or none yet: the host that takes the lease orders; the others wait for its
         // certificate to reach the store.
         let lease = fleet.take_lease(&job.acme).await;
-        let alone = lease.is_err() && urgent(stored.as_ref());
-        if !alone && !lease.unwrap_or(false) {
-            nap(&mut issued, LEASE_POLL).await;
+        let Some(turn) = waiting.turn(job, &lease, urgent(stored.as_ref())) else {
+            nap(&mut issued, LEASE_POLL, &mut wake, &job.events).await;
             continue;
-        }
+        };
+        waiting = Waiting::default();
         let what = if stored.is_some() {
             "renewing"
         } else {
             "ordering"
         };
-        let attempt = if alone {
-            tracing::warn!(frontend = %job.frontend, "the fleet's store is unreachable and the certificate is close to its end; {what} it alone");
-            obtain(&job.challenges, &job.acme, None, replaces.clone()).await
-        } else {
-            tracing::info!(frontend = %job.frontend, names = ?job.acme.names, directory = %job.acme.directory, "took the fleet's ACME lease; {what} its certificate");
-            under_lease(job, fleet, replaces.clone()).await
+        let attempt = match turn {
+            Turn::Alone(why) => {
+                job.events.ordered_alone.inc();
+                tracing::warn!(frontend = %job.frontend, "{why}; {what} the certificate alone");
+                obtain(&job.challenges, &job.acme, None, replaces.clone()).await
+            }
+            Turn::UnderLease => {
+                tracing::info!(frontend = %job.frontend, names = ?job.acme.names, directory = %job.acme.directory, "took the fleet's ACME lease; {what} its certificate");
+                under_lease(job, fleet, replaces.clone()).await
+            }
         };
         match attempt {
             Ok(bundle) => {
@@ -191,17 +209,102 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
     }
 }
 
-/// Sleeps `d`, or until the fleet says a new certificate is in the store.
-async fn nap(issued: &mut tokio::sync::watch::Receiver<u64>, d: Duration) {
+/// How a due certificate is ordered this turn.
+enum Turn {
+    UnderLease,
+    /// Without the fleet, and why (one log line).
+    Alone(String),
+}
+
+/// A wait for another host's lease (or the fleet's back-off), said once when it begins.
+#[derive(Default)]
+struct Waiting {
+    held_since: Option<tokio::time::Instant>,
+    backing_off: bool,
+}
+
+impl Waiting {
+    /// What to do with a due certificate (`urgent`: missing or close to its end), given what
+    /// taking the lease found; `None`: wait.
+    fn turn(
+        &mut self,
+        job: &Job,
+        lease: &Result<Option<Lease>, String>,
+        urgent: bool,
+    ) -> Option<Turn> {
+        match lease {
+            Ok(Some(Lease::Taken)) => Some(Turn::UnderLease),
+            Ok(Some(Lease::TakenOver)) => {
+                job.events.lease_taken_over.inc();
+                tracing::warn!(frontend = %job.frontend, "the fleet's ACME lease held a value no host of the fleet wrote, or one past its time; taken over");
+                Some(Turn::UnderLease)
+            }
+            Ok(Some(Lease::Held)) => {
+                let since = *self.held_since.get_or_insert_with(|| {
+                    job.events.lease_wait.inc();
+                    tracing::info!(frontend = %job.frontend, "another host holds the fleet's ACME lease; waiting for the certificate it orders");
+                    tokio::time::Instant::now()
+                });
+                (urgent && since.elapsed() >= ALONE_AFTER).then(|| {
+                    Turn::Alone(format!("another host has held the fleet's ACME lease for {}s and this host's certificate is missing or close to its end", ALONE_AFTER.as_secs()))
+                })
+            }
+            Ok(None) => {
+                if !self.backing_off {
+                    job.events.lease_wait.inc();
+                    tracing::info!(frontend = %job.frontend, "the fleet is backing off a failed ACME order; waiting");
+                }
+                self.backing_off = true;
+                None
+            }
+            Err(_) if urgent => Some(Turn::Alone(
+                "the fleet's store is unreachable and the certificate is missing or close to its end".into(),
+            )),
+            Err(_) => None,
+        }
+    }
+}
+
+/// When notifications last woke the loop, and how many it had seen.
+struct Wake {
+    at: tokio::time::Instant,
+    seen: u64,
+}
+
+impl Wake {
+    fn new() -> Wake {
+        Wake {
+            at: tokio::time::Instant::now(),
+            seen: 0,
+        }
+    }
+}
+
+/// Sleeps `d`, or until the fleet says a new certificate is in the store, but no sooner than
+/// [`MIN_WAKE`] after the last wake; notifications beyond one are counted as dropped.
+async fn nap(
+    issued: &mut tokio::sync::watch::Receiver<u64>,
+    d: Duration,
+    wake: &mut Wake,
+    events: &FleetEvents,
+) {
     tokio::select! {
         () = tokio::time::sleep(d) => {}
         changed = issued.changed() => {
             if changed.is_err() {
                 // No subscription task any more: the poll alone.
                 tokio::time::sleep(d).await;
+            } else {
+                tokio::time::sleep_until(wake.at + MIN_WAKE).await;
             }
         }
     }
+    let now_seen = *issued.borrow_and_update();
+    events
+        .notifications_dropped
+        .inc_by(now_seen.wrapping_sub(wake.seen).saturating_sub(1));
+    wake.seen = now_seen;
+    wake.at = tokio::time::Instant::now();
 }
 
 /// An order under the fleet's lease, given up when the lease is lost (another host may be
@@ -254,7 +357,14 @@ fn urgent(stored: Option<&Stored>) -> bool {
 async fn adopt(job: &Job, fleet: &Fleet) -> Result<bool, String> {
     let key = Fleet::certificate_key(&job.acme);
     let ours = Stored::read(&job.acme.bundle).filter(|s| s.covers(&job.acme.names));
-    let theirs_bytes = fleet.store.get(&key).await?;
+    let theirs_bytes = match fleet.store.read(&key).await? {
+        Found::Value(v) => Some(v),
+        Found::Absent => None,
+        Found::Refused => {
+            job.events.values_refused.inc();
+            None
+        }
+    };
     let theirs = theirs_bytes
         .as_deref()
         .and_then(Stored::parse)
