@@ -91,7 +91,8 @@ pub fn scrape(addr: SocketAddr) -> String {
 /// Sum of every sample of `name` whose labels contain all of `labels`.
 pub fn sum(text: &str, name: &str, labels: &[&str]) -> i64 {
     text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
+        // With labels (`name{…} v`) or without (`name v`).
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
         .filter(|l| labels.iter().all(|want| l.contains(want)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
         .sum()

@@ -46,7 +46,7 @@ pub(crate) fn init(config: &Config) -> LogQueue {
         .lossy(true)
         .buffered_lines_limit(config.log_queue_lines)
         .thread_name("shuck-log")
-        .finish(std::io::stderr());
+        .finish(Stderr);
     let dropped = writer.error_counter();
     let layer = fmt::layer()
         .with_writer(writer)
@@ -95,6 +95,32 @@ impl LogQueue {
                 }
             }
         }
+    }
+}
+
+/// Standard error as the log thread writes it: a line that cannot be written (the reader closed
+/// the pipe, a full disk behind a redirect) is lost, so it is counted in
+/// `shuck_log_lines_dropped_total` as a dropped one is, and the thread goes on with the next.
+/// (tracing-appender's writer thread ignores write errors, and `eprintln!` on a closed pipe
+/// would panic.)
+struct Stderr;
+
+impl std::io::Write for Stderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match std::io::stderr().write(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Err(e),
+            Err(_) => {
+                shuck_proxy::logging::LINES_DROPPED.inc();
+                Ok(buf.len())
+            }
+            written => written,
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        // Standard error is unbuffered; a failed flush has nothing left to lose.
+        let _ = std::io::stderr().flush();
+        Ok(())
     }
 }
 

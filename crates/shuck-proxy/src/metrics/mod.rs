@@ -618,7 +618,7 @@ fn register_connection_families(registry: &mut Registry, m: &Metrics) {
 fn register_process_wide(registry: &mut Registry) {
     registry.register(
         "log_lines_dropped",
-        "Log lines dropped because the log writer's queue was full (the reader of standard error lagged); a summary line follows once it catches up",
+        "Log lines lost: the log writer's queue was full (the reader of standard error lagged; a summary line follows once it catches up), or standard error could not be written (its reader closed the pipe)",
         crate::obs::logging::LINES_DROPPED.clone(),
     );
     registry.register(

@@ -749,3 +749,52 @@ fn silent_connections_do_not_keep_probes_out_of_the_metrics_listener() {
     let (code, _) = probe(m, &[], "/metrics");
     assert_eq!(code, "200");
 }
+
+/// Standard error closed by its reader (a log shipper that died): the lines shuck could not
+/// write are counted in `shuck_log_lines_dropped_total`, and shuck keeps serving. (They were
+/// once lost without a count.)
+#[test]
+fn lines_lost_to_a_closed_log_pipe_are_counted() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (config, ready) = (dir.path().join("shuck.toml"), dir.path().join("ready"));
+    std::fs::write(
+        &config,
+        "metrics_listen = \"127.0.0.1:0\"\nlog_connections = true\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nself_signed = true\n",
+    )
+    .expect("config");
+    let mut child = Command::new(&*shuck_test_support::process::SHUCK)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .args(shuck_test_support::process::as_root_allowed())
+        .arg("--ready-file")
+        .arg(&ready)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let addrs = shuck_test_support::process::wait_ready(&ready, 20, String::new);
+    drop(child.stderr.take());
+    // Each connection is one access log line, now written to a pipe nobody reads.
+    for _ in 0..5 {
+        let out = run_bounded(
+            Command::new("curl")
+                .args(["-sSk", "--max-time", "5"])
+                .arg(format!("https://{}/", addrs[0])),
+            b"",
+            20,
+        );
+        assert!(out.status.success(), "{out:?}");
+    }
+    let dropped = || sum(&scrape(addrs[1]), "shuck_log_lines_dropped_total", &[]);
+    shuck_test_support::clients::within(
+        std::time::Duration::from_secs(10),
+        "5 access log lines counted as dropped",
+        || dropped() >= 5,
+        || scrape(addrs[1]),
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
