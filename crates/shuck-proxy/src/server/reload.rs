@@ -364,7 +364,13 @@ impl Reloader {
             self.watch
                 .follow_names(&listed, &self.started.dns_lookups(), false);
         }
-        self.may_apply()?;
+        if let Err(e) = self.may_apply() {
+            // Given up: the names only the unapplied configuration had are followed no more.
+            let installed: Vec<&Frontend> = self.frontends.iter().map(|l| &l.cfg).collect();
+            self.watch
+                .follow_names(&installed, &self.started.dns_lookups(), true);
+            return Err(e);
+        }
         // Before `apply`: reloaded certificates are warned about with the new lead time.
         self.started.certificate_expiry_warning = new.certificate_expiry_warning;
         self.apply(next);

@@ -222,3 +222,50 @@ fn unspecified_and_loopback_answers_are_refused_unless_allowed() {
         "only the allowed loopback request"
     );
 }
+
+/// A reload abandoned while it waited on DNS (past `reload_timeout`) starts nothing that
+/// outlives it: the host name only its unapplied configuration had is no longer looked up, and
+/// has no series. (It was once looked up 18 times in 20 s after the reload was given up.)
+#[test]
+fn an_abandoned_reload_leaves_no_name_followed() {
+    let silent =
+        std::net::UdpSocket::bind("127.0.0.78:0").expect("a DNS server that never answers");
+    let pki = Pki::new();
+    let cert = pki.leaf("dns.pem", "dns", &["app.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let config = |backend: &str| {
+        format!(
+            "reload_timeout = \"1s\"\nmetrics_listen = \"127.0.0.1:0\"\nresolvers = [\"{}\"]\n\
+             [[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ndns_refresh = \"1s\"\ncertificates = {}\n",
+            silent.local_addr().expect("addr"),
+            toml_path(&cert)
+        )
+    };
+    let shuck = Shuck::start(&config(&backend.addr.to_string()));
+    let metrics = shuck.addrs[1];
+    std::fs::write(shuck.config_path(), config("slow.internal:8080")).expect("config");
+    shuck.signal("HUP");
+    shuck.wait_log("reload abandoned");
+    let followed = || {
+        let text = scrape(metrics);
+        text.lines()
+            .any(|l| l.starts_with("shuck_dns_") && l.contains("slow.internal"))
+    };
+    within(
+        Duration::from_secs(10),
+        "the unapplied name no longer followed",
+        || !followed(),
+        || format!("{}\n{}", scrape(metrics), shuck.log_text()),
+    );
+    // Its follower would look it up again every second or two (dns_refresh, the 2 s timeout):
+    // nothing shows a follower that is gone, so three seconds without its series.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!followed(), "{}", scrape(metrics));
+    assert_eq!(
+        shuck_test_support::clients::curl_at(&pki, shuck.addrs[0], "app.test", "/", &[])
+            .status
+            .code(),
+        Some(0),
+        "the configuration in force serves on"
+    );
+}
