@@ -148,6 +148,25 @@ impl BackendConnects {
     }
 }
 
+impl BackendConnects {
+    /// Drops one backend's series of this worker (its member left the pool).
+    pub(crate) fn forget(&self, route: &str, backend: &str) {
+        let l: Labels = vec![
+            ("frontend", self.frontend.clone()),
+            ("worker", self.worker.to_string()),
+            ("route", route.to_string()),
+            ("backend", backend.to_string()),
+        ];
+        self.family.remove(&l);
+        let key = (
+            self.frontend.clone(),
+            route.to_string(),
+            backend.to_string(),
+        );
+        self.made.forget(&key, self.worker);
+    }
+}
+
 impl FrontendMetrics {
     /// Counts a completed handshake: full or resumed (and by what), TLS 1.3 or not.
     pub(crate) fn handshake(&self, resumed_by: Option<Mechanism>, resumed: bool, tls13: bool) {

@@ -63,6 +63,10 @@ impl Connects {
             .or_insert_with(make)
             .clone()
     }
+
+    pub(super) fn forget(&self, key: &BackendKey, worker: usize) {
+        locked(&self.0).remove(&(key.clone(), worker));
+    }
 }
 
 /// The handles made so far, by what they count.

@@ -203,6 +203,36 @@ pub(crate) struct FrontendSlot {
     engine: Arc<Engine>,
 }
 
+/// The `(route, member)` pairs of a frontend's pools.
+fn members_of(wf: &WorkerFrontend) -> std::collections::BTreeSet<(&str, &str)> {
+    let default = wf.backends.iter().map(|p| ("default", p));
+    let routes = wf
+        .cfg
+        .route
+        .0
+        .iter()
+        .map(|r| r.name.as_str())
+        .zip(&wf.routes);
+    default
+        .chain(routes)
+        .flat_map(|(route, p)| p.members.iter().map(move |m| (route, m.name.as_str())))
+        .collect()
+}
+
+/// Drops this worker's connect-time series of the members `now` had and `next` has not (a name
+/// whose address changed, a backend a reload removed): the series of every address a name ever
+/// had would otherwise grow without bound. A connection under way to such a member has
+/// connected already; its time was counted.
+fn forget_members_gone(now: &WorkerFrontend, next: &WorkerFrontend) {
+    if now.cfg.name != next.cfg.name {
+        return;
+    }
+    let kept = members_of(next);
+    for (route, member) in members_of(now).difference(&kept) {
+        now.metrics.backend_connects().forget(route, member);
+    }
+}
+
 impl FrontendSlot {
     pub(crate) fn new(
         engine: Arc<Engine>,
@@ -242,6 +272,7 @@ impl FrontendSlot {
             now.metrics.clone(),
             Some(&now),
         ));
+        forget_members_gone(&now, &next);
         *self.current.borrow_mut() = next.clone();
         next
     }

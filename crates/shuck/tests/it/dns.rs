@@ -269,3 +269,62 @@ fn an_abandoned_reload_leaves_no_name_followed() {
         "the configuration in force serves on"
     );
 }
+
+/// A name whose address keeps changing: the series and status-page rows of the addresses it no
+/// longer has go, so what `/metrics` exports stays bounded by what the pools hold. (Every
+/// address a name ever had once kept its series and row: 232 rows for a name of 2 addresses.)
+#[test]
+fn addresses_a_name_no_longer_has_leave_the_metrics_and_the_status_page() {
+    let ips: Vec<IpAddr> = (2..=6).map(|i| IpAddr::from([127, 0, 0, i])).collect();
+    let backends: Vec<HttpBackend> = 'found: {
+        for _ in 0..50 {
+            let first = HttpBackend::start_on(SocketAddr::new(ips[0], 0)).expect("bind");
+            let port = first.addr.port();
+            let rest: Option<Vec<HttpBackend>> = ips[1..]
+                .iter()
+                .map(|ip| HttpBackend::start_on(SocketAddr::new(*ip, port)))
+                .collect();
+            if let Some(mut rest) = rest {
+                rest.insert(0, first);
+                break 'found rest;
+            }
+        }
+        panic!("no port free on all of 127.0.0.2-6");
+    };
+    let port = backends[0].addr.port();
+    let dns = Dnsmasq::start(&[("rot.internal", ips[0])]);
+    let pki = Pki::new();
+    let cert = pki.leaf("dns.pem", "dns", &["rot.test"], Key::EcdsaP256);
+    let name = format!("rot.internal:{port}");
+    let shuck = Shuck::start(&format!(
+        "workers = 1\nmetrics_listen = \"127.0.0.1:0\"\nresolvers = [\"{}\"]\ndns_allow_special_addresses = true\n\
+         [[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nbackend = \"{name}\"\ncertificates = {}\n",
+        dns.addr,
+        toml_path(&cert)
+    ));
+    let (web, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+    for (i, ip) in ips.iter().enumerate() {
+        dns.set(&[("rot.internal", *ip)]);
+        within(
+            Duration::from_secs(10),
+            "a request served by the new address",
+            || {
+                let _ = shuck_test_support::clients::curl_at(&pki, web, "rot.test", "/", &[]);
+                backends[i].served.load(Ordering::Relaxed) > 0
+            },
+            || shuck.log_text(),
+        );
+    }
+    let text = scrape(metrics);
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("shuck_backend_connect_duration_seconds_count"))
+        .collect();
+    assert_eq!(series.len(), 1, "one member, one series: {series:#?}");
+    assert!(series[0].contains("@127.0.0.6"), "{series:?}");
+    let page = crate::routes::status_page(metrics);
+    for gone in &ips[..4] {
+        assert!(!page.contains(&format!("@{gone}<")), "{gone}: {page}");
+    }
+    assert!(page.contains("@127.0.0.6<"), "{page}");
+}

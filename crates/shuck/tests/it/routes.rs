@@ -7,7 +7,7 @@ use shuck_test_support::pki::{toml_path, Key, Pki};
 use shuck_test_support::process::{HttpBackend, Shuck};
 
 /// The status page at `/` of the metrics listener.
-fn status_page(metrics: std::net::SocketAddr) -> String {
+pub(crate) fn status_page(metrics: std::net::SocketAddr) -> String {
     let out = shuck_test_support::process::run_bounded(
         std::process::Command::new("curl").args([
             "-sS",
