@@ -94,8 +94,9 @@ pub(crate) enum ConnectError {
     NoDescriptors(io::Error),
 }
 
-/// EMFILE (the process's open-files limit) or ENFILE (the system's).
-fn out_of_descriptors(e: &io::Error) -> bool {
+/// EMFILE (the process's open-files limit) or ENFILE (the system's): this host's fault, never
+/// the backend's.
+pub(crate) fn out_of_descriptors(e: &io::Error) -> bool {
     const ENFILE: i32 = 23;
     const EMFILE: i32 = 24;
     matches!(e.raw_os_error(), Some(ENFILE | EMFILE))

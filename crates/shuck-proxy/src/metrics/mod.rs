@@ -242,7 +242,7 @@ impl Metrics {
         register_process_wide(&mut registry);
         registry.register(
             "metrics_connections_evicted",
-            "Connections to this endpoint closed before they sent a request, for a newer one: their client had 32 such connections, or all clients 512",
+            "Connections to this endpoint closed before they sent a request, for a newer one: their client had 8 such connections, or all clients 32",
             m.endpoint_evicted.clone(),
         );
         registry.register(

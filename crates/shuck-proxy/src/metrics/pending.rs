@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::task::AbortHandle;
 
 /// Connections without a request yet, per client address.
-pub(super) const PER_CLIENT: usize = 32;
-/// Connections without a request yet, in all.
-pub(super) const IN_ALL: usize = 512;
+pub(super) const PER_CLIENT: usize = 8;
+/// Connections without a request yet, in all: with the 8 scrapes, within the descriptors kept
+/// back for the process itself (`sys::limits`).
+pub(super) const IN_ALL: usize = 32;
 
 /// The connections waiting for their request, oldest first.
 #[derive(Default)]

@@ -187,9 +187,24 @@ impl Set {
         let mut streak = vec![0i64; self.addrs.len()];
         let mut tick = tokio::time::interval(self.check.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut short_of_descriptors = false;
         loop {
             tick.tick().await;
-            for (i, result) in self.probe_all().await.into_iter().enumerate() {
+            let results = self.probe_all().await;
+            let local = results.iter().any(|r| matches!(r, Err(Failure::Local(_))));
+            if local != short_of_descriptors {
+                if local {
+                    tracing::warn!(frontend = %self.frontend, route = %self.route, "health checks cannot run: this process is out of descriptors; the backends keep their verdicts");
+                } else {
+                    tracing::info!(frontend = %self.frontend, route = %self.route, "health checks run again");
+                }
+                short_of_descriptors = local;
+            }
+            for (i, result) in results.into_iter().enumerate() {
+                // A check this host could not make says nothing of the backend.
+                if matches!(result, Err(Failure::Local(_))) {
+                    continue;
+                }
                 streak[i] = match (&result, streak[i]) {
                     (Ok(()), s) if s > 0 => s + 1,
                     (Ok(()), _) => 1,
@@ -201,7 +216,7 @@ impl Set {
                 if up && -streak[i] >= i64::from(self.check.fall) {
                     self.health.set_up(i, false);
                     gauges[i].set(0);
-                    let why = result.err().unwrap_or_default();
+                    let why = result.err().map(|f| f.to_string()).unwrap_or_default();
                     tracing::warn!(frontend = %self.frontend, route = %self.route, backend = %b, error = %why, "backend down: health check failed {} times in a row", self.check.fall);
                 } else if !up && streak[i] >= i64::from(self.check.rise) {
                     self.health.set_up(i, true);
@@ -216,15 +231,15 @@ impl Set {
 impl Set {
     /// One check of every backend, at once (a task each, ended with the checker's task), in
     /// the backends' order.
-    async fn probe_all(&self) -> Vec<Result<(), String>> {
+    async fn probe_all(&self) -> Vec<Result<(), Failure>> {
         let mut checks = tokio::task::JoinSet::new();
         for (i, b) in self.addrs.iter().enumerate() {
             let (b, check, send) = (b.clone(), self.check.clone(), self.send);
             checks.spawn(async move { (i, probe(&b, &check, send).await) });
         }
         // A check that did not finish (its task failed) counts as failed.
-        let mut out: Vec<Result<(), String>> =
-            vec![Err("the check did not finish".into()); self.addrs.len()];
+        let mut out: Vec<Result<(), Failure>> =
+            vec![Err(Failure::Backend("the check did not finish".into())); self.addrs.len()];
         while let Some(done) = checks.join_next().await {
             if let Ok((i, result)) = done {
                 out[i] = result;
@@ -234,13 +249,54 @@ impl Set {
     }
 }
 
+/// Why a check failed.
+#[derive(Debug, Clone)]
+enum Failure {
+    /// The backend's: refused, reset, wrong answer, too slow.
+    Backend(String),
+    /// This process's: no descriptor for the check's socket. Not the backend's fault.
+    Local(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Backend(why) | Failure::Local(why) => f.write_str(why),
+        }
+    }
+}
+
 /// One check of one backend: a connect, and with `http` a request whose status line must carry
 /// `expect_status`, all within `timeout`.
-async fn probe(b: &BackendAddr, check: &HealthCheck, send: Option<Version>) -> Result<(), String> {
+async fn probe(b: &BackendAddr, check: &HealthCheck, send: Option<Version>) -> Result<(), Failure> {
+    let deadline = tokio::time::Instant::now() + check.timeout;
+    let stream = match tokio::time::timeout_at(deadline, connect_to(&b.addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) if crate::backend::out_of_descriptors(&e) => {
+            return Err(Failure::Local(format!("connect: {e}")))
+        }
+        Ok(Err(e)) => return Err(Failure::Backend(format!("connect: {e}"))),
+        Err(_) => {
+            return Err(Failure::Backend(format!(
+                "no answer within {:?}",
+                check.timeout
+            )))
+        }
+    };
+    converse(stream, b, check, send, deadline)
+        .await
+        .map_err(Failure::Backend)
+}
+
+/// The rest of a check on a connected `stream`, by `deadline` (what is left of `timeout`).
+async fn converse(
+    mut stream: crate::backend::Upstream,
+    b: &BackendAddr,
+    check: &HealthCheck,
+    send: Option<Version>,
+    deadline: tokio::time::Instant,
+) -> Result<(), String> {
     let attempt = async {
-        let mut stream = connect_to(&b.addr)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
         if let Some(version) = send {
             stream
                 .write_all(local_header(version))
@@ -279,7 +335,7 @@ async fn probe(b: &BackendAddr, check: &HealthCheck, send: Option<Version>) -> R
             None => Err("not an HTTP answer".into()),
         }
     };
-    match tokio::time::timeout(check.timeout, attempt).await {
+    match tokio::time::timeout_at(deadline, attempt).await {
         Ok(r) => r,
         Err(_) => Err(format!("no answer within {:?}", check.timeout)),
     }

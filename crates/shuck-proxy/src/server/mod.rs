@@ -7,6 +7,7 @@ pub mod bindings;
 mod cert_watch;
 pub mod check;
 mod dns_follow;
+mod fd_budget;
 pub(crate) mod health_checks;
 pub mod reload;
 pub mod running;
@@ -130,7 +131,8 @@ impl Server {
             .iter()
             .map(|fe| fe.listen.addrs.len())
             .sum();
-        let reserved = limits::reserved_fds(config.workers, addresses);
+        let reserved =
+            limits::reserved_fds(config.workers, addresses, fd_budget::other_sockets(&config));
         let limit = limits::ConnectionLimit::new(limits::effective_max_connections(
             config.max_connections,
             fd_limit,

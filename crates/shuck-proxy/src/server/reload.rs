@@ -349,7 +349,7 @@ impl Reloader {
                 next.push(Next::Keep(i));
             }
         }
-        let max_connections = self.max_connections_for(new.max_connections, &next)?;
+        let max_connections = self.max_connections_for(new, new.max_connections, &next)?;
         let before = self.addresses();
         let prepared = {
             let listed: Vec<&Frontend> = next.iter().map(|n| self.frontend_of(n)).collect();
@@ -450,12 +450,13 @@ impl Reloader {
 
     /// `configured` as the descriptors serve it with the addresses listened on after the reload
     /// (each keeps descriptors back); an error, before anything is bound, if they leave no room.
-    fn max_connections_for(&self, configured: usize, next: &[Next]) -> Result<usize> {
+    fn max_connections_for(&self, new: &Config, configured: usize, next: &[Next]) -> Result<usize> {
         let addresses = next
             .iter()
             .map(|n| self.frontend_of(n).listen.addrs.len())
             .sum();
-        let reserved = limits::reserved_fds(self.workers, addresses);
+        let others = crate::server::fd_budget::other_sockets(new);
+        let reserved = limits::reserved_fds(self.workers, addresses, others);
         limits::effective_max_connections(configured, self.capacity.fd_limit, reserved)
     }
 

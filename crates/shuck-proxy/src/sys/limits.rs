@@ -17,9 +17,9 @@ const PER_WORKER_FDS: u64 = 2;
 const PER_ADDRESS_FDS: u64 = 3;
 
 /// Descriptors that are not connections', for `workers` workers listening on `addresses`
-/// addresses each.
-pub(crate) fn reserved_fds(workers: usize, addresses: usize) -> u64 {
-    RESERVED_FDS + workers as u64 * (PER_WORKER_FDS + PER_ADDRESS_FDS * addresses as u64)
+/// addresses each, and `others` the configuration's tasks open (health checks, DNS, stores).
+pub(crate) fn reserved_fds(workers: usize, addresses: usize, others: u64) -> u64 {
+    RESERVED_FDS + workers as u64 * (PER_WORKER_FDS + PER_ADDRESS_FDS * addresses as u64) + others
 }
 
 /// Raises the limit and returns it (or the unchanged limit when raising is not possible).
@@ -130,11 +130,13 @@ mod tests {
     #[test]
     fn the_limit_never_exceeds_what_descriptors_can_serve() {
         // One worker on one address keeps 64 + 2 + 3.
-        assert_eq!(reserved_fds(1, 1), 69);
+        assert_eq!(reserved_fds(1, 1, 0), 69);
+        // With 100 checked backends, their sockets too.
+        assert_eq!(reserved_fds(1, 1, 100), 169);
         assert_eq!(effective_max_connections(8192, 20_000, 69).unwrap(), 8192);
         assert_eq!(effective_max_connections(8192, 1024, 69).unwrap(), 477);
         // 32 workers on two addresses each keep 64 + 32 * (2 + 2 * 3): fewer connections fit.
-        assert_eq!(reserved_fds(32, 2), 320);
+        assert_eq!(reserved_fds(32, 2, 0), 320);
         assert_eq!(effective_max_connections(8192, 1024, 320).unwrap(), 352);
         let e = effective_max_connections(10, 64, 68)
             .unwrap_err()

@@ -496,3 +496,53 @@ fn the_self_signed_certificate_survives_a_reload() {
     shuck.wait_log("reloaded certificates and configuration");
     assert_eq!(served_certificate(shuck.addr()), before);
 }
+
+/// Health checks' sockets are kept back from `max_connections` with the connections' own: under
+/// a low open-files limit, with 100 checked backends and more clients at once than connections
+/// fit, no healthy backend is marked down for this host's shortage and no client fails. (Once
+/// they were not: 32 of 256 healthy backends marked down with "connect: Too many open files",
+/// blamed on the backends, and clients failed after their handshake.)
+#[test]
+fn health_check_sockets_are_in_the_descriptor_budget() {
+    let pki = Pki::new();
+    // One backend on every loopback address: 100 members, each its own address.
+    let backend =
+        shuck_test_support::process::HttpBackend::start_on("0.0.0.0:0".parse().expect("addr"))
+            .expect("bind");
+    let port = backend.addr.port();
+    let members: Vec<String> = (1..=100)
+        .map(|i| format!("\"127.0.1.{i}:{port}\""))
+        .collect();
+    let cfg = config_with(
+        &pki,
+        "",
+        &format!(
+            "backend = [{}]\nhealth_check = {{ interval = \"500ms\", timeout = \"500ms\", rise = 1, fall = 2 }}\n",
+            members.join(", ")
+        ),
+    )
+    .replace("workers = 2", "workers = 1");
+    let shuck = Shuck::with().config(&cfg).nofile(320).run();
+    let log = shuck.wait_log("starting");
+    // 64 for the process, 5 for the worker and its listener, 100 for the checks: 75 connections.
+    assert!(log.contains("max_connections=75"), "{log}");
+    let metrics = shuck.addrs[1];
+    let up = || sum(&scrape(metrics), "shuck_backend_up", &[]);
+    shuck_test_support::clients::within(
+        Duration::from_secs(10),
+        "every backend up",
+        || up() == 100,
+        || shuck.log_text(),
+    );
+    let failed = requests(&pki, shuck.addrs[0], 3000, 120);
+    let text = scrape(metrics);
+    assert_eq!(failed, 0, "{text}\n{}", shuck.log_text());
+    assert_eq!(up(), 100, "{}", shuck.log_text());
+    let log = shuck.log_text();
+    assert!(!log.contains("backend down"), "{log}");
+    assert!(
+        !log.contains("out of descriptors"),
+        "checks went short: {log}"
+    );
+    assert_eq!(sum(&text, "shuck_resource_errors_total", &[]), 0, "{text}");
+}
