@@ -10,7 +10,7 @@ use std::time::Duration;
 use shuck_proxy::bindings::Bindings;
 use shuck_proxy::reload::ProcessTimeouts;
 use shuck_proxy::server::MetricsHandover;
-use shuck_proxy::upgrade::{NotReady, Successor};
+use shuck_proxy::upgrade::{NotReady, Successor, Watched};
 use shuck_proxy::{notify, pid_file};
 use tokio::sync::watch;
 
@@ -129,12 +129,19 @@ impl Upgrade {
             upgrade_confirm = ?confirm,
             "upgrade: the new process is listening; this one takes the service back if it exits within upgrade_confirm"
         );
-        let died = tokio::select! {
-            status = new.exits_within(confirm) => status,
+        let watched = tokio::select! {
+            w = new.watch_within(confirm) => w,
             // A stop now confirms the upgrade: the new process is the service.
-            () = stop_asked(stops) => None,
+            () = stop_asked(stops) => Watched::Lived,
         };
-        if let Some(status) = died {
+        if matches!(watched, Watched::Hung) {
+            self.name_in_pid_file(std::process::id());
+            notify::taken_back();
+            tracing::error!(pid, "upgrade rolled back: the new process stopped answering within upgrade_confirm; it is killed and this process serves on");
+            new.kill().await;
+            return Outcome::RolledBack;
+        }
+        if let Watched::Exited(status) = watched {
             self.name_in_pid_file(std::process::id());
             notify::taken_back();
             if status.success() {

@@ -394,6 +394,9 @@ impl Server {
         // followed to a process about to stop.
         if self.predecessor.is_upgrade() && self.predecessor.say_ready() {
             notify::main_pid();
+            if let Some(alive) = self.predecessor.keep_saying_alive() {
+                rt.spawn(alive);
+            }
         }
         notify::ready(&format!("listening on {listening} addresses"));
         self.metrics.set_phase(metrics::Phase::Serving);

@@ -144,6 +144,29 @@ impl Inherited {
         false
     }
 
+    /// After [`Inherited::say_ready`]: says `ALIVE` to the old process every [`HEARTBEAT`]
+    /// from the runtime this runs on, until the old process stops listening (it confirmed the
+    /// upgrade, or it is gone). Through `upgrade_confirm` the old process takes silence for a hang.
+    pub fn keep_saying_alive(
+        &self,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let path = self.ready.clone()?;
+        Some(async move {
+            let Ok(socket) = tokio::net::UnixDatagram::unbound() else {
+                return;
+            };
+            let word = format!("ALIVE={}", std::process::id());
+            let mut tick = tokio::time::interval(HEARTBEAT);
+            loop {
+                tick.tick().await;
+                let sent = tokio::time::timeout(HEARTBEAT, socket.send_to(word.as_bytes(), &path));
+                if !matches!(sent.await, Ok(Ok(_))) {
+                    return;
+                }
+            }
+        })
+    }
+
     /// The pid file this process adopts: the old process names this one in it once told this
     /// one is ready, or, if the old one is gone, this one does.
     pub fn set_pid_file(&mut self, path: Option<PathBuf>) {
@@ -236,6 +259,23 @@ impl Handover {
     }
 }
 
+/// How often a new process says it is alive during the confirmation window.
+pub const HEARTBEAT: Duration = Duration::from_millis(250);
+/// Silence after which the old process takes a new one that had said it was alive for hung.
+const SILENCE: Duration = Duration::from_secs(2);
+
+/// How a new process fared through the confirmation window.
+#[derive(Debug)]
+pub enum Watched {
+    /// It exited, with this status.
+    Exited(std::process::ExitStatus),
+    /// It had said it was alive, then went silent for longer than [`SILENCE`] (stopped, or its
+    /// main loop stuck).
+    Hung,
+    /// It lived and answered throughout.
+    Lived,
+}
+
 /// A new process started by an upgrade, from its start until this process has handed over to
 /// it (or stopped it).
 #[derive(Debug)]
@@ -287,7 +327,40 @@ impl Successor {
         }
     }
 
-    /// Its exit status if it exits within `within` (the upgrade's confirmation window).
+    /// Watches it through `within` (the upgrade's confirmation window): it exits, goes silent
+    /// after it had said it was alive (a new process of a version that never says so is judged
+    /// by its exit alone), or lives and answers throughout.
+    pub async fn watch_within(&mut self, within: Duration) -> Watched {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut last_alive: Option<tokio::time::Instant> = None;
+        let mut buf = [0u8; 64];
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Watched::Exited(status);
+            }
+            while let Ok(n) = self.socket.try_recv(&mut buf) {
+                if buf[..n].starts_with(b"ALIVE=") {
+                    last_alive = Some(tokio::time::Instant::now());
+                }
+            }
+            let now = tokio::time::Instant::now();
+            if last_alive.is_some_and(|t| now.duration_since(t) > SILENCE) {
+                return Watched::Hung;
+            }
+            if now >= deadline {
+                return Watched::Lived;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Kills it (SIGKILL: a stopped or stuck process handles no SIGTERM) and reaps it.
+    pub async fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = tokio::task::spawn_blocking(move || self.child.wait()).await;
+    }
+
+    /// Its exit status if it exits within `within`.
     pub async fn exits_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
@@ -313,9 +386,14 @@ impl Successor {
         }
     }
 
-    /// Reaps it whenever it exits, while this process lives (it is this process's child).
-    pub async fn reap(mut self) {
-        while !matches!(self.child.try_wait(), Ok(Some(_)) | Err(_)) {
+    /// Reaps it whenever it exits, while this process lives (it is this process's child). The
+    /// handover socket goes first: the new process stops saying it is alive.
+    pub async fn reap(self) {
+        let Successor {
+            mut child, socket, ..
+        } = self;
+        drop(socket);
+        while !matches!(child.try_wait(), Ok(Some(_)) | Err(_)) {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }

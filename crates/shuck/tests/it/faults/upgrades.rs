@@ -370,3 +370,46 @@ fn a_stop_of_the_new_process_within_upgrade_confirm_stops_the_service() {
     assert!(!alive(new));
     assert_eq!(pid_in(&old.pid_file), None, "{}", read(&old.log));
 }
+
+/// `kill -USR2`, then `kill -STOP` of the new process once it is ready: a process that hangs is
+/// no better than one that died. Within upgrade_confirm the old process finds it no longer
+/// answering (it says it is alive several times a second over the handover socket), takes the
+/// service back, kills it, and serves on. (Once a hang was confirmed: the old process left, and
+/// nothing answered until the new one was continued.)
+#[test]
+fn a_new_process_that_hangs_after_the_handover_is_rolled_back() {
+    let mut old = ToUpgrade::start("upgrade_confirm = \"10s\"");
+    let pki = &old.pki;
+    let old_pid = old.pid();
+    kill("USR2", old_pid);
+    let new = wait_pid_other_than(&old.pid_file, old_pid, Duration::from_secs(30), &old.log);
+    let _guard = KillOnDrop(Some(new));
+    wait_file(
+        &old.log,
+        "the new process is listening",
+        Duration::from_secs(10),
+    );
+    let t = Instant::now();
+    kill("STOP", new);
+    let text = wait_file(&old.log, "upgrade rolled back", Duration::from_secs(8));
+    let took = t.elapsed();
+    println!("a hung new process was rolled back {took:?} after it stopped");
+    assert!(text.contains("stopped answering"), "{text}");
+    assert_eq!(pid_in(&old.pid_file), Some(old_pid), "{text}");
+    shuck_test_support::process::wait_for(
+        "the hung process killed",
+        Duration::from_secs(5),
+        || !alive(new),
+    );
+    assert_eq!(
+        requests(pki, old.proc.addrs[0], 20, 2),
+        0,
+        "{}",
+        read(&old.log)
+    );
+    assert!(
+        old.proc.child.try_wait().expect("try_wait").is_none(),
+        "the old process left: {}",
+        read(&old.log)
+    );
+}
