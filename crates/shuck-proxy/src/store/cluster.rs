@@ -151,7 +151,7 @@ impl Cluster {
 
 /// One node's `CLUSTER SLOTS`: each range with its master's address.
 async fn slots_of(info: &ConnectionInfo) -> Result<Vec<(u16, u16, (String, u16))>, String> {
-    let (mut conn, driver) = super::transport::open(info, Arc::default()).await?;
+    let (mut conn, driver) = super::transport::open(info, None, Arc::default()).await?;
     let task = tokio::spawn(driver);
     let reply: Result<redis::Value, String> = redis::cmd("CLUSTER")
         .arg("SLOTS")

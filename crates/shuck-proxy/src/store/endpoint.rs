@@ -1,9 +1,14 @@
 //! Where the store's connections go: one server (`redis://`, `rediss://`, a Unix socket), or the
 //! master that Redis Sentinel names (`redis+sentinel://HOST:PORT,HOST:PORT/MASTER[/DB]`, or
-//! `rediss+sentinel://` for TLS to the master). With Sentinel each connection asks the
-//! sentinels in turn which server is the master, connects there, and checks with `ROLE` that
-//! it is one; a failover ends the connection (its errors, or `READONLY` from a demoted master)
-//! and the next asks again.
+//! `rediss+sentinel://` for TLS to the sentinels and the master). With Sentinel each connection
+//! asks the sentinels in turn which server is the master, connects there, and checks with `ROLE`
+//! that it is one; a failover ends the connection (its errors, or `READONLY` from a demoted
+//! master) and the next asks again.
+//!
+//! Over TLS, the master's certificate is verified against a name the URL fixes, never against
+//! the address a sentinel answered: the master name (`…/mymaster`), or `?tls_name=NAME`. A
+//! sentinel that lies (or one an attacker stands up) could otherwise send the credentials to
+//! any server holding a certificate for the name it gives.
 
 use std::time::Duration;
 
@@ -25,6 +30,8 @@ pub(super) enum Endpoint {
         master: String,
         /// The master's settings (credentials, database, TLS), its address filled in when known.
         template: ConnectionInfo,
+        /// Over TLS: the name the master's certificate must hold.
+        tls_name: Option<String>,
     },
 }
 
@@ -47,6 +54,11 @@ impl Endpoint {
         let (hosts, path) = rest
             .split_once('/')
             .ok_or("a Sentinel URL ends with /MASTER_NAME")?;
+        let (path, tls_name) = match path.split_once("?tls_name=") {
+            Some((path, name)) if !name.is_empty() => (path, Some(name.to_string())),
+            Some(_) => return Err("tls_name= names the master's certificate name".into()),
+            None => (path, None),
+        };
         let (master, db) = match path.split_once('/') {
             Some((m, db)) => (m, format!("/{db}")),
             None => (path, String::new()),
@@ -58,9 +70,14 @@ impl Endpoint {
         let template = format!("{scheme}://{auth}sentinel-master{db}")
             .into_connection_info()
             .map_err(|e| e.to_string())?;
+        let tls = matches!(template.addr(), ConnectionAddr::TcpTls { .. });
+        if tls_name.is_some() && !tls {
+            return Err("tls_name is for rediss+sentinel:// (TLS to the master)".into());
+        }
         Ok(Endpoint::Sentinel {
             sentinels,
             master: master.to_string(),
+            tls_name: tls.then(|| tls_name.unwrap_or_else(|| master.to_string())),
             template,
         })
     }
@@ -108,20 +125,23 @@ impl Endpoint {
     }
 
     /// The server to connect to now: the one server, or the master a sentinel names (the first
-    /// that answers, in the URL's order).
-    pub(super) async fn resolve(&self) -> Result<ConnectionInfo, String> {
+    /// that answers, in the URL's order), with the name its certificate must hold when that is
+    /// not the address's own.
+    pub(super) async fn resolve(&self) -> Result<(ConnectionInfo, Option<String>), String> {
         let Endpoint::Sentinel {
             sentinels,
             master,
             template,
+            tls_name,
         } = self
         else {
-            return Ok(self.info().clone());
+            return Ok((self.info().clone(), None));
         };
+        let tls = matches!(template.addr(), ConnectionAddr::TcpTls { .. });
         let mut errors = Vec::new();
         for (host, port) in sentinels {
-            match tokio::time::timeout(SENTINEL_TIMEOUT, ask(host, *port, master)).await {
-                Ok(Ok((ip, port))) => return Ok(at(template, &ip, port)),
+            match tokio::time::timeout(SENTINEL_TIMEOUT, ask(host, *port, master, tls)).await {
+                Ok(Ok((ip, port))) => return Ok((at(template, &ip, port), tls_name.clone())),
                 Ok(Err(e)) => errors.push(format!("sentinel {host}:{port}: {e}")),
                 Err(_) => errors.push(format!(
                     "sentinel {host}:{port}: no answer within {SENTINEL_TIMEOUT:?}"
@@ -169,12 +189,21 @@ fn host_list(hosts: &str, what: &str) -> Result<Vec<(String, u16)>, String> {
         .collect()
 }
 
-/// `SENTINEL get-master-addr-by-name`, on a connection of its own (bounded as every other).
-async fn ask(host: &str, port: u16, master: &str) -> Result<(String, u16), String> {
-    let info = ConnectionAddr::Tcp(host.to_string(), port)
-        .into_connection_info()
-        .map_err(|e| e.to_string())?;
-    let (mut conn, driver) = super::transport::open(&info, std::sync::Arc::default()).await?;
+/// `SENTINEL get-master-addr-by-name`, on a connection of its own (bounded as every other);
+/// over TLS (the sentinel's certificate verified against its name in the URL) when `tls`.
+async fn ask(host: &str, port: u16, master: &str, tls: bool) -> Result<(String, u16), String> {
+    let addr = if tls {
+        ConnectionAddr::TcpTls {
+            host: host.to_string(),
+            port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(host.to_string(), port)
+    };
+    let info = addr.into_connection_info().map_err(|e| e.to_string())?;
+    let (mut conn, driver) = super::transport::open(&info, None, std::sync::Arc::default()).await?;
     let task = tokio::spawn(driver);
     let answer: Result<Option<(String, String)>, String> = redis::cmd("SENTINEL")
         .arg("get-master-addr-by-name")
@@ -219,10 +248,12 @@ mod tests {
             sentinels,
             master,
             template,
+            tls_name,
         } = &e
         else {
             panic!("{e:?}");
         };
+        assert_eq!(tls_name, &None, "plain TCP: no certificate to check");
         assert_eq!(
             sentinels,
             &[("10.0.0.1".to_string(), 26379), ("::1".to_string(), 26380)]
@@ -243,5 +274,23 @@ mod tests {
         };
         assert_eq!(seeds.len(), 2);
         assert!(Endpoint::parse("redis+cluster://127.0.0.1:7000/2").is_err());
+    }
+
+    #[test]
+    fn over_tls_the_masters_certificate_must_hold_a_name_the_url_fixes() {
+        let name = |url: &str| match Endpoint::parse(url) {
+            Ok(Endpoint::Sentinel { tls_name, .. }) => tls_name,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            name("rediss+sentinel://:pw@10.0.0.1:26379/mymaster"),
+            Some("mymaster".into())
+        );
+        assert_eq!(
+            name("rediss+sentinel://10.0.0.1:26379/mymaster/2?tls_name=redis.internal"),
+            Some("redis.internal".into())
+        );
+        assert!(Endpoint::parse("redis+sentinel://10.0.0.1:26379/m?tls_name=x").is_err());
+        assert!(Endpoint::parse("rediss+sentinel://10.0.0.1:26379/m?tls_name=").is_err());
     }
 }

@@ -380,12 +380,12 @@ async fn listen(
         // Classic pub/sub reaches every node of a cluster: the first seed will do.
         Endpoint::Cluster { seeds, template } => {
             let (host, port) = seeds.first().ok_or("no cluster seed")?;
-            super::endpoint::at(template, host, *port)
+            (super::endpoint::at(template, host, *port), None)
         }
         other => other.resolve().await?,
     };
     let subscribed = async {
-        let mut sub = super::transport::subscriber(&info).await?;
+        let mut sub = super::transport::subscriber(&info.0, info.1.as_deref()).await?;
         sub.subscribe(channel).await.map_err(|e| e.to_string())?;
         Ok::<_, String>(sub)
     };

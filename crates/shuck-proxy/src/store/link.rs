@@ -213,8 +213,8 @@ async fn open_at(
     endpoint: &Endpoint,
     refused: Arc<AtomicBool>,
 ) -> Result<(MultiplexedConnection, Driver), String> {
-    let info = endpoint.resolve().await?;
-    let (mut conn, mut driver) = open(&info, refused).await?;
+    let (info, tls_name) = endpoint.resolve().await?;
+    let (mut conn, mut driver) = open(&info, tls_name.as_deref(), refused).await?;
     if endpoint.needs_master_check() {
         // The driver runs beside the check (a connection's task is spawned only once it is kept).
         let master = tokio::select! {

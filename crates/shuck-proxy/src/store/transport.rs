@@ -14,12 +14,14 @@ use super::replies::Bounded;
 pub(super) type Driver = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Connects to the store and hands the stream, through the reply bound, to the redis crate
-/// (which sends AUTH and SELECT as the URL asks).
+/// (which sends AUTH and SELECT as the URL asks). Over TLS the certificate must hold
+/// `tls_name`, or else the host `info` names.
 pub(super) async fn open(
     info: &ConnectionInfo,
+    tls_name: Option<&str>,
     refused: Arc<AtomicBool>,
 ) -> Result<(MultiplexedConnection, Driver), String> {
-    let bounded = bounded(info, refused).await?;
+    let bounded = bounded(info, tls_name, refused).await?;
     // No response timeout of the crate's: each lookup and write has its own deadline.
     let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
     let (conn, driver) =
@@ -30,8 +32,11 @@ pub(super) async fn open(
 }
 
 /// A subscriber's connection (RESP2 pub/sub needs one of its own), bounded the same.
-pub(super) async fn subscriber(info: &ConnectionInfo) -> Result<redis::aio::PubSub, String> {
-    let bounded = bounded(info, Arc::default()).await?;
+pub(super) async fn subscriber(
+    info: &ConnectionInfo,
+    tls_name: Option<&str>,
+) -> Result<redis::aio::PubSub, String> {
+    let bounded = bounded(info, tls_name, Arc::default()).await?;
     redis::aio::PubSub::new(info.redis_settings(), bounded)
         .await
         .map_err(|e| e.to_string())
@@ -40,13 +45,14 @@ pub(super) async fn subscriber(info: &ConnectionInfo) -> Result<redis::aio::PubS
 /// The stream to the server `info` names, through the reply bound.
 async fn bounded(
     info: &ConnectionInfo,
+    tls_name: Option<&str>,
     refused: Arc<AtomicBool>,
 ) -> Result<Bounded<Box<dyn Stream>>, String> {
     let stream: Box<dyn Stream> = match info.addr() {
         ConnectionAddr::Tcp(host, port) => Box::new(tcp(host, *port).await?),
         ConnectionAddr::TcpTls { host, port, .. } => {
             let tcp = tcp(host, *port).await?;
-            Box::new(tls(host, tcp).await?)
+            Box::new(tls(tls_name.unwrap_or(host), tcp).await?)
         }
         ConnectionAddr::Unix(path) => Box::new(
             tokio::net::UnixStream::connect(path)
