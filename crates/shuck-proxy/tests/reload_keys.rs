@@ -157,6 +157,12 @@ fn rows(f: &Files) -> Vec<Row> {
         global("group", "user = \"nobody\"", "user = \"nobody\"\ngroup = \"nogroup\"", Restart),
         global("allow_root", "", "allow_root = true", Restart),
         global("resolvers", "", "resolvers = [\"127.0.0.1:53\"]", Applied),
+        global(
+            "dns_allow_special_addresses",
+            "",
+            "dns_allow_special_addresses = true",
+            Applied,
+        ),
         global("watch_certificates", "", "watch_certificates = false", Applied),
         global(
             "certificate_expiry_warning",

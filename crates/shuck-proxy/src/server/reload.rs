@@ -419,6 +419,7 @@ impl Reloader {
         s.upgrade_confirm = new.upgrade_confirm;
         s.upgrade_timeout = new.upgrade_timeout;
         s.resolvers.clone_from(&new.resolvers);
+        s.dns_allow_special_addresses = new.dns_allow_special_addresses;
         s.watch_certificates = new.watch_certificates;
     }
 
