@@ -73,6 +73,13 @@ impl<'p> Lease<'p> {
         let pool: &'p BackendPool = self.pool;
         &pool.addrs[self.index()].name
     }
+
+    /// What the connection showed of its backend, for `health_check.observe`.
+    pub(crate) fn seen(&self, seen: health::Seen) {
+        if let Some(h) = &self.pool.health {
+            h.seen(self.index(), seen);
+        }
+    }
 }
 
 impl Drop for Lease<'_> {
@@ -100,6 +107,34 @@ pub(crate) fn out_of_descriptors(e: &io::Error) -> bool {
     const ENFILE: i32 = 23;
     const EMFILE: i32 = 24;
     matches!(e.raw_os_error(), Some(ENFILE | EMFILE))
+}
+
+/// A failure of this host rather than of the backend: out of descriptors, memory or buffers, or
+/// of local ports (EADDRNOTAVAIL: every ephemeral port in use). Traffic takes no backend out for
+/// it (`health_check.observe`).
+fn local_failure(e: &io::Error) -> bool {
+    out_of_descriptors(e)
+        || matches!(
+            e.raw_os_error(),
+            Some(libc::ENOMEM | libc::ENOBUFS | libc::EADDRNOTAVAIL)
+        )
+}
+
+/// Whether an error on an established backend connection is the backend's (or its path's): a
+/// reset, a broken pipe, a timeout or an unreachable host, not one of this host's resources.
+pub(crate) fn peer_failure(e: &io::Error) -> bool {
+    use io::ErrorKind as K;
+    !local_failure(e)
+        && matches!(
+            e.kind(),
+            K::ConnectionReset
+                | K::ConnectionAborted
+                | K::BrokenPipe
+                | K::NotConnected
+                | K::TimedOut
+                | K::HostUnreachable
+                | K::NetworkUnreachable
+        )
 }
 
 /// A connection to `target`: TCP with Nagle off, or a Unix socket.
@@ -207,6 +242,9 @@ impl BackendPool {
                         tracing::warn!(backend = %b.name, error = %e, left, "backend connect failed; trying the next one");
                     }
                     self.down_until[i].set(Some(Instant::now() + self.cooldown));
+                    if !local_failure(&e) {
+                        lease.seen(health::Seen::Failed);
+                    }
                     attempts.push((b.name.clone(), e));
                 }
             }

@@ -8,7 +8,8 @@ use serde::Deserialize;
 use super::{duration_or, key_err, KeyError};
 
 /// As written: `health_check = { interval = "2s", timeout = "1s", rise = 2, fall = 3,
-/// http = "GET /healthz", expect_status = 200, host = "app.internal" }`.
+/// http = "GET /healthz", expect_status = 200, host = "app.internal", observe = "layer4",
+/// error_limit = 10 }`.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHealthCheck {
@@ -19,7 +20,12 @@ pub struct RawHealthCheck {
     pub http: Option<String>,
     pub expect_status: Option<u16>,
     pub host: Option<String>,
+    pub observe: Option<String>,
+    pub error_limit: Option<u32>,
 }
+
+/// `error_limit` when `observe` is set without it: HAProxy's default.
+const DEFAULT_ERROR_LIMIT: u32 = 10;
 
 /// A validated check.
 #[derive(serde::Serialize, Debug, Clone, PartialEq, Eq, Hash)]
@@ -38,6 +44,11 @@ pub struct HealthCheck {
     pub expect_status: u16,
     /// The request's Host header (default: the backend's address as written).
     pub host: Option<String>,
+    /// With `observe = "layer4"`: failures in a row on real traffic (failed connects, resets
+    /// before the backend's first byte) that take an up backend out until `rise` good checks
+    /// bring it back, as HAProxy's `observe layer4` with `on-error mark-down`. `None`: traffic
+    /// is not observed.
+    pub error_limit: Option<u32>,
 }
 
 impl RawHealthCheck {
@@ -111,6 +122,60 @@ impl RawHealthCheck {
             http,
             expect_status,
             host: self.host.clone(),
+            error_limit: self.validate_observe()?,
         })
+    }
+
+    /// `observe` and `error_limit`: the limit when traffic is observed.
+    fn validate_observe(&self) -> Result<Option<u32>, KeyError> {
+        match (self.observe.as_deref(), self.error_limit) {
+            (None, None) => Ok(None),
+            (None, Some(_)) => Err(key_err(
+                "health_check.error_limit",
+                "needs observe = \"layer4\": without it real traffic is not observed",
+            )),
+            (Some("layer4"), n) => {
+                let n = n.unwrap_or(DEFAULT_ERROR_LIMIT);
+                if !(1..=100).contains(&n) {
+                    return Err(key_err(
+                        "health_check.error_limit",
+                        format!("{n} is not in 1..=100"),
+                    ));
+                }
+                Ok(Some(n))
+            }
+            (Some(other), _) => Err(key_err(
+                "health_check.observe",
+                format!("{other:?}: only \"layer4\" (failed connects and resets on real traffic)"),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(text: &str) -> Result<HealthCheck, KeyError> {
+        let raw: RawHealthCheck = toml::from_str(text).expect("toml");
+        raw.validate()
+    }
+
+    #[test]
+    fn observe_takes_layer4_and_an_error_limit() {
+        assert_eq!(check("").unwrap().error_limit, None);
+        let on = check("observe = \"layer4\"").unwrap();
+        assert_eq!(on.error_limit, Some(DEFAULT_ERROR_LIMIT));
+        let three = check("observe = \"layer4\"\nerror_limit = 3").unwrap();
+        assert_eq!(three.error_limit, Some(3));
+        let refused = |text: &str| check(text).unwrap_err();
+        let alone = refused("error_limit = 3");
+        assert_eq!(alone.key, "health_check.error_limit");
+        assert!(alone.message.contains("observe"), "{}", alone.message);
+        assert_eq!(refused("observe = \"layer7\"").key, "health_check.observe");
+        for n in [0, 101] {
+            let e = refused(&format!("observe = \"layer4\"\nerror_limit = {n}"));
+            assert_eq!(e.key, "health_check.error_limit");
+        }
     }
 }

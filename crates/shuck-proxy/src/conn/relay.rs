@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::backend::health::Seen;
 use crate::mem::buf_pool::PooledBuf;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -315,6 +316,24 @@ pub(crate) enum RelayError {
 pub(crate) struct Moved {
     pub up: u64,
     pub down: u64,
+}
+
+/// What a relay's end showed of the backend (`health_check.observe`): failed when the backend's
+/// side broke (a reset, a broken pipe: not one of this host's resources) before it sent a byte;
+/// answered when it sent one, or when both directions ended in order; nothing otherwise (the
+/// client went away, or everything idled, before the backend said anything).
+pub(crate) fn backend_seen(moved: Moved, res: &Result<(), RelayError>) -> Seen {
+    match res {
+        Err(RelayError::BackendAborted(e) | RelayError::Backend(e))
+            if moved.down == 0 && crate::backend::peer_failure(e) =>
+        {
+            Seen::Failed
+        }
+        Err(RelayError::BackendAborted(_) | RelayError::Backend(_)) => Seen::Nothing,
+        Ok(()) => Seen::Answered,
+        Err(_) if moved.down > 0 => Seen::Answered,
+        Err(_) => Seen::Nothing,
+    }
 }
 
 /// Relays until both directions have ended (each with EOF and shutdown of the other side), an
@@ -752,5 +771,42 @@ mod tests {
             took >= Duration::from_secs(500) && took < Duration::from_secs(502),
             "cut after {took:?}: 300 s after the last byte at 200 s"
         );
+    }
+
+    #[test]
+    fn only_a_backend_that_broke_before_answering_is_seen_failing() {
+        let moved = |down| Moved { up: 10, down };
+        let err = |kind: io::ErrorKind| io::Error::from(kind);
+        let reset = || err(io::ErrorKind::ConnectionReset);
+        let seen = |down, res: Result<(), RelayError>| backend_seen(moved(down), &res);
+        assert_eq!(
+            seen(0, Err(RelayError::BackendAborted(reset()))),
+            Seen::Failed
+        );
+        let pipe = RelayError::Backend(err(io::ErrorKind::BrokenPipe));
+        assert_eq!(seen(0, Err(pipe)), Seen::Failed);
+        // It answered, then broke: not counted either way.
+        assert_eq!(
+            seen(5, Err(RelayError::BackendAborted(reset()))),
+            Seen::Nothing
+        );
+        // This host's trouble is no backend's failure.
+        let no_buffers = RelayError::Backend(io::Error::from_raw_os_error(libc::ENOBUFS));
+        assert_eq!(seen(0, Err(no_buffers)), Seen::Nothing);
+        // It answered and the client went away, or idled: the backend did its part.
+        assert_eq!(
+            seen(5, Err(RelayError::ClientAborted(reset()))),
+            Seen::Answered
+        );
+        let idle = Duration::from_secs(1);
+        assert_eq!(seen(5, Err(RelayError::Idle(idle))), Seen::Answered);
+        // The client went away, or idled, before the backend said anything: nothing to judge.
+        assert_eq!(
+            seen(0, Err(RelayError::ClientAborted(reset()))),
+            Seen::Nothing
+        );
+        assert_eq!(seen(0, Err(RelayError::Idle(idle))), Seen::Nothing);
+        // Ended in order (a client that only sends, a backend that only listens).
+        assert_eq!(seen(0, Ok(())), Seen::Answered);
     }
 }

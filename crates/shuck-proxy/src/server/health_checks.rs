@@ -169,7 +169,9 @@ struct Set {
 
 impl Set {
     /// Checks every backend each interval, all at once, and moves each verdict by `rise` and
-    /// `fall`: one log line and a gauge change per change of state.
+    /// `fall`: one log line and a gauge change per change of state. With `observe`, traffic may
+    /// also take a backend out between checks (`Health::seen`): that is said here too, at once,
+    /// and `rise` is counted from the next check.
     async fn run(self) {
         let gauges: Vec<_> = self
             .addrs
@@ -180,8 +182,11 @@ impl Set {
             })
             .collect();
         // A member carried over from the set this one replaced keeps its verdict.
-        for (i, g) in gauges.iter().enumerate() {
-            g.set(i64::from(self.health.is_up(i)));
+        let mut was_up: Vec<bool> = (0..self.addrs.len())
+            .map(|i| self.health.is_up(i))
+            .collect();
+        for (g, up) in gauges.iter().zip(&was_up) {
+            g.set(i64::from(*up));
         }
         // Good (positive) or failed (negative) checks in a row.
         let mut streak = vec![0i64; self.addrs.len()];
@@ -189,20 +194,20 @@ impl Set {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut short_of_descriptors = false;
         loop {
-            tick.tick().await;
-            let results = self.probe_all().await;
-            let local = results.iter().any(|r| matches!(r, Err(Failure::Local(_))));
-            if local != short_of_descriptors {
-                if local {
-                    tracing::warn!(frontend = %self.frontend, route = %self.route, "health checks cannot run: this process is out of descriptors; the backends keep their verdicts");
-                } else {
-                    tracing::info!(frontend = %self.frontend, route = %self.route, "health checks run again");
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = self.health.taken_out() => {
+                    self.note_taken_out(&mut was_up, &mut streak, &gauges);
+                    continue;
                 }
-                short_of_descriptors = local;
             }
+            let results = self.probe_all().await;
+            self.note_short_of_descriptors(&results, &mut short_of_descriptors);
+            // Taken out while these checks ran: they do not count towards `rise`.
+            let fresh = self.note_taken_out(&mut was_up, &mut streak, &gauges);
             for (i, result) in results.into_iter().enumerate() {
                 // A check this host could not make says nothing of the backend.
-                if matches!(result, Err(Failure::Local(_))) {
+                if fresh.contains(&i) || matches!(result, Err(Failure::Local(_))) {
                     continue;
                 }
                 streak[i] = match (&result, streak[i]) {
@@ -215,20 +220,60 @@ impl Set {
                 let b = &self.addrs[i].name;
                 if up && -streak[i] >= i64::from(self.check.fall) {
                     self.health.set_up(i, false);
+                    was_up[i] = false;
                     gauges[i].set(0);
                     let why = result.err().map(|f| f.to_string()).unwrap_or_default();
                     tracing::warn!(frontend = %self.frontend, route = %self.route, backend = %b, error = %why, "backend down: health check failed {} times in a row", self.check.fall);
                 } else if !up && streak[i] >= i64::from(self.check.rise) {
                     self.health.set_up(i, true);
+                    was_up[i] = true;
                     gauges[i].set(1);
                     tracing::info!(frontend = %self.frontend, route = %self.route, backend = %b, "backend up: health check passed {} times in a row", self.check.rise);
                 }
             }
         }
     }
+
+    /// The members traffic took out since this checker last wrote their verdicts: one line
+    /// each, the gauge at 0, and their streak of good checks started afresh. Returns them.
+    fn note_taken_out(
+        &self,
+        was_up: &mut [bool],
+        streak: &mut [i64],
+        gauges: &[prometheus_client::metrics::gauge::Gauge],
+    ) -> Vec<usize> {
+        let limit = self.health.error_limit().unwrap_or_default();
+        let mut out = Vec::new();
+        for (i, was) in was_up.iter_mut().enumerate() {
+            if !*was || self.health.is_up(i) {
+                continue;
+            }
+            *was = false;
+            streak[i] = 0;
+            gauges[i].set(0);
+            let b = &self.addrs[i].name;
+            tracing::warn!(frontend = %self.frontend, route = %self.route, backend = %b, "backend down: {limit} consecutive failures on real traffic");
+            out.push(i);
+        }
+        out
+    }
 }
 
 impl Set {
+    /// Says once when checks start to find no descriptor, and once when they run again.
+    fn note_short_of_descriptors(&self, results: &[Result<(), Failure>], short: &mut bool) {
+        let local = results.iter().any(|r| matches!(r, Err(Failure::Local(_))));
+        if local == *short {
+            return;
+        }
+        if local {
+            tracing::warn!(frontend = %self.frontend, route = %self.route, "health checks cannot run: this process is out of descriptors; the backends keep their verdicts");
+        } else {
+            tracing::info!(frontend = %self.frontend, route = %self.route, "health checks run again");
+        }
+        *short = local;
+    }
+
     /// One check of every backend, at once (a task each, ended with the checker's task), in
     /// the backends' order.
     async fn probe_all(&self) -> Vec<Result<(), Failure>> {

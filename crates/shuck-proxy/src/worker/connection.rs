@@ -258,6 +258,7 @@ async fn serve_negotiated<'a>(
     let (upstream, lease) = Box::pin(connect).await?;
     let prefix = before_relay(worker, fe, (route, pool), &lease, hs, arrival, trace)?;
     let (moved, res) = relay_to(fe, &mut hs.stream, upstream, prefix).await;
+    lease.seen(relay::backend_seen(moved, &res));
     count_ktls(&fe.metrics, &hs.stream);
     trace.moved = moved;
     drop(lease);

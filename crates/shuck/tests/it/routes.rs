@@ -323,6 +323,177 @@ fn a_hung_backend_is_taken_out_by_the_health_check_and_brought_back() {
     );
 }
 
+/// A backend that passes its health check and fails real traffic: `GET /healthz` is answered
+/// `200 OK`; any other request is read and answered with a reset (SO_LINGER 0), as a server whose
+/// health endpoint lives on while its application is broken does.
+struct ResetsTraffic {
+    addr: std::net::SocketAddr,
+    /// Requests it reset.
+    reset: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ResetsTraffic {
+    fn start() -> ResetsTraffic {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let reset = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = reset.clone();
+        std::thread::spawn(move || {
+            for conn in l.incoming().flatten() {
+                let count = count.clone();
+                std::thread::spawn(move || {
+                    let mut conn = conn;
+                    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+                    // The request head, or what came of it before an end or the timeout.
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 2048];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    if head.starts_with(b"GET /healthz ") {
+                        let _ = conn.write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n",
+                        );
+                        return;
+                    }
+                    let _ =
+                        socket2::SockRef::from(&conn).set_linger(Some(std::time::Duration::ZERO));
+                    count.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+        });
+        ResetsTraffic { addr, reset }
+    }
+}
+
+/// One request on a connection of its own, read to its end: whether a whole `200` answer came
+/// (a reset, or an end without close_notify, is a failure).
+fn get_ok(
+    client: &std::sync::Arc<rustls::ClientConfig>,
+    web: std::net::SocketAddr,
+    name: &str,
+    path: &str,
+) -> bool {
+    use std::io::{Read, Write};
+    let server = rustls::pki_types::ServerName::try_from(name.to_string()).expect("name");
+    let conn = rustls::ClientConnection::new(client.clone(), server).expect("client");
+    let Ok(tcp) = std::net::TcpStream::connect(web) else {
+        return false;
+    };
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n");
+    if tls.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    tls.read_to_end(&mut answer).is_ok() && answer.starts_with(b"HTTP/1.1 200 ")
+}
+
+/// `health_check.observe = "layer4"`: a backend that passes `GET /healthz` but resets every
+/// real request is taken out by what traffic sees, after `error_limit` failures in a row (one
+/// line, `shuck_backend_up` 0), so the requests after them all succeed; the active check, which
+/// it passes, brings it back after `rise` checks. Without `observe` (the control), the active
+/// check sees nothing wrong and half the requests keep failing.
+#[test]
+fn a_backend_that_resets_real_traffic_is_taken_out_by_what_traffic_sees() {
+    let pki = Pki::new();
+    let cert = pki.leaf("o.pem", "o", &["o.test"], Key::EcdsaP256);
+    let good = HttpBackend::start();
+    let bad = ResetsTraffic::start();
+    let client = std::sync::Arc::new(shuck_test_support::pki::client_config(&pki));
+    // Coming back takes at least (rise - 1) intervals: 4 s, far more than 120 requests.
+    let config = |observe: &str| {
+        format!(
+            "workers = 2\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\
+             backend = [\"{}\", \"{}\"]\ncertificates = {}\n\
+             health_check = {{ interval = \"1s\", timeout = \"500ms\", rise = 5, fall = 3, http = \"GET /healthz\"{observe} }}\n",
+            good.addr,
+            bad.addr,
+            toml_path(&cert)
+        )
+    };
+    let bad_label = format!("backend=\"{}\"", bad.addr);
+    let up = |metrics| sum(&scrape(metrics), "shuck_backend_up", &[&bad_label]);
+    let failures = |web, from: usize, n: usize| {
+        (from..from + n)
+            .filter(|i| !get_ok(&client, web, "o.test", &format!("/r{i}")))
+            .count()
+    };
+
+    let control = Shuck::start(&config(""));
+    let control_failed = failures(control.addrs[0], 0, 20);
+    assert!(
+        control_failed >= 8,
+        "without observe, {control_failed} of 20 failed: the bad backend should keep its share\n{}",
+        control.log_text()
+    );
+    assert_eq!(up(control.addrs[1]), 1, "the active check passes");
+    assert!(
+        !control.log_text().contains("backend down"),
+        "{}",
+        control.log_text()
+    );
+    drop(control);
+
+    let limit = 3;
+    let shuck = Shuck::start(&config(&format!(
+        ", observe = \"layer4\", error_limit = {limit}"
+    )));
+    let (web, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+    let reset_before = bad.reset.load(std::sync::atomic::Ordering::Relaxed);
+    let burst = failures(web, 0, 20);
+    let later = failures(web, 20, 100);
+    eprintln!(
+        "failed without observe: {control_failed} of 20; with: {burst} of the first 20, {later} of the next 100"
+    );
+    assert!(
+        burst <= limit && later <= limit,
+        "with observe: {burst} of the first 20 and {later} of the next 100 failed (control: \
+         {control_failed} of 20)\n{}",
+        shuck.log_text()
+    );
+    assert_eq!(
+        burst + later,
+        limit,
+        "sequential requests: the limit's failures take it out, no more\n{}",
+        shuck.log_text()
+    );
+    assert_eq!(
+        bad.reset.load(std::sync::atomic::Ordering::Relaxed) - reset_before,
+        limit,
+        "real requests the bad backend got"
+    );
+    let text = wait_metric(metrics, "shuck_backend_up", &[&bad_label], 0);
+    assert_eq!(sum(&text, "shuck_backend_up", &[&bad_label]), 0, "{text}");
+    // Written by the set's checker, woken by the worker that took it out.
+    let log = shuck.wait_log("on real traffic");
+    let down: Vec<&str> = log.lines().filter(|l| l.contains("backend down")).collect();
+    assert_eq!(down.len(), 1, "one line: {log}");
+    assert!(
+        down[0].contains(&format!("{limit} consecutive failures on real traffic"))
+            && down[0].contains("web")
+            && down[0].contains(&bad.addr.to_string()),
+        "{}",
+        down[0]
+    );
+    // The active check, which it passes, brings it back.
+    shuck.wait_log("backend up");
+    assert_eq!(up(metrics), 1);
+    assert_eq!(
+        shuck.log_text().matches("backend down").count(),
+        1,
+        "{}",
+        shuck.log_text()
+    );
+}
+
 /// A backend that expects a PROXY header (HAProxy with `accept-proxy`, on a Unix socket) is
 /// checked with one (v2 LOCAL, v1 UNKNOWN): with `fall = 1` and a 100 ms interval, a check
 /// without it would take the backend out within a few checks; it stays up through 15.
