@@ -1,5 +1,5 @@
 //! The metrics listener's connections that have not sent their request yet. Every connection is
-//! accepted at once and given [`super::http`]'s request timeout to send its request; what it
+//! accepted at once and given the endpoint's request timeout to send its request; what it
 //! holds meanwhile is a task and a small buffer, no scrape slot. So that silent connections
 //! cannot pile up, one client (an IP address) may have at most [`PER_CLIENT`] of them and all
 //! clients [`IN_ALL`]: past either, the oldest of that client (or of all) is closed for the new
