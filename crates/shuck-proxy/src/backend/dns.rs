@@ -51,6 +51,29 @@ impl Directory {
         }
     }
 
+    /// Drops from every answer the addresses `refused` names (rules made stricter by a reload:
+    /// what was taken under the old ones must not stay a member); a name left without any
+    /// has no members until its next answer.
+    pub(crate) fn drop_refused(&self, refused: impl Fn(&HostPort, &SocketAddr) -> bool) {
+        let all = self.answers.load_full();
+        let kept: Answers = all
+            .iter()
+            .map(|(name, addrs)| {
+                let addrs: Arc<[SocketAddr]> = addrs
+                    .iter()
+                    .filter(|a| !refused(name, a))
+                    .copied()
+                    .collect();
+                (name.clone(), addrs)
+            })
+            .filter(|(_, addrs)| !addrs.is_empty())
+            .collect();
+        if kept != *all {
+            self.answers.store(Arc::new(kept));
+            self.touch();
+        }
+    }
+
     /// Records `addrs` as what `name` resolves to; whether that changed anything. The order of
     /// an answer does not count (DNS servers rotate it).
     pub(crate) fn publish(&self, name: &HostPort, mut addrs: Vec<SocketAddr>) -> bool {

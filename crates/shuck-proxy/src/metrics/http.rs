@@ -15,6 +15,10 @@ use super::Metrics;
 
 /// Scrapes (and status pages) served at once; more wait for a slot. Probes need none.
 const MAX_SCRAPES: usize = 8;
+/// Scrapes that may wait for a slot; past that, one is answered 503 at once. With the slots and
+/// `pending`'s cap, the connections this endpoint holds stay within the descriptors kept back
+/// for the process (`sys::limits`): clients that ask and never read cannot pile up.
+const MAX_WAITING: usize = 8;
 /// A scraper sends its request at once (Prometheus does): a connection that has not within this
 /// long is closed. Until then it holds no slot (see `pending`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
@@ -36,7 +40,10 @@ pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
         })
     };
     let _stop_sampler = AbortOnDrop(sampler);
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
+    let slots = Arc::new(Slots {
+        serving: tokio::sync::Semaphore::new(MAX_SCRAPES),
+        waiting: tokio::sync::Semaphore::new(MAX_WAITING),
+    });
     let pending = Pending::default();
     loop {
         let Ok((s, peer)) = listener.accept().await else {
@@ -56,14 +63,15 @@ pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     }
 }
 
+/// Scrapes being served, and those waiting for their turn.
+struct Slots {
+    serving: tokio::sync::Semaphore,
+    waiting: tokio::sync::Semaphore,
+}
+
 /// One connection: its request (leaving `place` once it came), then the answer; a probe at
-/// once, a scrape or the status page once a slot is free.
-async fn serve_one(
-    mut s: tokio::net::TcpStream,
-    place: Place,
-    metrics: &Metrics,
-    slots: &tokio::sync::Semaphore,
-) {
+/// once, a scrape or the status page once a slot is free (503 at once when too many wait).
+async fn serve_one(mut s: tokio::net::TcpStream, place: Place, metrics: &Metrics, slots: &Slots) {
     let Ok(Some(head)) = tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut s)).await else {
         return;
     };
@@ -71,10 +79,17 @@ async fn serve_one(
     let _slot = if is_probe(&head) {
         None
     } else {
-        match tokio::time::timeout(SCRAPE_TIMEOUT, slots.acquire()).await {
-            Ok(Ok(slot)) => Some(slot),
-            _ => return,
-        }
+        let Ok(waiting) = slots.waiting.try_acquire() else {
+            let busy = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nConnection: close\r\n\r\nbusy\n";
+            let _ = tokio::time::timeout(REQUEST_TIMEOUT, s.write_all(busy)).await;
+            return;
+        };
+        let Ok(Ok(slot)) = tokio::time::timeout(SCRAPE_TIMEOUT, slots.serving.acquire()).await
+        else {
+            return;
+        };
+        drop(waiting);
+        Some(slot)
     };
     let _ = tokio::time::timeout(SCRAPE_TIMEOUT, respond(s, &head, metrics)).await;
 }

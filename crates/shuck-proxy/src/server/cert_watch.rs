@@ -111,14 +111,20 @@ async fn run(
     rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         rewatch(&mut watcher, &mut dirs, &frontends);
-        for fe in &frontends {
-            seen.entry(fe.name.clone()).or_insert_with(|| {
-                metrics.certificate_watch_healthy(&fe.name, true);
-                Seen {
+        seen = off_the_loop(&frontends, seen, move |f, mut seen| {
+            for fe in f {
+                seen.entry(fe.name.clone()).or_insert_with(|| Seen {
                     loaded: state_of(fe),
                     reported: None,
-                }
-            });
+                });
+            }
+            seen
+        })
+        .await;
+        for fe in &frontends {
+            if seen.get(&fe.name).is_some_and(|s| s.reported.is_none()) {
+                metrics.certificate_watch_healthy(&fe.name, true);
+            }
         }
         tokio::select! {
             changed = config.changed() => {
@@ -141,13 +147,30 @@ async fn run(
             }
             _ = rescan.tick() => {}
         }
-        for fe in &frontends {
-            let Some(s) = seen.get_mut(&fe.name) else {
-                continue;
-            };
-            look(fe, s, &refresh, &metrics);
-        }
+        let (to, m) = (refresh.clone(), metrics.clone());
+        seen = off_the_loop(&frontends, seen, move |f, mut seen| {
+            for fe in f {
+                if let Some(s) = seen.get_mut(&fe.name) {
+                    look(fe, s, &to, &m);
+                }
+            }
+            seen
+        })
+        .await;
     }
+}
+
+/// Runs `work` (reading and hashing files: CRLs run to megabytes) on a blocking thread, not on
+/// the main runtime that answers probes and runs the checks; what it knew before if it failed.
+async fn off_the_loop(
+    frontends: &[Frontend],
+    seen: HashMap<String, Seen>,
+    work: impl FnOnce(&[Frontend], HashMap<String, Seen>) -> HashMap<String, Seen> + Send + 'static,
+) -> HashMap<String, Seen> {
+    let f = frontends.to_vec();
+    tokio::task::spawn_blocking(move || work(&f, seen))
+        .await
+        .unwrap_or_default()
 }
 
 /// Waits until no event came for [`QUIET`], or [`AT_MOST`] passed.
@@ -164,7 +187,14 @@ async fn settle(events: &mut UnboundedReceiver<bool>) {
 /// reports a changed set that does not load, once per state of the files.
 fn look(fe: &Frontend, s: &mut Seen, refresh: &UnboundedSender<String>, metrics: &Metrics) {
     let now = state_of(fe);
-    if now == s.loaded || s.reported == Some(now) {
+    if now == s.loaded {
+        if s.reported.take().is_some() {
+            // Put back as they were loaded: what is on disk is what is served.
+            metrics.certificate_watch_healthy(&fe.name, true);
+        }
+        return;
+    }
+    if s.reported == Some(now) {
         return;
     }
     match loads(fe) {

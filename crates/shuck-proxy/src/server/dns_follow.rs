@@ -122,6 +122,13 @@ impl Followers {
             for (_, f) in self.running.drain() {
                 f.task.abort();
             }
+            if self.lookups.allow_special_addresses && !lookups.allow_special_addresses {
+                // Special addresses taken while they were allowed go now, not at an answer
+                // that may never come (a refused one keeps the last good answer).
+                on.engine
+                    .dns
+                    .drop_refused(|name, a| refusal(&name.host, a.ip(), false).is_some());
+            }
             self.lookups = lookups.clone();
         }
         self.running.retain(|name, f| match wanted.get(name) {
@@ -357,6 +364,10 @@ impl Follower {
         before: &mut Vec<(IpAddr, Refused)>,
     ) {
         self.on.metrics.dns_refused(name, refused.len());
+        let mut refused = refused.to_vec();
+        // Servers rotate answers: the same addresses in another order are no change.
+        refused.sort_unstable_by_key(|(ip, _)| *ip);
+        let refused = refused.as_slice();
         if refused.is_empty() || refused == before.as_slice() {
             before.clear();
             before.extend_from_slice(refused);

@@ -530,18 +530,32 @@ fn bind_metrics(
             let inherited = inherited.take(METRICS, usize::MAX, addr).into_iter().next();
             let l = match inherited {
                 Some(l) => l,
-                None => std::net::TcpListener::bind(addr)
-                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                    .map_err(|source| Error::Bind {
-                        addr,
-                        frontend: "metrics".into(),
-                        source,
-                    })?,
+                None => metrics_socket(addr).map_err(|source| Error::Bind {
+                    addr,
+                    frontend: "metrics".into(),
+                    source,
+                })?,
             };
             Some(l)
         }
     };
     Ok(metrics_listener)
+}
+
+/// The metrics listener's socket: a listen queue deep enough (1024) that a burst of connections
+/// (a flood of silent ones, which the endpoint closes as it accepts them) does not fill it and
+/// leave a probe's SYN unanswered for the kernel's 1 s retransmission.
+fn metrics_socket(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
 }
 
 /// Made now, as whoever started shuck: a `user` it becomes gets them handed over.

@@ -61,11 +61,17 @@ fn with_expiry(value: &[u8], ttl: Duration, now_ms: u64) -> Vec<u8> {
     out
 }
 
+/// How far hosts' clocks may disagree: a value is stale only this long after its expiry, so a
+/// host whose clock runs ahead never takes a live lease for a lapsed one (Redis's own TTL, one
+/// clock, ends a lease on time; the sealed expiry only bounds a value written back later).
+const CLOCK_SKEW_MS: u64 = 60_000;
+
 /// The value of an opened envelope, unless it is of another format or past its expiry.
 fn unexpired(plain: &[u8], now_ms: u64) -> Option<&[u8]> {
     let (&format, rest) = plain.split_first()?;
     let (expires, value) = rest.split_first_chunk::<8>()?;
-    (format == FORMAT && u64::from_be_bytes(*expires) > now_ms).then_some(value)
+    let live = u64::from_be_bytes(*expires).saturating_add(CLOCK_SKEW_MS) > now_ms;
+    (format == FORMAT && live).then_some(value)
 }
 
 fn now_ms() -> u64 {
@@ -417,8 +423,8 @@ mod tests {
     #[test]
     fn an_envelope_opens_until_its_expiry_and_only_in_its_format() {
         let e = with_expiry(b"v", Duration::from_secs(10), 1_000);
-        assert_eq!(unexpired(&e, 10_999), Some(&b"v"[..]));
-        assert_eq!(unexpired(&e, 11_000), None);
+        assert_eq!(unexpired(&e, 11_000 + CLOCK_SKEW_MS - 1), Some(&b"v"[..]));
+        assert_eq!(unexpired(&e, 11_000 + CLOCK_SKEW_MS), None);
         assert_eq!(unexpired(b"v", 0), None, "a value of the format before");
         let mut other = e.clone();
         other[0] = 1;
@@ -427,7 +433,7 @@ mod tests {
 
     /// With a real redis-server: a lease written in the clear (by a writer without the
     /// fleet's key), or one of another fleet, is taken over; one of this fleet is held; a
-    /// sealed value written back after its expiry (DUMP, then RESTORE without a TTL) is refused.
+    /// sealed value written back long after its expiry (as RESTORE of an old DUMP) is refused.
     #[tokio::test]
     async fn foreign_and_stale_values_hold_nobody_off() {
         let redis = RedisServer::start(&[]);
@@ -461,23 +467,27 @@ mod tests {
             Ok(Lease::TakenOver)
         );
 
-        // A back-off recorded, then written back without a TTL after its time.
-        a.put("back-off", b"1", Duration::from_millis(300))
-            .await
-            .unwrap();
+        // A back-off recorded long ago (its sealed expiry two clock margins past), written back
+        // without a TTL, as RESTORE of an old DUMP does.
+        let old = with_expiry(b"1", Duration::from_secs(3), now_ms() - 2 * CLOCK_SKEW_MS);
+        let sealed = a.sealer.seal(b"back-off", &old).unwrap();
         let url = format!("redis://127.0.0.1:{}", redis.port);
         let mut raw = redis::Client::open(url).unwrap().get_connection().unwrap();
-        let dump: Vec<u8> = redis::cmd("DUMP").arg("back-off").query(&mut raw).unwrap();
-        assert_eq!(a.read("back-off").await, Ok(Found::Value(b"1".to_vec())));
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        assert_eq!(a.read("back-off").await, Ok(Found::Absent));
-        redis::cmd("RESTORE")
+        redis::cmd("SET")
             .arg("back-off")
-            .arg(0)
-            .arg(dump)
+            .arg(sealed)
             .query::<()>(&mut raw)
             .unwrap();
         assert_eq!(a.read("back-off").await, Ok(Found::Refused));
+        a.put("back-off", b"1", Duration::from_secs(3))
+            .await
+            .unwrap();
+        assert_eq!(a.read("back-off").await, Ok(Found::Value(b"1".to_vec())));
+        redis::cmd("SET")
+            .arg("back-off")
+            .arg(a.sealer.seal(b"back-off", &old).unwrap())
+            .query::<()>(&mut raw)
+            .unwrap();
         assert_eq!(a.get("back-off").await, Ok(None));
         redis.cli(&["SET", "plain", "1"]);
         assert_eq!(a.read("plain").await, Ok(Found::Refused));

@@ -159,9 +159,19 @@ impl Inherited {
             let mut tick = tokio::time::interval(HEARTBEAT);
             loop {
                 tick.tick().await;
-                let sent = tokio::time::timeout(HEARTBEAT, socket.send_to(word.as_bytes(), &path));
-                if !matches!(sent.await, Ok(Ok(_))) {
-                    return;
+                match socket.try_send_to(word.as_bytes(), &path) {
+                    // The old process stopped listening: it confirmed the upgrade, or is gone.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
+                        ) =>
+                    {
+                        return;
+                    }
+                    // Its queue is full (it has not read for a while): this beat is skipped, the
+                    // next is tried; never given up while it may still be watching.
+                    _ => {}
                 }
             }
         })

@@ -32,9 +32,11 @@ const FLEET_POLL: Duration = Duration::from_secs(30);
 /// How often a host whose certificate is due tries the lease another host holds.
 const LEASE_POLL: Duration = Duration::from_secs(3);
 /// How long a host whose certificate is missing or close to its end waits for the host holding
-/// the lease before it orders alone (a few lease lifetimes: a holder that died has lost it by
-/// then, so one still held is held by a host that hangs, or by someone else).
-const ALONE_AFTER: Duration = Duration::from_secs(60);
+/// the lease before it orders alone: longer than any order may take ([`ORDER_LIMIT`]) and two
+/// lease lifetimes, so a holder still ordering is never raced (two orders at once would answer
+/// each other's validators with the wrong challenge); a lease held past that is held by a host
+/// that hangs while renewing it, or by someone else.
+const ALONE_AFTER: Duration = Duration::from_secs(ORDER_LIMIT.as_secs() + 30);
 /// The least time between two looks at the store that notifications cause: a flood of them
 /// (anyone who can PUBLISH) costs one look a second.
 const MIN_WAKE: Duration = Duration::from_secs(1);
