@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -22,8 +22,9 @@ pub(crate) struct Directory {
     answers: ArcSwap<Answers>,
     /// Bumped after every change of an answer, and when health sets are dropped.
     generation: AtomicU64,
-    /// How many members the last set cut to [`MAX_BACKENDS`] had: one line per new count.
-    last_cut: AtomicUsize,
+    /// Per set cut to [`MAX_BACKENDS`] (by its first backend's name), how many members it had
+    /// when last said: one line per set and count, whichever worker builds the pool.
+    cut: std::sync::Mutex<HashMap<String, usize>>,
 }
 
 impl Directory {
@@ -127,7 +128,13 @@ impl Directory {
         }
         if out.len() > MAX_BACKENDS {
             // Every worker builds the same pools: one line for them all, again if it changes.
-            if self.last_cut.swap(out.len(), Ordering::Relaxed) != out.len() {
+            let set = backends.first().map(|b| b.name.clone()).unwrap_or_default();
+            let said = self
+                .cut
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(set, out.len());
+            if said != Some(out.len()) {
                 tracing::warn!(
                     members = out.len(),
                     limit = MAX_BACKENDS,
@@ -299,6 +306,7 @@ mod tests {
         };
         let members = dns.members(&[set(&a), set(&b)]);
         assert_eq!(members.len(), MAX_BACKENDS);
-        assert_eq!(dns.last_cut.load(Ordering::Relaxed), 200);
+        let said = dns.cut.lock().unwrap().get("a.dns.test:8080").copied();
+        assert_eq!(said, Some(200));
     }
 }

@@ -210,13 +210,18 @@ impl Set {
                 if fresh.contains(&i) || matches!(result, Err(Failure::Local(_))) {
                     continue;
                 }
+                let up = self.health.is_up(i);
+                if was_up[i] && !up {
+                    // Taken out by traffic since `note_taken_out` looked: the next look says
+                    // so and starts its streak afresh; this check must not bring it back.
+                    continue;
+                }
                 streak[i] = match (&result, streak[i]) {
                     (Ok(()), s) if s > 0 => s + 1,
                     (Ok(()), _) => 1,
                     (Err(_), s) if s < 0 => s - 1,
                     (Err(_), _) => -1,
                 };
-                let up = self.health.is_up(i);
                 let b = &self.addrs[i].name;
                 if up && -streak[i] >= i64::from(self.check.fall) {
                     self.health.set_up(i, false);
