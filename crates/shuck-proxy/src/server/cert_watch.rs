@@ -214,14 +214,19 @@ fn look(fe: &Frontend, s: &mut Seen, refresh: &UnboundedSender<String>, metrics:
     }
 }
 
-/// Whether `fe`'s certificates load as they are on disk now (every check a start makes).
+/// Whether `fe`'s files load as they are on disk now (every check a start makes).
 fn loads(fe: &Frontend) -> crate::error::Result<()> {
-    let CertSource::Files { paths, .. } = &fe.certificates.source else {
-        return Ok(());
-    };
     let provider = crate::tls::provider_for(fe);
-    for files in certs::expand_paths(paths)? {
-        certs::load_certificate(&files, &provider)?;
+    if let CertSource::Files { paths, .. } = &fe.certificates.source {
+        for files in certs::expand_paths(paths)? {
+            certs::load_certificate(&files, &provider)?;
+        }
+    }
+    // The client CA and CRLs, and the ticket keys, as the refresh will read them: a set that
+    // would fail there is reported here, not taken for loaded.
+    crate::tls::client_auth::verifier(fe, &Arc::new(provider))?;
+    if let Some(t) = &fe.resumption.ticket_keys {
+        crate::sessions::ticket_keys::read(&t.paths, t.format)?;
     }
     Ok(())
 }

@@ -568,3 +568,31 @@ fn a_crl_over_one_mib_replaced_on_disk_is_applied() {
     }
     eprintln!("refused {:?} after the CRL changed", t.elapsed());
 }
+
+/// A CRL replaced on disk by one that does not load: the watcher reports it as files that do
+/// not load (once), keeps the previous trust, and does not take it for loaded. (It once checked
+/// only the certificate chains, called the set loaded, and the refresh then failed unseen.)
+#[test]
+fn a_crl_that_does_not_load_is_reported_by_the_watcher() {
+    let pki = Pki::new();
+    let client = pki.client("dave.pem", "dave", 8001);
+    let revoked = pki.client("erin.pem", "erin", 8002);
+    let crl = pki.crl("ca.crl.pem", &[8002]);
+    let backend = HttpBackend::start();
+    let shuck = crl_frontend(&pki, &backend, &crl);
+    assert!(curl_with_cert(&pki, &shuck, &client).status.success());
+    let bad = pki.path("bad.crl.pem");
+    std::fs::write(
+        &bad,
+        "-----BEGIN X509 CRL-----\nnot a CRL\n-----END X509 CRL-----\n",
+    )
+    .expect("write");
+    std::fs::rename(&bad, &crl).expect("replace CRL");
+    let log = shuck.wait_log("do not load");
+    assert!(!log.contains("loading them"), "{log}");
+    assert!(curl_with_cert(&pki, &shuck, &client).status.success());
+    assert!(
+        !curl_with_cert(&pki, &shuck, &revoked).status.success(),
+        "the previous CRL still applies"
+    );
+}
