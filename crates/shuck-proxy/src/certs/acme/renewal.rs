@@ -267,7 +267,7 @@ impl Waiting {
     }
 }
 
-/// When notifications last woke the loop, and how many it had seen.
+/// When a notification last woke the loop, and how many it had seen.
 struct Wake {
     at: tokio::time::Instant,
     seen: u64,
@@ -297,7 +297,10 @@ async fn nap(
                 // No subscription task any more: the poll alone.
                 tokio::time::sleep(d).await;
             } else {
+                // Paced against the last wake a notification caused, not a poll's: the first
+                // notification after quiet is acted on at once.
                 tokio::time::sleep_until(wake.at + MIN_WAKE).await;
+                wake.at = tokio::time::Instant::now();
             }
         }
     }
@@ -306,7 +309,6 @@ async fn nap(
         .notifications_dropped
         .inc_by(now_seen.wrapping_sub(wake.seen).saturating_sub(1));
     wake.seen = now_seen;
-    wake.at = tokio::time::Instant::now();
 }
 
 /// An order under the fleet's lease, given up when the lease is lost (another host may be
