@@ -634,6 +634,13 @@ fn probe(addr: std::net::SocketAddr, extra: &[&str], path: &str) -> (String, Str
     );
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (body, code) = text.rsplit_once('\n').expect("a status code");
+    if code == "000" {
+        // No answer: what curl says is the only clue to why (it failed once under load).
+        eprintln!(
+            "curl {path}: no answer: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     (code.to_string(), body.to_string())
 }
 
