@@ -99,10 +99,7 @@ impl CertificateGauges {
     }
 
     pub(super) fn set(&self, frontend: &str, records: Vec<CertRecord>) {
-        let mut served = self
-            .served
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut served = self.served_now();
         for old in served.get(frontend).into_iter().flatten() {
             self.info.remove(&Self::info_labels(frontend, old));
             let l = Self::labels(frontend, old);
@@ -132,17 +129,20 @@ impl CertificateGauges {
 
     /// What each frontend serves now.
     pub(super) fn served(&self) -> std::collections::BTreeMap<String, Vec<CertRecord>> {
+        self.served_now().clone()
+    }
+
+    /// The records, locked (a poisoned lock still holds what was last set).
+    fn served_now(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, Vec<CertRecord>>> {
         self.served
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
     }
 
     pub(super) fn update_ages(&self, now: i64) {
-        let served = self
-            .served
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let served = self.served_now();
         for (frontend, records) in served.iter() {
             for r in records {
                 if let Some((this, _)) = r.staple {
@@ -154,10 +154,7 @@ impl CertificateGauges {
     }
 
     pub(super) fn lapsed(&self, now: i64) -> Vec<String> {
-        let served = self
-            .served
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let served = self.served_now();
         served
             .iter()
             .filter(|(_, records)| {
@@ -171,10 +168,7 @@ impl CertificateGauges {
 
     pub(super) fn warnings(&self, now: i64, within: Duration) -> Vec<String> {
         let within = i64::try_from(within.as_secs()).unwrap_or(i64::MAX);
-        let served = self
-            .served
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let served = self.served_now();
         served
             .iter()
             .flat_map(|(frontend, records)| records.iter().map(move |r| (frontend, r)))
