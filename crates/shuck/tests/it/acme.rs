@@ -746,3 +746,73 @@ fn a_redis_writer_without_the_key_neither_freezes_nor_floods_fleet_acme() {
     );
     assert!(event("notification_dropped") > 0);
 }
+
+/// A Redis writer who kept a sealed certificate the fleet has since replaced (`COPY`, as `DUMP`
+/// and `RESTORE` would) and writes it back: a host with no certificate of its own once adopted it
+/// and ordered nothing. Now the store's record of the newest certificate it holds refuses the
+/// older one: the host says so once, counts it, and orders its own.
+#[test]
+fn a_host_with_no_certificate_refuses_a_replayed_older_one() {
+    let pki = Pki::new();
+    let port = free_tcp_port();
+    let pebble = Pebble::start(&pki, port, 3600);
+    let redis = shuck_test_support::redis::RedisServer::start(&[]);
+    let store = format!("redis://127.0.0.1:{}", redis.port);
+    let key = fleet_key(&pki);
+    let order = |state: &str| {
+        let host = Shuck::start(&fleet_config(
+            port,
+            &pebble,
+            &pki,
+            &pki.path(state),
+            &store,
+            &key,
+        ));
+        host.wait_log_within("ACME certificate issued", Duration::from_secs(60));
+        host.wait_log("loaded a renewed certificate or OCSP staple");
+        (served_leaf(host.addr()), host)
+    };
+    let (first_leaf, first) = order("state-a");
+    drop(first);
+    let keys = redis.cli(&["--scan", "--pattern", "shuck:acme:cert:*"]);
+    let cert_key = keys.trim().to_string();
+    assert!(cert_key.starts_with("shuck:acme:cert:"), "{keys:?}");
+    assert_eq!(redis.cli(&["COPY", &cert_key, "kept"]).trim(), "1");
+    // The fleet's certificate replaced by a newer one (as a renewal would).
+    redis.cli(&["DEL", &cert_key]);
+    let (second_leaf, second) = order("state-c");
+    drop(second);
+    assert_ne!(first_leaf, second_leaf);
+    assert_eq!(
+        redis.cli(&["COPY", "kept", &cert_key, "REPLACE"]).trim(),
+        "1"
+    );
+
+    let metrics_port = free_tcp_port();
+    let config = format!(
+        "metrics_listen = \"127.0.0.1:{metrics_port}\"\n{}",
+        fleet_config(port, &pebble, &pki, &pki.path("state-b"), &store, &key)
+    );
+    let host = Shuck::start(&config);
+    let log = host.wait_log_within("ACME certificate issued", Duration::from_secs(60));
+    assert!(
+        !log.contains("loaded the fleet's ACME certificate"),
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("ends before the newest the fleet stored")
+            .count(),
+        1,
+        "{log}"
+    );
+    host.wait_log("loaded a renewed certificate or OCSP staple");
+    let served = served_leaf(host.addr());
+    assert_ne!(served, first_leaf, "{}", host.log_text());
+    let metrics: SocketAddr = format!("127.0.0.1:{metrics_port}").parse().expect("addr");
+    let refused = shuck_test_support::clients::sum(
+        &shuck_test_support::clients::scrape(metrics),
+        "shuck_acme_fleet_events_total",
+        &[r#"event="value_refused""#],
+    );
+    assert!(refused >= 1, "{refused}");
+}

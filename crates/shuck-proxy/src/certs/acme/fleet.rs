@@ -12,8 +12,8 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 
 use crate::config::Acme;
-use crate::store::fleet::FleetStore;
 pub(crate) use crate::store::fleet::Lease;
+use crate::store::fleet::{FleetStore, Found};
 
 /// How long a lease lasts unless renewed; it is renewed every third of that.
 pub(crate) const LEASE: Duration = Duration::from_secs(15);
@@ -83,6 +83,12 @@ impl Fleet {
 
     pub(crate) fn certificate_key(acme: &Acme) -> String {
         format!("shuck:acme:cert:{}", Self::order_id(acme))
+    }
+
+    /// Where the end (`not_after`, Unix seconds) of the newest certificate the fleet stored is
+    /// kept: a sealed certificate written back after it was replaced is refused by comparing.
+    fn newest_key(acme: &Acme) -> String {
+        format!("shuck:acme:newest:{}", Self::order_id(acme))
     }
 
     fn lease_key(acme: &Acme) -> String {
@@ -167,6 +173,35 @@ impl Fleet {
         self.store
             .put_sealed(&challenge_key(name), material, CHALLENGE_TTL)
             .await
+    }
+
+    /// The end of the newest certificate the fleet has stored, when the store holds a record of
+    /// it sealed by the fleet.
+    pub(crate) async fn newest(&self, acme: &Acme) -> Result<Option<i64>, String> {
+        Ok(match self.store.read(&Self::newest_key(acme)).await? {
+            Found::Value(v) => std::str::from_utf8(&v).ok().and_then(|s| s.parse().ok()),
+            Found::Absent | Found::Refused => None,
+        })
+    }
+
+    /// Records that a certificate ending at `not_after` was stored (kept until then), unless a
+    /// newer one already was. Two hosts storing at once may leave the older record: the check
+    /// is then only weaker for a while, never wrong about a certificate the fleet holds.
+    pub(crate) async fn record_newest(&self, acme: &Acme, not_after: i64) {
+        if matches!(self.newest(acme).await, Ok(Some(n)) if n >= not_after) {
+            return;
+        }
+        let life = (not_after - crate::sys::clock::unix_now())
+            .max(60)
+            .unsigned_abs();
+        let _ = self
+            .store
+            .put(
+                &Self::newest_key(acme),
+                not_after.to_string().as_bytes(),
+                Duration::from_secs(life),
+            )
+            .await;
     }
 
     /// Withdraws a published challenge, unless another order has replaced it since.

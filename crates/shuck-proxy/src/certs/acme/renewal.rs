@@ -131,14 +131,18 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
     let mut schedule = Schedule::new();
     let mut failures = 0u32;
     let mut store_failing = false;
+    let mut refusing_older = false;
     let mut waiting = Waiting::default();
     loop {
         let reached = match adopt(job, fleet).await {
-            Ok(adopted) => {
+            Ok(adoption) => {
                 if store_failing {
                     tracing::info!(frontend = %job.frontend, "the fleet's store answers again");
                 }
-                if adopted && renewed.send(job.frontend.clone()).is_err() {
+                refusing_older = adoption.say_refused(job, refusing_older);
+                if matches!(adoption, Adoption::Loaded)
+                    && renewed.send(job.frontend.clone()).is_err()
+                {
                     return;
                 }
                 true
@@ -341,6 +345,8 @@ async fn share(job: &Job, fleet: &Fleet, bundle: &[u8]) -> i64 {
         .await
     {
         tracing::warn!(frontend = %job.frontend, error = %e, "ACME certificate issued but not stored for the fleet yet; it is put there once the store answers");
+    } else {
+        fleet.record_newest(&job.acme, not_after).await;
     }
     not_after
 }
@@ -355,10 +361,35 @@ fn urgent(stored: Option<&Stored>) -> bool {
     s.not_after - crate::sys::clock::unix_now() < life / 6
 }
 
+/// What a look at the fleet's certificate did.
+enum Adoption {
+    /// The fleet's certificate is now this host's.
+    Loaded,
+    /// This host's was kept (newer, or the store has none).
+    Kept,
+    /// This host has none, and the fleet's ends before the newest the fleet recorded storing:
+    /// a replaced certificate written back by someone without the fleet's key.
+    RefusedOlder { theirs: i64, newest: i64 },
+}
+
+impl Adoption {
+    /// Says a refusal once when refusals begin (counting each); whether this one was refused.
+    fn say_refused(&self, job: &Job, refusing_before: bool) -> bool {
+        let Adoption::RefusedOlder { theirs, newest } = *self else {
+            return false;
+        };
+        job.events.values_refused.inc();
+        if !refusing_before {
+            tracing::warn!(frontend = %job.frontend, not_after = theirs, newest, "refused the certificate in the fleet's store: it ends before the newest the fleet stored (written back by someone without the fleet's key?)");
+        }
+        true
+    }
+}
+
 /// Loads the fleet's certificate when it covers the names and ends later than this host's (or
-/// this host has none); whether it did. When this host's ends later (the store missed a write),
-/// puts this host's there.
-async fn adopt(job: &Job, fleet: &Fleet) -> Result<bool, String> {
+/// this host has none and it is not older than the newest the fleet recorded); when this host's
+/// ends later (the store missed a write), puts this host's there.
+async fn adopt(job: &Job, fleet: &Fleet) -> Result<Adoption, String> {
     let key = Fleet::certificate_key(&job.acme);
     let ours = Stored::read(&job.acme.bundle).filter(|s| s.covers(&job.acme.names));
     let theirs_bytes = match fleet.store.read(&key).await? {
@@ -378,19 +409,31 @@ async fn adopt(job: &Job, fleet: &Fleet) -> Result<bool, String> {
             if o.not_after > t.not_after {
                 repair(job, fleet, o).await;
             }
-            Ok(false)
+            Ok(Adoption::Kept)
         }
         (Some(o), None) => {
             repair(job, fleet, o).await;
-            Ok(false)
+            Ok(Adoption::Kept)
         }
         (_, Some(t)) => {
+            // A host with a certificate only takes a later one, so only a host with none can be
+            // handed a replaced one.
+            if ours.is_none() {
+                if let Some(newest) = fleet.newest(&job.acme).await? {
+                    if newest > t.not_after {
+                        return Ok(Adoption::RefusedOlder {
+                            theirs: t.not_after,
+                            newest,
+                        });
+                    }
+                }
+            }
             let bytes = theirs_bytes.unwrap_or_default();
             super::state::write_private(&job.acme.bundle, &bytes).map_err(|e| e.to_string())?;
             tracing::info!(frontend = %job.frontend, not_after = t.not_after, "loaded the fleet's ACME certificate from the store");
-            Ok(true)
+            Ok(Adoption::Loaded)
         }
-        (None, None) => Ok(false),
+        (None, None) => Ok(Adoption::Kept),
     }
 }
 
@@ -409,6 +452,7 @@ async fn repair(job: &Job, fleet: &Fleet, ours: &Stored) {
             .await
             .is_ok()
         {
+            fleet.record_newest(&job.acme, ours.not_after).await;
             tracing::info!(frontend = %job.frontend, "put this host's ACME certificate in the fleet's store (newer than what was there)");
         }
     }
