@@ -329,6 +329,42 @@ fn rows(f: &Files) -> Vec<Row> {
             Applied,
         ),
         frontend(
+            "allow",
+            String::new(),
+            "allow = [\"127.0.0.0/8\"]".into(),
+            Applied,
+        ),
+        frontend(
+            "deny",
+            String::new(),
+            "deny = [\"192.0.2.0/24\"]".into(),
+            Applied,
+        ),
+        frontend(
+            "deny_ja4",
+            String::new(),
+            "deny_ja4 = [\"t13d1516h2_8daaf6152771_e5627efa2ab1\"]".into(),
+            Applied,
+        ),
+        frontend(
+            "max_connections",
+            String::new(),
+            "max_connections = 10".into(),
+            Applied,
+        ),
+        frontend(
+            "per_client",
+            "per_client = { connections = 8 }".into(),
+            "per_client = { connections = 9, handshakes = \"20/s\" }".into(),
+            Applied,
+        ),
+        frontend(
+            "per_client_table",
+            "per_client = { connections = 8 }".into(),
+            "per_client = { connections = 8 }\nper_client_table = 4096".into(),
+            Applied,
+        ),
+        frontend(
             "proxy_header_timeout",
             "accept_proxy = true".into(),
             "accept_proxy = true\nproxy_header_timeout = \"2s\"".into(),

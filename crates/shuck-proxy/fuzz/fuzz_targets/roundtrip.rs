@@ -110,6 +110,7 @@ fuzz_target!(|input: Input<'_>| {
         unique_id: input.unique_id,
         ssl,
         client_cert: input.client_cert.map(|(t, v)| (free(t), v)),
+        ja4: None,
         passthrough: &wire,
         crc32c: input.crc32c,
     };

@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 
 use super::acme::Acme;
+use super::admission::Admission;
 use super::backend::Backends;
 use super::certificates::{Certificates, OcspMode};
 use super::client_auth::ClientAuthSettings;
@@ -65,6 +66,8 @@ frontend_sections! {
     /// Who protects records after the handshake: `record_layer`, `ktls`.
     record_layer: RecordLayerSettings,
     timeouts: Timeouts,
+    /// Who may connect and how much: allow and deny lists, per-client limits.
+    admission: Admission,
     /// PROXY headers sent to the backend and accepted from a balancer.
     proxy_protocol: Proxy,
     client_auth: ClientAuthSettings,

@@ -21,6 +21,7 @@ pub(crate) use sessions::url_without_password;
 pub use sessions::{SessionStoreSettings, TicketKeyFiles, TicketKeyFormat};
 
 mod acme;
+mod admission;
 pub mod backend;
 mod certificates;
 mod client_auth;
@@ -37,6 +38,7 @@ mod timeouts;
 mod tls;
 
 pub use acme::{Acme, AcmeKey, AcmeStore, Eab, UntilIssued};
+pub use admission::{Admission, HandshakeRate, NetList, PerClient};
 pub use backend::{Backend, BackendAddr, BackendPolicy, Backends, Target, MAX_BACKENDS};
 pub use certificates::{
     CertEntry, CertFiles, CertPair, CertSource, Certificates, OcspMode, SniFallback,
@@ -162,6 +164,12 @@ pub struct RawFrontend {
     pub session_store_key: Option<PathBuf>,
     pub acme_store: Option<String>,
     pub acme_store_key: Option<PathBuf>,
+    pub allow: Option<Vec<String>>,
+    pub deny: Option<Vec<String>>,
+    pub deny_ja4: Option<Vec<String>>,
+    pub max_connections: Option<usize>,
+    pub per_client: Option<admission::RawPerClient>,
+    pub per_client_table: Option<usize>,
     #[serde(default, rename = "route")]
     pub routes: Vec<routes::RawRoute>,
 }
@@ -362,6 +370,7 @@ impl RawFrontend {
         let tls = self.validate_tls(demo)?;
         let records = self.validate_record_layer()?;
         let timeouts = self.validate_timeouts()?;
+        let admission = self.validate_admission()?;
         let client_auth = self.validate_client_auth(base)?;
         let send = self.validate_send_proxy()?;
         let accept = self.validate_accept_proxy()?;
@@ -389,6 +398,7 @@ impl RawFrontend {
             tls,
             record_layer: records,
             timeouts,
+            admission,
             proxy_protocol: Proxy {
                 send: send.version,
                 tlvs: send.tlvs,

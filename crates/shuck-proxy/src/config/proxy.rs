@@ -57,17 +57,20 @@ pub struct ProxyTlvs {
     /// The client certificate (DER) under this custom TLV type.
     pub client_cert: Option<u8>,
     pub crc32c: bool,
+    /// The client's JA4 fingerprint, under type 0xE4.
+    pub ja4: bool,
 }
 
 impl ProxyTlvs {
     /// Names accepted in `proxy_protocol_tlvs`.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "alpn",
         "authority",
         "unique_id",
         "ssl",
         "client_cert",
         "crc32c",
+        "ja4",
     ];
 
     /// What a v2 header carries unless `proxy_protocol_tlvs` says otherwise: what hitch and
@@ -79,6 +82,7 @@ impl ProxyTlvs {
         ssl: true,
         client_cert: None,
         crc32c: false,
+        ja4: false,
     };
 
     pub fn names(&self) -> Vec<&'static str> {
@@ -89,6 +93,7 @@ impl ProxyTlvs {
             self.ssl,
             self.client_cert.is_some(),
             self.crc32c,
+            self.ja4,
         ];
         Self::NAMES
             .iter()
@@ -227,6 +232,13 @@ fn parse_tlv_names(names: &[String], cert_tlv: u8) -> Result<ProxyTlvs, KeyError
             "ssl" => out.ssl = true,
             "client_cert" => out.client_cert = Some(cert_tlv),
             "crc32c" => out.crc32c = true,
+            "ja4" if cert_tlv == tlv::JA4 => {
+                return Err(key_err(
+                    "proxy_protocol_tlvs",
+                    format!("\"ja4\" is sent as type {:#04x}, which proxy_client_cert_tlv takes for client certificates: choose another for them", tlv::JA4),
+                ))
+            }
+            "ja4" => out.ja4 = true,
             other => {
                 return Err(key_err(
                     "proxy_protocol_tlvs",

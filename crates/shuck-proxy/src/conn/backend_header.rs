@@ -28,7 +28,7 @@ pub(crate) fn header(
     (send, want): (Option<Version>, &ProxyTlvs),
     hs: &Negotiated,
     arrival: &Arrival,
-    unique_id: Option<&[u8]>,
+    (unique_id, ja4): (Option<&[u8]>, Option<&[u8]>),
 ) -> Result<Option<(PooledBuf, usize)>, EncodeError> {
     let Some(version) = send else {
         return Ok(None);
@@ -74,6 +74,7 @@ pub(crate) fn header(
         unique_id,
         ssl,
         client_cert: want.client_cert.zip(peer_cert.map(AsRef::as_ref)),
+        ja4: ja4.filter(|_| want.ja4),
         passthrough: arrival.passthrough.as_deref().unwrap_or_default(),
         crc32c: want.crc32c,
     };

@@ -25,6 +25,29 @@ pub(crate) enum ConnError {
     /// The frontend has routes, none matched, and it has no backend of its own.
     #[error("no route matches the negotiated server name and ALPN, and the frontend has no backend of its own")]
     NoRoute,
+    /// Refused by the frontend's admission rules (`allow`, `deny`, `per_client`, `deny_ja4`).
+    #[error("{0}")]
+    Refused(#[from] Refusal),
+}
+
+/// Why a connection was refused at the door (`shuck_refused_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Refusal {
+    /// In a `deny` network.
+    #[error("client address is in a denied network")]
+    Denied,
+    /// Outside every `allow` network.
+    #[error("client address is not in an allowed network")]
+    NotAllowed,
+    /// The client holds `per_client.connections` already.
+    #[error("client holds as many connections as per_client.connections allows")]
+    ClientConnections,
+    /// The client's full handshakes are past `per_client.handshakes`.
+    #[error("client makes full handshakes faster than per_client.handshakes allows")]
+    ClientHandshakes,
+    /// The ClientHello's JA4 fingerprint is in `deny_ja4`.
+    #[error("client's TLS fingerprint (JA4) is denied")]
+    Ja4,
 }
 
 /// Declares `Reason` and `Reason::ALL` from one list, so no variant can be left out of `ALL`
@@ -84,6 +107,11 @@ reasons! {
     BackendRelay,
     /// The client failed while relaying (reset, broken TLS record).
     ClientRelay,
+    RefusedDenied,
+    RefusedNotAllowed,
+    RefusedClientConnections,
+    RefusedClientHandshakes,
+    RefusedJa4,
     Idle,
 }
 
@@ -97,6 +125,8 @@ pub(crate) enum CountedIn {
     IdleTimeouts,
     /// Local resources ran out (`shuck_resource_errors_total{kind}`).
     ResourceErrors,
+    /// Refused at the door (`shuck_refused_total{reason}`).
+    Refusals,
 }
 
 /// How the one line about a connection's end is written.
@@ -108,6 +138,8 @@ pub(crate) enum Loudness {
     Warn,
     /// Normal life of a connection: an info line when connection logs are on.
     Info,
+    /// A refusal: a warning at most once a minute per source, within the rate limit.
+    PerSource,
 }
 
 impl Reason {
@@ -140,6 +172,11 @@ impl Reason {
             Reason::BackendHeader => "backend_proxy_header",
             Reason::BackendRelay => "backend_relay",
             Reason::ClientRelay => "client_relay",
+            Reason::RefusedDenied => "refused_denied",
+            Reason::RefusedNotAllowed => "refused_not_allowed",
+            Reason::RefusedClientConnections => "refused_client_connections",
+            Reason::RefusedClientHandshakes => "refused_client_handshakes",
+            Reason::RefusedJa4 => "refused_ja4",
             Reason::Idle => "idle_timeout",
         }
     }
@@ -175,6 +212,11 @@ impl Reason {
             Reason::BackendHeader => Some((BackendErrors, "proxy_header")),
             Reason::BackendRelay => Some((BackendErrors, "relay")),
             Reason::ClientRelay => Some((ClientErrors, "")),
+            Reason::RefusedDenied => Some((CountedIn::Refusals, "denied")),
+            Reason::RefusedNotAllowed => Some((CountedIn::Refusals, "not_allowed")),
+            Reason::RefusedClientConnections => Some((CountedIn::Refusals, "client_connections")),
+            Reason::RefusedClientHandshakes => Some((CountedIn::Refusals, "client_handshakes")),
+            Reason::RefusedJa4 => Some((CountedIn::Refusals, "ja4")),
             Reason::Idle => Some((IdleTimeouts, "")),
         }
     }
@@ -185,6 +227,7 @@ impl Reason {
             // Counted, and a line when connections are logged: a client giving up part-way is
             // routine, not the operator's to act on.
             Reason::HandshakeClientAbort | Reason::ClientRelay | Reason::Idle => Loudness::Info,
+            r if r.metric().is_some_and(|(f, _)| f == CountedIn::Refusals) => Loudness::PerSource,
             _ => Loudness::Warn,
         }
     }
@@ -203,6 +246,9 @@ impl Reason {
             Reason::BackendHeader => "closing connection: PROXY header not sent",
             Reason::BackendRelay => "backend connection failed",
             Reason::ClientRelay | Reason::Idle => "connection ended early",
+            r if r.metric().is_some_and(|(f, _)| f == CountedIn::Refusals) => {
+                "connection refused by the frontend's admission rules"
+            }
             r if r
                 .metric()
                 .is_some_and(|(f, _)| f == CountedIn::ProxyHeaderErrors) =>
@@ -240,6 +286,13 @@ impl ConnError {
                 Reason::ClientRelay
             }
             ConnError::Relay(RelayError::Idle(_)) => Reason::Idle,
+            ConnError::Refused(r) => match r {
+                Refusal::Denied => Reason::RefusedDenied,
+                Refusal::NotAllowed => Reason::RefusedNotAllowed,
+                Refusal::ClientConnections => Reason::RefusedClientConnections,
+                Refusal::ClientHandshakes => Reason::RefusedClientHandshakes,
+                Refusal::Ja4 => Reason::RefusedJa4,
+            },
         }
     }
 }

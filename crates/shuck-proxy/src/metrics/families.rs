@@ -82,6 +82,11 @@ pub(super) fn register_connection_families(registry: &mut Registry, m: &Metrics)
         "Connections closed because this process ran out of a resource, by kind (descriptors)",
         m.resource_errors.clone(),
     );
+    registry.register(
+        "refused",
+        "Connections refused by the frontend's admission rules, by reason: denied (deny), not_allowed (outside allow), client_connections and client_handshakes (per_client), ja4 (deny_ja4)",
+        m.refused.clone(),
+    );
 }
 
 /// The two latencies operators ask of a terminator first, as histograms, and the addresses

@@ -64,6 +64,7 @@ pub(crate) struct Metrics {
     client_certs_unverified: Family<Labels, Counter>,
     ktls: Family<Labels, Counter>,
     resource_errors: Family<Labels, Counter>,
+    refused: Family<Labels, Counter>,
     session_cache: Family<Labels, Counter>,
     session_cache_evictions: Family<Labels, Counter>,
     store_lookups: Family<Labels, Counter>,
@@ -219,6 +220,7 @@ impl Metrics {
             client_certs_unverified: Family::default(),
             ktls: Family::default(),
             resource_errors: Family::default(),
+            refused: Family::default(),
             session_cache: Family::default(),
             session_cache_evictions: Family::default(),
             store_lookups: Family::default(),
@@ -326,6 +328,7 @@ impl Metrics {
                 CountedIn::ClientErrors => get(&self.client_errors, &base()),
                 CountedIn::IdleTimeouts => get(&self.idle_timeouts, &base()),
                 CountedIn::ResourceErrors => get(&self.resource_errors, &with("kind", label)),
+                CountedIn::Refusals => get(&self.refused, &with("reason", label)),
             })
         });
         let handles = FrontendMetrics {

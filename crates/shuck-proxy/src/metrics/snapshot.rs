@@ -202,6 +202,7 @@ pub(crate) enum Family {
     Resources,
     Client,
     Idle,
+    Refused,
 }
 
 impl Family {
@@ -213,6 +214,7 @@ impl Family {
             CountedIn::ResourceErrors => Family::Resources,
             CountedIn::ClientErrors => Family::Client,
             CountedIn::IdleTimeouts => Family::Idle,
+            CountedIn::Refusals => Family::Refused,
         }
     }
 }

@@ -188,6 +188,7 @@ fn failure_words(family: Family, label: &str) -> String {
         Family::Resources => format!("resources: {label}"),
         Family::Client => "client errors".into(),
         Family::Idle => "idle timeouts".into(),
+        Family::Refused => format!("refused: {label}"),
     }
 }
 

@@ -22,6 +22,25 @@ pub(crate) struct HelloFields<'a> {
     pub psk_identity: Option<&'a [u8]>,
 }
 
+impl HelloFields<'_> {
+    /// Whether the hello offers to resume: a TLS 1.3 PSK, a TLS 1.2 ticket, or (when TLS 1.3
+    /// is not offered, where the legacy session ID is only a compatibility value) a session ID.
+    pub(crate) fn offers_resumption(&self) -> bool {
+        self.psk_identity.is_some()
+            || self.ticket.is_some_and(|t| !t.is_empty())
+            || (!self.offers_tls13 && !self.session_id.is_empty())
+    }
+}
+
+/// Whether the ClientHello at the start of `stream` offers to resume (false when it cannot be
+/// read).
+pub(crate) fn offers_resumption(stream: &[u8]) -> bool {
+    client_hello(stream)
+        .as_deref()
+        .and_then(fields)
+        .is_some_and(|f| f.offers_resumption())
+}
+
 /// The ClientHello message (handshake header included) from the start of the stream, joined
 /// from its records when it spans several.
 pub(crate) fn client_hello(stream: &[u8]) -> Option<Cow<'_, [u8]>> {
@@ -100,10 +119,10 @@ pub(crate) fn fields(message: &[u8]) -> Option<HelloFields<'_>> {
     Some(out)
 }
 
-struct Reader<'a>(&'a [u8]);
+pub(super) struct Reader<'a>(pub(super) &'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+    pub(super) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         if self.0.len() < n {
             return None;
         }
@@ -112,20 +131,20 @@ impl<'a> Reader<'a> {
         Some(head)
     }
 
-    fn u8(&mut self) -> Option<u8> {
+    pub(super) fn u8(&mut self) -> Option<u8> {
         self.take(1).map(|b| b[0])
     }
 
-    fn u16(&mut self) -> Option<u16> {
+    pub(super) fn u16(&mut self) -> Option<u16> {
         self.take(2).map(|b| u16::from_be_bytes([b[0], b[1]]))
     }
 
-    fn vec8(&mut self) -> Option<&'a [u8]> {
+    pub(super) fn vec8(&mut self) -> Option<&'a [u8]> {
         let n = self.u8()?;
         self.take(usize::from(n))
     }
 
-    fn vec16(&mut self) -> Option<&'a [u8]> {
+    pub(super) fn vec16(&mut self) -> Option<&'a [u8]> {
         let n = self.u16()?;
         self.take(usize::from(n))
     }

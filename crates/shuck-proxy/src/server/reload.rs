@@ -544,6 +544,8 @@ impl Reloader {
             tracing::info!(frontend = %gone.cfg.name, "frontend removed; its connections carry on");
             self.metrics.set_certificates(&gone.cfg.name, Vec::new());
         }
+        let names: Vec<&str> = self.frontends.iter().map(|l| l.cfg.name.as_str()).collect();
+        self.engine.gates.keep_only(&names);
     }
 
     fn frontend_of<'a>(&'a self, n: &'a Next) -> &'a Frontend {

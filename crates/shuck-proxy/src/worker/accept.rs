@@ -206,9 +206,9 @@ async fn accept_loop(
     const MAX_BACKOFF: Duration = Duration::from_secs(1);
     let mut backoff = Duration::ZERO;
     loop {
-        // At the limit, stop accepting: new connections wait in the kernel's backlog instead of
-        // being accepted and dropped.
-        while limit.is_full() {
+        // At the process's or the frontend's limit, stop accepting: new connections wait in the
+        // kernel's backlog instead of being accepted and dropped.
+        while limit.is_full() || slot.current().gate.limit.is_full() {
             if !at_limit_pause(&mut shutdown).await {
                 return;
             }
@@ -224,9 +224,11 @@ async fn accept_loop(
                 fe.metrics.accepted.inc();
                 // Another worker may have taken the last slot since the check: this one
                 // connection then waits here, unserved, like those in the backlog.
-                let slot = loop {
+                let slots = loop {
                     if let Some(s) = limit.try_take() {
-                        break s;
+                        if let Some(f) = fe.gate.limit.try_take() {
+                            break (s, f);
+                        }
                     }
                     if !at_limit_pause(&mut shutdown).await {
                         return;
@@ -238,7 +240,7 @@ async fn accept_loop(
                 let worker = worker.clone();
                 tokio::task::spawn_local(async move {
                     connection::handle(worker, fe, tcp, client).await;
-                    drop((slot, mine));
+                    drop((slots, mine));
                 });
             }
             Err(e) if is_connection_error(&e) => {}

@@ -21,6 +21,7 @@ use crate::certs::acme;
 use crate::certs::acme::challenge::Challenges;
 use crate::config::{ConnectionLogFormat, Route};
 use crate::conn::backend_header::{self, UniqueId};
+use crate::conn::conn_error::Refusal;
 use crate::conn::conn_error::{ConnError, Loudness, Reason};
 use crate::conn::demo;
 use crate::conn::proxy_in::{self, Arrival};
@@ -28,10 +29,13 @@ use crate::conn::relay::{self, Moved, RelayError};
 use crate::mem::buf_pool::PooledBuf;
 use crate::metrics::FrontendMetrics;
 use crate::obs::log_limit;
+use crate::proto::hello_fields;
+use crate::proto::ja4::{self, Ja4};
 use crate::tls::handshake::error::Deadline;
 use crate::tls::handshake::hello::{self, Hello};
 use crate::tls::handshake::{self, ClientCert, Negotiated, Summary};
 use crate::tls::stream::{Ktls, TlsStream};
+use crate::worker::admission::Admitted;
 use crate::worker::{Worker, WorkerFrontend, WorkerPool};
 
 /// What the log line at the end says about the connection, filled in as stages complete.
@@ -52,6 +56,11 @@ struct AccessRecord<'a> {
     accepted: Instant,
     handshake_ms: Option<u64>,
     connect_ms: Option<u64>,
+    /// The client as `per_client` counts it (its open connection counted while this lives).
+    admitted: Option<Admitted>,
+    /// The ClientHello's JA4 fingerprint, when something uses it (`deny_ja4`, the access log,
+    /// a PROXY TLV); boxed, so connections without one do not carry its 36 bytes.
+    ja4: Option<Box<Ja4>>,
 }
 
 impl AccessRecord<'_> {
@@ -80,6 +89,8 @@ pub(crate) async fn handle(
         accepted: started,
         handshake_ms: None,
         connect_ms: None,
+        admitted: None,
+        ja4: None,
     };
     let result = pipeline(&worker, &fe, tcp, peer, &mut trace).await;
     record_end(
@@ -105,7 +116,9 @@ async fn pipeline<'a>(
     trace: &mut AccessRecord<'a>,
 ) -> Result<(), ConnError> {
     let (read, mut arrival) = Box::pin(arrive_with_hello(fe, tcp, peer, trace)).await?;
-    let Some(mut hs) = Box::pin(handshake_stage(worker, fe, read)).await? else {
+    let admitted = trace.admitted.as_ref();
+    let ja4 = &mut trace.ja4;
+    let Some(mut hs) = Box::pin(handshake_stage(worker, fe, read, (admitted, ja4))).await? else {
         trace.backend = Some("acme-tls/1");
         return Ok(());
     };
@@ -149,6 +162,7 @@ async fn arrive_with_hello<'a>(
     .await?;
     count_arrival(&fe.metrics, &arrival);
     (trace.client, trace.balancer) = (arrival.client, arrival.balancer);
+    trace.admitted = fe.gate.admit(&cfg.admission, arrival.client.ip())?;
     let deadline = Deadline::after(cfg.timeouts.handshake);
     let hello = hello::read_client_hello(tcp, deadline).await?;
     let read = HelloRead { hello, deadline };
@@ -162,6 +176,7 @@ async fn handshake_stage(
     worker: &Worker,
     fe: &WorkerFrontend,
     read: HelloRead,
+    (admitted, ja4): (Option<&Admitted>, &mut Option<Box<Ja4>>),
 ) -> Result<Option<Negotiated>, ConnError> {
     let tls = fe.tls.load_full();
     if let Some(challenge) = &fe.acme_challenge {
@@ -171,6 +186,24 @@ async fn handshake_stage(
             return Ok(None);
         }
     }
+    if wants_ja4(worker, fe) {
+        *ja4 = ja4::of_stream(&read.hello.received).map(Box::new);
+        let denied = &fe.cfg.admission.deny_ja4;
+        if ja4
+            .as_deref()
+            .is_some_and(|j| denied.iter().any(|d| d == j.as_str()))
+        {
+            return Err(Refusal::Ja4.into());
+        }
+    }
+    let offers_resumption = match admitted {
+        Some(_) if fe.gate.limits_handshakes(&fe.cfg.admission) => {
+            let offers = hello_fields::offers_resumption(&read.hello.received);
+            fe.gate.handshake(&fe.cfg.admission, admitted, offers)?;
+            offers
+        }
+        _ => false,
+    };
     let prefetched = match &tls.remote {
         Some(remote) => remote.prefetch(&read.hello.received).await,
         None => None,
@@ -184,7 +217,20 @@ async fn handshake_stage(
     )
     .await?;
     count_handshake(&fe.metrics, &hs);
+    if offers_resumption && !hs.conn().is_some_and(handshake::resumed) {
+        fe.gate.charge_full(&fe.cfg.admission, admitted);
+    }
     Ok(Some(hs))
+}
+
+/// Whether anything uses the ClientHello's JA4 fingerprint: `deny_ja4`, the access log, a
+/// PROXY TLV (the frontend's or a route's).
+fn wants_ja4(worker: &Worker, fe: &WorkerFrontend) -> bool {
+    let cfg = &fe.cfg;
+    !cfg.admission.deny_ja4.is_empty()
+        || worker.log_connections()
+        || (cfg.proxy_protocol.send.is_some() && cfg.proxy_protocol.tlvs.ja4)
+        || cfg.route.0.iter().any(|r| r.send.is_some() && r.tlvs.ja4)
 }
 
 /// A validator asking for a name this process has no order for: another host of the fleet
@@ -293,7 +339,8 @@ fn before_relay<'a>(
     if backend_header::makes_unique_id(*proxy.1, arrival.passthrough.as_deref()) {
         trace.unique_id = UniqueId::new(worker.id, worker.next_connection());
     }
-    let prefix = backend_header::header(proxy, hs, arrival, trace.unique_id.as_bytes())?;
+    let ja4 = trace.ja4.as_deref().map(|j| j.as_str().as_bytes());
+    let prefix = backend_header::header(proxy, hs, arrival, (trace.unique_id.as_bytes(), ja4))?;
     arrival.passthrough = None;
     hs.stream
         .take_over_records(cfg.record_layer.ktls)
@@ -479,7 +526,10 @@ fn record_end(
             worker.log_format(),
         ),
         Loudness::Warn if log_limit::allow() => line.short(Level::WARN),
-        Loudness::Warn | Loudness::Info => {}
+        Loudness::PerSource if fe.gate.log_refusal_of(trace.client.ip()) && log_limit::allow() => {
+            line.short(Level::WARN);
+        }
+        Loudness::Warn | Loudness::Info | Loudness::PerSource => {}
     }
 }
 
@@ -538,7 +588,8 @@ impl Line<'_> {
             resumed = s.is_some_and(|s| s.resumed), sni = %Dash(s.and_then(|s| s.sni.as_deref())),
             alpn = %Dash(s.and_then(|s| s.alpn.as_deref())), route = %t.route.map_or("-", |r| r.name.as_str()),
             backend = %t.backend.unwrap_or("-"),
-            id = t.unique_id.as_str(), up = t.moved.up, down = t.moved.down,
+            id = t.unique_id.as_str(), ja4 = %Dash(t.ja4.as_deref()),
+            up = t.moved.up, down = t.moved.down,
             handshake_ms = %Dash(t.handshake_ms), connect_ms = %Dash(t.connect_ms), ms = self.ms,
             "{}", self.message());
     }

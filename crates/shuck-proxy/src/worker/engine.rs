@@ -24,6 +24,8 @@ pub(crate) struct Engine {
     pub(crate) challenges: Arc<Challenges>,
     /// The stores fleets share their ACME state through, one per URL and key.
     pub(crate) fleet_stores: FleetStores,
+    /// Each frontend's admission counts, shared by its workers and kept across reloads.
+    pub(crate) gates: super::admission::Gates,
     /// The process-wide settings a reload changes in place, shared by all workers: written only
     /// by a reload, read with a relaxed load (a connection under way when the access log is
     /// switched may log without the fields it did not keep).
@@ -40,6 +42,7 @@ impl Engine {
             health: Verdicts::default(),
             challenges: Arc::default(),
             fleet_stores: FleetStores::default(),
+            gates: super::admission::Gates::default(),
             log_connections: AtomicBool::new(false),
             haproxy_format: AtomicBool::new(false),
             shutdown_grace_ms: AtomicU64::new(0),

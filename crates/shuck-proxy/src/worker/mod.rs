@@ -5,6 +5,8 @@
 //! lock-free).
 
 pub(crate) mod accept;
+mod admission;
+mod clients;
 pub(crate) mod connection;
 mod engine;
 
@@ -82,6 +84,8 @@ pub(crate) struct WorkerFrontend {
     pub(crate) acme_challenge: Option<Arc<rustls::ServerConfig>>,
     /// With ACME shared by a fleet: where another host's challenge is found.
     pub(crate) acme_store: Option<Arc<crate::store::fleet::FleetStore>>,
+    /// The frontend's admission counts, shared with its other workers.
+    pub(crate) gate: admission::Gate,
 }
 
 /// One set of backends as a worker uses it: the pool, and a connect-time histogram per backend
@@ -177,6 +181,7 @@ impl WorkerFrontend {
         let acme_store = cfg
             .fleet_store()
             .and_then(|s| engine.fleet_stores.shared(&s.url, &s.key).ok());
+        let gate = engine.gates.gate(&cfg);
         WorkerFrontend {
             cfg,
             tls,
@@ -185,6 +190,7 @@ impl WorkerFrontend {
             metrics,
             acme_challenge,
             acme_store,
+            gate,
         }
     }
 }

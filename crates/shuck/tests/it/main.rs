@@ -3,6 +3,7 @@
 
 mod accept_proxy;
 mod acme;
+mod admission;
 #[cfg(feature = "bench")]
 mod bench;
 mod cert_layouts;

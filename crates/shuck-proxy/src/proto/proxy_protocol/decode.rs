@@ -398,6 +398,7 @@ mod tests {
                 key_alg: Some("EC256"),
             }),
             client_cert: Some((0xE0, b"\x30\x03\x02\x01\x01")),
+            ja4: Some(b"t13d1516h2_8daaf6152771_e5627efa2ab1"),
             passthrough: &[0xEA, 0, 3, b'v', b'p', b'c'],
             crc32c: true,
         };
@@ -409,8 +410,9 @@ mod tests {
         };
         let got: Vec<(u8, &[u8])> = tlvs_of(header.tlvs);
         let kinds: Vec<u8> = got.iter().map(|t| t.0).collect();
-        assert_eq!(kinds, [0x01, 0x02, 0x05, 0x20, 0xE0, 0xEA, 0x03]);
+        assert_eq!(kinds, [0x01, 0x02, 0x05, 0x20, 0xE0, 0xE4, 0xEA, 0x03]);
         assert_eq!(got[1].1, b"www.example.test");
+        assert_eq!(got[5].1, b"t13d1516h2_8daaf6152771_e5627efa2ab1");
         let ssl = ssl_tlv(got[3].1).unwrap();
         assert_eq!((ssl.client, ssl.verify), (3, 0));
         let subs = tlvs_of(ssl.sub_tlvs);

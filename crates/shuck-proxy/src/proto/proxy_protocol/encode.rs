@@ -31,6 +31,8 @@ pub struct Tlvs<'a> {
     pub ssl: Option<SslInfo<'a>>,
     /// The client certificate (DER) under a custom type.
     pub client_cert: Option<(u8, &'a [u8])>,
+    /// The client's JA4 fingerprint (under `tlv::JA4`).
+    pub ja4: Option<&'a [u8]>,
     /// TLVs already in wire form, passed on from a received header.
     pub passthrough: &'a [u8],
     /// Append a CRC32C TLV covering the whole header.
@@ -200,6 +202,9 @@ fn write_v2(out: &mut Out<'_>, addrs: Addresses, tlvs: &Tlvs<'_>) -> Result<(), 
     }
     if let Some((t, der)) = tlvs.client_cert {
         out.tlv(t, der)?;
+    }
+    if let Some(v) = tlvs.ja4 {
+        out.tlv(tlv::JA4, v)?;
     }
     out.put(tlvs.passthrough)?;
     let crc_at = if tlvs.crc32c {

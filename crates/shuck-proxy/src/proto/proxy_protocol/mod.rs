@@ -62,6 +62,8 @@ pub mod tlv {
     /// The range the spec leaves to applications (hitch sends the client certificate as 0xE0).
     pub const CUSTOM_MIN: u8 = 0xE0;
     pub const CUSTOM_MAX: u8 = 0xEF;
+    /// shuck's type for the client's JA4 fingerprint (36 ASCII characters), in the custom range.
+    pub const JA4: u8 = 0xE4;
     /// Longest unique ID the spec allows.
     pub const UNIQUE_ID_MAX: usize = 128;
 
