@@ -88,7 +88,10 @@ impl RawFrontend {
         if self.max_connections == Some(0) {
             return Err(key_err("max_connections", "must be at least 1"));
         }
-        let deny_ja4 = self.deny_ja4.clone().unwrap_or_default();
+        // Fingerprints are lowercase hex: an entry written in capitals still matches.
+        let deny_ja4: Vec<String> = (self.deny_ja4.iter().flatten())
+            .map(|j| j.to_ascii_lowercase())
+            .collect();
         for j in &deny_ja4 {
             check_ja4(j)?;
         }

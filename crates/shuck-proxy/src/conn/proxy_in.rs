@@ -92,9 +92,12 @@ pub(crate) async fn arrive(
 
 /// TLVs that describe the client rather than the load balancer's own TLS, and that shuck does
 /// not produce itself: the unique ID (request tracing across hops), network namespace, and the
-/// custom range (cloud load balancers put endpoint IDs there).
+/// custom range (cloud load balancers put endpoint IDs there), but for the types shuck fills
+/// itself there (the client certificate's, JA4's): a balancer could otherwise put its words
+/// beside or in place of shuck's.
 fn keep_tlv(kind: u8, cert_tlv: u8) -> bool {
     kind != cert_tlv
+        && kind != tlv::JA4
         && matches!(
             kind,
             tlv::UNIQUE_ID | tlv::NETNS | tlv::CUSTOM_MIN..=tlv::CUSTOM_MAX

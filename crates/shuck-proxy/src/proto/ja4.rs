@@ -121,7 +121,9 @@ fn parts(message: &[u8]) -> Option<Parts<'_>> {
             EXT_SERVER_NAME => p.sni = true,
             EXT_ALPN => p.alpn = Reader(Reader(data).vec16()?).vec8(),
             EXT_SIGNATURE_ALGORITHMS => {
-                p.signature_algorithms = u16s(Reader(data).vec16()?).collect();
+                p.signature_algorithms = u16s(Reader(data).vec16()?)
+                    .filter(|v| !is_grease(*v))
+                    .collect();
             }
             EXT_SUPPORTED_VERSIONS => {
                 let offered = u16s(Reader(data).vec8()?).filter(|v| !is_grease(*v)).max();

@@ -22,7 +22,8 @@ pub(crate) struct Gate {
     /// The frontend's own `max_connections` (unbounded without one).
     pub(crate) limit: Arc<ConnectionLimit>,
     pub(crate) clients: Option<Arc<ClientTable>>,
-    log: Arc<SourceLog>,
+    /// Made when the frontend first has a rule that can refuse (32 KiB).
+    log: Option<Arc<SourceLog>>,
 }
 
 /// The gates of a server's frontends, by name.
@@ -42,8 +43,12 @@ impl Gates {
         let gate = gates.entry(fe.name.clone()).or_insert_with(|| Gate {
             limit: ConnectionLimit::new(usize::MAX),
             clients: None,
-            log: Arc::new(SourceLog::new()),
+            log: None,
         });
+        let refuses = a.checks_address() || !a.deny_ja4.is_empty() || a.per_client.is_some();
+        if refuses && gate.log.is_none() {
+            gate.log = Some(Arc::new(SourceLog::new()));
+        }
         gate.limit.set_max(a.max_connections.unwrap_or(usize::MAX));
         gate.clients = match (&a.per_client, gate.clients.take()) {
             (Some(p), Some(t)) if t.fits(p) => Some(t),
@@ -98,9 +103,10 @@ impl Gate {
         self.clients.is_some() && a.per_client.is_some_and(|p| p.handshakes.is_some())
     }
 
-    /// The full-handshake rate, once the ClientHello is read: a hello that offers no
-    /// resumption is charged now; one that does passes unless the client is deep in debt, and
-    /// is charged later if it turned out full ([`Gate::charge_full`]).
+    /// The full-handshake rate, once the ClientHello is read: every hello let through is
+    /// charged as a full handshake now (a client that closes after the server's signature has
+    /// cost it), and one that resumed is given its charge back ([`Gate::refund_resumed`]); a
+    /// hello offering resumption is held back only when the client is deep in debt.
     pub(crate) fn handshake(
         &self,
         a: &Admission,
@@ -119,19 +125,19 @@ impl Gate {
         }
     }
 
-    /// Counts a full handshake that offered resumption and did not get it.
-    pub(crate) fn charge_full(&self, a: &Admission, who: Option<&Admitted>) {
+    /// Gives back a resumed handshake's charge.
+    pub(crate) fn refund_resumed(&self, a: &Admission, who: Option<&Admitted>) {
         if let (Some(table), Some(rate), Some(who)) =
             (&self.clients, a.per_client.and_then(|p| p.handshakes), who)
         {
-            table.charge_full(who.key, rate);
+            table.refund(who.key, rate);
         }
     }
 
     /// Whether a refusal of `ip` may be logged now: once a minute per source (by a keyed hash;
     /// a source sharing a slot with another may be logged sooner).
     pub(crate) fn log_refusal_of(&self, ip: IpAddr) -> bool {
-        self.log.first_in_a_minute(ip)
+        self.log.as_ref().is_some_and(|l| l.first_in_a_minute(ip))
     }
 }
 

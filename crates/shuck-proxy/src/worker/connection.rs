@@ -217,8 +217,8 @@ async fn handshake_stage(
     )
     .await?;
     count_handshake(&fe.metrics, &hs);
-    if offers_resumption && !hs.conn().is_some_and(handshake::resumed) {
-        fe.gate.charge_full(&fe.cfg.admission, admitted);
+    if offers_resumption && hs.conn().is_some_and(handshake::resumed) {
+        fe.gate.refund_resumed(&fe.cfg.admission, admitted);
     }
     Ok(Some(hs))
 }
@@ -512,6 +512,18 @@ fn record_end(
         error,
         ms: took.as_millis() as u64,
     };
+    if loudness == Loudness::PerSource {
+        // A refusal: once a minute per source, access log or not (a flood of refused
+        // connections must not become a flood of lines).
+        if fe.gate.log_refusal_of(trace.client.ip()) && log_limit::allow() {
+            if worker.log_connections() {
+                line.full(Level::WARN, worker.log_format());
+            } else {
+                line.short(Level::WARN);
+            }
+        }
+        return;
+    }
     match loudness {
         Loudness::Quiet if tracing::enabled!(Level::DEBUG) && log_limit::allow() => {
             line.short(Level::DEBUG);
@@ -526,9 +538,6 @@ fn record_end(
             worker.log_format(),
         ),
         Loudness::Warn if log_limit::allow() => line.short(Level::WARN),
-        Loudness::PerSource if fe.gate.log_refusal_of(trace.client.ip()) && log_limit::allow() => {
-            line.short(Level::WARN);
-        }
         Loudness::Warn | Loudness::Info | Loudness::PerSource => {}
     }
 }

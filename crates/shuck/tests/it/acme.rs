@@ -800,7 +800,7 @@ fn a_host_with_no_certificate_refuses_a_replayed_older_one() {
         "{log}"
     );
     assert_eq!(
-        log.matches("ends before the newest the fleet stored")
+        log.matches("issued before the newest the fleet stored")
             .count(),
         1,
         "{log}"

@@ -85,8 +85,10 @@ impl Fleet {
         format!("shuck:acme:cert:{}", Self::order_id(acme))
     }
 
-    /// Where the end (`not_after`, Unix seconds) of the newest certificate the fleet stored is
-    /// kept: a sealed certificate written back after it was replaced is refused by comparing.
+    /// Where the issue time (`not_before`, Unix seconds) of the newest certificate the fleet
+    /// stored is kept: a sealed certificate written back after it was replaced is refused by
+    /// comparing. Issue times only go forward across replacements, even when a CA shortens
+    /// lifetimes (a later certificate may end sooner).
     fn newest_key(acme: &Acme) -> String {
         format!("shuck:acme:newest:{}", Self::order_id(acme))
     }
@@ -175,8 +177,8 @@ impl Fleet {
             .await
     }
 
-    /// The end of the newest certificate the fleet has stored, when the store holds a record of
-    /// it sealed by the fleet.
+    /// The issue time of the newest certificate the fleet has stored, when the store holds a
+    /// record of it sealed by the fleet.
     pub(crate) async fn newest(&self, acme: &Acme) -> Result<Option<i64>, String> {
         Ok(match self.store.read(&Self::newest_key(acme)).await? {
             Found::Value(v) => std::str::from_utf8(&v).ok().and_then(|s| s.parse().ok()),
@@ -184,11 +186,11 @@ impl Fleet {
         })
     }
 
-    /// Records that a certificate ending at `not_after` was stored (kept until then), unless a
-    /// newer one already was. Two hosts storing at once may leave the older record: the check
-    /// is then only weaker for a while, never wrong about a certificate the fleet holds.
-    pub(crate) async fn record_newest(&self, acme: &Acme, not_after: i64) {
-        if matches!(self.newest(acme).await, Ok(Some(n)) if n >= not_after) {
+    /// Records that a certificate issued at `not_before` and ending at `not_after` was stored
+    /// (kept until its end), unless a newer one already was. Two hosts storing at once may
+    /// leave the older record: the check is then only weaker for a while.
+    pub(crate) async fn record_newest(&self, acme: &Acme, (not_before, not_after): (i64, i64)) {
+        if matches!(self.newest(acme).await, Ok(Some(n)) if n >= not_before) {
             return;
         }
         let life = (not_after - crate::sys::clock::unix_now())
@@ -198,7 +200,7 @@ impl Fleet {
             .store
             .put(
                 &Self::newest_key(acme),
-                not_after.to_string().as_bytes(),
+                not_before.to_string().as_bytes(),
                 Duration::from_secs(life),
             )
             .await;

@@ -139,7 +139,16 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
                 if store_failing {
                     tracing::info!(frontend = %job.frontend, "the fleet's store answers again");
                 }
+                let first_refusal =
+                    matches!(adoption, Adoption::RefusedOlder { .. }) && !refusing_older;
                 refusing_older = adoption.say_refused(job, refusing_older);
+                if first_refusal {
+                    // A store that missed a write is repaired by the host holding the newer
+                    // certificate within a poll: wait one before ordering.
+                    store_failing = false;
+                    nap(&mut issued, FLEET_POLL, &mut wake, &job.events).await;
+                    continue;
+                }
                 if matches!(adoption, Adoption::Loaded)
                     && renewed.send(job.frontend.clone()).is_err()
                 {
@@ -333,7 +342,8 @@ async fn under_lease(
 
 /// Stores a new certificate for the fleet (until it expires); its end, Unix seconds.
 async fn share(job: &Job, fleet: &Fleet, bundle: &[u8]) -> i64 {
-    let not_after = Stored::parse(bundle).map_or(0, |s| s.not_after);
+    let (not_before, not_after) =
+        Stored::parse(bundle).map_or((0, 0), |s| (s.not_before, s.not_after));
     let life = Duration::from_secs(
         (not_after - crate::sys::clock::unix_now())
             .max(60)
@@ -346,7 +356,9 @@ async fn share(job: &Job, fleet: &Fleet, bundle: &[u8]) -> i64 {
     {
         tracing::warn!(frontend = %job.frontend, error = %e, "ACME certificate issued but not stored for the fleet yet; it is put there once the store answers");
     } else {
-        fleet.record_newest(&job.acme, not_after).await;
+        fleet
+            .record_newest(&job.acme, (not_before, not_after))
+            .await;
     }
     not_after
 }
@@ -367,8 +379,9 @@ enum Adoption {
     Loaded,
     /// This host's was kept (newer, or the store has none).
     Kept,
-    /// This host has none, and the fleet's ends before the newest the fleet recorded storing:
-    /// a replaced certificate written back by someone without the fleet's key.
+    /// This host has none, and the fleet's was issued before the newest the fleet recorded
+    /// storing: a replaced certificate written back by someone without the fleet's key (or a
+    /// store that missed a write, which the host holding the newer one repairs).
     RefusedOlder { theirs: i64, newest: i64 },
 }
 
@@ -380,7 +393,7 @@ impl Adoption {
         };
         job.events.values_refused.inc();
         if !refusing_before {
-            tracing::warn!(frontend = %job.frontend, not_after = theirs, newest, "refused the certificate in the fleet's store: it ends before the newest the fleet stored (written back by someone without the fleet's key?)");
+            tracing::warn!(frontend = %job.frontend, not_before = theirs, newest, "refused the certificate in the fleet's store: it was issued before the newest the fleet stored (written back by someone without the fleet's key?)");
         }
         true
     }
@@ -420,9 +433,9 @@ async fn adopt(job: &Job, fleet: &Fleet) -> Result<Adoption, String> {
             // handed a replaced one.
             if ours.is_none() {
                 if let Some(newest) = fleet.newest(&job.acme).await? {
-                    if newest > t.not_after {
+                    if newest > t.not_before {
                         return Ok(Adoption::RefusedOlder {
-                            theirs: t.not_after,
+                            theirs: t.not_before,
                             newest,
                         });
                     }
@@ -452,7 +465,9 @@ async fn repair(job: &Job, fleet: &Fleet, ours: &Stored) {
             .await
             .is_ok()
         {
-            fleet.record_newest(&job.acme, ours.not_after).await;
+            fleet
+                .record_newest(&job.acme, (ours.not_before, ours.not_after))
+                .await;
             tracing::info!(frontend = %job.frontend, "put this host's ACME certificate in the fleet's store (newer than what was there)");
         }
     }
