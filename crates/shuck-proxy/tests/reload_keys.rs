@@ -133,6 +133,12 @@ fn rows(f: &Files) -> Vec<Row> {
         global("workers", "workers = 1", "workers = 2", Restart),
         global("pin_cpus", "pin_cpus = false", "pin_cpus = true", Restart),
         global(
+            "overload_threshold",
+            "overload_threshold = 0.9",
+            "overload_threshold = 0.5",
+            Applied,
+        ),
+        global(
             "max_connections",
             "max_connections = 100",
             "max_connections = 200",

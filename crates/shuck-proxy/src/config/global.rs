@@ -117,6 +117,15 @@ impl RawConfig {
             })?),
         };
         let resolvers = self.validate_resolvers()?;
+        let overload_threshold = self
+            .overload_threshold
+            .unwrap_or(defaults::OVERLOAD_THRESHOLD);
+        if !(0.05..=1.0).contains(&overload_threshold) {
+            return Err(key_err(
+                "overload_threshold",
+                format!("{overload_threshold} is not a share from 0.05 to 1.0 (1.0: never shed)"),
+            ));
+        }
         Ok(Config {
             origin,
             workers,
@@ -138,6 +147,7 @@ impl RawConfig {
             allow_root: self.allow_root.unwrap_or(false),
             resolvers,
             dns_allow_special_addresses: self.dns_allow_special_addresses.unwrap_or(false),
+            overload_threshold,
             watch_certificates: self.watch_certificates.unwrap_or(true),
             state_dir: self.state_dir.clone().map_or_else(
                 || PathBuf::from(super::acme::STATE_DIR),
@@ -236,6 +246,9 @@ pub const GLOBAL_KEYS: &[GlobalKey] = &[
     }),
     key("log_connections", Applies::Reload, Recorded::No, |c| {
         c.log_connections.to_string()
+    }),
+    key("overload_threshold", Applies::Reload, Recorded::Yes, |c| {
+        c.overload_threshold.to_string()
     }),
     key(
         "connection_log_format",

@@ -112,6 +112,7 @@ pub struct RawConfig {
     pub allow_root: Option<bool>,
     pub resolvers: Option<Vec<String>>,
     pub dns_allow_special_addresses: Option<bool>,
+    pub overload_threshold: Option<f64>,
     pub watch_certificates: Option<bool>,
     #[serde(default, rename = "frontend")]
     pub frontends: Vec<RawFrontend>,
@@ -195,6 +196,8 @@ pub mod defaults {
     pub const CERTIFICATE_EXPIRY_WARNING: Duration = Duration::from_secs(30 * 86_400);
     pub const SESSION_TICKET_LIFETIME: Duration = Duration::from_secs(6 * 3600);
     pub const PROXY_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+    /// A worker sheds new full handshakes past 90% of its time in handshakes.
+    pub const OVERLOAD_THRESHOLD: f64 = 0.9;
     /// hitch's choice for the client certificate TLV.
     pub const PROXY_CLIENT_CERT_TLV: u8 = 0xE0;
 }
@@ -240,6 +243,9 @@ pub struct Config {
     pub resolvers: Vec<SocketAddr>,
     /// DNS answers may name loopback, link-local and cloud metadata addresses.
     pub dns_allow_special_addresses: bool,
+    /// The share of a worker's time in handshakes past which new full handshakes are shed
+    /// (1.0: never).
+    pub overload_threshold: f64,
     /// Certificate, key, OCSP and ticket-key files are watched and loaded again when they
     /// change, without SIGHUP.
     pub watch_certificates: bool,

@@ -48,6 +48,9 @@ pub(crate) enum Refusal {
     /// The ClientHello's JA4 fingerprint is in `deny_ja4`.
     #[error("client's TLS fingerprint (JA4) is denied")]
     Ja4,
+    /// A new full handshake shed by a worker over `overload_threshold`.
+    #[error("worker overloaded: new full handshake shed (resumptions are still served)")]
+    Overload,
 }
 
 /// Declares `Reason` and `Reason::ALL` from one list, so no variant can be left out of `ALL`
@@ -112,6 +115,7 @@ reasons! {
     RefusedClientConnections,
     RefusedClientHandshakes,
     RefusedJa4,
+    RefusedOverload,
     Idle,
 }
 
@@ -177,6 +181,7 @@ impl Reason {
             Reason::RefusedClientConnections => "refused_client_connections",
             Reason::RefusedClientHandshakes => "refused_client_handshakes",
             Reason::RefusedJa4 => "refused_ja4",
+            Reason::RefusedOverload => "refused_overload",
             Reason::Idle => "idle_timeout",
         }
     }
@@ -217,6 +222,7 @@ impl Reason {
             Reason::RefusedClientConnections => Some((CountedIn::Refusals, "client_connections")),
             Reason::RefusedClientHandshakes => Some((CountedIn::Refusals, "client_handshakes")),
             Reason::RefusedJa4 => Some((CountedIn::Refusals, "ja4")),
+            Reason::RefusedOverload => Some((CountedIn::Refusals, "overload")),
             Reason::Idle => Some((IdleTimeouts, "")),
         }
     }
@@ -292,6 +298,7 @@ impl ConnError {
                 Refusal::ClientConnections => Reason::RefusedClientConnections,
                 Refusal::ClientHandshakes => Reason::RefusedClientHandshakes,
                 Refusal::Ja4 => Reason::RefusedJa4,
+                Refusal::Overload => Reason::RefusedOverload,
             },
         }
     }

@@ -420,6 +420,7 @@ impl Reloader {
         s.upgrade_timeout = new.upgrade_timeout;
         s.resolvers.clone_from(&new.resolvers);
         s.dns_allow_special_addresses = new.dns_allow_special_addresses;
+        s.overload_threshold = new.overload_threshold;
         s.watch_certificates = new.watch_certificates;
     }
 

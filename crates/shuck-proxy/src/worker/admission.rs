@@ -125,6 +125,15 @@ impl Gate {
         }
     }
 
+    /// Whether the client has full handshakes charged that have not yet come back (`false`
+    /// without a handshake rate): the heavier sources a shedding worker refuses first.
+    pub(crate) fn is_heavy(&self, a: &Admission, who: Option<&Admitted>) -> bool {
+        match (&self.clients, a.per_client.and_then(|p| p.handshakes), who) {
+            (Some(table), Some(_), Some(who)) => table.in_debt(who.key),
+            _ => false,
+        }
+    }
+
     /// Gives back a resumed handshake's charge.
     pub(crate) fn refund_resumed(&self, a: &Admission, who: Option<&Admitted>) {
         if let (Some(table), Some(rate), Some(who)) =

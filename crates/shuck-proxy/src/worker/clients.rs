@@ -156,6 +156,14 @@ impl ClientTable {
         true
     }
 
+    /// Whether `key`'s budget is not whole: it made full handshakes within the last intervals.
+    pub(crate) fn in_debt(&self, key: ClientKey) -> bool {
+        let now = self.now_us();
+        key.0
+            .iter()
+            .all(|&i| self.slot(i).tat_us.load(Ordering::Relaxed) > now)
+    }
+
     /// Gives back the charge of a handshake that resumed.
     pub(crate) fn refund(&self, key: ClientKey, rate: HandshakeRate) {
         let interval = u64::try_from(rate.interval.as_micros()).unwrap_or(u64::MAX);

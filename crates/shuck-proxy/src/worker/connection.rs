@@ -196,24 +196,18 @@ async fn handshake_stage(
             return Err(Refusal::Ja4.into());
         }
     }
-    let offers_resumption = match admitted {
-        Some(_) if fe.gate.limits_handshakes(&fe.cfg.admission) => {
-            let offers = hello_fields::offers_resumption(&read.hello.received);
-            fe.gate.handshake(&fe.cfg.admission, admitted, offers)?;
-            offers
-        }
-        _ => false,
-    };
+    let offers_resumption = admit_handshake(worker, fe, &read, admitted)?;
     let prefetched = match &tls.remote {
         Some(remote) => remote.prefetch(&read.hello.received).await,
         None => None,
     };
+    let load = (&worker.load, worker.engine().overload_threshold());
     let hs = handshake::finish(
         read.hello,
         &tls,
         read.deadline,
         prefetched,
-        keeps_sni(worker, fe),
+        (keeps_sni(worker, fe), load),
     )
     .await?;
     count_handshake(&fe.metrics, &hs);
@@ -221,6 +215,34 @@ async fn handshake_stage(
         fe.gate.refund_resumed(&fe.cfg.admission, admitted);
     }
     Ok(Some(hs))
+}
+
+/// The checks a ClientHello passes before its handshake: a worker shedding load lets only some
+/// new full handshakes in (the heaviest sources' fewest), and `per_client.handshakes` charges
+/// the client. Whether the hello offers to resume (looked at only when either asks).
+fn admit_handshake(
+    worker: &Worker,
+    fe: &WorkerFrontend,
+    read: &HelloRead,
+    admitted: Option<&Admitted>,
+) -> Result<bool, ConnError> {
+    let a = &fe.cfg.admission;
+    let rated = admitted.is_some() && fe.gate.limits_handshakes(a);
+    if !rated && !worker.load.shedding() {
+        return Ok(false);
+    }
+    let offers = hello_fields::offers_resumption(&read.hello.received);
+    if !offers && worker.load.shedding() {
+        let heavy = fe.gate.is_heavy(a, admitted);
+        let threshold = worker.engine().overload_threshold();
+        if !worker.load.admits_full(Instant::now(), threshold, heavy) {
+            return Err(Refusal::Overload.into());
+        }
+    }
+    if rated {
+        fe.gate.handshake(a, admitted, offers)?;
+    }
+    Ok(offers)
 }
 
 /// Whether anything uses the ClientHello's JA4 fingerprint: `deny_ja4`, the access log, a

@@ -32,7 +32,19 @@ pub(crate) struct Engine {
     log_connections: AtomicBool,
     haproxy_format: AtomicBool,
     shutdown_grace_ms: AtomicU64,
+    /// `overload_threshold` in millionths.
+    overload_ppm: std::sync::atomic::AtomicU32,
     expiry_warning_s: AtomicU64,
+}
+
+/// A share (validated to 0.05–1.0) in millionths.
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "the share is validated to 0.05..=1.0, so the product fits a u32 and is positive"
+)]
+fn millionths(share: f64) -> u32 {
+    (share * 1_000_000.0).round() as u32
 }
 
 impl Engine {
@@ -46,6 +58,7 @@ impl Engine {
             log_connections: AtomicBool::new(false),
             haproxy_format: AtomicBool::new(false),
             shutdown_grace_ms: AtomicU64::new(0),
+            overload_ppm: std::sync::atomic::AtomicU32::new(1_000_000),
             expiry_warning_s: AtomicU64::new(0),
         };
         e.apply(c);
@@ -63,6 +76,8 @@ impl Engine {
             Ordering::Relaxed,
         );
         self.shutdown_grace_ms.store(grace, Ordering::Relaxed);
+        self.overload_ppm
+            .store(millionths(c.overload_threshold), Ordering::Relaxed);
         self.expiry_warning_s
             .store(c.certificate_expiry_warning.as_secs(), Ordering::Relaxed);
     }
@@ -80,6 +95,11 @@ impl Engine {
     /// How long before a certificate's end the twice-daily check warns of it.
     pub(crate) fn expiry_warning(&self) -> Duration {
         Duration::from_secs(self.expiry_warning_s.load(Ordering::Relaxed))
+    }
+
+    /// `overload_threshold` in millionths (1,000,000: never shed).
+    pub(crate) fn overload_threshold(&self) -> u32 {
+        self.overload_ppm.load(Ordering::Relaxed)
     }
 
     pub(crate) fn shutdown_grace(&self) -> Duration {

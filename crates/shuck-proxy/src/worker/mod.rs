@@ -30,6 +30,8 @@ pub(crate) struct Worker {
     engine: Arc<Engine>,
     /// Numbers the connections for the PROXY unique-ID TLV, without shared state.
     connections: Cell<u64>,
+    /// Its time in handshakes, and the share of new full handshakes it lets in.
+    pub(crate) load: crate::obs::load::HandshakeLoad,
 }
 
 impl Worker {
@@ -38,6 +40,7 @@ impl Worker {
             id,
             engine,
             connections: Cell::new(0),
+            load: crate::obs::load::HandshakeLoad::new(0x9e37_79b9_7f4a_7c15 ^ id as u64),
         }
     }
 

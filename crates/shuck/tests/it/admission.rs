@@ -320,3 +320,51 @@ fn a_frontends_max_connections_leaves_others_alone() {
         "served once room came"
     );
 }
+
+/// A worker past `overload_threshold` (set very low here) sheds some new full handshakes and
+/// serves every resumption: a client resuming throughout a stream of new clients is never
+/// refused, the new clients partly are (`overload`), and some still get in.
+#[test]
+fn an_overloaded_worker_sheds_new_full_handshakes_and_serves_resumptions() {
+    let pki = Pki::new();
+    let cert = pki.leaf("adm.pem", "adm", &["adm.test"], Key::EcdsaP256);
+    let shuck = Shuck::start(&format!(
+        "workers = 1\noverload_threshold = 0.05\nmetrics_listen = \"127.0.0.1:0\"\n\
+         [[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+        toml_path(&cert)
+    ));
+    let (web, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+    let resuming = Arc::new(client_config(&pki));
+    assert_eq!(tls_from("127.0.0.31", web, &resuming), Some(false));
+    let (new_served, resumed) = std::thread::scope(|s| {
+        let newcomers = s.spawn(|| {
+            (0..300)
+                .filter(|_| tls_from("127.0.0.30", web, &Arc::new(client_config(&pki))).is_some())
+                .count()
+        });
+        let returning = s.spawn(|| {
+            (0..60)
+                .map(|_| tls_from("127.0.0.31", web, &resuming))
+                .collect::<Vec<_>>()
+        });
+        (
+            newcomers.join().expect("newcomers"),
+            returning.join().expect("returning"),
+        )
+    });
+    let shed = refused(
+        metrics,
+        "overload",
+        300 - i64::try_from(new_served).expect("n"),
+    );
+    assert!(
+        shed > 0,
+        "nothing shed: {new_served} of 300 new clients served"
+    );
+    assert!(new_served > 0, "no new client got in");
+    assert!(
+        resumed.iter().all(|r| *r == Some(true)),
+        "a returning client was refused or not resumed: {resumed:?}"
+    );
+    eprintln!("{new_served} of 300 new clients served, {shed} shed; 60 of 60 resumed");
+}

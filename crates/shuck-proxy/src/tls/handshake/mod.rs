@@ -14,6 +14,7 @@ use rustls::{CommonState, HandshakeKind, ServerConfig};
 use tokio::io::AsyncWriteExt;
 use tokio_rustls::StartHandshake;
 
+use crate::obs::load::HandshakeLoad;
 use crate::proto::tls_params as params;
 use crate::sessions::remote::Prefetched;
 use crate::sessions::resumption::Mechanism;
@@ -53,7 +54,7 @@ pub(crate) async fn finish(
     tls: &WorkerTls,
     deadline: Deadline,
     prefetched: Option<Prefetched>,
-    keep_sni: bool,
+    (keep_sni, load): (bool, (&HandshakeLoad, u32)),
 ) -> Result<Negotiated, HandshakeError> {
     let Hello {
         accepted,
@@ -75,10 +76,14 @@ pub(crate) async fn finish(
         tls.resumption
             .noted_during(|| tls.resolver.choice_during(|| stream.process_received()))
     };
+    let started = std::time::Instant::now();
     let ((processed, choice), found) = match &tls.remote {
         Some(remote) => remote.during(prefetched, process),
         None => process(),
     };
+    // The synchronous step (the hello processed, the signature made): the worker's load.
+    let now = std::time::Instant::now();
+    load.0.spent(now - started, now, load.1);
     let served = match choice {
         Choice::Served(s) => Some(s),
         Choice::NotAsked => None,
