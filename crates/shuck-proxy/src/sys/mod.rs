@@ -1,8 +1,9 @@
-//! The operating system: sockets and their options, descriptor limits, systemd notification, upgrades (socket hand-over), files, the state directory, the pid file, the clock.
+//! The operating system: sockets and their options, descriptor limits, systemd notification, upgrades (socket hand-over), files, the state directory, the pid file, the clock, a worker's CPU load.
 
 pub(crate) mod clock;
 pub(crate) mod files;
 pub(crate) mod limits;
+pub(crate) mod load;
 pub(crate) mod listener;
 pub mod notify;
 pub mod pid_file;

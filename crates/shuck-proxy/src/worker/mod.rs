@@ -31,7 +31,7 @@ pub(crate) struct Worker {
     /// Numbers the connections for the PROXY unique-ID TLV, without shared state.
     connections: Cell<u64>,
     /// Its time in handshakes, and the share of new full handshakes it lets in.
-    pub(crate) load: crate::obs::load::HandshakeLoad,
+    pub(crate) load: crate::sys::load::HandshakeLoad,
 }
 
 impl Worker {
@@ -40,7 +40,7 @@ impl Worker {
             id,
             engine,
             connections: Cell::new(0),
-            load: crate::obs::load::HandshakeLoad::new(0x9e37_79b9_7f4a_7c15 ^ id as u64),
+            load: crate::sys::load::HandshakeLoad::new(0x9e37_79b9_7f4a_7c15 ^ id as u64),
         }
     }
 

@@ -14,7 +14,7 @@ use rustls::{CommonState, HandshakeKind, ServerConfig};
 use tokio::io::AsyncWriteExt;
 use tokio_rustls::StartHandshake;
 
-use crate::obs::load::HandshakeLoad;
+use crate::sys::load::HandshakeLoad;
 use crate::proto::tls_params as params;
 use crate::sessions::remote::Prefetched;
 use crate::sessions::resumption::Mechanism;
