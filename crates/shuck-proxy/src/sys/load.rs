@@ -1,12 +1,13 @@
-//! How busy a worker is with handshakes, and how many new full handshakes it lets in.
+//! How busy a worker is, and how many new full handshakes it lets in.
 //!
-//! A worker is one thread: the share of its time spent in rustls' synchronous handshake step
-//! (the ClientHello processed, the signature made) is measured over windows of 100 ms. When
-//! a window's share passes the threshold (`overload_threshold`), the share of *new full*
-//! handshakes let in is cut by 30%; each window under it gives back 10 points. Resumptions
-//! are always let in: they cost a fraction of a full handshake, and serving them is what keeps
-//! returning clients unaffected by a flood of new ones. Clients already making full handshakes
-//! (per `per_client`) get the square of the share: the heaviest sources are shed first.
+//! A worker is one thread: its load is the CPU time the thread used (`CLOCK_THREAD_CPUTIME_ID`)
+//! over the wall time of windows of 100 ms, read when a window closes (one clock read per
+//! window, on the next handshake). When a window's share of a core passes the threshold
+//! (`overload_threshold`), the share of *new full* handshakes let in is cut by 30%; each
+//! window under it gives back 10 points. Resumptions are always let in: they cost a fraction
+//! of a full handshake, and serving them is what keeps returning clients unaffected by a flood
+//! of new ones. Clients already making full handshakes (per `per_client`) get the square of the
+//! share: the heaviest sources are shed first.
 //!
 //! Per worker, in `Cell`s: nothing is shared between workers, no atomics on the path.
 
@@ -21,13 +22,19 @@ const WHOLE: u32 = 1_000_000;
 /// new clients, and keeps measuring.
 const FLOOR: u32 = 20_000;
 
+/// The calling thread's CPU time so far (zero where the clock cannot be read: never sheds).
+fn thread_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map_or(Duration::ZERO, Duration::from)
+}
+
 #[derive(Debug)]
 pub(crate) struct HandshakeLoad {
-    window_start: Cell<Option<Instant>>,
-    busy: Cell<Duration>,
+    /// When the window began, on the wall clock and on the thread's CPU clock.
+    window: Cell<Option<(Instant, Duration)>>,
     /// The share of new full handshakes let in, in millionths.
     admit: Cell<u32>,
-    /// The last window's busy share, in millionths.
+    /// The last window's share of a core, in millionths.
     last_share: Cell<u32>,
     rng: Cell<u64>,
 }
@@ -35,29 +42,31 @@ pub(crate) struct HandshakeLoad {
 impl HandshakeLoad {
     pub(crate) fn new(seed: u64) -> HandshakeLoad {
         HandshakeLoad {
-            window_start: Cell::new(None),
-            busy: Cell::new(Duration::ZERO),
+            window: Cell::new(None),
             admit: Cell::new(WHOLE),
             last_share: Cell::new(0),
             rng: Cell::new(seed | 1),
         }
     }
 
-    /// Counts `spent` in a handshake step ending at `now`; closes the window when it is over,
-    /// adjusting the share let in against `threshold` (millionths; `WHOLE` or more: never shed).
-    pub(crate) fn spent(&self, spent: Duration, now: Instant, threshold: u32) {
-        self.busy.set(self.busy.get() + spent);
-        self.roll(now, threshold);
+    /// Called after each handshake step at `now`: closes the window when it is over, and
+    /// adjusts the share let in against `threshold` (millionths; `WHOLE`: never shed).
+    pub(crate) fn tick(&self, now: Instant, threshold: u32) {
+        self.tick_with(now, threshold, thread_cpu);
     }
 
-    fn roll(&self, now: Instant, threshold: u32) {
-        let start = *self.window_start.get().get_or_insert(now);
-        self.window_start.set(Some(start));
+    fn tick_with(&self, now: Instant, threshold: u32, cpu: impl Fn() -> Duration) {
+        let Some((start, cpu_start)) = self.window.get() else {
+            self.window.set(Some((now, cpu())));
+            return;
+        };
         let elapsed = now.saturating_duration_since(start);
         if elapsed < WINDOW {
             return;
         }
-        let share = (self.busy.get().as_micros() * u128::from(WHOLE) / elapsed.as_micros().max(1))
+        let cpu_now = cpu();
+        let used = cpu_now.saturating_sub(cpu_start);
+        let share = (used.as_micros() * u128::from(WHOLE) / elapsed.as_micros().max(1))
             .min(u128::from(WHOLE));
         let share = u32::try_from(share).unwrap_or(WHOLE);
         self.last_share.set(share);
@@ -65,36 +74,33 @@ impl HandshakeLoad {
         let next = if share > threshold && threshold < WHOLE {
             (admit / 10 * 7).max(FLOOR)
         } else {
-            // Windows that were idle count once: the share comes back over a few windows.
             (admit + WHOLE / 10).min(WHOLE)
         };
         self.admit.set(next);
-        self.window_start.set(Some(now));
-        self.busy.set(Duration::ZERO);
+        self.window.set(Some((now, cpu_now)));
     }
 
     /// Whether a new full handshake is let in now (`heavy`: its client is already making full
-    /// handshakes). Always while not overloaded.
-    pub(crate) fn admits_full(&self, now: Instant, threshold: u32, heavy: bool) -> bool {
-        self.roll(now, threshold);
+    /// handshakes). Always while not shedding.
+    pub(crate) fn admits_full(&self, heavy: bool) -> bool {
         let admit = self.admit.get();
         if admit >= WHOLE {
             return true;
         }
         let share = if heavy {
-            (u64::from(admit) * u64::from(admit) / u64::from(WHOLE)) as u32
+            u32::try_from(u64::from(admit) * u64::from(admit) / u64::from(WHOLE)).unwrap_or(0)
         } else {
             admit
         };
         self.next_random() % WHOLE < share
     }
 
-    /// Whether full handshakes are being shed now (the ClientHello is then looked at).
+    /// Whether new full handshakes are being shed now (the ClientHello is then looked at).
     pub(crate) fn shedding(&self) -> bool {
         self.admit.get() < WHOLE
     }
 
-    /// The last window's share of time in handshakes, in millionths.
+    /// The last window's share of a core, in millionths.
     #[cfg(test)]
     fn busy_share(&self) -> u32 {
         self.last_share.get()
@@ -107,7 +113,7 @@ impl HandshakeLoad {
         x ^= x >> 7;
         x ^= x << 17;
         self.rng.set(x);
-        (x >> 32) as u32
+        u32::try_from(x >> 32).unwrap_or(0)
     }
 }
 
@@ -120,42 +126,54 @@ mod tests {
     #[test]
     fn a_busy_worker_sheds_new_full_handshakes_and_recovers() {
         let load = HandshakeLoad::new(7);
+        let cpu = Cell::new(Duration::ZERO);
         let t0 = Instant::now();
-        assert!(load.admits_full(t0, HALF, false));
-        // 90 ms of handshakes in a 100 ms window, over a 50% threshold, three times.
+        load.tick_with(t0, HALF, || cpu.get());
+        assert!(load.admits_full(false));
+        // 90 ms of CPU in each 100 ms window, over a 50% threshold, three times.
         let mut t = t0;
         for _ in 0..3 {
             t += WINDOW;
-            load.spent(Duration::from_millis(90), t, HALF);
+            cpu.set(cpu.get() + Duration::from_millis(90));
+            load.tick_with(t, HALF, || cpu.get());
         }
         assert!(load.shedding());
-        assert!(load.busy_share() > 800_000, "{}", load.busy_share());
-        let let_in = (0..10_000)
-            .filter(|_| load.admits_full(t, HALF, false))
-            .count();
+        assert_eq!(load.busy_share(), 900_000);
+        let let_in = (0..10_000).filter(|_| load.admits_full(false)).count();
         // 0.7³ ≈ 34%.
         assert!((2_500..4_500).contains(&let_in), "{let_in}");
-        let heavy_in = (0..10_000)
-            .filter(|_| load.admits_full(t, HALF, true))
-            .count();
+        let heavy_in = (0..10_000).filter(|_| load.admits_full(true)).count();
         assert!(heavy_in < let_in / 2, "{heavy_in} heavy against {let_in}");
         // Quiet windows give it back.
         for _ in 0..10 {
             t += WINDOW;
-            load.spent(Duration::ZERO, t, HALF);
+            load.tick_with(t, HALF, || cpu.get());
         }
         assert!(!load.shedding());
-        assert!(load.admits_full(t, HALF, true));
+        assert!(load.admits_full(true));
     }
 
     #[test]
     fn a_threshold_of_one_never_sheds() {
         let load = HandshakeLoad::new(3);
+        let cpu = Cell::new(Duration::ZERO);
         let mut t = Instant::now();
         for _ in 0..5 {
+            load.tick_with(t, WHOLE, || cpu.get());
             t += WINDOW;
-            load.spent(WINDOW, t, WHOLE);
+            cpu.set(cpu.get() + WINDOW);
         }
         assert!(!load.shedding());
+    }
+
+    #[test]
+    fn the_thread_clock_moves_with_work() {
+        let before = thread_cpu();
+        let mut x = 0u64;
+        for i in 0..2_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        assert!(x != 1);
+        assert!(thread_cpu() > before);
     }
 }

@@ -3,8 +3,8 @@
 pub(crate) mod clock;
 pub(crate) mod files;
 pub(crate) mod limits;
-pub(crate) mod load;
 pub(crate) mod listener;
+pub(crate) mod load;
 pub mod notify;
 pub mod pid_file;
 pub(crate) mod sockopt;

@@ -233,9 +233,11 @@ fn admit_handshake(
     }
     let offers = hello_fields::offers_resumption(&read.hello.received);
     if !offers && worker.load.shedding() {
-        let heavy = fe.gate.is_heavy(a, admitted);
-        let threshold = worker.engine().overload_threshold();
-        if !worker.load.admits_full(Instant::now(), threshold, heavy) {
+        // Windows close on handshakes; while most are shed, on hellos too.
+        worker
+            .load
+            .tick(Instant::now(), worker.engine().overload_threshold());
+        if !worker.load.admits_full(fe.gate.is_heavy(a, admitted)) {
             return Err(Refusal::Overload.into());
         }
     }

@@ -14,10 +14,10 @@ use rustls::{CommonState, HandshakeKind, ServerConfig};
 use tokio::io::AsyncWriteExt;
 use tokio_rustls::StartHandshake;
 
-use crate::sys::load::HandshakeLoad;
 use crate::proto::tls_params as params;
 use crate::sessions::remote::Prefetched;
 use crate::sessions::resumption::Mechanism;
+use crate::sys::load::HandshakeLoad;
 use crate::tls::certs::ServedCert;
 use crate::tls::client_auth::Lenient;
 use crate::tls::sni::Choice;
@@ -76,14 +76,12 @@ pub(crate) async fn finish(
         tls.resumption
             .noted_during(|| tls.resolver.choice_during(|| stream.process_received()))
     };
-    let started = std::time::Instant::now();
     let ((processed, choice), found) = match &tls.remote {
         Some(remote) => remote.during(prefetched, process),
         None => process(),
     };
-    // The synchronous step (the hello processed, the signature made): the worker's load.
-    let now = std::time::Instant::now();
-    load.0.spent(now - started, now, load.1);
+    // After the expensive step (the hello processed, the signature made): the worker's load.
+    load.0.tick(std::time::Instant::now(), load.1);
     let served = match choice {
         Choice::Served(s) => Some(s),
         Choice::NotAsked => None,
