@@ -131,6 +131,12 @@ pub struct RunArgs {
     /// Load threads, each with its own event loop.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub threads: usize,
+    /// Connect from these addresses, one per TLS session in turn (its resumptions from the
+    /// same one): a list
+    /// (127.0.0.2,127.0.0.3) or an IPv4 range (127.0.1.1-127.0.1.250). On Linux all of
+    /// 127.0.0.0/8 is local: many loopback addresses stand for many clients.
+    #[arg(long, value_name = "ADDRS")]
+    pub source: Option<String>,
     /// Pin load thread i to the i-th CPU of this list, e.g. --pin-cpus 1 or --pin-cpus 2,3.
     #[arg(long, value_delimiter = ',', value_name = "CPUS")]
     pub pin_cpus: Vec<usize>,
@@ -375,6 +381,7 @@ pub fn load_report(a: &RunArgs) -> Result<BenchReport, BenchError> {
     };
     let plan = LoadPlan {
         target: addr,
+        sources: parse_sources(a.source.as_deref())?,
         server_name: server_name.clone(),
         host_header,
         tls: client_tls(&a.tls, a.plain)?,
@@ -531,4 +538,53 @@ pub fn speed_report(a: &SpeedArgs) -> Result<speed::SpeedReport, BenchError> {
         prediction,
         comparison,
     })
+}
+
+/// `--source`: addresses separated by commas, or an IPv4 range `FIRST-LAST`.
+fn parse_sources(s: Option<&str>) -> Result<Vec<std::net::IpAddr>, BenchError> {
+    let Some(s) = s else {
+        return Ok(Vec::new());
+    };
+    let bad = |reason: String| BenchError::Option {
+        flag: "--source",
+        reason,
+    };
+    if let Some((first, last)) = s.split_once('-') {
+        let ip = |x: &str| {
+            x.trim()
+                .parse::<std::net::Ipv4Addr>()
+                .map_err(|_| bad(format!("{x:?} is not an IPv4 address")))
+        };
+        let (a, b) = (u32::from(ip(first)?), u32::from(ip(last)?));
+        if b < a || b - a >= 65_536 {
+            return Err(bad(format!(
+                "{s:?}: the range must run upwards, 65536 addresses at most"
+            )));
+        }
+        return Ok((a..=b).map(|n| std::net::IpAddr::V4(n.into())).collect());
+    }
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse()
+                .map_err(|_| bad(format!("{x:?} is not an IP address")))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod source_tests {
+    use super::parse_sources;
+
+    #[test]
+    fn sources_are_lists_or_ranges() {
+        let r = parse_sources(Some("127.0.1.1-127.0.1.250")).expect("range");
+        assert_eq!(r.len(), 250);
+        assert_eq!(r[249].to_string(), "127.0.1.250");
+        let l = parse_sources(Some("127.0.0.2, ::1")).expect("list");
+        assert_eq!(l.len(), 2);
+        assert!(parse_sources(Some("127.0.0.9-127.0.0.1")).is_err());
+        assert!(parse_sources(Some("x")).is_err());
+        assert!(parse_sources(None).expect("none").is_empty());
+    }
 }

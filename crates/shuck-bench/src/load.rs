@@ -70,6 +70,9 @@ pub fn ramp(start: f64, step: f64, max: f64) -> Result<Vec<f64>, BenchError> {
 
 pub struct LoadPlan {
     pub target: SocketAddr,
+    /// Source addresses the TLS sessions connect from, one each in turn (empty: the system's
+    /// choice). Many loopback addresses stand for many clients.
+    pub sources: Vec<std::net::IpAddr>,
     pub server_name: ServerName<'static>,
     pub host_header: String,
     pub tls: ClientTls,
@@ -122,11 +125,11 @@ struct Done {
 /// One connection: TCP, TLS handshake, `keepalive` requests, answers checked.
 async fn transaction(
     plan: &LoadPlan,
-    cfg: Arc<ClientConfig>,
+    (cfg, source): (Arc<ClientConfig>, Option<std::net::IpAddr>),
     live: &Live,
     buf: &mut [u8],
 ) -> Result<Done, (Failure, String)> {
-    let tcp = TcpStream::connect(plan.target)
+    let tcp = connect_from(plan.target, source)
         .await
         .map_err(|e| (Failure::Connect, e.to_string()))?;
     // Without it, small answers wait for delayed ACKs (the 40 ms latency Bernat's stud runs showed).
@@ -198,10 +201,31 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     Ok(bytes)
 }
 
-/// A virtual client: its session configuration and how many connections it made with it.
+/// A TCP connection to `target`, from `source` when given.
+async fn connect_from(
+    target: SocketAddr,
+    source: Option<std::net::IpAddr>,
+) -> std::io::Result<TcpStream> {
+    let Some(ip) = source else {
+        return TcpStream::connect(target).await;
+    };
+    let socket = if target.is_ipv6() {
+        tokio::net::TcpSocket::new_v6()?
+    } else {
+        tokio::net::TcpSocket::new_v4()?
+    };
+    socket.bind(SocketAddr::new(ip, 0))?;
+    socket.connect(target).await
+}
+
+/// A virtual client: its session configuration, how many connections it made with it, and the
+/// address it connects from.
 struct Client {
     cfg: Arc<ClientConfig>,
     used: u32,
+    source: Option<std::net::IpAddr>,
+    /// A connection of this session completed: the next ones offer to resume it.
+    established: bool,
 }
 
 struct Thread {
@@ -213,18 +237,37 @@ struct Thread {
     idle: RefCell<Vec<Client>>,
     in_flight: Cell<usize>,
     max_in_flight: usize,
+    /// The next session's place in the source addresses.
+    made: Cell<usize>,
 }
 
 impl Thread {
+    /// The source address of the next TLS session: threads take turns through them (thread
+    /// i: i, i + threads, ...), so each address makes its share of new sessions.
+    fn next_source(&self) -> Option<std::net::IpAddr> {
+        let sources = &self.plan.sources;
+        if sources.is_empty() {
+            return None;
+        }
+        let n = self.made.get();
+        self.made.set(n + self.plan.threads.max(1));
+        Some(sources[n % sources.len()])
+    }
+
     fn take_client(&self) -> Client {
         let mut c = self.idle.borrow_mut().pop().unwrap_or_else(|| Client {
             cfg: self.plan.tls.new_session(),
             used: 0,
+            source: self.next_source(),
+            established: false,
         });
         if c.used == self.plan.requests_per_session {
+            // A new session from the next address; its resumptions come from the same one.
             c = Client {
                 cfg: self.plan.tls.new_session(),
                 used: 0,
+                source: self.next_source(),
+                established: false,
             };
         }
         c.used += 1;
@@ -254,11 +297,17 @@ impl Thread {
     /// counted per second: a saturated server's successful TPS is what it completed in that
     /// window, not the arrivals it eventually served.
     async fn run_one(self: Rc<Self>, step: usize, since: Instant) {
-        let client = self.take_client();
+        let mut client = self.take_client();
+        let offered = client.established && self.plan.requests_per_session > 1;
         let mut buf = vec![0u8; 16 * 1024];
         let out = tokio::time::timeout(
             self.plan.timeout,
-            transaction(&self.plan, client.cfg.clone(), &self.live, &mut buf),
+            transaction(
+                &self.plan,
+                (client.cfg.clone(), client.source),
+                &self.live,
+                &mut buf,
+            ),
         )
         .await
         .unwrap_or_else(|_| Err((Failure::Timeout, "timed out".into())));
@@ -266,8 +315,10 @@ impl Thread {
             let done = self.step_at(Instant::now());
             let mut stats = self.stats.borrow_mut();
             stats[step].attempted += 1;
+            stats[step].offered_resumption += u64::from(offered);
             match out {
                 Ok(d) => {
+                    client.established = true;
                     let s = &mut stats[done];
                     s.ok += 1;
                     s.resumed += u64::from(d.resumed);
@@ -278,6 +329,7 @@ impl Thread {
                 }
                 Err((f, _)) => {
                     stats[step].fail(f);
+                    stats[step].offered_failed += u64::from(offered);
                     self.live.failed.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -361,6 +413,7 @@ fn thread_main(
         stats: RefCell::new(vec![StepAcc::default(); steps]),
         idle: RefCell::new(Vec::new()),
         in_flight: Cell::new(0),
+        made: Cell::new(idx),
         live,
         plan,
         start,
@@ -400,7 +453,12 @@ pub fn probe(plan: &LoadPlan) -> Result<Negotiated, BenchError> {
     let out = rt.block_on(async {
         tokio::time::timeout(
             plan.timeout,
-            transaction(plan, plan.tls.new_session(), &live, &mut buf),
+            transaction(
+                plan,
+                (plan.tls.new_session(), plan.sources.first().copied()),
+                &live,
+                &mut buf,
+            ),
         )
         .await
         .unwrap_or_else(|_| Err((Failure::Timeout, "timed out".into())))

@@ -20,6 +20,12 @@ pub struct StepReport {
     pub failed: u64,
     /// Successful connections that resumed a TLS session.
     pub resumed: u64,
+    /// Connections whose session had already completed one (they offered to resume), and
+    /// how many of those failed: what returning clients saw.
+    #[serde(default)]
+    pub offered_resumption: u64,
+    #[serde(default)]
+    pub offered_failed: u64,
     /// Response bytes received (headers and body).
     pub bytes: u64,
     pub attempted_tps: f64,
@@ -344,6 +350,8 @@ fn step_report(i: usize, m: &StepMeta, a: &StepAcc) -> StepReport {
         successful: a.ok,
         failed,
         resumed: a.resumed,
+        offered_resumption: a.offered_resumption,
+        offered_failed: a.offered_failed,
         bytes: a.bytes,
         attempted_tps: per_s(a.attempted),
         successful_tps: per_s(a.ok),

@@ -99,6 +99,10 @@ pub struct StepAcc {
     pub attempted: u64,
     pub ok: u64,
     pub resumed: u64,
+    /// Connections that offered to resume (their session had a completed connection), and
+    /// how many of them failed.
+    pub offered_resumption: u64,
+    pub offered_failed: u64,
     pub bytes: u64,
     pub failures: [u64; Failure::ALL.len()],
     pub latency: Latency,
@@ -117,6 +121,8 @@ impl StepAcc {
         self.attempted += o.attempted;
         self.ok += o.ok;
         self.resumed += o.resumed;
+        self.offered_resumption += o.offered_resumption;
+        self.offered_failed += o.offered_failed;
         self.bytes += o.bytes;
         for (a, b) in self.failures.iter_mut().zip(o.failures) {
             *a += b;
