@@ -215,6 +215,11 @@ pub(crate) struct ConfigArgs {
     /// kernel backlog.
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
+
+    /// Past this share of a core (0.05 to 1.0; default 0.95), a worker lets in fewer new full
+    /// handshakes and every resumption; 1.0 never sheds (what CPU-at-saturation benchmarks want).
+    #[arg(long, value_name = "SHARE")]
+    pub overload_threshold: Option<f64>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -227,6 +227,9 @@ pub(crate) fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<
     if let Some(m) = args.max_connections {
         raw.max_connections = Some(m);
     }
+    if let Some(t) = args.overload_threshold {
+        raw.overload_threshold = Some(t);
+    }
     if let Some(serve) = log {
         if let Some(f) = serve.log_format {
             raw.log_format = Some(match f {

@@ -196,8 +196,8 @@ pub mod defaults {
     pub const CERTIFICATE_EXPIRY_WARNING: Duration = Duration::from_secs(30 * 86_400);
     pub const SESSION_TICKET_LIFETIME: Duration = Duration::from_secs(6 * 3600);
     pub const PROXY_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
-    /// A worker sheds new full handshakes past 90% of its time in handshakes.
-    pub const OVERLOAD_THRESHOLD: f64 = 0.9;
+    /// A worker sheds new full handshakes past 95% of a core (two windows averaged).
+    pub const OVERLOAD_THRESHOLD: f64 = 0.95;
     /// hitch's choice for the client certificate TLV.
     pub const PROXY_CLIENT_CERT_TLV: u8 = 0xE0;
 }

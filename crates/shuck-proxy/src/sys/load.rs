@@ -2,9 +2,11 @@
 //!
 //! A worker is one thread: its load is the CPU time the thread used (`CLOCK_THREAD_CPUTIME_ID`)
 //! over the wall time of windows of 100 ms, read when a window closes (one clock read per
-//! window, on the next handshake). When a window's share of a core passes the threshold
-//! (`overload_threshold`), the share of *new full* handshakes let in is cut by 30%; each
-//! window under it gives back 10 points. Resumptions are always let in: they cost a fraction
+//! window, on the next handshake), averaged with the window before (one busy window is not
+//! overload). When that passes the threshold (`overload_threshold`), the share of *new full*
+//! handshakes let in is cut by 30%; each window under it gives back 10 points, and so does each
+//! window that passed with no handshake at all (a worker idle since its last overload starts
+//! whole again). Resumptions are always let in: they cost a fraction
 //! of a full handshake, and serving them is what keeps returning clients unaffected by a flood
 //! of new ones. Clients already making full handshakes (per `per_client`) get the square of the
 //! share: the heaviest sources are shed first.
@@ -34,7 +36,8 @@ pub(crate) struct HandshakeLoad {
     window: Cell<Option<(Instant, Duration)>>,
     /// The share of new full handshakes let in, in millionths.
     admit: Cell<u32>,
-    /// The last window's share of a core, in millionths.
+    /// The last windows' share of a core (each window averaged with the one before), in
+    /// millionths.
     last_share: Cell<u32>,
     rng: Cell<u64>,
 }
@@ -69,12 +72,17 @@ impl HandshakeLoad {
         let share = (used.as_micros() * u128::from(WHOLE) / elapsed.as_micros().max(1))
             .min(u128::from(WHOLE));
         let share = u32::try_from(share).unwrap_or(WHOLE);
-        self.last_share.set(share);
+        let smoothed = u32::midpoint(self.last_share.get(), share);
+        self.last_share.set(smoothed);
         let admit = self.admit.get();
-        let next = if share > threshold && threshold < WHOLE {
+        // Windows that went by without a handshake count as quiet ones.
+        let windows = u32::try_from(elapsed.as_micros() / WINDOW.as_micros()).unwrap_or(u32::MAX);
+        let next = if smoothed > threshold && threshold < WHOLE {
             (admit / 10 * 7).max(FLOOR)
         } else {
-            (admit + WHOLE / 10).min(WHOLE)
+            admit
+                .saturating_add((WHOLE / 10).saturating_mul(windows))
+                .min(WHOLE)
         };
         self.admit.set(next);
         self.window.set(Some((now, cpu_now)));
@@ -130,15 +138,16 @@ mod tests {
         let t0 = Instant::now();
         load.tick_with(t0, HALF, || cpu.get());
         assert!(load.admits_full(false));
-        // 90 ms of CPU in each 100 ms window, over a 50% threshold, three times.
+        // 90 ms of CPU in each 100 ms window, over a 50% threshold, four times (the first
+        // averaged with nothing before it is not over).
         let mut t = t0;
-        for _ in 0..3 {
+        for _ in 0..4 {
             t += WINDOW;
             cpu.set(cpu.get() + Duration::from_millis(90));
             load.tick_with(t, HALF, || cpu.get());
         }
         assert!(load.shedding());
-        assert_eq!(load.busy_share(), 900_000);
+        assert!(load.busy_share() > 800_000, "{}", load.busy_share());
         let let_in = (0..10_000).filter(|_| load.admits_full(false)).count();
         // 0.7³ ≈ 34%.
         assert!((2_500..4_500).contains(&let_in), "{let_in}");
@@ -151,6 +160,28 @@ mod tests {
         }
         assert!(!load.shedding());
         assert!(load.admits_full(true));
+    }
+
+    #[test]
+    fn one_busy_window_is_not_overload_and_idle_time_gives_the_share_back() {
+        let load = HandshakeLoad::new(5);
+        let cpu = Cell::new(Duration::ZERO);
+        let mut t = Instant::now();
+        load.tick_with(t, HALF, || cpu.get());
+        t += WINDOW;
+        cpu.set(cpu.get() + Duration::from_millis(95));
+        load.tick_with(t, HALF, || cpu.get());
+        assert!(!load.shedding(), "one busy window");
+        for _ in 0..10 {
+            t += WINDOW;
+            cpu.set(cpu.get() + WINDOW);
+            load.tick_with(t, HALF, || cpu.get());
+        }
+        assert!(load.shedding());
+        // Five seconds with no handshake, then one: whole again.
+        t += Duration::from_secs(5);
+        load.tick_with(t, HALF, || cpu.get());
+        assert!(!load.shedding());
     }
 
     #[test]
