@@ -15,6 +15,23 @@ pub struct Timeouts {
     pub idle: Duration,
 }
 
+/// Near `max_connections` (90% of it taken), connections accepted then wait at most this long
+/// for their handshake and stay at most this long idle: a crowd of slow or idle connections
+/// gives way to new ones sooner.
+pub const PRESSURED_HANDSHAKE: Duration = Duration::from_secs(3);
+pub const PRESSURED_IDLE: Duration = Duration::from_secs(30);
+
+impl Timeouts {
+    /// The timeouts of a connection accepted near `max_connections`.
+    #[must_use]
+    pub fn under_pressure(self) -> Timeouts {
+        Timeouts {
+            handshake: self.handshake.min(PRESSURED_HANDSHAKE),
+            idle: self.idle.min(PRESSURED_IDLE),
+        }
+    }
+}
+
 impl Section for Timeouts {
     const KEY: &'static str = "timeouts";
     const ON_CHANGE: OnChange = OnChange::NewConnections;

@@ -58,6 +58,11 @@ pub(super) fn register_connection_families(registry: &mut Registry, m: &Metrics)
         m.accept_errors.clone(),
     );
     registry.register(
+        "connections_pressured",
+        "Connections accepted with 90% of max_connections taken, which got shorter handshake and idle timeouts (3 s, 30 s at most)",
+        m.pressured.clone(),
+    );
+    registry.register(
         "proxy_headers",
         "PROXY headers received (accept_proxy), by command (proxy, or local for health checks)",
         m.proxy_headers.clone(),

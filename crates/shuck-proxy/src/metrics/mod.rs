@@ -14,6 +14,7 @@ use prometheus_client::registry::Registry;
 mod certificates;
 mod families;
 mod http;
+pub(crate) mod ja4_top;
 mod pending;
 mod process;
 mod snapshot;
@@ -59,6 +60,7 @@ pub(crate) struct Metrics {
     idle_timeouts: Family<Labels, Counter>,
     bytes: Family<Labels, Counter>,
     accept_errors: Family<Labels, Counter>,
+    pressured: Family<Labels, Counter>,
     proxy_headers: Family<Labels, Counter>,
     proxy_header_errors: Family<Labels, Counter>,
     client_certs_unverified: Family<Labels, Counter>,
@@ -88,6 +90,8 @@ pub(crate) struct Metrics {
     endpoint_evicted: Counter,
     /// `shuck_acme_fleet_events_total{frontend,event}`.
     acme_fleet: Family<Labels, Counter>,
+    /// Each worker's most frequent JA4 fingerprints per frontend.
+    ja4_top: std::sync::Arc<ja4_top::Ja4Top>,
 }
 
 /// One worker's handles for one frontend.
@@ -104,6 +108,8 @@ pub(crate) struct FrontendMetrics {
     pub bytes_up: Counter,
     pub bytes_down: Counter,
     pub accept_errors: Counter,
+    /// Connections accepted with 90% of `max_connections` taken (shorter timeouts).
+    pub pressured: Counter,
     pub proxy_headers_proxy: Counter,
     pub proxy_headers_local: Counter,
     pub client_certs_unverified: Counter,
@@ -114,6 +120,8 @@ pub(crate) struct FrontendMetrics {
     handshake_durations: [Histogram; 2],
     /// This worker's backend-connect histograms are taken per backend when its pool is built.
     backend_connects: BackendConnects,
+    /// This worker's counters of the most frequent JA4 fingerprints.
+    pub ja4: std::sync::Arc<ja4_top::Ja4Counts>,
 }
 
 /// Where one worker's per-backend connect histograms come from.
@@ -215,6 +223,7 @@ impl Metrics {
             idle_timeouts: Family::default(),
             bytes: Family::default(),
             accept_errors: Family::default(),
+            pressured: Family::default(),
             proxy_headers: Family::default(),
             proxy_header_errors: Family::default(),
             client_certs_unverified: Family::default(),
@@ -237,6 +246,7 @@ impl Metrics {
             index: snapshot::Index::default(),
             endpoint_evicted: Counter::default(),
             acme_fleet: Family::default(),
+            ja4_top: std::sync::Arc::default(),
             registry: Registry::default(),
             process: Registry::default(),
             phase: std::sync::atomic::AtomicU8::new(0),
@@ -253,6 +263,7 @@ impl Metrics {
             "What a fleet's ACME waited for or refused, by event: lease_wait (a wait for the host holding the lease, or the fleet's back-off, began), lease_taken_over (a lease no host of the fleet wrote, or one past its time), ordered_alone, notification_dropped (beyond one a second), value_refused (a store value not sealed by the fleet, or past its expiry)",
             m.acme_fleet.clone(),
         );
+        registry.register_collector(Box::new(ja4_top::Ja4TopCollector(m.ja4_top.clone())));
         families::register_session_families(&mut registry, &m);
         families::register_latencies_and_listeners(&mut registry, &m);
         m.certificates.register(&mut registry);
@@ -347,6 +358,7 @@ impl Metrics {
             bytes_up: get(&self.bytes, &with("direction", "up")),
             bytes_down: get(&self.bytes, &with("direction", "down")),
             accept_errors: get(&self.accept_errors, &base()),
+            pressured: get(&self.pressured, &base()),
             proxy_headers_proxy: get(&self.proxy_headers, &with("command", "proxy")),
             proxy_headers_local: get(&self.proxy_headers, &with("command", "local")),
             client_certs_unverified: get(&self.client_certs_unverified, &base()),
@@ -363,6 +375,7 @@ impl Metrics {
                 frontend: frontend.to_string(),
                 worker,
             },
+            ja4: self.ja4_top.counts(frontend),
         };
         self.index.frontend(frontend, worker, &handles);
         handles

@@ -30,6 +30,14 @@ impl Ja4 {
     }
 }
 
+#[cfg(test)]
+impl Ja4 {
+    /// A fingerprint from its text (36 ASCII characters), for tests elsewhere.
+    pub(crate) fn from_str_for_tests(s: &str) -> Ja4 {
+        Ja4(s.as_bytes().try_into().expect("36 characters"))
+    }
+}
+
 impl std::fmt::Display for Ja4 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

@@ -61,9 +61,20 @@ struct AccessRecord<'a> {
     /// The ClientHello's JA4 fingerprint, when something uses it (`deny_ja4`, the access log,
     /// a PROXY TLV); boxed, so connections without one do not carry its 36 bytes.
     ja4: Option<Box<Ja4>>,
+    /// Accepted with 90% of `max_connections` taken: shorter timeouts.
+    pressured: bool,
 }
 
 impl AccessRecord<'_> {
+    /// The timeouts this connection runs with.
+    fn timeouts(&self, fe: &WorkerFrontend) -> crate::config::Timeouts {
+        if self.pressured {
+            fe.cfg.timeouts.under_pressure()
+        } else {
+            fe.cfg.timeouts
+        }
+    }
+
     fn since_accept(&self) -> u64 {
         u64::try_from(self.accepted.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
@@ -74,7 +85,7 @@ pub(crate) async fn handle(
     worker: Rc<Worker>,
     fe: Rc<WorkerFrontend>,
     tcp: TcpStream,
-    peer: SocketAddr,
+    (peer, pressured): (SocketAddr, bool),
 ) {
     let started = Instant::now();
     let _active = ActiveGuard::new(&fe.metrics);
@@ -91,7 +102,11 @@ pub(crate) async fn handle(
         connect_ms: None,
         admitted: None,
         ja4: None,
+        pressured,
     };
+    if pressured {
+        fe.metrics.pressured.inc();
+    }
     let result = pipeline(&worker, &fe, tcp, peer, &mut trace).await;
     record_end(
         &worker,
@@ -163,7 +178,7 @@ async fn arrive_with_hello<'a>(
     count_arrival(&fe.metrics, &arrival);
     (trace.client, trace.balancer) = (arrival.client, arrival.balancer);
     trace.admitted = fe.gate.admit(&cfg.admission, arrival.client.ip())?;
-    let deadline = Deadline::after(cfg.timeouts.handshake);
+    let deadline = Deadline::after(trace.timeouts(fe).handshake);
     let hello = hello::read_client_hello(tcp, deadline).await?;
     let read = HelloRead { hello, deadline };
     Ok((read, arrival))
@@ -188,6 +203,9 @@ async fn handshake_stage(
     }
     if wants_ja4(worker, fe) {
         *ja4 = ja4::of_stream(&read.hello.received).map(Box::new);
+        if let Some(j) = ja4.as_deref() {
+            fe.metrics.ja4.observe(j);
+        }
         let denied = &fe.cfg.admission.deny_ja4;
         if ja4
             .as_deref()
@@ -314,7 +332,7 @@ async fn serve_negotiated<'a>(
     let (route, pool) = match destination(fe, hs) {
         Destination::Demo => {
             trace.backend = Some("demo");
-            return serve_demo(worker, fe, hs, arrival.client).await;
+            return serve_demo(worker, fe, hs, (arrival.client, trace.timeouts(fe).idle)).await;
         }
         Destination::Unmatched => {
             // An orderly close, bounded, as when no backend answers.
@@ -327,7 +345,8 @@ async fn serve_negotiated<'a>(
     let connect = connect_backend(&pool.pool, &mut hs.stream, cfg.timeouts.handshake);
     let (upstream, lease) = Box::pin(connect).await?;
     let prefix = before_relay(worker, fe, (route, pool), &lease, hs, arrival, trace)?;
-    let (moved, res) = relay_to(fe, &mut hs.stream, upstream, prefix).await;
+    let idle = trace.timeouts(fe).idle;
+    let (moved, res) = relay_to(fe, &mut hs.stream, (upstream, idle), prefix).await;
     lease.seen(relay::backend_seen(moved, &res));
     count_ktls(&fe.metrics, &hs.stream);
     trace.moved = moved;
@@ -431,7 +450,7 @@ async fn connect_backend<'p>(
 async fn relay_to(
     fe: &WorkerFrontend,
     tls: &mut TlsStream,
-    mut upstream: Upstream,
+    (mut upstream, idle): (Upstream, Duration),
     prefix: Option<(PooledBuf, usize)>,
 ) -> (Moved, Result<(), RelayError>) {
     let m = &fe.metrics;
@@ -439,7 +458,6 @@ async fn relay_to(
         m.bytes_up.inc_by(d.up);
         m.bytes_down.inc_by(d.down);
     };
-    let idle = fe.cfg.timeouts.idle;
     // The header goes out with the client's first bytes when they have arrived, in one segment.
     let (moved, res) = relay::relay_with_prefix(tls, &mut upstream, idle, prefix, count).await;
     match &res {
@@ -461,7 +479,7 @@ async fn serve_demo(
     worker: &Worker,
     fe: &WorkerFrontend,
     hs: &mut Negotiated,
-    client: SocketAddr,
+    (client, idle): (SocketAddr, Duration),
 ) -> Result<(), ConnError> {
     let who = demo::Visitor {
         client,
@@ -469,7 +487,6 @@ async fn serve_demo(
         worker: worker.id,
     };
     let summary = Summary::of(hs);
-    let idle = fe.cfg.timeouts.idle;
     hs.stream
         .take_over_records(fe.cfg.record_layer.ktls)
         .map_err(|e| ConnError::Relay(RelayError::ClientAborted(e)))?;

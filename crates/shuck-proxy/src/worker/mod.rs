@@ -32,6 +32,8 @@ pub(crate) struct Worker {
     connections: Cell<u64>,
     /// Its time in handshakes, and the share of new full handshakes it lets in.
     pub(crate) load: crate::sys::load::HandshakeLoad,
+    /// Whether its last accept came near `max_connections` (said once per change).
+    pressured: Cell<bool>,
 }
 
 impl Worker {
@@ -41,6 +43,7 @@ impl Worker {
             engine,
             connections: Cell::new(0),
             load: crate::sys::load::HandshakeLoad::new(0x9e37_79b9_7f4a_7c15 ^ id as u64),
+            pressured: Cell::new(false),
         }
     }
 
@@ -59,6 +62,18 @@ impl Worker {
             ConnectionLogFormat::Haproxy
         } else {
             ConnectionLogFormat::Fields
+        }
+    }
+
+    /// Says when this worker's accepts come near `max_connections`, and when they no longer
+    /// do: one line each way.
+    pub(crate) fn note_pressure(&self, now: bool) {
+        if self.pressured.replace(now) != now {
+            if now {
+                tracing::warn!(worker = self.id, handshake_timeout = ?crate::config::PRESSURED_HANDSHAKE, idle_timeout = ?crate::config::PRESSURED_IDLE, "90% of max_connections taken: new connections get shorter timeouts");
+            } else {
+                tracing::info!(worker = self.id, "below 90% of max_connections again: new connections get the configured timeouts");
+            }
         }
     }
 

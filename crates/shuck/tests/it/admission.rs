@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use shuck_test_support::clients::{curl_at, scrape, sum, wait_metric};
 use shuck_test_support::pki::{client_config, toml_path, Key, Pki};
 use shuck_test_support::process::Shuck;
+use shuck_test_support::tlv_backend::{text, tlv, walk_v2, RawBackend};
 
 /// A TCP connection to `to` from the loopback address `from`.
 fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
@@ -367,4 +368,75 @@ fn an_overloaded_worker_sheds_new_full_handshakes_and_serves_resumptions() {
         "a returning client was refused or not resumed: {resumed:?}"
     );
     eprintln!("{new_served} of 300 new clients served, {shed} shed; 60 of 60 resumed");
+}
+
+/// Near `max_connections` (90% taken) a connection accepted gets shorter timeouts: with
+/// `max_connections = 10`, eight silent connections keep the configured 10 s handshake
+/// timeout, the ninth is closed after 3 s; the change is said once and counted.
+#[test]
+fn connections_accepted_near_the_limit_get_shorter_timeouts() {
+    let pki = Pki::new();
+    let cert = pki.leaf("adm.pem", "adm", &["adm.test"], Key::EcdsaP256);
+    let shuck = Shuck::start(&format!(
+        "workers = 1\nmax_connections = 10\nmetrics_listen = \"127.0.0.1:0\"\n\
+         [[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\nhandshake_timeout = \"10s\"\n",
+        toml_path(&cert)
+    ));
+    let (web, metrics) = (shuck.addrs[0], shuck.addrs[1]);
+    let calm: Vec<TcpStream> = (0..8).map(|_| connect_from("127.0.0.40", web)).collect();
+    wait_metric(metrics, "shuck_connections_active", &[], 8);
+    let mut pressed = connect_from("127.0.0.41", web);
+    pressed
+        .set_read_timeout(Some(Duration::from_secs(8)))
+        .expect("timeout");
+    let t = Instant::now();
+    assert!(closed_unanswered(&mut pressed), "not closed within 8 s");
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    let mut first = &calm[0];
+    first.set_nonblocking(true).expect("nonblocking");
+    let mut b = [0u8; 1];
+    assert!(
+        matches!(first.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "a connection accepted before the pressure was closed as early"
+    );
+    let text = scrape(metrics);
+    assert_eq!(
+        sum(&text, "shuck_connections_pressured_total", &[]),
+        1,
+        "{text}"
+    );
+    assert_eq!(
+        shuck
+            .log_text()
+            .matches("90% of max_connections taken")
+            .count(),
+        1
+    );
+}
+
+/// `proxy_protocol_tlvs = ["ja4"]`: the backend reads the client's fingerprint in the PROXY v2
+/// header under type 0xE4, the same the access log shows.
+#[test]
+fn the_ja4_fingerprint_reaches_the_backend_in_the_proxy_header() {
+    let pki = Pki::new();
+    let cert = pki.leaf("adm.pem", "adm", &["adm.test"], Key::EcdsaP256);
+    let backend = RawBackend::start();
+    let shuck = Shuck::start(&format!(
+        "log_connections = true\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\n\
+         certificates = {}\nproxy_protocol = \"v2\"\nproxy_protocol_tlvs = [\"ja4\"]\n",
+        backend.addr,
+        toml_path(&cert)
+    ));
+    let out = curl_at(&pki, shuck.addr(), "adm.test", "/", &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (tlvs, _) = walk_v2(&backend.next());
+    let sent = text(tlv(&tlvs, 0xE4)).to_string();
+    assert_eq!(sent.len(), 36, "{tlvs:?}");
+    let log = shuck.wait_log("ja4=");
+    assert!(log.contains(&format!("ja4={sent}")), "{sent}\n{log}");
 }

@@ -268,7 +268,7 @@ fn harness_haproxy_front_sends_the_client_address() {
 fn v2_tlvs_reach_haproxy_and_nginx_still_parses_them() {
     let pki = Pki::new();
     let tlvs = "proxy_protocol = \"v2\"\n\
-                proxy_protocol_tlvs = [\"alpn\", \"authority\", \"ssl\", \"unique_id\"]\n\
+                proxy_protocol_tlvs = [\"alpn\", \"authority\", \"ssl\", \"unique_id\", \"ja4\"]\n\
                 alpn = [\"http/1.1\"]";
     for family in families() {
         let haproxy = haproxy_echo(family);
