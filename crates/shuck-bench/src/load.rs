@@ -234,7 +234,9 @@ struct Thread {
     start: Instant,
     live: Arc<Live>,
     stats: RefCell<Vec<StepAcc>>,
-    idle: RefCell<Vec<Client>>,
+    /// Clients between connections, oldest first: taken in turn, so every session carries
+    /// its share of the load (a stack would let a few carry it all, from a few addresses).
+    idle: RefCell<std::collections::VecDeque<Client>>,
     in_flight: Cell<usize>,
     max_in_flight: usize,
     /// The next session's place in the source addresses.
@@ -255,12 +257,16 @@ impl Thread {
     }
 
     fn take_client(&self) -> Client {
-        let mut c = self.idle.borrow_mut().pop().unwrap_or_else(|| Client {
-            cfg: self.plan.tls.new_session(),
-            used: 0,
-            source: self.next_source(),
-            established: false,
-        });
+        let mut c = self
+            .idle
+            .borrow_mut()
+            .pop_front()
+            .unwrap_or_else(|| Client {
+                cfg: self.plan.tls.new_session(),
+                used: 0,
+                source: self.next_source(),
+                established: false,
+            });
         if c.used == self.plan.requests_per_session {
             // A new session from the next address; its resumptions come from the same one.
             c = Client {
@@ -298,7 +304,8 @@ impl Thread {
     /// window, not the arrivals it eventually served.
     async fn run_one(self: Rc<Self>, step: usize, since: Instant) {
         let mut client = self.take_client();
-        let offered = client.established && self.plan.requests_per_session > 1;
+        let offered =
+            client.established && self.plan.requests_per_session > 1 && self.plan.tls.resumes();
         let mut buf = vec![0u8; 16 * 1024];
         let out = tokio::time::timeout(
             self.plan.timeout,
@@ -334,7 +341,7 @@ impl Thread {
                 }
             }
         }
-        self.idle.borrow_mut().push(client);
+        self.idle.borrow_mut().push_back(client);
         self.in_flight.set(self.in_flight.get() - 1);
         self.live.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
@@ -411,7 +418,7 @@ fn thread_main(
     let t = Rc::new(Thread {
         max_in_flight: plan.max_in_flight.div_ceil(threads),
         stats: RefCell::new(vec![StepAcc::default(); steps]),
-        idle: RefCell::new(Vec::new()),
+        idle: RefCell::new(std::collections::VecDeque::new()),
         in_flight: Cell::new(0),
         made: Cell::new(idx),
         live,

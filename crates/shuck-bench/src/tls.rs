@@ -124,6 +124,11 @@ impl ClientTls {
 
     /// A configuration with its own empty session store: the first connection made with it is
     /// a full handshake, the following ones resume.
+    /// Whether connections after a session's first offer to resume it.
+    pub fn resumes(&self) -> bool {
+        self.resume != ResumeMode::None
+    }
+
     pub fn new_session(&self) -> Arc<ClientConfig> {
         let mut c = self.base.clone();
         c.resumption = match self.resume {

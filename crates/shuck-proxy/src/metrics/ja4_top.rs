@@ -1,9 +1,10 @@
 //! The most frequent JA4 fingerprints of each frontend, in bounded memory and bounded series:
 //! each worker keeps 32 counters per frontend (the space-saving algorithm: a new fingerprint
-//! takes over the smallest counter, plus one, so a frequent one is never lost and each count is
-//! an over-estimate by at most that smallest count), and a scrape sums the workers' counters and
-//! exports the ten largest as `shuck_ja4_top_connections{frontend,ja4}`. No fingerprint a
-//! client makes up can add a series beyond those ten.
+//! takes over the smallest counter, plus one, and remembers that it may have inherited that
+//! much), and a scrape sums what each worker can vouch for (count less inherited) and exports
+//! the ten largest of at least 2 as `shuck_ja4_top_connections{frontend,ja4}`: a lower bound,
+//! exact for a fingerprint that never left a worker's counters. Fingerprints seen once, however
+//! many a client makes up, are never exported; at most ten series per frontend at a time.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -21,26 +22,41 @@ const SHOWN: usize = 10;
 
 /// One worker's counters for one frontend (its own lock: workers never meet on it).
 #[derive(Debug, Default)]
-pub(crate) struct Ja4Counts(Mutex<Vec<(Ja4, u64)>>);
+pub(crate) struct Ja4Counts(Mutex<Vec<Counted>>);
+
+/// A fingerprint, its count, and how much of the count it may have inherited.
+#[derive(Debug, Clone, Copy)]
+struct Counted {
+    ja4: Ja4,
+    count: u64,
+    inherited: u64,
+}
 
 impl Ja4Counts {
     /// Counts one connection with fingerprint `j`.
     pub(crate) fn observe(&self, j: &Ja4) {
         let mut v = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(e) = v.iter_mut().find(|e| e.0 == *j) {
-            e.1 += 1;
+        if let Some(e) = v.iter_mut().find(|e| e.ja4 == *j) {
+            e.count += 1;
         } else if v.len() < SLOTS {
-            v.push((*j, 1));
-        } else if let Some(least) = v.iter_mut().min_by_key(|e| e.1) {
-            *least = (*j, least.1 + 1);
+            v.push(Counted {
+                ja4: *j,
+                count: 1,
+                inherited: 0,
+            });
+        } else if let Some(least) = v.iter_mut().min_by_key(|e| e.count) {
+            *least = Counted {
+                ja4: *j,
+                count: least.count + 1,
+                inherited: least.count,
+            };
         }
     }
 
+    /// Each fingerprint with the count this worker can vouch for.
     fn snapshot(&self) -> Vec<(Ja4, u64)> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        let v = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        v.iter().map(|e| (e.ja4, e.count - e.inherited)).collect()
     }
 }
 
@@ -79,6 +95,7 @@ impl Ja4Top {
             }
         }
         for (_, v) in &mut by_frontend {
+            v.retain(|e| e.1 >= 2);
             v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.as_str().cmp(b.0.as_str())));
             v.truncate(SHOWN);
         }
@@ -103,7 +120,7 @@ impl Collector for Ja4TopCollector {
         }
         family.encode(encoder.encode_descriptor(
             "ja4_top_connections",
-            "Connections by JA4 fingerprint, the ten most frequent per frontend since start (an over-estimate by at most the smallest of 32 counters per worker); counted where the fingerprint is taken: with deny_ja4, log_connections or the ja4 PROXY TLV",
+            "Connections by JA4 fingerprint since start, the ten most frequent per frontend seen at least twice (a lower bound from 32 space-saving counters per worker, exact for a fingerprint that never left them); counted where the fingerprint is taken: with deny_ja4, log_connections or the ja4 PROXY TLV",
             None,
             family.metric_type(),
         )?)
@@ -138,9 +155,8 @@ mod tests {
         let t = top.top();
         assert_eq!(t.len(), 1);
         let shown = &t[0].1;
-        assert!(shown.len() <= SHOWN);
-        assert_eq!(shown[0].0, ja4(1));
-        assert!(shown[0].1 >= 1000, "{shown:?}");
-        assert!(shown.iter().any(|(j, n)| *j == ja4(2) && *n == 300));
+        assert_eq!(shown.len(), 2, "one-offs are not shown: {shown:?}");
+        assert_eq!(shown[0], (ja4(1), 1000));
+        assert_eq!(shown[1], (ja4(2), 300));
     }
 }

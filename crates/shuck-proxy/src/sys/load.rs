@@ -40,16 +40,36 @@ pub(crate) struct HandshakeLoad {
     /// millionths.
     last_share: Cell<u32>,
     rng: Cell<u64>,
+    /// Hellos that offered to resume in this window, and those of them that did not resume
+    /// (a full handshake, or none finished): offers are only trusted while few are bogus.
+    offers: Cell<(u32, u32)>,
+    /// The last window's share of bogus offers, in millionths.
+    bogus_share: Cell<u32>,
+    /// The worker, for the line said when shedding starts and ends.
+    worker: usize,
 }
 
 impl HandshakeLoad {
-    pub(crate) fn new(seed: u64) -> HandshakeLoad {
+    pub(crate) fn new(worker: usize) -> HandshakeLoad {
         HandshakeLoad {
             window: Cell::new(None),
             admit: Cell::new(WHOLE),
             last_share: Cell::new(0),
-            rng: Cell::new(seed | 1),
+            rng: Cell::new(splitmix(worker as u64) | 1),
+            offers: Cell::new((0, 0)),
+            bogus_share: Cell::new(0),
+            worker,
         }
+    }
+
+    /// Counts how a hello that offered to resume ended: resumed, or not (a full handshake, or
+    /// an error).
+    pub(crate) fn offer_ended(&self, resumed: bool) {
+        let (n, bogus) = self.offers.get();
+        self.offers.set((
+            n.saturating_add(1),
+            bogus.saturating_add(u32::from(!resumed)),
+        ));
     }
 
     /// Called after each handshake step at `now`: closes the window when it is over, and
@@ -72,11 +92,21 @@ impl HandshakeLoad {
         let share = (used.as_micros() * u128::from(WHOLE) / elapsed.as_micros().max(1))
             .min(u128::from(WHOLE));
         let share = u32::try_from(share).unwrap_or(WHOLE);
-        let smoothed = u32::midpoint(self.last_share.get(), share);
-        self.last_share.set(smoothed);
-        let admit = self.admit.get();
-        // Windows that went by without a handshake count as quiet ones.
+        // Windows that went by without a handshake count as quiet ones: after a gap the
+        // window before says nothing of now.
         let windows = u32::try_from(elapsed.as_micros() / WINDOW.as_micros()).unwrap_or(u32::MAX);
+        let smoothed = if windows > 1 {
+            share
+        } else {
+            u32::midpoint(self.last_share.get(), share)
+        };
+        self.last_share.set(smoothed);
+        let (offered, bogus) = self.offers.replace((0, 0));
+        if offered > 0 {
+            let b = u64::from(bogus) * u64::from(WHOLE) / u64::from(offered);
+            self.bogus_share.set(u32::try_from(b).unwrap_or(WHOLE));
+        }
+        let admit = self.admit.get();
         let next = if smoothed > threshold && threshold < WHOLE {
             (admit / 10 * 7).max(FLOOR)
         } else {
@@ -84,8 +114,32 @@ impl HandshakeLoad {
                 .saturating_add((WHOLE / 10).saturating_mul(windows))
                 .min(WHOLE)
         };
+        self.say_change(admit, next, smoothed);
         self.admit.set(next);
         self.window.set(Some((now, cpu_now)));
+    }
+
+    /// One line when shedding begins and one when it ends.
+    fn say_change(&self, was: u32, now: u32, share: u32) {
+        if was >= WHOLE && now < WHOLE {
+            tracing::warn!(
+                worker = self.worker,
+                cpu_share = f64::from(share) / f64::from(WHOLE),
+                "worker overloaded: shedding new full handshakes, serving resumptions"
+            );
+        } else if was < WHOLE && now >= WHOLE {
+            tracing::info!(
+                worker = self.worker,
+                "worker no longer overloaded: new full handshakes let in again"
+            );
+        }
+    }
+
+    /// Whether a hello offering to resume is let in while shedding: always, unless more than
+    /// a tenth of the last window's offers did not resume (made-up tickets or PSKs, which
+    /// would otherwise pass for returning clients): then as a new full handshake is.
+    pub(crate) fn admits_offer(&self) -> bool {
+        self.bogus_share.get() <= WHOLE / 10 || self.admits_full(false)
     }
 
     /// Whether a new full handshake is let in now (`heavy`: its client is already making full
@@ -114,7 +168,7 @@ impl HandshakeLoad {
         self.last_share.get()
     }
 
-    /// xorshift64: cheap, per worker, good enough to spread refusals.
+    /// xorshift64: cheap, per worker, good enough to spread refusals (seeded apart per worker).
     fn next_random(&self) -> u32 {
         let mut x = self.rng.get();
         x ^= x << 13;
@@ -123,6 +177,14 @@ impl HandshakeLoad {
         self.rng.set(x);
         u32::try_from(x >> 32).unwrap_or(0)
     }
+}
+
+/// SplitMix64's mix: distinct seeds for neighbouring worker numbers.
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]
@@ -182,6 +244,53 @@ mod tests {
         t += Duration::from_secs(5);
         load.tick_with(t, HALF, || cpu.get());
         assert!(!load.shedding());
+    }
+
+    #[test]
+    fn after_an_idle_gap_a_low_threshold_lets_everyone_in() {
+        let threshold = WHOLE / 10 * 3;
+        let load = HandshakeLoad::new(1);
+        let cpu = Cell::new(Duration::ZERO);
+        let mut t = Instant::now();
+        load.tick_with(t, threshold, || cpu.get());
+        for _ in 0..10 {
+            t += WINDOW;
+            cpu.set(cpu.get() + WINDOW);
+            load.tick_with(t, threshold, || cpu.get());
+        }
+        assert!(load.shedding());
+        t += Duration::from_secs(5);
+        load.tick_with(t, threshold, || cpu.get());
+        assert!(!load.shedding(), "share {}", load.busy_share());
+    }
+
+    #[test]
+    fn made_up_offers_are_shed_like_full_handshakes() {
+        let load = HandshakeLoad::new(2);
+        let cpu = Cell::new(Duration::ZERO);
+        let mut t = Instant::now();
+        load.tick_with(t, HALF, || cpu.get());
+        for _ in 0..10 {
+            for _ in 0..100 {
+                load.offer_ended(true);
+            }
+            t += WINDOW;
+            cpu.set(cpu.get() + WINDOW);
+            load.tick_with(t, HALF, || cpu.get());
+        }
+        assert!(load.shedding());
+        assert!(
+            (0..1000).all(|_| load.admits_offer()),
+            "genuine offers all let in"
+        );
+        for _ in 0..100 {
+            load.offer_ended(false);
+        }
+        t += WINDOW;
+        cpu.set(cpu.get() + WINDOW);
+        load.tick_with(t, HALF, || cpu.get());
+        let let_in = (0..1000).filter(|_| load.admits_offer()).count();
+        assert!(let_in < 500, "{let_in} of 1000 bogus-looking offers let in");
     }
 
     #[test]

@@ -237,8 +237,7 @@ async fn accept_loop(
                 let Ok(mine) = local.clone().try_acquire_owned() else {
                     return; // closed: cannot happen while the worker runs
                 };
-                let pressured = near_the_limit(&limit);
-                worker.note_pressure(pressured);
+                let pressured = worker.near_the_limit(limit.active(), limit.max());
                 let worker = worker.clone();
                 tokio::task::spawn_local(async move {
                     connection::handle(worker, fe, tcp, (client, pressured)).await;
@@ -259,12 +258,6 @@ async fn accept_loop(
             }
         }
     }
-}
-
-/// Whether 90% of `max_connections` is taken: connections accepted then get shorter timeouts
-/// (`Timeouts::under_pressure`).
-fn near_the_limit(limit: &ConnectionLimit) -> bool {
-    limit.active().saturating_mul(10) >= limit.max().saturating_mul(9)
 }
 
 /// How often a worker at the process-wide limit looks for a freed slot. Polling keeps the

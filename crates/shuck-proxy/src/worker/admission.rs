@@ -22,8 +22,9 @@ pub(crate) struct Gate {
     /// The frontend's own `max_connections` (unbounded without one).
     pub(crate) limit: Arc<ConnectionLimit>,
     pub(crate) clients: Option<Arc<ClientTable>>,
-    /// Made when the frontend first has a rule that can refuse (32 KiB).
-    log: Option<Arc<SourceLog>>,
+    /// Which sources' refusals were logged lately (32 KiB; every frontend can refuse: an
+    /// overloaded worker sheds).
+    log: Arc<SourceLog>,
 }
 
 /// The gates of a server's frontends, by name.
@@ -43,12 +44,8 @@ impl Gates {
         let gate = gates.entry(fe.name.clone()).or_insert_with(|| Gate {
             limit: ConnectionLimit::new(usize::MAX),
             clients: None,
-            log: None,
+            log: Arc::new(SourceLog::new()),
         });
-        let refuses = a.checks_address() || !a.deny_ja4.is_empty() || a.per_client.is_some();
-        if refuses && gate.log.is_none() {
-            gate.log = Some(Arc::new(SourceLog::new()));
-        }
         gate.limit.set_max(a.max_connections.unwrap_or(usize::MAX));
         gate.clients = match (&a.per_client, gate.clients.take()) {
             (Some(p), Some(t)) if t.fits(p) => Some(t),
@@ -146,7 +143,7 @@ impl Gate {
     /// Whether a refusal of `ip` may be logged now: once a minute per source (by a keyed hash;
     /// a source sharing a slot with another may be logged sooner).
     pub(crate) fn log_refusal_of(&self, ip: IpAddr) -> bool {
-        self.log.as_ref().is_some_and(|l| l.first_in_a_minute(ip))
+        self.log.first_in_a_minute(ip)
     }
 }
 

@@ -220,14 +220,22 @@ async fn handshake_stage(
         None => None,
     };
     let load = (&worker.load, worker.engine().overload_threshold());
-    let hs = handshake::finish(
+    let finished = handshake::finish(
         read.hello,
         &tls,
         read.deadline,
         prefetched,
         (keeps_sni(worker, fe), load),
     )
-    .await?;
+    .await;
+    if offers_resumption {
+        // Made-up tickets and PSKs show here: offers that did not resume.
+        let resumed = finished
+            .as_ref()
+            .is_ok_and(|hs| hs.conn().is_some_and(handshake::resumed));
+        worker.load.offer_ended(resumed);
+    }
+    let hs = finished?;
     count_handshake(&fe.metrics, &hs);
     if offers_resumption && hs.conn().is_some_and(handshake::resumed) {
         fe.gate.refund_resumed(&fe.cfg.admission, admitted);
@@ -250,12 +258,17 @@ fn admit_handshake(
         return Ok(false);
     }
     let offers = hello_fields::offers_resumption(&read.hello.received);
-    if !offers && worker.load.shedding() {
+    if worker.load.shedding() {
         // Windows close on handshakes; while most are shed, on hellos too.
         worker
             .load
             .tick(Instant::now(), worker.engine().overload_threshold());
-        if !worker.load.admits_full(fe.gate.is_heavy(a, admitted)) {
+        let let_in = if offers {
+            worker.load.admits_offer()
+        } else {
+            worker.load.admits_full(fe.gate.is_heavy(a, admitted))
+        };
+        if !let_in {
             return Err(Refusal::Overload.into());
         }
     }

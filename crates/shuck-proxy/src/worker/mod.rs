@@ -42,7 +42,7 @@ impl Worker {
             id,
             engine,
             connections: Cell::new(0),
-            load: crate::sys::load::HandshakeLoad::new(0x9e37_79b9_7f4a_7c15 ^ id as u64),
+            load: crate::sys::load::HandshakeLoad::new(id),
             pressured: Cell::new(false),
         }
     }
@@ -65,16 +65,26 @@ impl Worker {
         }
     }
 
-    /// Says when this worker's accepts come near `max_connections`, and when they no longer
-    /// do: one line each way.
-    pub(crate) fn note_pressure(&self, now: bool) {
-        if self.pressured.replace(now) != now {
+    /// Whether a connection accepted now, with `active` of `max` connections taken, is near
+    /// the limit: from 90% taken until below 80% again (so a count hovering at 90% does not
+    /// switch at every accept); one line each way. Connections accepted near the limit get
+    /// shorter timeouts (`Timeouts::under_pressure`).
+    pub(crate) fn near_the_limit(&self, active: usize, max: usize) -> bool {
+        let was = self.pressured.get();
+        let now = if was {
+            active.saturating_mul(10) >= max.saturating_mul(8)
+        } else {
+            active.saturating_mul(10) >= max.saturating_mul(9)
+        };
+        if was != now {
+            self.pressured.set(now);
             if now {
                 tracing::warn!(worker = self.id, handshake_timeout = ?crate::config::PRESSURED_HANDSHAKE, idle_timeout = ?crate::config::PRESSURED_IDLE, "90% of max_connections taken: new connections get shorter timeouts");
             } else {
-                tracing::info!(worker = self.id, "below 90% of max_connections again: new connections get the configured timeouts");
+                tracing::info!(worker = self.id, "below 80% of max_connections again: new connections get the configured timeouts");
             }
         }
+        now
     }
 
     /// The next number of this worker's connection sequence.
