@@ -186,6 +186,11 @@ pub struct RunArgs {
     /// Connections in flight at most; arrivals beyond count as failed (client_overload).
     #[arg(long, default_value_t = 4096, value_name = "N")]
     pub max_in_flight: usize,
+    /// Virtual clients (TLS sessions) made before the run, taken in turn: the load is spread
+    /// over at least this many sessions (and, with --source, addresses) even when few
+    /// connections are in flight at once.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub clients: usize,
 
     /// Verdict: failed/attempted must stay below this.
     #[arg(long, default_value_t = 0.001, value_name = "RATIO")]
@@ -399,6 +404,7 @@ pub fn load_report(a: &RunArgs) -> Result<BenchReport, BenchError> {
         step,
         timeout: secs("--timeout", a.timeout)?,
         max_in_flight: a.max_in_flight.max(1),
+        clients: a.clients,
         server_pids: a.server_pid.clone(),
         progress: !a.quiet,
     };

@@ -89,6 +89,8 @@ pub struct LoadPlan {
     pub step: Duration,
     pub timeout: Duration,
     pub max_in_flight: usize,
+    /// Virtual clients made before the run (spread over the threads).
+    pub clients: usize,
     /// Server processes whose tree's CPU time is charged per step.
     pub server_pids: Vec<u32>,
     pub progress: bool,
@@ -425,6 +427,17 @@ fn thread_main(
         plan,
         start,
     });
+    // Clients made up front, so even a light load is spread over many sessions.
+    let mine = plan_clients_for(&t.plan, idx);
+    for _ in 0..mine {
+        let c = Client {
+            cfg: t.plan.tls.new_session(),
+            used: 0,
+            source: t.next_source(),
+            established: false,
+        };
+        t.idle.borrow_mut().push_back(c);
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -446,6 +459,12 @@ fn thread_main(
     });
     let stats = t.stats.borrow().clone();
     Ok(stats)
+}
+
+/// This thread's share of the clients made before the run.
+fn plan_clients_for(plan: &LoadPlan, idx: usize) -> usize {
+    let threads = plan.threads.max(1);
+    plan.clients / threads + usize::from(idx < plan.clients % threads)
 }
 
 /// One connection before the run: a wrong CA, port or protocol fails here with its reason
