@@ -77,7 +77,9 @@ impl Ja4Top {
 
     /// Each frontend's ten most frequent fingerprints, summed over the workers, largest first.
     fn top(&self) -> Vec<(String, Vec<(Ja4, u64)>)> {
-        let all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        // Counters no worker holds any more (a reload removed their frontend) are forgotten.
+        all.retain(|(_, c)| Arc::strong_count(c) > 1);
         let mut by_frontend: Vec<(String, Vec<(Ja4, u64)>)> = Vec::new();
         for (fe, counts) in all.iter() {
             let i = if let Some(i) = by_frontend.iter().position(|(f, _)| f == fe) {
@@ -134,6 +136,21 @@ mod tests {
     fn ja4(n: usize) -> Ja4 {
         let s = format!("t13d1516h2_8daaf6152771_{n:012x}");
         Ja4::from_str_for_tests(&s)
+    }
+
+    #[test]
+    fn counters_no_worker_holds_are_forgotten() {
+        let top = Ja4Top::default();
+        let kept = top.counts("kept");
+        let gone = top.counts("gone");
+        for _ in 0..3 {
+            kept.observe(&ja4(1));
+            gone.observe(&ja4(1));
+        }
+        drop(gone);
+        let t = top.top();
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].0, "kept");
     }
 
     #[test]
