@@ -194,13 +194,7 @@ async fn handshake_stage(
     (admitted, ja4): (Option<&Admitted>, &mut Option<Box<Ja4>>),
 ) -> Result<Option<Negotiated>, ConnError> {
     let tls = fe.tls.load_full();
-    if let Some(challenge) = &fe.acme_challenge {
-        if acme::challenge::wants_challenge(read.hello.accepted.client_hello().alpn()) {
-            fetch_fleet_challenge(&worker.engine().challenges, fe, &read).await;
-            handshake::answer_acme(read.hello, challenge.clone(), read.deadline).await?;
-            return Ok(None);
-        }
-    }
+    // Before the ACME branch: offering `acme-tls/1` does not get a denied client past it.
     if wants_ja4(worker, fe) {
         *ja4 = ja4::of_stream(&read.hello.received).map(Box::new);
         if let Some(j) = ja4.as_deref() {
@@ -212,6 +206,13 @@ async fn handshake_stage(
             .is_some_and(|j| denied.iter().any(|d| d == j.as_str()))
         {
             return Err(Refusal::Ja4.into());
+        }
+    }
+    if let Some(challenge) = &fe.acme_challenge {
+        if acme::challenge::wants_challenge(read.hello.accepted.client_hello().alpn()) {
+            fetch_fleet_challenge(&worker.engine().challenges, fe, &read).await;
+            handshake::answer_acme(read.hello, challenge.clone(), read.deadline).await?;
+            return Ok(None);
         }
     }
     let offers_resumption = admit_handshake(worker, fe, &read, admitted)?;

@@ -237,3 +237,46 @@ fn a_host_with_no_certificate_refuses_a_replayed_older_one() {
     );
     assert!(refused >= 1, "{refused}");
 }
+
+/// `deny_ja4` holds for hellos offering `acme-tls/1` too: a client denied by its fingerprint
+/// cannot get handshakes (and the challenge configuration's signatures) by offering the ACME
+/// protocol. (The ACME branch once came before the fingerprint was taken.)
+#[test]
+fn deny_ja4_holds_for_hellos_offering_acme_tls() {
+    let pki = Pki::new();
+    let port = free_tcp_port();
+    let nobody = format!("https://127.0.0.1:{}/dir", free_tcp_port());
+    let acme = |state: &str| acme_config(port, &nobody, &pki.ca_path(), &pki.path(state));
+    let logged = Shuck::start(&format!("log_connections = true\n{}", acme("state-a")));
+    validator_hello(logged.addr(), NAME);
+    // The hello's line (no challenge is pending: its handshake fails), with its fingerprint.
+    let log = logged.wait_log_within("ja4=t", Duration::from_secs(10));
+    let ja4 = log
+        .lines()
+        .find(|l| l.contains("ja4=t"))
+        .and_then(|l| l.split("ja4=").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(ja4.len(), 36, "no fingerprint in {log}");
+    drop(logged);
+    let metrics_port = free_tcp_port();
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:{metrics_port}\"\n{}deny_ja4 = [\"{ja4}\"]\n",
+        acme("state-b")
+    ));
+    validator_hello(shuck.addr(), NAME);
+    let metrics: SocketAddr = format!("127.0.0.1:{metrics_port}").parse().expect("addr");
+    let text = shuck_test_support::clients::wait_metric(
+        metrics,
+        "shuck_refused_total",
+        &["reason=\"ja4\""],
+        1,
+    );
+    assert_eq!(
+        shuck_test_support::clients::sum(&text, "shuck_refused_total", &["reason=\"ja4\""]),
+        1,
+        "{text}\n{}",
+        shuck.log_text()
+    );
+}
