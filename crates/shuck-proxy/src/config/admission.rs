@@ -212,20 +212,7 @@ impl serde::Serialize for NetList {
 impl NetList {
     /// `list` (networks, or bare addresses meaning one host) for `key`.
     fn parse(key: &str, list: &[String]) -> Result<NetList, KeyError> {
-        let mut nets = Vec::with_capacity(list.len());
-        for s in list {
-            let net = s
-                .parse::<ipnet::IpNet>()
-                .or_else(|_| s.parse::<IpAddr>().map(ipnet::IpNet::from))
-                .map_err(|_| {
-                    key_err(
-                        key,
-                        format!("{s:?} is not an address or network (10.0.0.0/8, 2001:db8::/32, 192.0.2.7)"),
-                    )
-                })?;
-            nets.push(net.trunc());
-        }
-        Ok(NetList::of(nets))
+        Ok(NetList::of(super::proxy::parse_networks(key, list)?))
     }
 
     fn of(nets: Vec<ipnet::IpNet>) -> NetList {

@@ -197,7 +197,10 @@ impl RawFrontend {
         if timeout.is_zero() {
             return Err(key_err("proxy_header_timeout", "must be longer than 0s"));
         }
-        let from = parse_networks(self.accept_proxy_from.as_deref().unwrap_or_default())?;
+        let from = parse_networks(
+            "accept_proxy_from",
+            self.accept_proxy_from.as_deref().unwrap_or_default(),
+        )?;
         if !self.accept_proxy.unwrap_or(false) {
             let key = if self.accept_proxy_from.is_some() {
                 "accept_proxy_from"
@@ -253,8 +256,9 @@ fn parse_tlv_names(names: &[String], cert_tlv: u8) -> Result<ProxyTlvs, KeyError
     Ok(out)
 }
 
-/// `accept_proxy_from` entries: networks, or a bare address meaning that one host.
-fn parse_networks(list: &[String]) -> Result<Vec<ipnet::IpNet>, KeyError> {
+/// `key`'s entries (`accept_proxy_from`, `allow`, `deny`): networks, or a bare address meaning
+/// that one host; each truncated to its network.
+pub(super) fn parse_networks(key: &str, list: &[String]) -> Result<Vec<ipnet::IpNet>, KeyError> {
     let mut from = Vec::with_capacity(list.len());
     for s in list {
         let net = s
@@ -262,7 +266,7 @@ fn parse_networks(list: &[String]) -> Result<Vec<ipnet::IpNet>, KeyError> {
             .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
             .map_err(|_| {
                 key_err(
-                    "accept_proxy_from",
+                    key,
                     format!(
                         "{s:?} is not an address or network (10.0.0.0/8, 2001:db8::/32, 192.0.2.7)"
                     ),

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::config::{Admission, Frontend};
+use crate::config::{Admission, Frontend, HandshakeRate};
 use crate::conn::conn_error::Refusal;
 use crate::sys::limits::ConnectionLimit;
 use crate::worker::clients::{ClientHold, ClientKey, ClientTable};
@@ -100,6 +100,19 @@ impl Gate {
         self.clients.is_some() && a.per_client.is_some_and(|p| p.handshakes.is_some())
     }
 
+    /// The table, rate and client key when `a` limits full handshakes and `who` was counted.
+    fn rated(
+        &self,
+        a: &Admission,
+        who: Option<&Admitted>,
+    ) -> Option<(&ClientTable, HandshakeRate, ClientKey)> {
+        Some((
+            self.clients.as_deref()?,
+            a.per_client?.handshakes?,
+            who?.key,
+        ))
+    }
+
     /// The full-handshake rate, once the ClientHello is read: every hello let through is
     /// charged as a full handshake now (a client that closes after the server's signature has
     /// cost it), and one that resumed is given its charge back ([`Gate::refund_resumed`]); a
@@ -110,12 +123,10 @@ impl Gate {
         who: Option<&Admitted>,
         offers_resumption: bool,
     ) -> Result<(), Refusal> {
-        let (Some(table), Some(rate), Some(who)) =
-            (&self.clients, a.per_client.and_then(|p| p.handshakes), who)
-        else {
+        let Some((table, rate, key)) = self.rated(a, who) else {
             return Ok(());
         };
-        if table.handshake(who.key, rate, offers_resumption) {
+        if table.handshake(key, rate, offers_resumption) {
             Ok(())
         } else {
             Err(Refusal::ClientHandshakes)
@@ -125,18 +136,14 @@ impl Gate {
     /// Whether the client has full handshakes charged that have not yet come back (`false`
     /// without a handshake rate): the heavier sources a shedding worker refuses first.
     pub(crate) fn is_heavy(&self, a: &Admission, who: Option<&Admitted>) -> bool {
-        match (&self.clients, a.per_client.and_then(|p| p.handshakes), who) {
-            (Some(table), Some(_), Some(who)) => table.in_debt(who.key),
-            _ => false,
-        }
+        self.rated(a, who)
+            .is_some_and(|(table, _, key)| table.in_debt(key))
     }
 
     /// Gives back a resumed handshake's charge.
     pub(crate) fn refund_resumed(&self, a: &Admission, who: Option<&Admitted>) {
-        if let (Some(table), Some(rate), Some(who)) =
-            (&self.clients, a.per_client.and_then(|p| p.handshakes), who)
-        {
-            table.refund(who.key, rate);
+        if let Some((table, rate, key)) = self.rated(a, who) {
+            table.refund(key, rate);
         }
     }
 
