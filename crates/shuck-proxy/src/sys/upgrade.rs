@@ -191,8 +191,10 @@ impl Inherited {
         let Some(path) = &self.ready else {
             return false;
         };
-        let sent = std::os::unix::net::UnixDatagram::unbound()
-            .and_then(|s| s.send_to(format!("READY={}", std::process::id()).as_bytes(), path));
+        let sent = std::os::unix::net::UnixDatagram::unbound().and_then(|s| {
+            let word = format!("READY={}", std::process::id());
+            s.send_to(&[word.as_bytes(), HEARTBEAT_MARK].concat(), path)
+        });
         let Err(e) = sent else { return true };
         if !self.predecessor_gone() {
             tracing::warn!(error = %e, "the old process no longer waits for this one (it cancelled the upgrade); not taking over");
@@ -262,6 +264,7 @@ impl Handover {
             .map_err(io::Error::other)?;
         let child = cmd.spawn()?;
         Ok(Successor {
+            heartbeat_from: None,
             child,
             socket,
             _dir: dir,
@@ -271,6 +274,9 @@ impl Handover {
 
 /// How often a new process says it is alive during the confirmation window.
 pub const HEARTBEAT: Duration = Duration::from_millis(250);
+/// Ends the `READY=<pid>` of a process that says `ALIVE` after it (an older process reads the
+/// word by its start and ignores this).
+const HEARTBEAT_MARK: &[u8] = b";heartbeat";
 /// Silence after which the old process takes a new one that had said it was alive for hung.
 const SILENCE: Duration = Duration::from_secs(2);
 
@@ -293,6 +299,9 @@ pub struct Successor {
     child: Child,
     socket: tokio::net::UnixDatagram,
     _dir: tempfile::TempDir,
+    /// When it said it was ready, if it also said it would keep saying it is alive: its
+    /// readiness is its first beat, so a process that stops before its next one is a hang.
+    heartbeat_from: Option<tokio::time::Instant>,
 }
 
 /// Why a new process did not become the service.
@@ -325,7 +334,10 @@ impl Successor {
             let tick = tokio::time::sleep(Duration::from_millis(200));
             tokio::select! {
                 got = self.socket.recv(&mut buf) => {
-                    if got.is_ok_and(|n| buf[..n].starts_with(b"READY=")) {
+                    if let Some(n) = got.ok().filter(|n| buf[..*n].starts_with(b"READY=")) {
+                        if buf[..n].ends_with(HEARTBEAT_MARK) {
+                            self.heartbeat_from = Some(tokio::time::Instant::now());
+                        }
                         return Ok(());
                     }
                 }
@@ -342,7 +354,7 @@ impl Successor {
     /// by its exit alone), or lives and answers throughout.
     pub async fn watch_within(&mut self, within: Duration) -> Watched {
         let deadline = tokio::time::Instant::now() + within;
-        let mut last_alive: Option<tokio::time::Instant> = None;
+        let mut last_alive = self.heartbeat_from;
         let mut buf = [0u8; 64];
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
