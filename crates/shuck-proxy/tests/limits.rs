@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use harness::Running;
 use rustls::pki_types::ServerName;
+use shuck_test_support::clients::{sum, wait_metric};
 use shuck_test_support::pki::{connector, toml_path, Key, Pki};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -329,4 +330,72 @@ async fn a_reload_keeps_the_backend_pool_unless_the_backends_change() {
     for tls in [first, second, third] {
         close(tls).await;
     }
+}
+
+/// A TLS client from the loopback address `from`, served at once: handshake and an echo back.
+async fn served_from(conn: &TlsConnector, from: &str, addr: SocketAddr) -> Tls {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    let ip: std::net::IpAddr = from.parse().expect("ip");
+    socket
+        .bind(SocketAddr::new(ip, 0))
+        .expect("bind the source");
+    let tcp = socket.connect(addr).await.expect("connect");
+    let mut tls = tokio::time::timeout(Duration::from_secs(10), conn.connect(name(), tcp))
+        .await
+        .expect("served within 10 s")
+        .expect("handshake");
+    echo(&mut tls, b"ping").await;
+    tls
+}
+
+/// Whether shuck closed `tls` in order (close_notify, then EOF) within `within`.
+async fn closed_in_order(tls: &mut Tls, within: Duration) -> bool {
+    let mut buf = [0u8; 16];
+    matches!(
+        tokio::time::timeout(within, tls.read(&mut buf)).await,
+        Ok(Ok(0))
+    )
+}
+
+/// Near `max_connections`, relayed connections idle for 5 s are closed to free slots, the
+/// source holding the most losing its oldest first: with 10 slots, one connection from a light
+/// source (the oldest of all) and nine from a heavy one, the heavy source's oldest three close
+/// (the count back below 80%), its newest and the light one carry on, a client waiting in the
+/// backlog is served, and each close is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn near_the_limit_the_heaviest_sources_oldest_idle_connections_close_first() {
+    let pki = Pki::new();
+    let backend = echo_backend().await;
+    let shuck = Running::start(&config(
+        &pki,
+        &format!("backend = \"{backend}\""),
+        "workers = 1\nmax_connections = 10\nmetrics_listen = \"127.0.0.1:0\"",
+    ));
+    let conn = connector(&pki);
+    let mut light = served_from(&conn, "127.0.0.61", shuck.addr()).await;
+    let mut heavy = Vec::new();
+    for _ in 0..9 {
+        heavy.push(served_from(&conn, "127.0.0.62", shuck.addr()).await);
+    }
+    let queued = waiting(&conn, shuck.addr(), "an eleventh client").await;
+    for (i, tls) in heavy.iter_mut().take(3).enumerate() {
+        assert!(
+            closed_in_order(tls, Duration::from_secs(15)).await,
+            "the heavy source's connection {i} was not closed"
+        );
+    }
+    served_now(queued, "the client in the backlog").await;
+    echo(&mut light, b"lite").await;
+    for tls in heavy.iter_mut().skip(6) {
+        echo(tls, b"kept").await;
+    }
+    let metrics = shuck.metrics.expect("metrics");
+    let label = "reason=\"evicted_idle\"";
+    let text = tokio::task::spawn_blocking(move || {
+        wait_metric(metrics, "shuck_refused_total", &[label], 3)
+    })
+    .await
+    .expect("scrape");
+    let evicted = sum(&text, "shuck_refused_total", &["reason=\"evicted_idle\""]);
+    assert!((3..=5).contains(&evicted), "{evicted} counted\n{text}");
 }

@@ -34,6 +34,14 @@ impl Admission {
     pub fn checks_address(&self) -> bool {
         !self.allow.is_empty() || !self.deny.is_empty()
     }
+
+    /// The prefix lengths (IPv4, IPv6) that make one client: `per_client`'s, or its defaults.
+    pub fn client_prefixes(&self) -> (u8, u8) {
+        self.per_client
+            .map_or((DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX), |p| {
+                (p.ipv4_prefix, p.ipv6_prefix)
+            })
+    }
 }
 
 /// `per_client = { … }`: what one client (an address, or the prefix it is in) may hold and do.
@@ -57,6 +65,10 @@ pub struct HandshakeRate {
     pub interval: Duration,
     pub burst: u32,
 }
+
+/// A client is one IPv4 address, or one IPv6 /64 (what one host or subscriber is usually given).
+const DEFAULT_IPV4_PREFIX: u8 = 32;
+const DEFAULT_IPV6_PREFIX: u8 = 64;
 
 /// Table entries by default: 65,536 per row, 2 rows of 16 bytes each, 2 MiB per frontend.
 const PER_CLIENT_TABLE: usize = 65_536;
@@ -133,8 +145,8 @@ fn per_client(raw: &RawPerClient, table: Option<usize>) -> Result<PerClient, Key
             "limits nothing: give connections, handshakes or both",
         ));
     }
-    let ipv4_prefix = raw.ipv4_prefix.unwrap_or(32);
-    let ipv6_prefix = raw.ipv6_prefix.unwrap_or(64);
+    let ipv4_prefix = raw.ipv4_prefix.unwrap_or(DEFAULT_IPV4_PREFIX);
+    let ipv6_prefix = raw.ipv6_prefix.unwrap_or(DEFAULT_IPV6_PREFIX);
     if !(1..=32).contains(&ipv4_prefix) {
         return Err(err("ipv4_prefix", format!("{ipv4_prefix} is not 1 to 32")));
     }

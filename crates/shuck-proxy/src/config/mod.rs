@@ -52,7 +52,7 @@ pub use listen::Listen;
 pub use proxy::{AcceptProxy, Proxy, ProxyProtocol, ProxyTlvs};
 pub use routes::{Route, Routes};
 pub use sessions::Resumption;
-pub use timeouts::{Timeouts, PRESSURED_HANDSHAKE, PRESSURED_IDLE};
+pub use timeouts::{Timeouts, EVICTABLE_AFTER, PRESSURED_HANDSHAKE, PRESSURED_IDLE};
 pub use tls::{Alpn, Groups, RecordLayer, RecordLayerSettings, Suites, Tls, Versions};
 
 /// Where a configuration came from, for messages ("shuck.toml" or "command line").

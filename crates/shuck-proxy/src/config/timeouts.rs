@@ -20,6 +20,9 @@ pub struct Timeouts {
 /// gives way to new ones sooner.
 pub const PRESSURED_HANDSHAKE: Duration = Duration::from_secs(3);
 pub const PRESSURED_IDLE: Duration = Duration::from_secs(30);
+/// Near `max_connections`, relayed connections idle at least this long may be closed to free
+/// slots, the heaviest sources' first (`conn::idle`).
+pub const EVICTABLE_AFTER: Duration = Duration::from_secs(5);
 
 impl Timeouts {
     /// The timeouts of a connection accepted near `max_connections`.

@@ -116,6 +116,8 @@ reasons! {
     RefusedClientHandshakes,
     RefusedJa4,
     RefusedOverload,
+    /// Closed while idle to free a slot near `max_connections` (`conn::idle`).
+    Evicted,
     Idle,
 }
 
@@ -182,6 +184,7 @@ impl Reason {
             Reason::RefusedClientHandshakes => "refused_client_handshakes",
             Reason::RefusedJa4 => "refused_ja4",
             Reason::RefusedOverload => "refused_overload",
+            Reason::Evicted => "evicted_idle",
             Reason::Idle => "idle_timeout",
         }
     }
@@ -223,6 +226,7 @@ impl Reason {
             Reason::RefusedClientHandshakes => Some((CountedIn::Refusals, "client_handshakes")),
             Reason::RefusedJa4 => Some((CountedIn::Refusals, "ja4")),
             Reason::RefusedOverload => Some((CountedIn::Refusals, "overload")),
+            Reason::Evicted => Some((CountedIn::Refusals, "evicted_idle")),
             Reason::Idle => Some((IdleTimeouts, "")),
         }
     }
@@ -252,6 +256,7 @@ impl Reason {
             Reason::BackendHeader => "closing connection: PROXY header not sent",
             Reason::BackendRelay => "backend connection failed",
             Reason::ClientRelay | Reason::Idle => "connection ended early",
+            Reason::Evicted => "closed an idle connection to free a slot near max_connections",
             r if r.metric().is_some_and(|(f, _)| f == CountedIn::Refusals) => {
                 "connection refused by the frontend's admission rules"
             }
@@ -292,6 +297,7 @@ impl ConnError {
                 Reason::ClientRelay
             }
             ConnError::Relay(RelayError::Idle(_)) => Reason::Idle,
+            ConnError::Relay(RelayError::Evicted) => Reason::Evicted,
             ConnError::Refused(r) => match r {
                 Refusal::Denied => Reason::RefusedDenied,
                 Refusal::NotAllowed => Reason::RefusedNotAllowed,

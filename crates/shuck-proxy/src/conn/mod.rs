@@ -5,5 +5,6 @@
 pub(crate) mod backend_header;
 pub(crate) mod conn_error;
 pub(crate) mod demo;
+pub(crate) mod idle;
 pub(crate) mod proxy_in;
 pub(crate) mod relay;

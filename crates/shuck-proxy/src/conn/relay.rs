@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::backend::health::Seen;
+use crate::conn::idle::Watched;
 use crate::mem::buf_pool::PooledBuf;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -309,6 +310,9 @@ pub(crate) enum RelayError {
     Backend(io::Error),
     #[error("idle for longer than {0:?}")]
     Idle(Duration),
+    /// The worker closed it, idle, to free a slot near `max_connections` (`conn::idle`).
+    #[error("closed while idle to free a slot near max_connections")]
+    Evicted,
 }
 
 /// Bytes moved: client to backend, backend to client.
@@ -348,17 +352,18 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    relay_with_prefix(client, backend, idle, None, |_| {}).await
+    relay_with_prefix(client, backend, (idle, &()), None, |_| {}).await
 }
 
 /// Like [`relay`], sending `prefix` (a buffer and the length of the bytes in it) to the backend
 /// first, together with whatever the client has already sent. `on_moved` hears of the bytes
 /// read as they move (the increments since its last call), so counters follow long-lived
-/// connections instead of jumping when they close.
-pub(crate) async fn relay_with_prefix<C, B, F>(
+/// connections instead of jumping when they close. `watched` hears when bytes last moved, and
+/// the relay ends with [`RelayError::Evicted`] when it says so (the worker frees a slot).
+pub(crate) async fn relay_with_prefix<C, B, F, W>(
     client: &mut C,
     backend: &mut B,
-    idle: Duration,
+    (idle, watched): (Duration, &W),
     prefix: Option<(PooledBuf, usize)>,
     mut on_moved: F,
 ) -> (Moved, Result<(), RelayError>)
@@ -366,6 +371,7 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
     F: FnMut(Moved),
+    W: Watched,
 {
     let mut up = match prefix {
         Some((buf, len)) => Pump::with_prefix(true, buf, len),
@@ -428,6 +434,10 @@ where
         }
         if moved {
             last_activity = Instant::now();
+            watched.touch(last_activity);
+        }
+        if watched.poll_evicted(cx) {
+            return Poll::Ready(Err(RelayError::Evicted));
         }
         while sleep.as_mut().poll(cx).is_ready() {
             let deadline = last_activity + idle;
@@ -648,7 +658,7 @@ mod tests {
         let (moved, res) = relay_with_prefix(
             &mut proxy_client,
             &mut backend,
-            Duration::from_secs(5),
+            (Duration::from_secs(5), &()),
             Some(prefix(b"PROXY UNKNOWN\r\n")),
             |_| {},
         )
@@ -668,7 +678,7 @@ mod tests {
             relay_with_prefix(
                 &mut proxy_client,
                 &mut proxy_backend,
-                Duration::from_secs(5),
+                (Duration::from_secs(5), &()),
                 Some(prefix(b"HEADER")),
                 |_| {},
             )
@@ -770,6 +780,39 @@ mod tests {
         assert!(
             took >= Duration::from_secs(500) && took < Duration::from_secs(502),
             "cut after {took:?}: 300 s after the last byte at 200 s"
+        );
+    }
+
+    /// A registered relay tells the worker when bytes last moved, and ends when the worker
+    /// frees its slot: a connection that moved bytes after the others is kept.
+    #[tokio::test(start_paused = true)]
+    async fn the_worker_ends_the_relay_it_frees_and_keeps_a_busier_one() {
+        let set = crate::conn::idle::IdleSet::default();
+        let source: std::net::IpAddr = "192.0.2.9".parse().unwrap();
+        let (_quiet, mut quiet_proxy) = tokio::io::duplex(64);
+        let (mut busy, mut busy_proxy) = tokio::io::duplex(64);
+        let (mut b1, _b1) = tokio::io::duplex(64);
+        let (mut b2, _b2) = tokio::io::duplex(64);
+        let (quiet_reg, busy_reg) = (set.register(source), set.register(source));
+        let idle = Duration::from_secs(300);
+        let quiet = relay_with_prefix(&mut quiet_proxy, &mut b1, (idle, &quiet_reg), None, |_| {});
+        let busy_relay =
+            relay_with_prefix(&mut busy_proxy, &mut b2, (idle, &busy_reg), None, |_| {});
+        tokio::pin!(busy_relay);
+        let freeing = async {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            busy.write_all(b"ping").await.unwrap();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            set.free(1, Duration::from_secs(5))
+        };
+        let ((_, quiet_end), freed) = tokio::select! {
+            r = async { tokio::join!(quiet, freeing) } => r,
+            r = &mut busy_relay => panic!("the busier relay ended: {r:?}"),
+        };
+        assert_eq!(freed.closed, 1);
+        assert!(
+            matches!(quiet_end, Err(RelayError::Evicted)),
+            "{quiet_end:?}"
         );
     }
 

@@ -89,7 +89,7 @@ pub(super) fn register_connection_families(registry: &mut Registry, m: &Metrics)
     );
     registry.register(
         "refused",
-        "Connections refused by the frontend's admission rules, by reason: denied (deny), not_allowed (outside allow), client_connections and client_handshakes (per_client), ja4 (deny_ja4), overload (a new full handshake shed by a worker past overload_threshold)",
+        "Connections refused by the frontend's admission rules, by reason: denied (deny), not_allowed (outside allow), client_connections and client_handshakes (per_client), ja4 (deny_ja4), overload (a new full handshake shed by a worker past overload_threshold), evicted_idle (an idle connection closed to free a slot near max_connections)",
         m.refused.clone(),
     );
 }

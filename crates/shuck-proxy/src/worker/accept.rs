@@ -79,6 +79,11 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 
 async fn run(spec: WorkerSpec) {
     let worker = Rc::new(Worker::new(spec.id, spec.engine.clone()));
+    tokio::task::spawn_local(free_slots_near_the_limit(
+        worker.clone(),
+        spec.limit.clone(),
+        spec.shutdown.clone(),
+    ));
     // This worker's own connections, counted for the drain at shutdown (never a limit: the
     // shared count stops accepting first). Sized by the highest `max_connections` there can be,
     // as a reload may raise it.
@@ -257,6 +262,25 @@ async fn accept_loop(
                 }
             }
         }
+    }
+}
+
+/// How often a worker looks whether it must close idle connections to free slots.
+const FREE_SLOTS_EVERY: Duration = Duration::from_secs(1);
+
+/// Near `max_connections`, closes idle connections to free slots (`Worker::free_slots`), until
+/// the server stops.
+async fn free_slots_near_the_limit(
+    worker: Rc<Worker>,
+    limit: Arc<ConnectionLimit>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(FREE_SLOTS_EVERY) => {}
+            () = stopped(&mut shutdown) => return,
+        }
+        worker.free_slots(limit.active(), limit.max());
     }
 }
 

@@ -24,6 +24,7 @@ use crate::conn::backend_header::{self, UniqueId};
 use crate::conn::conn_error::Refusal;
 use crate::conn::conn_error::{ConnError, Loudness, Reason};
 use crate::conn::demo;
+use crate::conn::idle::{self, Registration};
 use crate::conn::proxy_in::{self, Arrival};
 use crate::conn::relay::{self, Moved, RelayError};
 use crate::mem::buf_pool::PooledBuf;
@@ -360,7 +361,9 @@ async fn serve_negotiated<'a>(
     let (upstream, lease) = Box::pin(connect).await?;
     let prefix = before_relay(worker, fe, (route, pool), &lease, hs, arrival, trace)?;
     let idle = trace.timeouts(fe).idle;
-    let (moved, res) = relay_to(fe, &mut hs.stream, (upstream, idle), prefix).await;
+    let source = idle::source_of(arrival.client.ip(), cfg.admission.client_prefixes());
+    let registration = worker.idle.register(source);
+    let (moved, res) = relay_to(fe, &mut hs.stream, (upstream, idle, &registration), prefix).await;
     lease.seen(relay::backend_seen(moved, &res));
     count_ktls(&fe.metrics, &hs.stream);
     trace.moved = moved;
@@ -464,7 +467,7 @@ async fn connect_backend<'p>(
 async fn relay_to(
     fe: &WorkerFrontend,
     tls: &mut TlsStream,
-    (mut upstream, idle): (Upstream, Duration),
+    (mut upstream, idle, registration): (Upstream, Duration, &Registration<'_>),
     prefix: Option<(PooledBuf, usize)>,
 ) -> (Moved, Result<(), RelayError>) {
     let m = &fe.metrics;
@@ -473,7 +476,8 @@ async fn relay_to(
         m.bytes_down.inc_by(d.down);
     };
     // The header goes out with the client's first bytes when they have arrived, in one segment.
-    let (moved, res) = relay::relay_with_prefix(tls, &mut upstream, idle, prefix, count).await;
+    let watched = (idle, registration);
+    let (moved, res) = relay::relay_with_prefix(tls, &mut upstream, watched, prefix, count).await;
     match &res {
         Err(RelayError::BackendAborted(_)) => abort(tls.tcp()),
         // A Unix socket has no abortive close: the backend sees the socket closed (and its
@@ -482,6 +486,11 @@ async fn relay_to(
         Err(RelayError::Idle(_)) => {
             abort(tls.tcp());
             upstream.tcp().into_iter().for_each(abort);
+        }
+        // Closed to free a slot, with nothing in flight: in order (close_notify), bounded as
+        // a close at the end of a handshake is; the backend sees its connection closed.
+        Err(RelayError::Evicted) => {
+            let _ = tokio::time::timeout(fe.cfg.timeouts.handshake, tls.shutdown()).await;
         }
         _ => {}
     }

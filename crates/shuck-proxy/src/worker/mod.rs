@@ -15,11 +15,13 @@ pub(crate) use engine::Engine;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
 use crate::backend::BackendPool;
 use crate::config::{Backend, BackendAddr, Backends, CertSource, ConnectionLogFormat, Frontend};
+use crate::conn::idle::{Freed, IdleSet};
 use crate::metrics::{FrontendMetrics, Metrics};
 use crate::tls::{self, TlsSlot};
 
@@ -34,6 +36,10 @@ pub(crate) struct Worker {
     pub(crate) load: crate::sys::load::HandshakeLoad,
     /// Whether its last accept came near `max_connections` (said once per change).
     pressured: Cell<bool>,
+    /// Its relayed connections, which it may close near `max_connections`.
+    pub(crate) idle: IdleSet,
+    /// Connections closed to free slots since the last line said so, and when that was.
+    freed: Cell<(usize, Option<Instant>)>,
 }
 
 impl Worker {
@@ -44,6 +50,8 @@ impl Worker {
             connections: Cell::new(0),
             load: crate::sys::load::HandshakeLoad::new(id),
             pressured: Cell::new(false),
+            idle: IdleSet::default(),
+            freed: Cell::new((0, None)),
         }
     }
 
@@ -87,6 +95,40 @@ impl Worker {
         now
     }
 
+    /// Near the limit, closes this worker's share of the idle connections whose close brings
+    /// the process below 80% of `max` (where the pressure ends): relayed connections idle for
+    /// `EVICTABLE_AFTER` or more, the heaviest sources' oldest first. Called once a second.
+    pub(crate) fn free_slots(&self, active: usize, max: usize) {
+        if !self.near_the_limit(active, max) {
+            return;
+        }
+        let below = max.saturating_mul(8).div_ceil(10).saturating_sub(1);
+        let excess = active.saturating_sub(below);
+        let mine = self.idle.len();
+        if excess == 0 || mine == 0 {
+            return;
+        }
+        // Each worker its share, as SO_REUSEPORT spread the connections.
+        let share = excess.saturating_mul(mine).div_ceil(active).min(mine);
+        let freed = self.idle.free(share, crate::config::EVICTABLE_AFTER);
+        self.said_freed(freed);
+    }
+
+    /// One line for the first connections freed, then at most one a minute with the count.
+    fn said_freed(&self, freed: Freed) {
+        let (count, said_at) = self.freed.get();
+        let count = count + freed.closed;
+        let now = Instant::now();
+        let due = said_at.is_none_or(|t| now.duration_since(t) >= FREED_LINE_EVERY);
+        match freed.heaviest {
+            Some((source, held)) if freed.closed > 0 && due => {
+                tracing::warn!(worker = self.id, closed = count, heaviest_source = %source, held, "near max_connections: closed idle connections, the heaviest sources' first");
+                self.freed.set((0, Some(now)));
+            }
+            _ => self.freed.set((count, said_at)),
+        }
+    }
+
     /// The next number of this worker's connection sequence.
     pub(crate) fn next_connection(&self) -> u64 {
         let n = self.connections.get();
@@ -94,6 +136,9 @@ impl Worker {
         n
     }
 }
+
+/// How often a line says how many idle connections were closed near the limit.
+const FREED_LINE_EVERY: Duration = Duration::from_secs(60);
 
 /// What one worker knows about one frontend.
 pub(crate) struct WorkerFrontend {
