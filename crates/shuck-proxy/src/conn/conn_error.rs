@@ -297,7 +297,7 @@ impl ConnError {
                 Reason::ClientRelay
             }
             ConnError::Relay(RelayError::Idle(_)) => Reason::Idle,
-            ConnError::Relay(RelayError::Evicted) => Reason::Evicted,
+            ConnError::Relay(RelayError::Evicted { .. }) => Reason::Evicted,
             ConnError::Refused(r) => match r {
                 Refusal::Denied => Reason::RefusedDenied,
                 Refusal::NotAllowed => Reason::RefusedNotAllowed,

@@ -89,13 +89,16 @@ impl IdleSet {
         self.entries.borrow().len()
     }
 
-    /// Tells up to `want` connections idle for at least `min_idle` to close, each time taking
-    /// the oldest idle one of the source that holds the most connections still open here.
-    /// Work in proportion to the connections registered; called once a second at most, and
-    /// only near the limit.
+    /// Tells connections idle for at least `min_idle` to close until `want` are on their way
+    /// out (those told before and still closing count), each time taking the oldest idle one
+    /// of the source that holds the most connections still open here; when that source has
+    /// no connection idle long enough, the next one's. Work in proportion to the connections
+    /// registered; called once a second at most, and only near the limit.
     pub(crate) fn free(&self, want: usize, min_idle: Duration) -> Freed {
         let now = Instant::now();
         let mut entries = self.entries.borrow_mut();
+        let closing = entries.iter().filter(|(_, e)| e.evicted).count();
+        let want = want.saturating_sub(closing);
         let mut held: HashMap<IpAddr, usize> = HashMap::new();
         let mut idle: HashMap<IpAddr, Vec<(Instant, usize)>> = HashMap::new();
         for (key, e) in entries.iter().filter(|(_, e)| !e.evicted) {
@@ -134,7 +137,8 @@ impl IdleSet {
 /// nobody may close early (a generic rather than an `Option`, so a relay without one stays
 /// `Send`).
 pub(crate) trait Watched {
-    /// The connection moved bytes at `now`.
+    /// The connection moved bytes at `now`: it is no longer idle, and a close asked of it
+    /// before is called off.
     fn touch(&self, now: Instant);
     /// Whether it is to close; if not, `cx`'s task is woken when it is.
     fn poll_evicted(&self, cx: &Context<'_>) -> bool;
@@ -151,6 +155,7 @@ impl Watched for Registration<'_> {
     fn touch(&self, now: Instant) {
         if let Some(e) = self.set.entries.borrow_mut().get_mut(self.key) {
             e.active_at = now;
+            e.evicted = false;
         }
     }
 
@@ -231,6 +236,22 @@ mod tests {
         assert!(!b.poll_evicted(&cx));
         drop(a);
         assert_eq!(set.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn connections_still_closing_count_and_activity_calls_a_close_off() {
+        let set = IdleSet::default();
+        let regs: Vec<_> = (0..4).map(|_| set.register(ip("192.0.2.1"))).collect();
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(set.free(2, Duration::from_secs(5)).closed, 2);
+        // Those two have not closed yet: asking for two again closes none more.
+        assert_eq!(set.free(2, Duration::from_secs(5)).closed, 0);
+        assert_eq!(set.free(3, Duration::from_secs(5)).closed, 1);
+        // One of them moved a byte: no longer closing, and not idle.
+        regs[0].touch(Instant::now());
+        let cx = Context::from_waker(Waker::noop());
+        assert!(!regs[0].poll_evicted(&cx));
+        assert_eq!(evicted(&regs), vec![1, 2]);
     }
 
     #[test]

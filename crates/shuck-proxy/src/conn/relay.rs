@@ -111,6 +111,11 @@ impl Pump {
         self.state == State::Done
     }
 
+    /// Whether nothing this direction read waits to be written or flushed.
+    fn holds_nothing(&self) -> bool {
+        matches!(self.state, State::Reading | State::Done) && !self.unflushed
+    }
+
     /// Polls this direction unless it is done. A read error is returned (the stream is broken and
     /// the relay ends); a write error ends only this direction and is kept in `write_error`.
     /// `blame` maps a read error and a write error to the side at fault.
@@ -310,9 +315,11 @@ pub(crate) enum RelayError {
     Backend(io::Error),
     #[error("idle for longer than {0:?}")]
     Idle(Duration),
-    /// The worker closed it, idle, to free a slot near `max_connections` (`conn::idle`).
+    /// The worker closed it, idle, to free a slot near `max_connections` (`conn::idle`);
+    /// `in_flight`: bytes were still waiting for a peer that did not read them (the close is
+    /// then an abort, as an idle timeout's, so no peer takes a cut stream for a whole one).
     #[error("closed while idle to free a slot near max_connections")]
-    Evicted,
+    Evicted { in_flight: bool },
 }
 
 /// Bytes moved: client to backend, backend to client.
@@ -437,7 +444,8 @@ where
             watched.touch(last_activity);
         }
         if watched.poll_evicted(cx) {
-            return Poll::Ready(Err(RelayError::Evicted));
+            let in_flight = !(up.holds_nothing() && down.holds_nothing());
+            return Poll::Ready(Err(RelayError::Evicted { in_flight }));
         }
         while sleep.as_mut().poll(cx).is_ready() {
             let deadline = last_activity + idle;
@@ -811,7 +819,7 @@ mod tests {
         };
         assert_eq!(freed.closed, 1);
         assert!(
-            matches!(quiet_end, Err(RelayError::Evicted)),
+            matches!(quiet_end, Err(RelayError::Evicted { in_flight: false })),
             "{quiet_end:?}"
         );
     }

@@ -461,6 +461,9 @@ async fn connect_backend<'p>(
     }
 }
 
+/// How long an evicted connection's close_notify may take to leave.
+const EVICTED_CLOSE: Duration = Duration::from_secs(1);
+
 /// Relays until both sides are done. An abort on one side is passed on as an abort (RST, no
 /// close_notify) to the other, as HAProxy does: an orderly close would let the peer take a cut
 /// stream for a complete one. An idle timeout cuts both where they stand.
@@ -483,14 +486,14 @@ async fn relay_to(
         // A Unix socket has no abortive close: the backend sees the socket closed (and its
         // next write fails), the nearest it gets to a reset.
         Err(RelayError::ClientAborted(_)) => upstream.tcp().into_iter().for_each(abort),
-        Err(RelayError::Idle(_)) => {
+        Err(RelayError::Idle(_) | RelayError::Evicted { in_flight: true }) => {
             abort(tls.tcp());
             upstream.tcp().into_iter().for_each(abort);
         }
-        // Closed to free a slot, with nothing in flight: in order (close_notify), bounded as
-        // a close at the end of a handshake is; the backend sees its connection closed.
-        Err(RelayError::Evicted) => {
-            let _ = tokio::time::timeout(fe.cfg.timeouts.handshake, tls.shutdown()).await;
+        // Closed to free a slot with nothing of ours in flight: close_notify, bounded short
+        // (the slot is what this is for); the backend's socket is closed with the relay.
+        Err(RelayError::Evicted { in_flight: false }) => {
+            let _ = tokio::time::timeout(EVICTED_CLOSE, tls.shutdown()).await;
         }
         _ => {}
     }

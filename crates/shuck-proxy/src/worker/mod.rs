@@ -73,10 +73,10 @@ impl Worker {
         }
     }
 
-    /// Whether a connection accepted now, with `active` of `max` connections taken, is near
-    /// the limit: from 90% taken until below 80% again (so a count hovering at 90% does not
-    /// switch at every accept); one line each way. Connections accepted near the limit get
-    /// shorter timeouts (`Timeouts::under_pressure`).
+    /// Whether the process, with `active` of `max` connections taken, is near the limit: from
+    /// 90% taken until below 80% again (so a count hovering at 90% does not switch at every
+    /// look); one line each way. Looked at on each accept (connections accepted near the limit
+    /// get shorter timeouts: `Timeouts::under_pressure`) and once a second (`free_slots`).
     pub(crate) fn near_the_limit(&self, active: usize, max: usize) -> bool {
         let was = self.pressured.get();
         let now = if was {
@@ -87,7 +87,7 @@ impl Worker {
         if was != now {
             self.pressured.set(now);
             if now {
-                tracing::warn!(worker = self.id, handshake_timeout = ?crate::config::PRESSURED_HANDSHAKE, idle_timeout = ?crate::config::PRESSURED_IDLE, "90% of max_connections taken: new connections get shorter timeouts");
+                tracing::warn!(worker = self.id, handshake_timeout = ?crate::config::PRESSURED_HANDSHAKE, idle_timeout = ?crate::config::PRESSURED_IDLE, "90% of max_connections taken: new connections get shorter timeouts, idle ones may be closed");
             } else {
                 tracing::info!(worker = self.id, "below 80% of max_connections again: new connections get the configured timeouts");
             }
