@@ -5,6 +5,8 @@
 //! hitch's file is a list of `key = value` lines, where a value is a quoted string, bare tokens
 //! (`on`, `4`, `TLSv1.2 TLSv1.3`) or a `{ … }` block of the same (a frontend, a pem-file).
 
+use shuck_proxy::config::OPENSSL_TLS12_SUITES;
+
 /// A value in a hitch file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Value {
@@ -260,34 +262,6 @@ fn frontend_of(value: &Value) -> Frontend {
     }
 }
 
-/// OpenSSL's names of the TLS 1.2 suites rustls has, as shuck names them.
-const TLS12_SUITES: [(&str, &str); 6] = [
-    (
-        "ECDHE-ECDSA-AES128-GCM-SHA256",
-        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-    ),
-    (
-        "ECDHE-ECDSA-AES256-GCM-SHA384",
-        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-    ),
-    (
-        "ECDHE-ECDSA-CHACHA20-POLY1305",
-        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
-    ),
-    (
-        "ECDHE-RSA-AES128-GCM-SHA256",
-        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-    ),
-    (
-        "ECDHE-RSA-AES256-GCM-SHA384",
-        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-    ),
-    (
-        "ECDHE-RSA-CHACHA20-POLY1305",
-        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
-    ),
-];
-
 const TLS13_SUITES: [&str; 3] = [
     "TLS_AES_128_GCM_SHA256",
     "TLS_AES_256_GCM_SHA384",
@@ -307,7 +281,7 @@ fn cipher_suites(ciphers: Option<&Value>, suites: Option<&Value>, out: &mut Line
         });
         let (known, unknown): (Vec<&str>, Vec<&str>) = names
             .iter()
-            .partition(|n| TLS12_SUITES.iter().any(|(o, _)| o == *n));
+            .partition(|n| OPENSSL_TLS12_SUITES.iter().any(|(o, _)| o == *n));
         if keywords || known.is_empty() {
             out.dropped(
                 "ciphers",
@@ -324,7 +298,7 @@ fn cipher_suites(ciphers: Option<&Value>, suites: Option<&Value>, out: &mut Line
             tls12 = known
                 .iter()
                 .filter_map(|n| {
-                    TLS12_SUITES
+                    OPENSSL_TLS12_SUITES
                         .iter()
                         .find(|(o, _)| o == n)
                         .map(|(_, s)| (*s).to_string())
@@ -333,7 +307,10 @@ fn cipher_suites(ciphers: Option<&Value>, suites: Option<&Value>, out: &mut Line
         }
     }
     if tls12.is_empty() {
-        tls12 = TLS12_SUITES.iter().map(|(_, s)| (*s).to_string()).collect();
+        tls12 = OPENSSL_TLS12_SUITES
+            .iter()
+            .map(|(_, s)| (*s).to_string())
+            .collect();
     }
     let mut tls13: Vec<String> = TLS13_SUITES.iter().map(|s| (*s).to_string()).collect();
     if let Some(v) = suites {

@@ -37,6 +37,7 @@ mod sessions;
 mod timeouts;
 mod tls;
 
+pub use crate::proto::tls_params::OPENSSL_TLS12_SUITES;
 pub use acme::{Acme, AcmeKey, AcmeStore, Eab, UntilIssued};
 pub use admission::{Admission, HandshakeRate, NetList, PerClient};
 pub use backend::{Backend, BackendAddr, BackendPolicy, Backends, Target, MAX_BACKENDS};

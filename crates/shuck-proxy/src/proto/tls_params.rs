@@ -140,6 +140,34 @@ fn parse_names<T: Copy>(
     Ok(out)
 }
 
+/// OpenSSL's names of the TLS 1.2 suites rustls has, and their IANA names (which shuck uses).
+pub const OPENSSL_TLS12_SUITES: [(&str, &str); 6] = [
+    (
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    ),
+    (
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    ),
+    (
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    ),
+    (
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    ),
+    (
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    ),
+    (
+        "ECDHE-RSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    ),
+];
+
 pub(crate) fn parse_ciphersuites(list: &[String]) -> Result<Vec<SupportedCipherSuite>, String> {
     // The RFC 8446 / OpenSSL spelling of TLS 1.3 suites ("TLS_AES_128_GCM_SHA256") is what
     // operators copy from other servers; rustls spells them "TLS13_…".
