@@ -170,12 +170,19 @@ pub const OPENSSL_TLS12_SUITES: [(&str, &str); 6] = [
 
 pub(crate) fn parse_ciphersuites(list: &[String]) -> Result<Vec<SupportedCipherSuite>, String> {
     // The RFC 8446 / OpenSSL spelling of TLS 1.3 suites ("TLS_AES_128_GCM_SHA256") is what
-    // operators copy from other servers; rustls spells them "TLS13_…".
+    // operators copy from other servers; rustls spells them "TLS13_…". OpenSSL's TLS 1.2 names
+    // ("ECDHE-RSA-AES128-GCM-SHA256", from nginx's `ssl_ciphers` or HAProxy's `ciphers`) are
+    // taken where they name one suite rustls has.
     let list: Vec<String> = list
         .iter()
-        .map(|n| match n.strip_prefix("TLS_") {
-            Some(rest) if !rest.starts_with("ECDHE") => format!("TLS13_{rest}"),
-            _ => n.clone(),
+        .map(|n| {
+            if let Some((_, iana)) = OPENSSL_TLS12_SUITES.iter().find(|(o, _)| o.eq_ignore_ascii_case(n)) {
+                return (*iana).to_string();
+            }
+            match n.strip_prefix("TLS_") {
+                Some(rest) if !rest.starts_with("ECDHE") => format!("TLS13_{rest}"),
+                _ => n.clone(),
+            }
         })
         .collect();
     parse_names(
@@ -268,6 +275,21 @@ pub(crate) fn parse_groups(list: &[String]) -> Result<Vec<&'static dyn Supported
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn openssl_names_are_taken_where_they_name_one_suite() {
+        let names = |l: &[&str]| {
+            let list: Vec<String> = l.iter().map(|s| (*s).to_string()).collect();
+            parse_ciphersuites(&list).map(|v| v.into_iter().map(suite_name).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            names(&["ECDHE-RSA-AES128-GCM-SHA256", "TLS_AES_256_GCM_SHA384"]).expect("taken"),
+            ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS13_AES_256_GCM_SHA384"]
+        );
+        // A keyword or a suite rustls does not have is still refused.
+        assert!(names(&["HIGH"]).is_err());
+        assert!(names(&["ECDHE-RSA-AES128-SHA256"]).is_err());
+    }
 
     #[test]
     fn default_suite_order_follows_cpu() {
