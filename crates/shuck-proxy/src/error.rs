@@ -38,12 +38,17 @@ pub enum Error {
         source: rustls::Error,
     },
 
-    #[error("cannot listen on {addr} (frontend {frontend:?}): {source}")]
+    #[error("cannot listen on {addr} ({owner}): {source}")]
     Bind {
         addr: SocketAddr,
-        frontend: String,
+        owner: Listener,
         source: io::Error,
     },
+
+    /// The address is taken: by another program, or by another shuck (which this one would
+    /// otherwise share it with, the kernel splitting connections between them).
+    #[error("cannot listen on {addr} ({owner}): another process already listens there; stop it or choose another address (`ss -ltnp 'sport = :{}'` names it). To replace a running shuck, send it SIGUSR2 (an upgrade in place), or start the new one with --takeover to share the address until the old one stops", addr.port())]
+    AddressInUse { addr: SocketAddr, owner: Listener },
 
     #[error("the open-files limit ({fd_limit}) leaves no descriptors for connections: each takes 2 and shuck keeps {reserved} for itself; raise it (ulimit -n, LimitNOFILE= under systemd)")]
     FdLimit { fd_limit: u64, reserved: u64 },
@@ -73,3 +78,35 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What an address is listened on for, as messages name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listener {
+    Frontend(String),
+    Metrics,
+}
+
+impl std::fmt::Display for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listener::Frontend(name) => write!(f, "frontend {name:?}"),
+            Listener::Metrics => f.write_str("metrics_listen"),
+        }
+    }
+}
+
+impl Error {
+    /// A failed bind or listen on `addr`: [`Error::AddressInUse`] when the address is taken,
+    /// [`Error::Bind`] otherwise.
+    pub fn bind(addr: SocketAddr, owner: Listener, source: io::Error) -> Error {
+        if source.kind() == io::ErrorKind::AddrInUse {
+            Error::AddressInUse { addr, owner }
+        } else {
+            Error::Bind {
+                addr,
+                owner,
+                source,
+            }
+        }
+    }
+}

@@ -211,8 +211,8 @@ pub(crate) struct ConfigArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<String>,
 
-    /// Connections served at once, split evenly over the workers; beyond it new ones wait in the
-    /// kernel backlog.
+    /// Connections served at once by the whole process (one count shared by all workers);
+    /// beyond it new ones wait in the kernel backlog.
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
 
@@ -234,6 +234,12 @@ pub(crate) struct ServeArgs {
     /// Write the process ID there once listening (removed at exit if still ours).
     #[arg(long, value_name = "PATH")]
     pub pid_file: Option<PathBuf>,
+
+    /// Share listen addresses another process already listens on (an old shuck being replaced
+    /// by hand), the kernel splitting new connections between the two until it stops. Without
+    /// it such an address is refused. Not needed for SIGUSR2 upgrades, which hand sockets over.
+    #[arg(long)]
+    pub takeover: bool,
 
     /// Run as this user once the ports are bound and the keys read (started as root).
     #[arg(long, value_name = "USER")]

@@ -289,6 +289,9 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     let inherited_upgrade = inherited.is_upgrade();
     // Named by the old process once this one listens, or by this one if the old is gone.
     inherited.set_pid_file(args.pid_file.clone());
+    if args.takeover {
+        inherited.take_over_addresses();
+    }
     let mut server = Server::prepare_with(config, &mut inherited).map_err(|e| e.to_string())?;
     // After an upgrade the old process rewrites the pid file once this one is listening (so a
     // new process that fails never takes it); this one only removes it at exit, if still its.

@@ -119,7 +119,9 @@ impl Loop {
         self.starting.stop();
         self.stops.send_modify(|n| *n += 1);
         let n = *self.stops.borrow();
-        tracing::info!(signal, "stop signal {n}");
+        if n == 1 {
+            tracing::info!(signal, "stopping: no new connections; open ones may finish (a second stop signal ends them at once)");
+        }
         if let Some(job) = &mut self.job {
             job.abandon("a stop came first");
         }

@@ -38,16 +38,12 @@ impl RawFrontend {
         }
         let mut addrs = Vec::with_capacity(raw.len());
         for l in &raw {
-            let addr: SocketAddr = l.parse().map_err(|_| {
-                key_err(
-                    "listen",
-                    format!("{l:?} is not an IP:port address (IPv6 as [::1]:443)"),
-                )
-            })?;
-            if addrs.contains(&addr) {
-                return Err(key_err("listen", format!("{addr} is listed twice")));
+            for addr in listen_addresses(l)? {
+                if addrs.contains(&addr) {
+                    return Err(key_err("listen", format!("{addr} is listed twice")));
+                }
+                addrs.push(addr);
             }
-            addrs.push(addr);
         }
         let backlog = self.backlog.unwrap_or(defaults::BACKLOG);
         if backlog == 0 || backlog > 65535 {
@@ -87,4 +83,25 @@ pub(super) fn check_not_shared(fe: &Frontend, earlier: &[Frontend]) -> Result<()
         }
     }
     Ok(())
+}
+
+/// The addresses one `listen` entry stands for: an `IP:port`, or `*:port` and `:port` (as in
+/// HAProxy's `bind`) for every address, IPv4's `0.0.0.0` and, where the host has IPv6,
+/// `[::]` (IPv6 only, so the two do not clash).
+fn listen_addresses(entry: &str) -> Result<Vec<SocketAddr>, KeyError> {
+    let bad = || {
+        key_err(
+            "listen",
+            format!("{entry:?} is not an address: write IP:port (IPv6 as [::1]:443), or *:port for every address"),
+        )
+    };
+    let Some(port) = entry.strip_prefix("*:").or_else(|| entry.strip_prefix(':')) else {
+        return entry.parse().map(|a| vec![a]).map_err(|_| bad());
+    };
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    let mut all = vec![SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, port))];
+    if crate::sys::listener::host_has_ipv6() {
+        all.push(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)));
+    }
+    Ok(all)
 }

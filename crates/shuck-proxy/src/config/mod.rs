@@ -28,6 +28,7 @@ mod client_auth;
 pub mod frontend;
 pub mod global;
 pub mod health;
+mod keys;
 mod listen;
 mod proxy;
 pub mod routes;
@@ -305,10 +306,19 @@ impl RawConfig {
     }
 
     pub fn parse(text: &str, origin: &Origin) -> Result<RawConfig> {
-        toml::from_str(text).map_err(|e| Error::ConfigSyntax {
+        let syntax = |e: toml::de::Error| Error::ConfigSyntax {
             origin: origin.to_string(),
             message: e.to_string().trim_end().to_string(),
-        })
+        };
+        // The keys first, for the messages serde cannot give (`keys`); then serde, whose
+        // messages carry the line.
+        let table: toml::Table = toml::from_str(text).map_err(syntax)?;
+        keys::check(&table).map_err(|e| Error::ConfigValue {
+            origin: origin.to_string(),
+            key: e.key,
+            message: e.message,
+        })?;
+        toml::from_str(text).map_err(syntax)
     }
 
     pub fn validate(self, origin: Origin, base: Option<&Path>) -> Result<Config> {

@@ -176,7 +176,10 @@ pub(crate) fn parse_ciphersuites(list: &[String]) -> Result<Vec<SupportedCipherS
     let list: Vec<String> = list
         .iter()
         .map(|n| {
-            if let Some((_, iana)) = OPENSSL_TLS12_SUITES.iter().find(|(o, _)| o.eq_ignore_ascii_case(n)) {
+            if let Some((_, iana)) = OPENSSL_TLS12_SUITES
+                .iter()
+                .find(|(o, _)| o.eq_ignore_ascii_case(n))
+            {
                 return (*iana).to_string();
             }
             match n.strip_prefix("TLS_") {
@@ -284,7 +287,10 @@ mod tests {
         };
         assert_eq!(
             names(&["ECDHE-RSA-AES128-GCM-SHA256", "TLS_AES_256_GCM_SHA384"]).expect("taken"),
-            ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS13_AES_256_GCM_SHA384"]
+            [
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                "TLS13_AES_256_GCM_SHA384"
+            ]
         );
         // A keyword or a suite rustls does not have is still refused.
         assert!(names(&["HIGH"]).is_err());

@@ -16,7 +16,7 @@ use std::path::Path;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::config::Frontend;
-use crate::error::{Error, Result};
+use crate::error::{Error, Listener, Result};
 use crate::sys::listener;
 use crate::sys::upgrade::{Handover, Inherited};
 use crate::tls::TlsSlot;
@@ -81,6 +81,7 @@ impl Bindings {
         inherited: &mut Inherited,
     ) -> Result<Prepared> {
         refuse_shared(frontends)?;
+        let may_share = inherited.may_share();
         let mut added = Vec::new();
         for fe in frontends {
             for (index, &want) in fe.listen.addrs.iter().enumerate() {
@@ -91,16 +92,14 @@ impl Bindings {
                 if sockets.is_empty() {
                     sockets = self.moving_socket(want, frontends)?;
                 }
-                let bound = self.bind(fe, index, want, sockets)?;
+                let bound = self.bind((fe, index, want), sockets, may_share)?;
                 let for_workers = bound
                     .sockets
                     .iter()
                     .map(TcpListener::try_clone)
                     .collect::<io::Result<Vec<_>>>()
-                    .map_err(|source| Error::Bind {
-                        addr: bound.addr,
-                        frontend: fe.name.clone(),
-                        source,
+                    .map_err(|source| {
+                        Error::bind(bound.addr, Listener::Frontend(fe.name.clone()), source)
                     })?;
                 added.push((bound, for_workers));
             }
@@ -250,21 +249,18 @@ impl Bindings {
             .iter()
             .map(TcpListener::try_clone)
             .collect::<io::Result<Vec<_>>>()
-            .map_err(|source| Error::Bind {
-                addr: want,
-                frontend: b.frontend.clone(),
-                source,
-            })
+            .map_err(|source| Error::bind(want, Listener::Frontend(b.frontend.clone()), source))
     }
 
     /// One socket per worker for `want`: those given, then bound (the first fixes the port when
-    /// `want` has port 0; the others share it with SO_REUSEPORT).
+    /// `want` has port 0; the others share it with SO_REUSEPORT). An address another process
+    /// listens on is refused unless `may_share` (SO_REUSEPORT would let this process bind it,
+    /// and the kernel would split new connections between the two).
     fn bind(
         &mut self,
-        fe: &Frontend,
-        index: usize,
-        want: SocketAddr,
+        (fe, index, want): (&Frontend, usize, SocketAddr),
         mut sockets: Vec<TcpListener>,
+        may_share: bool,
     ) -> Result<Bound> {
         // defer_accept on fresh sockets only: those handed over (an upgrade) or moving from
         // another frontend are shared with what still runs, and this may yet fail; they take
@@ -277,26 +273,24 @@ impl Bindings {
                     }
                     Ok(s)
                 })
-                .map_err(|source| Error::Bind {
-                    addr,
-                    frontend: fe.name.clone(),
-                    source,
-                })
+                .map_err(|source| Error::bind(addr, Listener::Frontend(fe.name.clone()), source))
         };
         if sockets.is_empty() {
             if want.port() != 0
                 && self.live.iter().all(|b| b.addr != want)
                 && listener::in_use(want)
             {
-                tracing::warn!(frontend = %fe.name, addr = %want, "another process already listens on this address; the kernel will split new connections between it and this shuck (expected only while taking over from an old instance)");
+                if !may_share {
+                    let owner = Listener::Frontend(fe.name.clone());
+                    return Err(Error::AddressInUse { addr: want, owner });
+                }
+                tracing::warn!(frontend = %fe.name, addr = %want, "sharing this address with the process that listens on it (--takeover or an upgrade): the kernel splits new connections between the two until it stops");
             }
             sockets.push(bind(want)?);
         }
-        let addr = sockets[0].local_addr().map_err(|source| Error::Bind {
-            addr: want,
-            frontend: fe.name.clone(),
-            source,
-        })?;
+        let addr = sockets[0]
+            .local_addr()
+            .map_err(|source| Error::bind(want, Listener::Frontend(fe.name.clone()), source))?;
         while sockets.len() < self.workers.len() {
             sockets.push(bind(addr)?);
         }

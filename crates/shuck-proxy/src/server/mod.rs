@@ -22,7 +22,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::certs::{acme, staple_refresh};
 use crate::config::{Config, Frontend, OcspMode};
-use crate::error::{Error, Result};
+use crate::error::{Error, Listener, Result};
 use crate::metrics::{self, Metrics};
 use crate::server::bindings::{write_ready_file, Bindings, METRICS};
 pub use crate::server::reload::Reloader;
@@ -343,11 +343,8 @@ impl Server {
             return Ok(None);
         };
         let _guard = rt.enter();
-        let l = tokio::net::TcpListener::from_std(l).map_err(|source| Error::Bind {
-            addr,
-            frontend: "metrics".into(),
-            source,
-        })?;
+        let l = tokio::net::TcpListener::from_std(l)
+            .map_err(|source| Error::bind(addr, Listener::Metrics, source))?;
         tracing::info!(%addr, "metrics on http://{addr}/metrics");
         let (serve, handover) = (
             metrics::serve(l, self.metrics.clone()),
@@ -530,11 +527,8 @@ fn bind_metrics(
             let inherited = inherited.take(METRICS, usize::MAX, addr).into_iter().next();
             let l = match inherited {
                 Some(l) => l,
-                None => metrics_socket(addr).map_err(|source| Error::Bind {
-                    addr,
-                    frontend: "metrics".into(),
-                    source,
-                })?,
+                None => metrics_socket(addr)
+                    .map_err(|source| Error::bind(addr, Listener::Metrics, source))?,
             };
             Some(l)
         }

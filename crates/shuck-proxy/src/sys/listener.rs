@@ -58,6 +58,12 @@ pub(crate) fn in_use(addr: SocketAddr) -> bool {
     matches!(probe(), Err(e) if e.kind() == io::ErrorKind::AddrInUse)
 }
 
+/// Whether this host can listen on IPv6 (its loopback answers): `*:port` then means `[::]`
+/// too. A host with IPv6 turned off, or a container without it, listens on IPv4 alone.
+pub(crate) fn host_has_ipv6() -> bool {
+    std::net::TcpListener::bind((std::net::Ipv6Addr::LOCALHOST, 0)).is_ok()
+}
+
 /// Accept errors that mean "this one connection went away": retry at once.
 pub(crate) fn is_connection_error(e: &io::Error) -> bool {
     matches!(

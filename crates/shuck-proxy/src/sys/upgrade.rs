@@ -43,6 +43,8 @@ pub struct Inherited {
     pid_file: Option<PathBuf>,
     /// The process that started this one (the old one).
     parent: u32,
+    /// `--takeover`: addresses another process listens on are shared with it.
+    takeover: bool,
 }
 
 impl Inherited {
@@ -77,7 +79,20 @@ impl Inherited {
                 .ok()
                 .and_then(|p| p.parse().ok())
                 .unwrap_or_else(std::os::unix::process::parent_id),
+            takeover: false,
         })
+    }
+
+    /// `--takeover`: the operator says another process (an old shuck being replaced) may
+    /// still listen on these addresses, and this one is to share them until it stops.
+    pub fn take_over_addresses(&mut self) {
+        self.takeover = true;
+    }
+
+    /// Whether an address another process listens on may be shared with it: with
+    /// `--takeover`, and in an upgrade (whose old process holds every address).
+    pub(crate) fn may_share(&self) -> bool {
+        self.takeover || self.is_upgrade()
     }
 
     /// Whether this process takes over from another.

@@ -12,6 +12,7 @@ mod dns;
 mod faults;
 mod import;
 mod ktls;
+mod messages;
 mod metrics;
 mod mtls;
 mod ocsp;

@@ -1,0 +1,177 @@
+//! What shuck says when something is wrong, as an operator meets it: a busy port fails once,
+//! naming the address and what to do; a second shuck on an address is refused unless told to
+//! take over; a busy metrics port is named as such; configuration mistakes serde would describe
+//! in its own terms (single brackets, a number without a unit, a misspelt key) say what to
+//! write; `*:port` and OpenSSL's cipher names are taken; Ctrl-C says what it does.
+
+use std::net::TcpListener;
+use std::process::Command;
+
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::{run_bounded, Shuck, SHUCK};
+
+/// Runs shuck with `args` (60 s at most); exit code and standard error.
+fn shuck(args: &[&str]) -> (i32, String) {
+    let out = run_bounded(Command::new(&*SHUCK).args(args), b"", 60);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `shuck check` on `text` written to a file: exit code and standard output and error.
+fn check(pki: &Pki, text: &str) -> (i32, String) {
+    let path = pki.path("messages.toml");
+    std::fs::write(&path, text).expect("write config");
+    let out = run_bounded(
+        Command::new(&*SHUCK).args(["check", "--config", path.to_str().expect("utf-8")]),
+        b"",
+        60,
+    );
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), all)
+}
+
+fn frontend(pki: &Pki, extra: &str) -> String {
+    let cert = pki.leaf("m.pem", "m", &["m.test"], Key::EcdsaP256);
+    format!(
+        "[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n{extra}\n",
+        toml_path(&cert)
+    )
+}
+
+/// A port another program holds (without SO_REUSEPORT): one error, naming the address, the
+/// frontend and what to do; no warning first, no second line.
+#[test]
+fn a_busy_port_fails_once_saying_what_to_do() {
+    let held = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = held.local_addr().expect("addr").to_string();
+    let (code, err) = shuck(&["serve", "--self-signed", "--listen", &addr]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.matches("already listens").count(), 1, "{err}");
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+    assert!(err.contains("stop it or choose another address"), "{err}");
+    assert!(!err.contains("kernel will split"), "{err}");
+    assert!(!err.contains("Address already in use"), "{err}");
+}
+
+/// A second shuck on the address of a running one is refused (the kernel would otherwise
+/// split connections between them); with `--takeover` it shares the address, and says so.
+#[test]
+fn a_second_shuck_on_an_address_is_refused_unless_it_takes_over() {
+    let pki = Pki::new();
+    let cfg = |listen: &str| frontend(&pki, "").replace("127.0.0.1:0", listen);
+    let old = Shuck::start(&format!("workers = 1\n{}", cfg("127.0.0.1:0")));
+    let addr = old.addr().to_string();
+    let path = pki.path("second.toml");
+    std::fs::write(&path, format!("workers = 1\n{}", cfg(&addr))).expect("write");
+    let (code, err) = shuck(&["serve", "--config", path.to_str().expect("utf-8")]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("another process already listens there"),
+        "{err}"
+    );
+    assert!(err.contains("--takeover"), "{err}");
+    let new = Shuck::with()
+        .config(&format!("workers = 1\n{}", cfg(&addr)))
+        .args(&["--takeover"])
+        .run();
+    assert_eq!(new.addr(), old.addr());
+    let log = new.wait_log("sharing this address");
+    assert!(log.contains(&addr), "{log}");
+}
+
+/// A busy metrics port is blamed on `metrics_listen`, not on a frontend called "metrics".
+#[test]
+fn a_busy_metrics_port_is_named_as_metrics_listen() {
+    let held = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = held.local_addr().expect("addr").to_string();
+    let (code, err) = shuck(&[
+        "serve",
+        "--self-signed",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        &addr,
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("cannot listen on {addr} (metrics_listen)")),
+        "{err}"
+    );
+    assert!(!err.contains("frontend \"metrics\""), "{err}");
+}
+
+/// Mistakes serde would describe in its own terms say what to write instead.
+#[test]
+fn configuration_mistakes_say_what_to_write() {
+    let pki = Pki::new();
+    let fe = frontend(&pki, "");
+    let cases = [
+        (
+            fe.replace("[[frontend]]", "[frontend]"),
+            "each frontend is written [[frontend]] (double brackets)",
+        ),
+        (
+            frontend(&pki, "idle_timeout = 30"),
+            "idle_timeout: 30 has no unit: write idle_timeout = \"30s\"",
+        ),
+        (
+            frontend(&pki, "name = \"web\"\nidle_timout = \"30s\""),
+            "idle_timout: not a key of [[frontend]] number 1 (\"web\"); did you mean idle_timeout?",
+        ),
+        (
+            format!("log-level = \"info\"\n{fe}"),
+            "log-level: not a key of the top level; did you mean log_level?",
+        ),
+    ];
+    for (text, want) in cases {
+        let (code, out) = check(&pki, &text);
+        assert_eq!(code, 1, "{text}\n{out}");
+        assert!(out.contains(want), "{text}\nwanted {want:?} in:\n{out}");
+        assert!(!out.contains("expected one of"), "{out}");
+    }
+}
+
+/// `*:port` and `:port` are every address (IPv4 and, where the host has it, IPv6); OpenSSL's
+/// TLS 1.2 cipher names are taken.
+#[test]
+fn star_ports_and_openssl_cipher_names_are_taken() {
+    let pki = Pki::new();
+    for listen in ["*:18447", ":18447"] {
+        let text = frontend(&pki, "").replace("127.0.0.1:0", listen);
+        let (code, out) = check(&pki, &text);
+        assert_eq!(code, 0, "{listen}: {out}");
+        assert!(out.contains("0.0.0.0:18447"), "{listen}: {out}");
+        if shuck_test_support::peers::ipv6_loopback() {
+            assert!(out.contains("[::]:18447"), "{listen}: {out}");
+        }
+    }
+    let (code, out) = check(
+        &pki,
+        &frontend(
+            &pki,
+            "ciphersuites = [\"TLS_AES_128_GCM_SHA256\", \"ECDHE-ECDSA-AES128-GCM-SHA256\"]",
+        ),
+    );
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = check(&pki, &frontend(&pki, "ciphersuites = [\"HIGH:!aNULL\"]"));
+    assert_eq!(code, 1, "{out}");
+}
+
+/// Ctrl-C (SIGINT) says what it does, not which signal number it was.
+#[test]
+fn ctrl_c_says_it_stops() {
+    let s = Shuck::with()
+        .args(&["--self-signed", "--listen", "127.0.0.1:0"])
+        .run();
+    s.signal("INT");
+    let (status, log) = s.stop();
+    assert!(status.success(), "{status}: {log}");
+    assert!(log.contains("stopping: no new connections"), "{log}");
+    assert!(!log.contains("stop signal 1"), "{log}");
+}
