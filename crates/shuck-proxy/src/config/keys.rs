@@ -152,16 +152,14 @@ fn check_value(key: &str, value: &Value, path: &str) -> Result<(), KeyError> {
 }
 
 fn unknown(key: &str, keys: &[&str], place: &Place<'_>) -> KeyError {
-    match nearest(key, keys) {
-        Some(near) => key_err(key, format!("not a key of {place}; did you mean {near}?")),
-        None => {
-            let all: Vec<String> = keys.iter().map(|k| format!("`{k}`")).collect();
-            key_err(
-                key,
-                format!("not a key of {place}; its keys: {}", all.join(", ")),
-            )
-        }
+    if let Some(near) = nearest(key, keys) {
+        return key_err(key, format!("not a key of {place}; did you mean {near}?"));
     }
+    let all: Vec<String> = keys.iter().map(|k| format!("`{k}`")).collect();
+    key_err(
+        key,
+        format!("not a key of {place}; its keys: {}", all.join(", ")),
+    )
 }
 
 /// The key `typed` was most likely meant to be: the same with `-` for `_` or another case, or
