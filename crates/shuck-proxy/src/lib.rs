@@ -25,7 +25,7 @@ mod worker;
 pub use obs::logging;
 pub use proto::proxy_protocol;
 pub use server::{bindings, check, reload, running};
-pub use sys::{notify, pid_file, upgrade};
+pub use sys::{access, notify, pid_file, upgrade};
 
 /// What the fuzz targets in `crates/shuck-proxy/fuzz` call: not an API.
 #[cfg(feature = "fuzzing")]

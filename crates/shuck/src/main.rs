@@ -286,13 +286,17 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     let mut inherited = upgrade::Inherited::from_env()
         .map_err(|e| format!("cannot take over the old process's sockets: {e}"))?;
     let run_as = privileges::RunAs::of(&config);
+    // Files that load now (as root) and not later (as the user that serves): said at start.
+    for w in unreadable_later(&config, &run_as) {
+        tracing::warn!("{w}");
+    }
     let inherited_upgrade = inherited.is_upgrade();
     // Named by the old process once this one listens, or by this one if the old is gone.
     inherited.set_pid_file(args.pid_file.clone());
     if args.takeover {
         inherited.take_over_addresses();
     }
-    let mut server = Server::prepare_with(config, &mut inherited).map_err(|e| e.to_string())?;
+    let mut server = Server::prepare_with(config, &mut inherited).map_err(|e| read_error(&e))?;
     // After an upgrade the old process rewrites the pid file once this one is listening (so a
     // new process that fails never takes it); this one only removes it at exit, if still its.
     let pid_file = match &args.pid_file {
@@ -347,12 +351,40 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
 
 fn check(args: &ConfigArgs) -> Result<(), String> {
     let config = load_config(args, None)?;
-    let report = shuck_proxy::check::report(&config).map_err(|e| e.to_string())?;
+    let run_as = privileges::RunAs::of(&config);
+    let report = shuck_proxy::check::report(&config).map_err(|e| read_error(&e))?;
     print!("{}", report.summary);
-    for w in &report.warnings {
+    for w in report
+        .warnings
+        .iter()
+        .chain(&unreadable_later(&config, &run_as))
+    {
         eprintln!("shuck: warning: {w}");
     }
     Ok(())
+}
+
+/// `e` as its message, with who could not read a certificate or key: the user this process
+/// runs as now (an unprivileged start, or an upgrade's new process).
+fn read_error(e: &shuck_proxy::Error) -> String {
+    match e {
+        shuck_proxy::Error::CertRead { source, .. }
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            let who = shuck_proxy::access::me();
+            format!("{e} (shuck runs as user {who:?}, who may not read it: give that user read access to it and search access to the directories above it)")
+        }
+        _ => e.to_string(),
+    }
+}
+
+/// What the user that serves after start could not read or watch (`check::unreadable_by`);
+/// a user that cannot be found is `serve`'s error to give, not this.
+fn unreadable_later(config: &Config, run_as: &privileges::RunAs) -> Vec<String> {
+    run_as
+        .reader()
+        .map(|r| shuck_proxy::check::unreadable_by(config, &r))
+        .unwrap_or_default()
 }
 
 /// `shuck ticket-key`: appends a key to a HAProxy-format file or writes a new nginx-format one,

@@ -16,6 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::unistd::{self, Gid, Group, Uid, User};
+use shuck_proxy::access::Reader;
 use shuck_proxy::config::Config;
 
 /// Who to become, decided from the configuration.
@@ -37,6 +38,50 @@ impl RunAs {
             allow_root: config.allow_root,
             state_dirs,
         }
+    }
+
+    /// Who serves after start: the user this process becomes (the configured one, or started
+    /// as root the default one), or this process's own user; with its groups, for
+    /// [`shuck_proxy::access`] to judge the files renewals and reloads read.
+    pub(crate) fn reader(&self) -> Result<Reader, String> {
+        let euid = unistd::geteuid();
+        let name = match &self.user {
+            Some(name) => name.clone(),
+            None if euid.is_root() && !self.allow_root => default_user()?,
+            None => {
+                let me = User::from_uid(euid).ok().flatten();
+                let groups = unistd::getgroups().unwrap_or_default();
+                let mut gids = vec![unistd::getegid().as_raw()];
+                gids.extend(groups.iter().map(|g| g.as_raw()));
+                return Ok(Reader {
+                    name: me.map_or_else(|| euid.to_string(), |u| u.name),
+                    uid: euid.as_raw(),
+                    gids,
+                });
+            }
+        };
+        let user = User::from_name(&name)
+            .map_err(|e| format!("user {name:?}: {e}"))?
+            .ok_or_else(|| format!("user {name:?} does not exist"))?;
+        let gid = match &self.group {
+            None => user.gid,
+            Some(g) => {
+                Group::from_name(g)
+                    .map_err(|e| format!("group {g:?}: {e}"))?
+                    .ok_or_else(|| format!("group {g:?} does not exist"))?
+                    .gid
+            }
+        };
+        let cname =
+            std::ffi::CString::new(name.as_str()).map_err(|e| format!("user {name:?}: {e}"))?;
+        let mut gids = vec![gid.as_raw()];
+        let supplementary = unistd::getgrouplist(&cname, gid).unwrap_or_default();
+        gids.extend(supplementary.iter().map(|g| g.as_raw()));
+        Ok(Reader {
+            name,
+            uid: user.uid.as_raw(),
+            gids,
+        })
     }
 
     /// Becomes the configured user, or (started as root without one, unless `allow_root`) the

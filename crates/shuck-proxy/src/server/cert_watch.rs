@@ -107,10 +107,11 @@ async fn run(
     let mut frontends = config.borrow_and_update().clone();
     let mut seen: HashMap<String, Seen> = HashMap::new();
     let mut dirs = BTreeSet::new();
+    let mut refused = BTreeSet::new();
     let mut rescan = tokio::time::interval_at(tokio::time::Instant::now() + RESCAN, RESCAN);
     rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        rewatch(&mut watcher, &mut dirs, &frontends);
+        rewatch(&mut watcher, (&mut dirs, &mut refused), &frontends);
         seen = off_the_loop(&frontends, seen, move |f, mut seen| {
             for fe in f {
                 seen.entry(fe.name.clone()).or_insert_with(|| Seen {
@@ -273,6 +274,24 @@ fn watched_of(fe: &Frontend) -> Watched {
     w
 }
 
+/// What the user serving `fe` must be able to do after start: read every file its renewals
+/// and reloads read, and, when `watching`, watch the directories the watcher watches.
+pub(crate) fn needs(fe: &Frontend, watching: bool) -> Vec<(PathBuf, crate::sys::access::Need)> {
+    use crate::sys::access::Need;
+    let w = watched_of(fe);
+    let mut dirs = BTreeSet::new();
+    if watching {
+        dirs.extend(w.dirs.iter().cloned());
+        for (f, _) in &w.files {
+            want_parents(f, &mut dirs);
+        }
+    }
+    let files = w.files.into_iter().map(|(f, _)| (f, Need::Read));
+    files
+        .chain(dirs.into_iter().map(|d| (d, Need::Watch)))
+        .collect()
+}
+
 /// What `dir` lists, sorted; nothing when it cannot be read.
 fn entries(dir: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -311,7 +330,7 @@ fn state_of(fe: &Frontend) -> u64 {
 /// Watches the directories of every file of `frontends`, and of their symlinks' targets.
 fn rewatch(
     watcher: &mut notify::RecommendedWatcher,
-    dirs: &mut BTreeSet<PathBuf>,
+    (dirs, refused): (&mut BTreeSet<PathBuf>, &mut BTreeSet<PathBuf>),
     frontends: &[Frontend],
 ) {
     let mut want = BTreeSet::new();
@@ -334,7 +353,18 @@ fn rewatch(
         // missing or unreadable now is tried again after the next event.
         match watcher.watch(&dir, RecursiveMode::NonRecursive) {
             Ok(()) => {
+                refused.remove(&dir);
                 dirs.insert(dir);
+            }
+            // Not allowed: said once, until it is allowed again (renewals there go unseen).
+            Err(notify::Error {
+                kind: notify::ErrorKind::Io(e),
+                ..
+            }) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                if !refused.contains(&dir) {
+                    tracing::warn!(dir = %dir.display(), user = %crate::sys::access::me(), "cannot watch this directory for renewed certificates (permission denied): renewals there are loaded on SIGHUP only, and only if this user can read them");
+                    refused.insert(dir);
+                }
             }
             Err(e) => tracing::debug!(dir = %dir.display(), error = %e, "cannot watch"),
         }

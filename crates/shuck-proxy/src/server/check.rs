@@ -1,6 +1,7 @@
 //! `shuck check`: load everything `serve` would load and describe what would be served.
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
 
 use crate::config::{
     AcmeKey, Backend, BackendPolicy, ClientAuth, Config, Frontend, OcspMode, SniFallback,
@@ -8,6 +9,7 @@ use crate::config::{
 use crate::error::Result;
 use crate::proto::tls_params as params;
 use crate::server::running::{self, Applies};
+use crate::sys::access::{self, Blocked, Reader};
 use crate::tls::{certs, TlsContext};
 
 /// The summary and the warnings (expiry and the like), or the first error.
@@ -409,4 +411,57 @@ fn write_reload_changes(s: &mut String, config: &Config) {
             (None, None) => Ok(()),
         };
     }
+}
+
+/// What `reader`, the user that serves after start, could not read or watch of what `config`
+/// reads again at renewals and reloads: one line per place that stops it (a directory closed
+/// to it stops every file under it), naming the user, the place, its mode and owners, and how
+/// many files it holds back. Empty when the user may do all of it.
+pub fn unreadable_by(config: &Config, reader: &Reader) -> Vec<String> {
+    let mut by_place: std::collections::BTreeMap<PathBuf, (Blocked, PathBuf, usize)> =
+        std::collections::BTreeMap::new();
+    for fe in &config.frontends {
+        for (path, need) in crate::server::cert_watch::needs(fe, config.watch_certificates) {
+            if let Err(b) = access::check(&path, reader, need) {
+                let entry = by_place.entry(b.at.clone()).or_insert((b, path, 0));
+                entry.2 += 1;
+            }
+        }
+    }
+    by_place
+        .into_values()
+        .map(|(b, example, n)| {
+            let more = match n {
+                1 => String::new(),
+                n => format!(" and {} more", n - 1),
+            };
+            format!(
+                "user {:?} (uid {}), who serves after start, cannot get to {}{more}: {} is {:04o} {}:{}, without {} permission for it; renewals, reloads and the certificate watch will fail. Give it access (e.g. chgrp {} {} and chmod g+rX on it; certbot keeps a key's group across renewals)",
+                reader.name,
+                reader.uid,
+                example.display(),
+                b.at.display(),
+                b.mode,
+                user_name(b.uid),
+                group_name(b.gid),
+                b.needed,
+                reader.gids.first().map_or_else(|| reader.name.clone(), |g| group_name(*g)),
+                b.at.display(),
+            )
+        })
+        .collect()
+}
+
+fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| uid.to_string(), |u| u.name)
+}
+
+fn group_name(gid: u32) -> String {
+    nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid))
+        .ok()
+        .flatten()
+        .map_or_else(|| gid.to_string(), |g| g.name)
 }

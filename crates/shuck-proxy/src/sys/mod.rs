@@ -1,5 +1,6 @@
-//! The operating system: sockets and their options, descriptor limits, systemd notification, upgrades (socket hand-over), files, the state directory, the pid file, the clock, a worker's CPU load.
+//! The operating system: who may read a file (`access`), sockets and their options, descriptor limits, systemd notification, upgrades (socket hand-over), files, the state directory, the pid file, the clock, a worker's CPU load.
 
+pub mod access;
 pub(crate) mod clock;
 pub(crate) mod files;
 pub(crate) mod limits;

@@ -175,3 +175,93 @@ fn ctrl_c_says_it_stops() {
     assert!(log.contains("stopping: no new connections"), "{log}");
     assert!(!log.contains("stop signal 1"), "{log}");
 }
+
+/// As root with `user = "nobody"` and certbot's `live/` closed to others (mode 0700, as certbot
+/// makes it): the files load now, but nobody could not read them at a renewal or reload. `shuck
+/// check` and `serve` say so once, naming the user, the directory and its mode; opened to
+/// nobody's group, nothing is said. Started as nobody, the load itself fails, naming the file
+/// and the user.
+#[test]
+#[ignore = "needs root"]
+fn files_the_serving_user_cannot_read_later_are_said_at_check_and_start() {
+    use std::os::unix::fs::PermissionsExt;
+    shuck_test_support::process::assert_root();
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let open = |p: &std::path::Path, mode| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    open(dir.path(), 0o755);
+    let live = dir.path().join("live");
+    let site = live.join("site.test");
+    std::fs::create_dir_all(&site).expect("mkdir");
+    let bundle = pki.leaf("site.pem", "site", &["site.test"], Key::EcdsaP256);
+    std::fs::copy(&bundle, site.join("fullchain.pem")).expect("copy");
+    std::fs::copy(&bundle, site.join("privkey.pem")).expect("copy");
+    open(&live, 0o700);
+    let cfg = dir.path().join("shuck.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "user = \"nobody\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n",
+            toml_path(&live)
+        ),
+    )
+    .expect("config");
+    let cfg = cfg.to_str().expect("utf-8").to_string();
+    let (code, out) = {
+        let o = run_bounded(
+            Command::new(&*SHUCK).args(["check", "--config", &cfg]),
+            b"",
+            60,
+        );
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    assert_eq!(code, Some(0), "{out}");
+    let said = "who serves after start, cannot get to";
+    assert_eq!(out.matches(said).count(), 1, "{out}");
+    assert!(out.contains("user \"nobody\""), "{out}");
+    assert!(
+        out.contains(&format!("{} is 0700 root:root", live.display())),
+        "{out}"
+    );
+    let shuck = Shuck::with().args(&["--config", &cfg]).run();
+    let log = shuck.wait_log("dropped privileges");
+    assert_eq!(log.matches(said).count(), 1, "{log}");
+    drop(shuck);
+    // Opened to nobody's group: nothing to say.
+    let status = Command::new("chgrp")
+        .args(["-R", "nogroup", live.to_str().expect("utf-8")])
+        .status()
+        .expect("chgrp");
+    assert!(status.success());
+    open(&live, 0o750);
+    open(&site, 0o750);
+    open(&site.join("privkey.pem"), 0o640);
+    open(&site.join("fullchain.pem"), 0o640);
+    let o = run_bounded(
+        Command::new(&*SHUCK).args(["check", "--config", &cfg]),
+        b"",
+        60,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains(said), "{err}");
+    // Started as nobody with the directory closed again: the load fails, naming who.
+    open(&live, 0o700);
+    let o = run_bounded(
+        Command::new("setpriv")
+            .args(["--reuid", "nobody", "--regid", "nogroup", "--clear-groups"])
+            .arg(&*SHUCK)
+            .args(["check", "--config", &cfg]),
+        b"",
+        60,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot read"), "{err}");
+    assert!(err.contains("shuck runs as user \"nobody\""), "{err}");
+}
