@@ -170,6 +170,7 @@ fn rows(f: &Files) -> Vec<Row> {
             Applied,
         ),
         global("watch_certificates", "", "watch_certificates = false", Applied),
+        global("metrics_per_worker", "", "metrics_per_worker = true", Applied),
         global(
             "certificate_expiry_warning",
             "",

@@ -149,6 +149,7 @@ impl RawConfig {
             dns_allow_special_addresses: self.dns_allow_special_addresses.unwrap_or(false),
             overload_threshold,
             watch_certificates: self.watch_certificates.unwrap_or(true),
+            metrics_per_worker: self.metrics_per_worker.unwrap_or(false),
             state_dir: self.state_dir.clone().map_or_else(
                 || PathBuf::from(super::acme::STATE_DIR),
                 |p| super::resolve_path(base, p),
@@ -289,6 +290,9 @@ pub const GLOBAL_KEYS: &[GlobalKey] = &[
     ),
     key("watch_certificates", Applies::Reload, Recorded::Yes, |c| {
         c.watch_certificates.to_string()
+    }),
+    key("metrics_per_worker", Applies::Reload, Recorded::Yes, |c| {
+        c.metrics_per_worker.to_string()
     }),
 ];
 

@@ -116,6 +116,7 @@ pub struct RawConfig {
     pub dns_allow_special_addresses: Option<bool>,
     pub overload_threshold: Option<f64>,
     pub watch_certificates: Option<bool>,
+    pub metrics_per_worker: Option<bool>,
     #[serde(default, rename = "frontend")]
     pub frontends: Vec<RawFrontend>,
 }
@@ -251,6 +252,8 @@ pub struct Config {
     /// Certificate, key, OCSP and ticket-key files are watched and loaded again when they
     /// change, without SIGHUP.
     pub watch_certificates: bool,
+    /// `/metrics` series keep their `worker` label (otherwise the workers are summed).
+    pub metrics_per_worker: bool,
     pub frontends: Vec<Frontend>,
 }
 

@@ -15,6 +15,7 @@ mod certificates;
 mod families;
 mod http;
 pub(crate) mod ja4_top;
+mod merge;
 mod pending;
 mod process;
 mod snapshot;
@@ -92,6 +93,10 @@ pub(crate) struct Metrics {
     acme_fleet: Family<Labels, Counter>,
     /// Each worker's most frequent JA4 fingerprints per frontend.
     ja4_top: std::sync::Arc<ja4_top::Ja4Top>,
+    /// `metrics_per_worker`.
+    per_worker: std::sync::atomic::AtomicBool,
+    /// `shuck_connections_limit`.
+    connection_limit: Gauge,
 }
 
 /// One worker's handles for one frontend.
@@ -247,6 +252,8 @@ impl Metrics {
             endpoint_evicted: Counter::default(),
             acme_fleet: Family::default(),
             ja4_top: std::sync::Arc::default(),
+            per_worker: std::sync::atomic::AtomicBool::new(false),
+            connection_limit: Gauge::default(),
             registry: Registry::default(),
             process: Registry::default(),
             phase: std::sync::atomic::AtomicU8::new(0),
@@ -264,6 +271,11 @@ impl Metrics {
             m.acme_fleet.clone(),
         );
         registry.register_collector(Box::new(ja4_top::Ja4TopCollector(m.ja4_top.clone())));
+        registry.register(
+            "connections_limit",
+            "max_connections in force: connections the process serves at once (after the open-files limit's clamp), beside shuck_connections_active",
+            m.connection_limit.clone(),
+        );
         families::register_session_families(&mut registry, &m);
         families::register_latencies_and_listeners(&mut registry, &m);
         m.certificates.register(&mut registry);
@@ -541,7 +553,6 @@ impl Metrics {
         self.certificates.warnings(now, within)
     }
 
-    /// The OpenMetrics text exposition.
     /// Where the process is now, for `/readyz`.
     pub(crate) fn phase(&self) -> Phase {
         match self.phase.load(std::sync::atomic::Ordering::Relaxed) {
@@ -560,6 +571,8 @@ impl Metrics {
         self.phase.store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// The OpenMetrics text exposition: one series per frontend (the workers summed) unless
+    /// `metrics_per_worker`.
     pub(crate) fn encode(&self) -> String {
         self.certificates.update_ages(crate::sys::clock::unix_now());
         let mut s = String::with_capacity(8192);
@@ -567,7 +580,23 @@ impl Metrics {
         let _ = encode_registry(&mut s, &self.process);
         let _ = encode_registry(&mut s, &self.registry);
         let _ = encode_eof(&mut s);
-        s
+        if self.per_worker.load(std::sync::atomic::Ordering::Relaxed) {
+            s
+        } else {
+            merge::without_workers(&s)
+        }
+    }
+
+    /// `metrics_per_worker`: whether series keep their `worker` label (at start and reload).
+    pub(crate) fn set_per_worker(&self, yes: bool) {
+        self.per_worker
+            .store(yes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `shuck_connections_limit`: `max_connections` in force (after the open-files clamp).
+    pub(crate) fn set_connection_limit(&self, max: usize) {
+        self.connection_limit
+            .set(i64::try_from(max).unwrap_or(i64::MAX));
     }
 }
 
@@ -667,6 +696,15 @@ mod tests {
         w0.accepted.inc();
         w1.accepted.inc_by(2);
         w1.ended(Reason::HandshakeTimeout);
+        // By default the workers are summed (`metrics_per_worker = false`).
+        let text = m.encode();
+        assert!(
+            text.contains("shuck_connections_accepted_total{frontend=\"web\"} 3"),
+            "{text}"
+        );
+        assert!(!text.contains("worker="), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        m.set_per_worker(true);
         let text = m.encode();
         assert!(
             text.contains("shuck_connections_accepted_total{frontend=\"web\",worker=\"0\"} 1"),

@@ -138,6 +138,8 @@ impl Server {
             fd_limit,
             reserved,
         )?);
+        metrics.set_connection_limit(limit.max());
+        metrics.set_per_worker(config.metrics_per_worker);
         let (mut bindings, control) = Bindings::new(config.workers);
         let listed: Vec<&Frontend> = config.frontends.iter().collect();
         let prepared = bindings.prepare(&listed, inherited)?;

@@ -410,6 +410,8 @@ impl Reloader {
             tracing::info!(was, now = max_connections, "max_connections changed");
         }
         self.engine.apply(new);
+        self.metrics.set_per_worker(new.metrics_per_worker);
+        self.metrics.set_connection_limit(max_connections);
         let s = &mut self.started;
         s.max_connections = new.max_connections;
         s.log_connections = new.log_connections;
@@ -422,6 +424,7 @@ impl Reloader {
         s.dns_allow_special_addresses = new.dns_allow_special_addresses;
         s.overload_threshold = new.overload_threshold;
         s.watch_certificates = new.watch_certificates;
+        s.metrics_per_worker = new.metrics_per_worker;
     }
 
     /// The settings in force as new connections get them, rendered as `running.toml` renders

@@ -234,7 +234,7 @@ fn a_rustls_client_resumes_every_way_on_every_worker_and_the_cache_stays_bounded
     let bundle = pki.leaf("r.pem", "r.test", &["r.test"], Key::EcdsaP256);
     let backend = BenchBackend::start(1024);
     let config = format!(
-        "workers = 4\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = \"{}\"\nsession_cache_size = 64\n",
+        "workers = 4\nmetrics_listen = \"127.0.0.1:0\"\nmetrics_per_worker = true\n[[frontend]]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = \"{}\"\nsession_cache_size = 64\n",
         backend.addr,
         bundle.display()
     );

@@ -14,6 +14,7 @@ mod import;
 mod ktls;
 mod messages;
 mod metrics;
+mod metrics_series;
 mod mtls;
 mod ocsp;
 mod peers;

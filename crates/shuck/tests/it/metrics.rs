@@ -19,7 +19,7 @@ fn counters_follow_real_traffic() {
         .local_addr()
         .expect("addr");
     let shuck = Shuck::start(&format!(
-        "workers = 2\nmetrics_listen = \"127.0.0.1:0\"\n\
+        "workers = 2\nmetrics_listen = \"127.0.0.1:0\"\nmetrics_per_worker = true\n\
          [[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {c}\nunknown_sni = \"reject\"\n\
          [[frontend]]\nname = \"dead\"\nlisten = \"127.0.0.1:0\"\nbackend = \"{dead}\"\ncertificates = {c}\n",
         b.addr,

@@ -59,7 +59,7 @@ impl Client<'_> {
 
 fn config(backend: SocketAddr, cert: &std::path::Path, extra: &str) -> String {
     format!(
-        "workers = {WORKERS}\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = {}\n{extra}\n",
+        "workers = {WORKERS}\nmetrics_listen = \"127.0.0.1:0\"\nmetrics_per_worker = true\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = {}\n{extra}\n",
         toml_path(cert)
     )
 }

@@ -1,0 +1,80 @@
+//! How many series a frontend costs: by default the workers are summed into one series per
+//! frontend (`metrics_per_worker = false`), which a reload turns into one per worker; the sums
+//! are the per-worker counts added up, and the count stays under a stated bound.
+
+use shuck_test_support::clients::{curl, scrape, sum, wait_metric};
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::{HttpBackend, Shuck};
+
+/// Series a frontend with one backend exports with the workers summed, whatever their number
+/// (docs/configuration.md, `metrics_per_worker`).
+const SERIES_PER_FRONTEND: usize = 130;
+
+fn series_of(text: &str, frontend: &str) -> usize {
+    let label = format!("frontend=\"{frontend}\"");
+    text.lines()
+        .filter(|l| l.starts_with("shuck_") && l.contains(&label))
+        .count()
+}
+
+#[test]
+fn workers_are_summed_by_default_and_apart_on_request() {
+    let pki = Pki::new();
+    let cert = pki.leaf("s.pem", "s", &["s.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let config = |per_worker: bool| {
+        format!(
+            "workers = 4\nmetrics_listen = \"127.0.0.1:0\"\nmetrics_per_worker = {per_worker}\n\
+             [[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n",
+            backend.addr,
+            toml_path(&cert)
+        )
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("shuck.toml");
+    std::fs::write(&path, config(false)).expect("config");
+    let shuck = Shuck::with()
+        .args(&["--config", path.to_str().expect("utf-8")])
+        .run();
+    for i in 0..24 {
+        assert!(curl(&pki, &shuck, "s.test", &format!("/{i}"), &[])
+            .status
+            .success());
+    }
+    let metrics = *shuck.addrs.last().expect("metrics");
+    let summed = wait_metric(metrics, "shuck_handshakes_total", &[], 24);
+    assert!(!summed.contains("worker=\""), "{summed}");
+    let accepted = sum(
+        &summed,
+        "shuck_connections_accepted_total",
+        &["frontend=\"web\""],
+    );
+    assert_eq!(accepted, 24, "{summed}");
+    let n = series_of(&summed, "web");
+    assert!(
+        n <= SERIES_PER_FRONTEND,
+        "{n} series for one frontend:\n{summed}"
+    );
+    assert!(summed.contains("\nshuck_connections_limit "), "{summed}");
+    // One series per worker after a reload asks for them; the same totals.
+    std::fs::write(&path, config(true)).expect("config");
+    shuck.signal("HUP");
+    shuck.wait_log("reloaded certificates and configuration");
+    let apart = scrape(metrics);
+    let per_worker: Vec<i64> = (0..4)
+        .map(|w| {
+            let label = format!("worker=\"{w}\"");
+            sum(
+                &apart,
+                "shuck_connections_accepted_total",
+                &["frontend=\"web\"", &label],
+            )
+        })
+        .collect();
+    assert_eq!(
+        per_worker.iter().sum::<i64>(),
+        24,
+        "{per_worker:?}\n{apart}"
+    );
+    assert!(series_of(&apart, "web") > 3 * n, "{apart}");
+}
