@@ -129,14 +129,30 @@ pub(crate) struct FrontendMetrics {
     pub ja4: std::sync::Arc<ja4_top::Ja4Counts>,
 }
 
-/// Where one worker's per-backend connect histograms come from.
+/// Where one worker's per-backend connect histograms and error counters come from.
 #[derive(Debug, Clone)]
 pub(crate) struct BackendConnects {
     family: DurationFamily,
+    /// `shuck_backend_errors_total`, whose per-backend series these add to.
+    errors: Family<Labels, Counter>,
     made: snapshot::Connects,
     frontend: String,
     worker: usize,
 }
+
+/// One backend's error counters for one worker, by kind.
+#[derive(Debug, Clone)]
+pub(crate) struct BackendErrorCounts {
+    /// Connects that failed (every backend a failed connection tried counts one).
+    pub connect: Counter,
+    /// Relays it broke.
+    pub relay: Counter,
+    /// PROXY headers that could not be sent to it.
+    pub proxy_header: Counter,
+}
+
+/// The kinds a backend is counted under, as labels.
+const BACKEND_ERROR_KINDS: [&str; 3] = ["connect", "relay", "proxy_header"];
 
 impl BackendConnects {
     /// One histogram per backend, in the order given (at start and reload, not per connection:
@@ -164,8 +180,41 @@ impl BackendConnects {
 }
 
 impl BackendConnects {
+    fn error_labels(&self, route: &str, backend: &str, kind: &str) -> Labels {
+        vec![
+            ("frontend", self.frontend.clone()),
+            ("worker", self.worker.to_string()),
+            ("route", route.to_string()),
+            ("backend", backend.to_string()),
+            ("kind", kind.to_string()),
+        ]
+    }
+
+    /// Each backend's error counters, in the order given (made with the pool, as the
+    /// histograms are).
+    pub(crate) fn errors_for<'a>(
+        &self,
+        route: &str,
+        names: impl Iterator<Item = &'a str>,
+    ) -> Vec<BackendErrorCounts> {
+        names
+            .map(|b| {
+                let [connect, relay, proxy_header] =
+                    BACKEND_ERROR_KINDS.map(|k| get(&self.errors, &self.error_labels(route, b, k)));
+                BackendErrorCounts {
+                    connect,
+                    relay,
+                    proxy_header,
+                }
+            })
+            .collect()
+    }
+
     /// Drops one backend's series of this worker (its member left the pool).
     pub(crate) fn forget(&self, route: &str, backend: &str) {
+        for kind in BACKEND_ERROR_KINDS {
+            self.errors.remove(&self.error_labels(route, backend, kind));
+        }
         let l: Labels = vec![
             ("frontend", self.frontend.clone()),
             ("worker", self.worker.to_string()),
@@ -347,7 +396,12 @@ impl Metrics {
                 CountedIn::HandshakeFailures => {
                     get(&self.handshake_failures, &with("reason", label))
                 }
-                CountedIn::BackendErrors => get(&self.backend_errors, &with("kind", label)),
+                // Counted per backend (`BackendErrorCounts`) where there is one; these, for the
+                // status page, are exported only for what has none (no route).
+                CountedIn::BackendErrors if label == "no_route" => {
+                    get(&self.backend_errors, &with("kind", label))
+                }
+                CountedIn::BackendErrors => Counter::default(),
                 CountedIn::ClientErrors => get(&self.client_errors, &base()),
                 CountedIn::IdleTimeouts => get(&self.idle_timeouts, &base()),
                 CountedIn::ResourceErrors => get(&self.resource_errors, &with("kind", label)),
@@ -383,6 +437,7 @@ impl Metrics {
             }),
             backend_connects: BackendConnects {
                 family: self.backend_connect_duration.clone(),
+                errors: self.backend_errors.clone(),
                 made: self.index.connects(),
                 frontend: frontend.to_string(),
                 worker,

@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::Level;
 
-use crate::backend::{BackendPool, Lease, Upstream};
+use crate::backend::{ConnectError, Lease, Upstream};
 use crate::certs::acme;
 use crate::certs::acme::challenge::Challenges;
 use crate::config::{ConnectionLogFormat, Route};
@@ -357,13 +357,25 @@ async fn serve_negotiated<'a>(
         Destination::Backends { route, pool } => (route, pool),
     };
     trace.route = route;
-    let connect = connect_backend(&pool.pool, &mut hs.stream, cfg.timeouts.handshake);
+    let connect = connect_backend(pool, &mut hs.stream, cfg.timeouts.handshake);
     let (upstream, lease) = Box::pin(connect).await?;
-    let prefix = before_relay(worker, fe, (route, pool), &lease, hs, arrival, trace)?;
+    let prefix =
+        before_relay(worker, fe, (route, pool), &lease, hs, arrival, trace).inspect_err(|e| {
+            if let (ConnError::BackendHeader(_), Some(c)) = (e, pool.errors.get(lease.index())) {
+                c.proxy_header.inc();
+            }
+        })?;
     let idle = trace.timeouts(fe).idle;
     let source = idle::source_of(arrival.client.ip(), cfg.admission.client_prefixes());
     let registration = worker.idle.register(source);
     let (moved, res) = relay_to(fe, &mut hs.stream, (upstream, idle, &registration), prefix).await;
+    let broke = matches!(
+        res,
+        Err(RelayError::Backend(_) | RelayError::BackendAborted(_))
+    );
+    if let (true, Some(c)) = (broke, pool.errors.get(lease.index())) {
+        c.relay.inc();
+    }
     lease.seen(relay::backend_seen(moved, &res));
     count_ktls(&fe.metrics, &hs.stream);
     trace.moved = moved;
@@ -448,13 +460,21 @@ fn destination<'a>(fe: &'a WorkerFrontend, hs: &Negotiated) -> Destination<'a> {
 /// Connects to a backend; without one, the client gets close_notify (an orderly close, not a
 /// truncation), bounded, since a client that stopped reading could otherwise hold the task.
 async fn connect_backend<'p>(
-    pool: &'p BackendPool,
+    pool: &'p WorkerPool,
     tls: &mut TlsStream,
     bound: Duration,
 ) -> Result<(Upstream, Lease<'p>), ConnError> {
-    match pool.connect().await {
+    match pool.pool.connect().await {
         Ok(x) => Ok(x),
         Err(e) => {
+            // Each backend the connection tried failed it: each counts one.
+            if let ConnectError::Unreachable { attempts } = &e {
+                for (name, _) in attempts {
+                    if let Some(c) = pool.errors_of(name) {
+                        c.connect.inc();
+                    }
+                }
+            }
             let _ = tokio::time::timeout(bound, tls.shutdown()).await;
             Err(e.into())
         }

@@ -167,6 +167,8 @@ pub(crate) struct WorkerFrontend {
 pub(crate) struct WorkerPool {
     pub(crate) pool: Rc<BackendPool>,
     pub(crate) connect_times: Vec<crate::metrics::ConnectTime>,
+    /// Each backend's error counters, in the same order.
+    pub(crate) errors: Vec<crate::metrics::BackendErrorCounts>,
     /// What the pool was built from: the backends, host names standing for their addresses.
     members: Rc<[BackendAddr]>,
 }
@@ -207,8 +209,19 @@ fn pool_for(
         connect_times: metrics
             .backend_connects()
             .for_backends(route, members.iter().map(|b| b.name.as_str())),
+        errors: metrics
+            .backend_connects()
+            .errors_for(route, members.iter().map(|b| b.name.as_str())),
         members: members.into(),
     })
+}
+
+impl WorkerPool {
+    /// The error counters of the member named `name` (a pool has at most 128).
+    pub(crate) fn errors_of(&self, name: &str) -> Option<&crate::metrics::BackendErrorCounts> {
+        let i = self.members.iter().position(|m| m.name == name)?;
+        self.errors.get(i)
+    }
 }
 
 impl WorkerFrontend {

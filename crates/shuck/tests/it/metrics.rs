@@ -71,7 +71,12 @@ fn counters_follow_real_traffic() {
         sum(
             &after,
             "shuck_backend_errors_total",
-            &["frontend=\"dead\"", "kind=\"connect\""]
+            &[
+                "frontend=\"dead\"",
+                "kind=\"connect\"",
+                "route=\"default\"",
+                &format!("backend=\"{dead}\"")
+            ]
         ),
         1,
         "{after}"

@@ -78,3 +78,40 @@ fn workers_are_summed_by_default_and_apart_on_request() {
     );
     assert!(series_of(&apart, "web") > 3 * n, "{apart}");
 }
+
+/// Backend errors name the backend: a connection that tried two dead backends counts one
+/// failed connect for each; a route's own backends carry its name.
+#[test]
+fn backend_errors_name_each_backend_tried() {
+    let pki = Pki::new();
+    let cert = pki.leaf("b.pem", "b", &["b.test"], Key::EcdsaP256);
+    let dead = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+    };
+    let (one, two) = (dead(), dead());
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\
+         backend = [\"{one}\", \"{two}\"]\ncertificates = {}\n",
+        toml_path(&cert)
+    ));
+    assert!(!curl(&pki, &shuck, "b.test", "/", &[]).status.success());
+    let metrics = *shuck.addrs.last().expect("metrics");
+    let text = wait_metric(
+        metrics,
+        "shuck_backend_errors_total",
+        &["kind=\"connect\""],
+        2,
+    );
+    for b in [one, two] {
+        let label = format!("backend=\"{b}\"");
+        let n = sum(
+            &text,
+            "shuck_backend_errors_total",
+            &["kind=\"connect\"", "route=\"default\"", &label],
+        );
+        assert_eq!(n, 1, "{b}: {text}");
+    }
+}
