@@ -337,7 +337,11 @@ fn cipher_suites(ciphers: Option<&Value>, suites: Option<&Value>, out: &mut Line
 
 /// A frontend's options (the file's, then the frontend's own) as shuck keys.
 #[allow(clippy::too_many_lines)] // Reason: one arm per hitch option, in hitch.conf(5)'s order.
-fn frontend_keys(options: &[(String, Value)], base: &std::path::Path, out: &mut Lines) {
+fn frontend_keys(
+    options: &[(String, Value)],
+    (base, listen): (&std::path::Path, &[String]),
+    out: &mut Lines,
+) {
     let last = |key: &str| options.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v);
     // (chain, key apart); directories end in '/'.
     let mut certificates: Vec<(String, Option<String>)> = Vec::new();
@@ -475,9 +479,16 @@ fn frontend_keys(options: &[(String, Value)], base: &std::path::Path, out: &mut 
         .into_iter()
         .map(|(c, k)| (absolute(&c), k.as_deref().map(absolute)))
         .collect();
-    if certificates.is_empty() {
-        out.note("hitch.conf names no usable pem-file (hitch may take it on its command line): list your bundles in certificates; self-signed until then");
+    let loopback_only = listen.iter().all(|l| {
+        l.parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback())
+    });
+    if certificates.is_empty() && loopback_only {
+        out.note("hitch.conf names no usable pem-file (hitch may take it on its command line): list your bundles in certificates; self-signed until then (on loopback only)");
         out.set("self_signed", "true".into());
+    } else if certificates.is_empty() {
+        // A self-signed certificate on a public address would be served to real clients.
+        out.note("hitch.conf names no usable pem-file (hitch may take it on its command line): list your bundles here, e.g. certificates = [\"/etc/hitch/site.pem\"]; until then `shuck check` refuses this file");
     } else {
         let entries: Vec<String> = certificates
             .iter()
@@ -505,6 +516,9 @@ fn process_keys(options: &[(String, Value)], out: &mut Lines) {
     for (key, value) in options {
         let text = value.text().unwrap_or("");
         match key.as_str() {
+            "workers" if text.trim() == "auto" => out.note(
+                "hitch: workers = auto: left out, shuck's default is one worker per core",
+            ),
             "workers" => out.number("workers", text, key),
             "user" => out.set("user", quoted(text)),
             "group" => out.set("group", quoted(text)),
@@ -590,7 +604,7 @@ pub(crate) fn convert(text: &str, source: &str) -> Result<String, String> {
             .cloned()
             .collect();
         options.extend(fe.options.iter().cloned());
-        frontend_keys(&options, base, &mut out);
+        frontend_keys(&options, (base, &fe.listen), &mut out);
     }
     Ok(out.0.join("\n") + "\n")
 }

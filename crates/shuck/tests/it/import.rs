@@ -61,24 +61,74 @@ fn shuck_check(config: &Path) -> String {
     text
 }
 
+/// Every example Debian's hitch package ships (its examples directory) converts: on a public address without a pem-file the conversion is not self-signed (a
+/// comment says to list the bundles, and `shuck check` refuses it until then); with the bundle
+/// listed, `shuck check` accepts it.
 #[test]
-fn debians_example_converts_to_a_file_shuck_check_accepts() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let example = dir.path().join("hitch.conf");
-    std::fs::copy(DEBIAN_EXAMPLE, &example).expect("Debian's hitch.conf.example (package hitch)");
-    let (path, toml) = import(&example);
-    for want in [
-        "workers = 4",
-        "user = \"hitch\"",
-        "listen = [\"0.0.0.0:443\", \"[::]:443\"]",
-        "backend = \"127.0.0.1:6086\"",
-        "proxy_protocol = \"v2\"",
-        "# hitch: daemon = on: shuck stays in the foreground",
-        "self_signed = true",
-    ] {
-        assert!(toml.contains(want), "{want}\n{toml}");
+fn every_example_hitch_ships_converts_and_checks_once_given_a_certificate() {
+    let pki = Pki::new();
+    let bundle = pki.leaf("ex.pem", "ex", &["ex.test"], Key::EcdsaP256);
+    let examples: Vec<PathBuf> =
+        std::fs::read_dir(Path::new(DEBIAN_EXAMPLE).parent().expect("dir"))
+            .expect("Debian's hitch examples (package hitch)")
+            .map(|e| e.expect("entry").path())
+            .collect();
+    assert!(!examples.is_empty());
+    for source in examples {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let example = dir.path().join("hitch.conf");
+        std::fs::copy(&source, &example).expect("copy");
+        // Not `hitch --test`: the example runs as a `hitch` user this machine may not have.
+        let (path, toml) = import(&example);
+        assert!(
+            !toml.contains("self_signed"),
+            "{}:\n{toml}",
+            source.display()
+        );
+        assert!(toml.contains("list your bundles here"), "{toml}");
+        let out = run_bounded(
+            Command::new(&*SHUCK).args(["check", "--config", path.to_str().expect("path")]),
+            b"",
+            60,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("certificates: missing"), "{err}");
+        let given = toml.replace(
+            "[[frontend]]\n",
+            &format!(
+                "[[frontend]]\ncertificates = [{:?}]\n",
+                bundle.display().to_string()
+            ),
+        );
+        std::fs::write(&path, given).expect("write");
+        shuck_check(&path);
+        if source == Path::new(DEBIAN_EXAMPLE) {
+            for want in [
+                "workers = 4",
+                "user = \"hitch\"",
+                "listen = [\"0.0.0.0:443\", \"[::]:443\"]",
+                "backend = \"127.0.0.1:6086\"",
+                "proxy_protocol = \"v2\"",
+                "# hitch: daemon = on: shuck stays in the foreground",
+            ] {
+                assert!(toml.contains(want), "{want}\n{toml}");
+            }
+        }
     }
-    // The user the example names may not exist here; shuck check validates, it does not drop.
+}
+
+/// `workers = auto` (newer hitch) is shuck's default; without a pem-file on loopback only, the
+/// conversion is self-signed, for trying it out.
+#[test]
+fn workers_auto_is_the_default_and_loopback_may_be_self_signed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("hitch.conf");
+    std::fs::write(&conf, "workers = auto\nfrontend = \"[127.0.0.1]:8443\"\n").expect("write");
+    let (path, toml) = import(&conf);
+    assert!(!toml.lines().any(|l| l.starts_with("workers")), "{toml}");
+    assert!(toml.contains("workers = auto: left out"), "{toml}");
+    assert!(toml.contains("self_signed = true"), "{toml}");
     shuck_check(&path);
 }
 
