@@ -14,23 +14,52 @@ out=${2:-$root/target/deb}
 # SHUCK_DEB_VERSION: another version for the same binary (the package test's upgrade).
 version=${SHUCK_DEB_VERSION:-$("$bin" --version | awk '{print $2}')}
 arch=$(dpkg --print-architecture)
+# The project's maintainers, as its commits name them.
+maintainer="shuck maintainers <maintainers@users.noreply.a-seed-bf7b8fa0.example>"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 pkg=$stage/shuck
-install -Dm755 "$bin" "$pkg/usr/bin/shuck"
+dbg=$stage/shuck-dbgsym
+# Installs binary $1 at $2 stripped, its debug symbols kept apart for the -dbgsym package under
+# /usr/lib/debug/.build-id/ (where gdb finds them by the binary's build ID), as dh_strip does.
+install_stripped() {
+  install -Dm755 "$1" "$pkg/$2"
+  local id
+  id=$(readelf -n "$pkg/$2" | sed -n 's/.*Build ID: \([0-9a-f]*\).*/\1/p')
+  if [ -n "$id" ]; then
+    local sym="$dbg/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug"
+    install -d "$(dirname "$sym")"
+    objcopy --only-keep-debug --compress-debug-sections "$pkg/$2" "$sym"
+    chmod 644 "$sym"
+  fi
+  strip --strip-unneeded --remove-section=.comment --remove-section=.note "$pkg/$2"
+}
+install_stripped "$bin" usr/bin/shuck
 # `shuck bench` and `shuck speed` run shuck-bench, built beside shuck with the default `bench`
 # feature; kept out of /usr/bin since users reach it through shuck.
 tool=$(dirname "$bin")/shuck-bench
 bins=("shuck/usr/bin/shuck")
 if [ -x "$tool" ]; then
-  install -Dm755 "$tool" "$pkg/usr/lib/shuck/shuck-bench"
+  install_stripped "$tool" usr/lib/shuck/shuck-bench
   bins+=("shuck/usr/lib/shuck/shuck-bench")
 fi
 install -Dm644 "$root/contrib/shuck.service" "$pkg/lib/systemd/system/shuck.service"
 install -Dm644 "$here/shuck.toml" "$pkg/etc/shuck/shuck.toml"
 install -Dm755 "$here/shuck.init" "$pkg/etc/init.d/shuck"
-install -d "$pkg/usr/share/man/man1" "$pkg/usr/share/doc/shuck"
-"$bin" man | gzip -9n >"$pkg/usr/share/man/man1/shuck.1.gz"
+install -Dm644 "$here/shuck.logrotate" "$pkg/etc/logrotate.d/shuck"
+install -d "$pkg/usr/share/man/man1" "$pkg/usr/share/man/man5" "$pkg/usr/share/doc/shuck"
+# shuck(1) and one page per subcommand, from the command line's definition.
+"$bin" man --out "$stage/man1"
+for page in "$stage"/man1/*.1; do
+  gzip -9nc "$page" >"$pkg/usr/share/man/man1/$(basename "$page").gz"
+done
+# shuck.toml(5): docs/configuration.md itself, its title made the page's NAME (pandoc).
+command -v pandoc >/dev/null || { echo "pandoc is needed for shuck.toml(5): apt-get install pandoc" >&2; exit 1; }
+{
+  printf '# NAME\n\nshuck.toml - the configuration file of shuck, a TLS terminator\n\n# DESCRIPTION\n'
+  tail -n +2 "$root/docs/configuration.md"
+} | pandoc -s -f gfm -t man --lua-filter "$here/man-tables.lua" -M title=SHUCK.TOML -M section=5 -M header="shuck manual" \
+    -M footer="shuck $version" | gzip -9n >"$pkg/usr/share/man/man5/shuck.toml.5.gz"
 "$bin" completions bash | install -Dm644 /dev/stdin "$pkg/usr/share/bash-completion/completions/shuck"
 "$bin" completions zsh | install -Dm644 /dev/stdin "$pkg/usr/share/zsh/vendor-completions/_shuck"
 "$bin" completions fish | install -Dm644 /dev/stdin "$pkg/usr/share/fish/vendor_completions.d/shuck.fish"
@@ -47,18 +76,22 @@ Copyright: 2026 the shuck developers
 License: Apache-2.0 or MIT
 
 License: Apache-2.0
- On Debian systems the full text is also in /usr/share/common-licenses/Apache-2.0.
+ Licensed under the Apache License, Version 2.0 (the "License"); you may not
+ use this package except in compliance with the License.
+ .
+ On Debian systems, the complete text of the Apache License, Version 2.0, can
+ be found in /usr/share/common-licenses/Apache-2.0.
 COPY
-  sed -e 's/^$/./' -e 's/^/ /' "$root/LICENSE-APACHE"
   printf '\nLicense: MIT\n'
   sed -e 's/^$/./' -e 's/^/ /' "$root/LICENSE-MIT"
 } >"$pkg/usr/share/doc/shuck/copyright"
-cat <<CHANGES | gzip -9n >"$pkg/usr/share/doc/shuck/changelog.Debian.gz"
+# A native package (no Debian revision): its changelog is changelog.gz.
+cat <<CHANGES | gzip -9n >"$pkg/usr/share/doc/shuck/changelog.gz"
 shuck ($version) unstable; urgency=medium
 
   * Built from commit $("$bin" --version | sed -n 's/.*(commit \(.*\))/\1/p').
 
- -- shuck developers <shuck@example.invalid>  $(date -R -d "@${SOURCE_DATE_EPOCH:-$(date +%s)}")
+ -- $maintainer  $(date -R -d "@${SOURCE_DATE_EPOCH:-$(date +%s)}")
 CHANGES
 # The versioned library dependencies, as dpkg-shlibdeps finds them for the binary.
 mkdir -p "$stage/debian"
@@ -72,21 +105,41 @@ cat >"$pkg/DEBIAN/control" <<CONTROL
 Package: shuck
 Version: $version
 Architecture: $arch
-Maintainer: shuck developers <shuck@example.invalid>
+Maintainer: $maintainer
 Installed-Size: $installed_kb
 Depends: $shlibs, adduser
 Section: net
 Priority: optional
-Homepage: https://example.invalid/shuck
 Description: fast, memory-safe TLS terminator
  shuck accepts TLS from clients and hands the plaintext to backends (with the
  PROXY protocol), one worker per core: the job of stud/hitch, stunnel, nginx
  and HAProxy in front of web servers. ACME certificates, OCSP stapling,
  sessions shared across a fleet, reloads and upgrades without downtime.
 CONTROL
-printf '/etc/shuck/shuck.toml\n/etc/init.d/shuck\n' >"$pkg/DEBIAN/conffiles"
+printf '/etc/shuck/shuck.toml\n/etc/init.d/shuck\n/etc/logrotate.d/shuck\n' >"$pkg/DEBIAN/conffiles"
 install -m755 "$here/postinst" "$here/prerm" "$here/postrm" "$pkg/DEBIAN/"
 mkdir -p "$out"
 deb="$out/shuck_${version}_${arch}.deb"
 dpkg-deb --root-owner-group -Z"${DEB_COMPRESSION:-xz}" --build "$pkg" "$deb" >/dev/null
+# The debug symbols, as Debian's automatic -dbgsym packages carry them.
+if [ -d "$dbg/usr" ]; then
+  install -d "$dbg/DEBIAN" "$dbg/usr/share/doc"
+  ln -s shuck "$dbg/usr/share/doc/shuck-dbgsym"
+  cat >"$dbg/DEBIAN/control" <<CONTROL
+Package: shuck-dbgsym
+Source: shuck
+Version: $version
+Architecture: $arch
+Maintainer: $maintainer
+Installed-Size: $(du -sk --exclude=DEBIAN "$dbg" | cut -f1)
+Depends: shuck (= $version)
+Section: debug
+Priority: optional
+Description: debug symbols for shuck
+ The debug symbols of shuck's binaries, found by gdb through their build IDs.
+Build-Ids: $(find "$dbg/usr/lib/debug/.build-id" -name '*.debug' | sed 's|.*/\(..\)/\(.*\)\.debug|\1\2|' | sort | tr '\n' ' ')
+CONTROL
+  dpkg-deb --root-owner-group -Z"${DEB_COMPRESSION:-xz}" --build "$dbg" \
+    "$out/shuck-dbgsym_${version}_${arch}.deb" >/dev/null
+fi
 echo "$deb"

@@ -61,7 +61,12 @@ pub(crate) enum Command {
         shell: clap_complete::Shell,
     },
     /// Print the manual page (roff), generated from this command line's definition.
-    Man,
+    Man {
+        /// Write every page into DIR instead: shuck.1 and one per subcommand (shuck-serve.1,
+        /// shuck-check.1, ...), as the Debian package ships them beside shuck.toml(5).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -129,9 +134,10 @@ pub(crate) enum LogFormatArg {
 /// What to serve: a configuration file, or one frontend described by flags.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct ConfigArgs {
-    /// TOML configuration file. Cannot be combined with --listen/--backend/--cert/--key/--self-signed/
-    /// --alpn/--proxy-protocol/--accept-proxy(-from)/--ticket-keys/--session-store(-key), which
-    /// describe a single frontend without a file.
+    /// TOML configuration file. Cannot be combined with the flags that describe a single
+    /// frontend without a file: --listen, --backend, --cert, --key, --self-signed, --alpn,
+    /// --proxy-protocol, --accept-proxy, --accept-proxy-from, --ticket-keys, --session-store and
+    /// --session-store-key.
     #[arg(short, long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 

@@ -59,9 +59,7 @@ fn main() -> ExitCode {
             print!("{}", version_text(verbose));
             Ok(())
         }
-        Command::Man => clap_mangen::Man::new(Cli::command())
-            .render(&mut std::io::stdout())
-            .map_err(|e| format!("cannot write the manual page: {e}")),
+        Command::Man { out } => man_pages(out.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -69,6 +67,20 @@ fn main() -> ExitCode {
             eprintln!("shuck: error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `shuck man`: shuck(1) on standard output, or with `out` every page (one per subcommand
+/// too) in that directory. No `help` subcommand page: `--help` is on every command.
+fn man_pages(out: Option<&std::path::Path>) -> Result<(), String> {
+    let cmd = Cli::command().disable_help_subcommand(true);
+    match out {
+        Some(dir) => std::fs::create_dir_all(dir)
+            .and_then(|()| clap_mangen::generate_to(cmd, dir))
+            .map_err(|e| format!("cannot write the manual pages to {}: {e}", dir.display())),
+        None => clap_mangen::Man::new(cmd)
+            .render(&mut std::io::stdout())
+            .map_err(|e| format!("cannot write the manual page: {e}")),
     }
 }
 
