@@ -150,6 +150,13 @@ fn rows(f: &Files) -> Vec<Row> {
         global("upgrade_timeout", "", "upgrade_timeout = \"7s\"", Applied),
         global("log_format", "", "log_format = \"json\"", Restart),
         global("log_queue_lines", "", "log_queue_lines = 100", Restart),
+        global("log_target", "", "log_target = \"syslog\"", Restart),
+        global(
+            "log_address",
+            "log_target = \"syslog\"",
+            "log_target = \"syslog\"\nlog_address = \"udp://127.0.0.1:9\"",
+            Restart,
+        ),
         global("log_level", "", "log_level = \"debug\"", ByTheBinary),
         global("log_connections", "", "log_connections = true", Applied),
         global(

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use shuck_proxy::config::{Config, LogFormat};
+use shuck_proxy::config::{Config, LogFormat, LogTarget};
 use tracing::subscriber::Interest;
 use tracing::{Event, Metadata};
 use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
@@ -42,23 +42,39 @@ pub(crate) fn init(config: &Config) -> LogQueue {
     }
     // Colours only on a terminal: journald and log files should not get escape codes.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let (sink, target_error) = target_writer(&config.log_target);
     let (writer, guard) = NonBlockingBuilder::default()
         .lossy(true)
         .buffered_lines_limit(config.log_queue_lines)
         .thread_name("shuck-log")
-        .finish(Stderr);
+        .finish(sink);
     let dropped = writer.error_counter();
     let layer = fmt::layer()
         .with_writer(writer)
-        .with_ansi(ansi)
+        .with_ansi(ansi && matches!(config.log_target, LogTarget::Stderr))
         .with_target(false);
-    let layer = match config.log_format {
-        LogFormat::Compact => layer.compact().boxed(),
-        LogFormat::Json => layer.json().flatten_event(true).boxed(),
+    let layer = match (&config.log_target, config.log_format) {
+        (LogTarget::Journald(_), _) if target_error.is_none() => layer
+            .event_format(crate::log_targets::JournaldLines)
+            .boxed(),
+        (LogTarget::Syslog(_), _) if target_error.is_none() => {
+            let hostname = crate::log_targets::hostname();
+            layer
+                .event_format(crate::log_targets::SyslogLines { hostname })
+                .boxed()
+        }
+        (_, LogFormat::Compact) => layer.compact().boxed(),
+        (_, LogFormat::Json) => {
+            crate::json_log::fatal_as_json(true);
+            layer.event_format(crate::json_log::JsonLines).boxed()
+        }
     };
     tracing_subscriber::registry()
         .with(layer.with_filter(filter.and(LibraryLines)))
         .init();
+    if let Some(e) = target_error {
+        tracing::error!(target = %config.log_target, error = %e, "cannot log there: logging to standard error instead");
+    }
     LogQueue {
         _guard: guard,
         dropped,
@@ -95,6 +111,42 @@ impl LogQueue {
                 }
             }
         }
+    }
+}
+
+/// Where the log thread writes: standard error, or the configured target's socket (falling back
+/// to standard error, with the reason, when that cannot be opened).
+enum Output {
+    Stderr(Stderr),
+    Target(crate::log_targets::Sink),
+}
+
+impl std::io::Write for Output {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Output::Stderr(s) => s.write(buf),
+            Output::Target(t) => t.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Output::Stderr(s) => s.flush(),
+            Output::Target(t) => t.flush(),
+        }
+    }
+}
+
+fn target_writer(target: &LogTarget) -> (Output, Option<std::io::Error>) {
+    use crate::log_targets::Sink;
+    let sink = match target {
+        LogTarget::Stderr => return (Output::Stderr(Stderr), None),
+        LogTarget::Journald(path) => Sink::journald(path.clone()),
+        LogTarget::Syslog(address) => Sink::syslog(address),
+    };
+    match sink {
+        Ok(s) => (Output::Target(s), None),
+        Err(e) => (Output::Stderr(Stderr), Some(e)),
     }
 }
 

@@ -4,6 +4,8 @@
 mod bench_tool;
 mod cli;
 mod hitch;
+mod json_log;
+mod log_targets;
 mod logging;
 mod privileges;
 mod reloading;
@@ -64,7 +66,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("shuck: error: {e}");
+            json_log::fatal(&e);
             ExitCode::FAILURE
         }
     }
@@ -276,6 +278,8 @@ pub(crate) fn load_config(args: &ConfigArgs, log: Option<&ServeArgs>) -> Result<
 }
 
 fn serve(args: &ServeArgs) -> Result<(), String> {
+    // Asked for on the command line: even an error loading the configuration is a JSON line.
+    json_log::fatal_as_json(matches!(args.log_format, Some(LogFormatArg::Json)));
     let config = load_config(&args.config, Some(args))?;
     let log_queue = logging::init(&config);
     shuck_proxy::set_build_info(shuck_proxy::BuildInfo {

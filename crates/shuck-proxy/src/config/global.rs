@@ -34,6 +34,106 @@ pub enum LogFormat {
     Json,
 }
 
+/// `log_target`: where log lines go.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum LogTarget {
+    /// Standard error, in `log_format`.
+    #[default]
+    Stderr,
+    /// journald's native protocol: a datagram per line to its socket.
+    Journald(PathBuf),
+    /// RFC 5424 syslog messages.
+    Syslog(SyslogAddress),
+}
+
+/// Where syslog messages go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyslogAddress {
+    /// A local socket (`/dev/log`): one datagram per message.
+    Unix(PathBuf),
+    /// One datagram per message.
+    Udp(SocketAddr),
+    /// A stream, each message framed by its length (RFC 6587 octet counting).
+    Tcp(SocketAddr),
+}
+
+/// journald's socket, where systemd puts it.
+pub const JOURNALD_SOCKET: &str = "/run/systemd/journal/socket";
+/// The local syslog daemon's socket.
+pub const SYSLOG_SOCKET: &str = "/dev/log";
+
+impl LogTarget {
+    /// `stderr`, `journald` or `syslog`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LogTarget::Stderr => "stderr",
+            LogTarget::Journald(_) => "journald",
+            LogTarget::Syslog(_) => "syslog",
+        }
+    }
+}
+
+impl std::fmt::Display for LogTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LogTarget::Stderr => f.write_str("stderr"),
+            LogTarget::Journald(p) => write!(f, "journald ({})", p.display()),
+            LogTarget::Syslog(SyslogAddress::Unix(p)) => write!(f, "syslog ({})", p.display()),
+            LogTarget::Syslog(SyslogAddress::Udp(a)) => write!(f, "syslog (udp://{a})"),
+            LogTarget::Syslog(SyslogAddress::Tcp(a)) => write!(f, "syslog (tcp://{a})"),
+        }
+    }
+}
+
+/// `log_target`, with `log_address` where it goes (a socket path, or for syslog
+/// `udp://HOST:PORT` or `tcp://HOST:PORT`, IP literals only).
+fn log_target(target: Option<&str>, address: Option<&str>) -> Result<LogTarget, KeyError> {
+    let path = |default: &str| PathBuf::from(address.unwrap_or(default));
+    match target.unwrap_or("stderr") {
+        "stderr" if address.is_some() => Err(key_err(
+            "log_address",
+            "only for log_target = \"journald\" or \"syslog\"",
+        )),
+        "stderr" => Ok(LogTarget::Stderr),
+        "journald" if address.is_some_and(|a| !a.starts_with('/')) => Err(key_err(
+            "log_address",
+            "journald is reached by a socket path, such as /run/systemd/journal/socket",
+        )),
+        "journald" => Ok(LogTarget::Journald(path(JOURNALD_SOCKET))),
+        "syslog" => {
+            let a = address.unwrap_or(SYSLOG_SOCKET);
+            let net = |rest: &str| {
+                rest.parse().map_err(|_| {
+                    key_err(
+                        "log_address",
+                        format!("{a:?} is not udp://IP:PORT or tcp://IP:PORT (IPv6 in brackets)"),
+                    )
+                })
+            };
+            Ok(LogTarget::Syslog(
+                if let Some(rest) = a.strip_prefix("udp://") {
+                    SyslogAddress::Udp(net(rest)?)
+                } else if let Some(rest) = a.strip_prefix("tcp://") {
+                    SyslogAddress::Tcp(net(rest)?)
+                } else if a.starts_with('/') {
+                    SyslogAddress::Unix(PathBuf::from(a))
+                } else {
+                    return Err(key_err(
+                        "log_address",
+                        format!(
+                            "{a:?}: give a socket path (/dev/log), udp://IP:PORT or tcp://IP:PORT"
+                        ),
+                    ));
+                },
+            ))
+        }
+        other => Err(key_err(
+            "log_target",
+            format!("{other:?} is not \"stderr\", \"journald\" or \"syslog\""),
+        )),
+    }
+}
+
 impl RawConfig {
     /// The global keys, in a configuration whose frontends are still to be added.
     pub(super) fn validate_globals(
@@ -136,6 +236,7 @@ impl RawConfig {
             upgrade_confirm,
             upgrade_timeout,
             log_format: self.log_format.unwrap_or_default(),
+            log_target: log_target(self.log_target.as_deref(), self.log_address.as_deref())?,
             log_queue_lines,
             log_level,
             log_connections: self.log_connections.unwrap_or(false),
@@ -238,6 +339,12 @@ pub const GLOBAL_KEYS: &[GlobalKey] = &[
     }),
     key("log_format", Applies::Restart, Recorded::No, |c| {
         format!("{:?}", c.log_format)
+    }),
+    key("log_target", Applies::Restart, Recorded::Yes, |c| {
+        c.log_target.kind().to_string()
+    }),
+    key("log_address", Applies::Restart, Recorded::Yes, |c| {
+        c.log_target.to_string()
     }),
     key("log_queue_lines", Applies::Restart, Recorded::Yes, |c| {
         c.log_queue_lines.to_string()

@@ -48,7 +48,7 @@ pub use certificates::{
 pub use client_auth::{ClientAuth, ClientAuthSettings};
 pub use frontend::{AcmeSettings, Frontend, OnChange, Section, SectionChange};
 pub use global::ConnectionLogFormat;
-pub use global::{LogFormat, MAX_CONNECTIONS_LIMIT};
+pub use global::{LogFormat, LogTarget, SyslogAddress, MAX_CONNECTIONS_LIMIT};
 pub use health::HealthCheck;
 pub use listen::Listen;
 pub use proxy::{AcceptProxy, Proxy, ProxyProtocol, ProxyTlvs};
@@ -102,6 +102,8 @@ pub struct RawConfig {
     pub upgrade_confirm: Option<String>,
     pub upgrade_timeout: Option<String>,
     pub log_format: Option<LogFormat>,
+    pub log_target: Option<String>,
+    pub log_address: Option<String>,
     pub log_queue_lines: Option<usize>,
     pub log_level: Option<String>,
     pub log_connections: Option<bool>,
@@ -226,6 +228,8 @@ pub struct Config {
     /// How long the new process of an upgrade may take to listen before it is stopped.
     pub upgrade_timeout: Duration,
     pub log_format: LogFormat,
+    /// Where log lines go (`log_target`, `log_address`).
+    pub log_target: LogTarget,
     /// Log lines queued for the writer thread at most; beyond, lines are dropped and counted.
     pub log_queue_lines: usize,
     pub log_level: String,

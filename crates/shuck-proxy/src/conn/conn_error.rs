@@ -242,6 +242,30 @@ impl Reason {
         }
     }
 
+    /// HAProxy's two-letter termination state for the `haproxy` access log (`tcplog`): who
+    /// or what ended the connection (C client, S server, P the proxy, R a resource, I an
+    /// internal error, c/s a client or server timeout), and in which phase (R before the
+    /// backend, C while connecting, D while relaying).
+    pub(crate) fn termination_state(self) -> &'static str {
+        match self {
+            Reason::HandshakeAbandoned
+            | Reason::HandshakeClientAbort
+            | Reason::ProxyClosed
+            | Reason::ProxyHealthCheck => "CR",
+            Reason::HandshakeTimeout | Reason::ProxyTimeout => "cR",
+            Reason::BackendConnect | Reason::NoRoute => "SC",
+            Reason::NoDescriptors => "RC",
+            Reason::BackendHeader => "IC",
+            Reason::BackendRelay => "SD",
+            Reason::ClientRelay => "CD",
+            Reason::Idle => "cD",
+            Reason::Evicted => "PD",
+            // Refused by shuck before the backend: a bad PROXY header, a handshake it would not
+            // complete, an admission rule.
+            _ => "PR",
+        }
+    }
+
     /// What happened, as the log line's message.
     pub(crate) fn message(self) -> &'static str {
         match self {

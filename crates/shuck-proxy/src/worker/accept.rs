@@ -78,7 +78,11 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 }
 
 async fn run(spec: WorkerSpec) {
-    let worker = Rc::new(Worker::new(spec.id, spec.engine.clone()));
+    let worker = Rc::new(Worker::new(
+        spec.id,
+        spec.engine.clone(),
+        spec.limit.clone(),
+    ));
     tokio::task::spawn_local(free_slots_near_the_limit(
         worker.clone(),
         spec.limit.clone(),

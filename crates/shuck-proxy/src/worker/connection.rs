@@ -37,6 +37,7 @@ use crate::tls::handshake::hello::{self, Hello};
 use crate::tls::handshake::{self, ClientCert, Negotiated, Summary};
 use crate::tls::stream::{Ktls, TlsStream};
 use crate::worker::admission::Admitted;
+use crate::worker::tcplog::TcpLog;
 use crate::worker::{Worker, WorkerFrontend, WorkerPool};
 
 /// What the log line at the end says about the connection, filled in as stages complete.
@@ -64,6 +65,9 @@ struct AccessRecord<'a> {
     ja4: Option<Box<Ja4>>,
     /// Accepted with 90% of `max_connections` taken: shorter timeouts.
     pressured: bool,
+    /// The server name the ClientHello asked for, kept only when the handshake did not finish
+    /// (a finished one's is in `summary`).
+    sni_sent: Option<Box<str>>,
 }
 
 impl AccessRecord<'_> {
@@ -104,6 +108,7 @@ pub(crate) async fn handle(
         admitted: None,
         ja4: None,
         pressured,
+        sni_sent: None,
     };
     if pressured {
         fe.metrics.pressured.inc();
@@ -133,8 +138,9 @@ async fn pipeline<'a>(
 ) -> Result<(), ConnError> {
     let (read, mut arrival) = Box::pin(arrive_with_hello(fe, tcp, peer, trace)).await?;
     let admitted = trace.admitted.as_ref();
-    let ja4 = &mut trace.ja4;
-    let Some(mut hs) = Box::pin(handshake_stage(worker, fe, read, (admitted, ja4))).await? else {
+    let (ja4, sni) = (&mut trace.ja4, &mut trace.sni_sent);
+    let stage = handshake_stage(worker, fe, read, (admitted, ja4, sni));
+    let Some(mut hs) = Box::pin(stage).await? else {
         trace.backend = Some("acme-tls/1");
         return Ok(());
     };
@@ -189,6 +195,25 @@ async fn arrive_with_hello<'a>(
 /// remote session store looking the session up), then the handshake. `None`: the connection was
 /// an ACME validator's, answered here.
 async fn handshake_stage(
+    worker: &Worker,
+    fe: &WorkerFrontend,
+    read: HelloRead,
+    (admitted, ja4, sni): (
+        Option<&Admitted>,
+        &mut Option<Box<Ja4>>,
+        &mut Option<Box<str>>,
+    ),
+) -> Result<Option<Negotiated>, ConnError> {
+    let sent = read.hello.sent_name();
+    let result = hello_to_handshake(worker, fe, read, (admitted, ja4)).await;
+    if result.is_err() {
+        *sni = sent.to_boxed();
+    }
+    result
+}
+
+/// [`handshake_stage`]'s work, from the ClientHello read to the handshake done.
+async fn hello_to_handshake(
     worker: &Worker,
     fe: &WorkerFrontend,
     read: HelloRead,
@@ -594,6 +619,7 @@ fn record_end(
     let line = Line {
         frontend: &fe.cfg.name,
         worker: worker.id,
+        connections: (worker.open_connections(), fe.gate.limit.active()),
         trace,
         reason,
         error,
@@ -633,6 +659,8 @@ fn record_end(
 struct Line<'a> {
     frontend: &'a str,
     worker: usize,
+    /// The process's and the frontend's open connections (HAProxy's actconn and feconn).
+    connections: (usize, usize),
     trace: &'a AccessRecord<'a>,
     reason: Option<Reason>,
     error: Option<&'a ConnError>,
@@ -653,8 +681,38 @@ macro_rules! event_at {
 }
 
 impl Line<'_> {
+    /// The server name: the one negotiated, or the one a failed handshake's client asked for.
+    fn sni(&self) -> Option<&str> {
+        let t = self.trace;
+        let negotiated = t.summary.as_ref().and_then(|s| s.sni.as_deref());
+        negotiated.or(t.sni_sent.as_deref())
+    }
+
     fn message(&self) -> &'static str {
         self.reason.map_or("connection closed", Reason::message)
+    }
+
+    /// The line as HAProxy's `tcplog` writes it (`connection_log_format = "haproxy"`).
+    fn tcplog(&self) -> TcpLog<'_> {
+        let t = self.trace;
+        let s = t.summary.as_deref();
+        TcpLog {
+            client: t.client,
+            accepted: std::time::SystemTime::now()
+                .checked_sub(t.accepted.elapsed())
+                .unwrap_or(std::time::UNIX_EPOCH),
+            frontend: self.frontend,
+            route: t.route.map_or("default", |r| r.name.as_str()),
+            server: t.backend,
+            handshake_ms: t.handshake_ms,
+            connect_ms: t.connect_ms,
+            total_ms: self.ms,
+            bytes_down: t.moved.down,
+            reason: self.reason,
+            connections: self.connections,
+            tls: s.map(|s| (s.protocol, s.cipher)),
+            sni: self.sni(),
+        }
     }
 
     /// Who, why, and how far it got.
@@ -663,15 +721,15 @@ impl Line<'_> {
         event_at!(level,
             frontend = %self.frontend, client = %t.client, worker = self.worker,
             balancer = %Dash(t.balancer), reason = self.reason.map_or("-", Reason::as_str),
-            error = %Dash(self.error), route = %t.route.map_or("-", |r| r.name.as_str()),
-            backend = %t.backend.unwrap_or("-"),
+            error = %Dash(self.error), sni = %Dash(self.sni()),
+            route = %t.route.map_or("-", |r| r.name.as_str()), backend = %t.backend.unwrap_or("-"),
             up = t.moved.up, down = t.moved.down, ms = self.ms, "{}", self.message());
     }
 
     /// All of it, with what was negotiated and when: a `log_connections` line (an access log).
     fn full(&self, level: Level, format: ConnectionLogFormat) {
         if format == ConnectionLogFormat::Haproxy {
-            event_at!(level, "{}", Haproxy(self));
+            event_at!(level, "{}", self.tcplog());
             return;
         }
         let t = self.trace;
@@ -681,53 +739,13 @@ impl Line<'_> {
             balancer = %Dash(t.balancer), reason = self.reason.map_or("-", Reason::as_str),
             error = %Dash(self.error), protocol = s.map_or("-", |s| s.protocol),
             cipher = s.map_or("-", |s| s.cipher), group = %Dash(s.and_then(|s| s.group)),
-            resumed = s.is_some_and(|s| s.resumed), sni = %Dash(s.and_then(|s| s.sni.as_deref())),
+            resumed = s.is_some_and(|s| s.resumed), sni = %Dash(self.sni()),
             alpn = %Dash(s.and_then(|s| s.alpn.as_deref())), route = %t.route.map_or("-", |r| r.name.as_str()),
             backend = %t.backend.unwrap_or("-"),
             id = t.unique_id.as_str(), ja4 = %Dash(t.ja4.as_deref()),
             up = t.moved.up, down = t.moved.down,
-            handshake_ms = %Dash(t.handshake_ms), connect_ms = %Dash(t.connect_ms), ms = self.ms,
+            handshake_ms = t.handshake_ms, connect_ms = t.connect_ms, ms = self.ms,
             "{}", self.message());
-    }
-}
-
-/// A connection's line in HAProxy's tcplog spirit, one space-separated record:
-/// `client [accepted] frontend backend handshake/connect/total bytes_down/bytes_up termination
-/// protocol cipher sni alpn resumed id` (`-` for what did not happen; times in ms from accept;
-/// termination `--` for a normal end, else the reason).
-struct Haproxy<'a, 'b>(&'a Line<'b>);
-
-impl std::fmt::Display for Haproxy<'_, '_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (line, t) = (self.0, self.0.trace);
-        let s = t.summary.as_ref();
-        let accepted = std::time::SystemTime::now()
-            .checked_sub(t.accepted.elapsed())
-            .unwrap_or(std::time::UNIX_EPOCH);
-        write!(
-            f,
-            "{} [{}] {} {} {}/{}/{} {}/{} {} {} {} {} {} {} {}",
-            t.client,
-            humantime::format_rfc3339_millis(accepted),
-            line.frontend,
-            t.backend.unwrap_or("-"),
-            Dash(t.handshake_ms),
-            Dash(t.connect_ms),
-            line.ms,
-            t.moved.down,
-            t.moved.up,
-            line.reason.map_or("--", Reason::as_str),
-            s.map_or("-", |s| s.protocol),
-            s.map_or("-", |s| s.cipher),
-            Dash(s.and_then(|s| s.sni.as_deref())),
-            Dash(s.and_then(|s| s.alpn.as_deref())),
-            u8::from(s.is_some_and(|s| s.resumed)),
-            if t.unique_id.as_str().is_empty() {
-                "-"
-            } else {
-                t.unique_id.as_str()
-            },
-        )
     }
 }
 

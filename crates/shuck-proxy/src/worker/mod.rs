@@ -9,6 +9,7 @@ mod admission;
 mod clients;
 pub(crate) mod connection;
 mod engine;
+mod tcplog;
 
 pub(crate) use engine::Engine;
 
@@ -40,10 +41,16 @@ pub(crate) struct Worker {
     pub(crate) idle: IdleSet,
     /// Connections closed to free slots since the last line said so, and when that was.
     freed: Cell<(usize, Option<Instant>)>,
+    /// `max_connections`, shared by all workers: its count is the process's open connections.
+    limit: Arc<crate::sys::limits::ConnectionLimit>,
 }
 
 impl Worker {
-    pub(crate) fn new(id: usize, engine: Arc<Engine>) -> Worker {
+    pub(crate) fn new(
+        id: usize,
+        engine: Arc<Engine>,
+        limit: Arc<crate::sys::limits::ConnectionLimit>,
+    ) -> Worker {
         Worker {
             id,
             engine,
@@ -52,6 +59,7 @@ impl Worker {
             pressured: Cell::new(false),
             idle: IdleSet::default(),
             freed: Cell::new((0, None)),
+            limit,
         }
     }
 
@@ -127,6 +135,11 @@ impl Worker {
             }
             _ => self.freed.set((count, said_at)),
         }
+    }
+
+    /// The process's open connections now.
+    pub(crate) fn open_connections(&self) -> usize {
+        self.limit.active()
     }
 
     /// The next number of this worker's connection sequence.

@@ -64,7 +64,7 @@ fn shuck_with(pki: &Pki, keys: &str) -> Shuck {
         cert = pki.leaf("adm.pem", "adm", &["adm.test"], Key::EcdsaP256);
     }
     Shuck::start(&format!(
-        "workers = 2\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n{keys}",
+        "workers = 2\nmetrics_listen = \"127.0.0.1:0\"\nmetrics_per_worker = true\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\n{keys}",
         toml_path(&cert)
     ))
 }

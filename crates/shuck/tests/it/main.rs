@@ -12,6 +12,7 @@ mod dns;
 mod faults;
 mod import;
 mod ktls;
+mod log_targets;
 mod messages;
 mod metrics;
 mod metrics_series;

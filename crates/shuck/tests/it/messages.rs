@@ -265,3 +265,114 @@ fn files_the_serving_user_cannot_read_later_are_said_at_check_and_start() {
     assert!(err.contains("cannot read"), "{err}");
     assert!(err.contains("shuck runs as user \"nobody\""), "{err}");
 }
+
+/// A failed handshake's line names the server name the client asked for, and says why in
+/// words: a TLS 1.2-only client at a TLS 1.3-only frontend, and plain HTTP at a TLS port (the
+/// metrics' reasons are as before).
+#[test]
+fn failed_handshakes_say_the_name_asked_for_and_why_in_words() {
+    use shuck_test_support::clients::{handshake_failures, s_client, scrape};
+    let pki = Pki::new();
+    let text = format!(
+        "metrics_listen = \"127.0.0.1:0\"\n{}",
+        frontend(&pki, "protocols = [\"TLS1.3\"]")
+    );
+    let shuck = Shuck::start(&text);
+    let (ok, _) = s_client(&pki, shuck.addr(), Some("m.test"), &["-tls1_2"]);
+    assert!(!ok, "a TLS 1.2 client was served");
+    let log = shuck.wait_log("the client offers no TLS 1.3");
+    let line = log
+        .lines()
+        .find(|l| l.contains("the client offers no TLS 1.3"))
+        .expect("line");
+    assert!(line.contains("sni=m.test"), "{line}");
+    let mut plain = std::net::TcpStream::connect(shuck.addr()).expect("connect");
+    std::io::Write::write_all(&mut plain, b"GET / HTTP/1.1\r\nHost: m.test\r\n\r\n")
+        .expect("write");
+    let _ = shuck_test_support::clients::read_all_bounded(&mut plain);
+    let log = shuck.wait_log("not TLS (plain HTTP");
+    assert!(!log.contains("InvalidContentType"), "{log}");
+    assert!(!log.contains("SupportedVersionsExtensionRequired"), "{log}");
+    let metrics = *shuck.addrs.last().expect("metrics");
+    let m = scrape(metrics);
+    assert_eq!(handshake_failures(&m, "incompatible"), 1, "{m}");
+    assert_eq!(handshake_failures(&m, "malformed"), 1, "{m}");
+}
+
+/// `--log-format json`: every line is a JSON object; the access log's values are typed
+/// (numbers, null for what did not happen, the client's address and port apart); an error
+/// that ends the process is a JSON line too.
+#[test]
+fn json_lines_are_typed_and_fatal_errors_are_json() {
+    let running = Shuck::with()
+        .args(&[
+            "--self-signed",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--log-connections",
+        ])
+        .run();
+    let out = Command::new("curl")
+        .args([
+            "-sk",
+            "--max-time",
+            "5",
+            &format!("https://{}/", running.addr()),
+        ])
+        .output()
+        .expect("curl");
+    assert!(out.status.success());
+    let mut plain = std::net::TcpStream::connect(running.addr()).expect("connect");
+    std::io::Write::write_all(&mut plain, b"GET / HTTP/1.1\r\n\r\n").expect("write");
+    let _ = shuck_test_support::clients::read_all_bounded(&mut plain);
+    running.wait_log_count("\"reason\"", 2);
+    let log = running.log_text();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let access: Vec<&serde_json::Value> =
+        lines.iter().filter(|v| v.get("reason").is_some()).collect();
+    let served = access
+        .iter()
+        .find(|v| v["reason"] == "-" || v["reason"].is_null())
+        .expect("the served connection's line");
+    assert!(served["handshake_ms"].is_u64(), "{served}");
+    assert!(
+        served["ms"].is_u64() && served["worker"].is_u64(),
+        "{served}"
+    );
+    assert_eq!(served["resumed"], false, "{served}");
+    assert_eq!(served["client"], "127.0.0.1", "{served}");
+    assert!(served["client_port"].is_u64(), "{served}");
+    assert!(served["balancer"].is_null(), "{served}");
+    let failed = access
+        .iter()
+        .find(|v| v["reason"] == "handshake_malformed")
+        .expect("the plain-HTTP connection's line");
+    assert!(failed["handshake_ms"].is_null(), "{failed}");
+    assert!(failed["protocol"].is_null(), "{failed}");
+    drop(running);
+    let held = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = held.local_addr().expect("addr").to_string();
+    let (code, err) = shuck(&[
+        "serve",
+        "--self-signed",
+        "--listen",
+        &addr,
+        "--log-format",
+        "json",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let last = err.lines().last().expect("a line");
+    let v: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {last}"));
+    assert_eq!(v["level"], "ERROR", "{last}");
+    assert!(
+        v["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("already listens")),
+        "{last}"
+    );
+}

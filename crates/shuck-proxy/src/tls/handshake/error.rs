@@ -17,7 +17,7 @@ pub(crate) enum HandshakeError {
     /// Closed (FIN or reset) part-way through its handshake.
     #[error("client closed during the TLS handshake{}", .0.as_ref().map_or(String::new(), |e| format!(": {e}")))]
     ClientAborted(Option<io::Error>),
-    #[error("{0}")]
+    #[error("{}", super::words::in_words(.0))]
     Tls(rustls::Error),
     /// No certificate fits the client's name, or the signature algorithms its cipher suites
     /// allow.

@@ -40,6 +40,38 @@ pub(crate) struct Hello {
     pub(crate) received: Vec<u8>,
 }
 
+impl Hello {
+    /// The server name the client asked for, copied without allocating: kept for the log line
+    /// of a handshake that then fails (rustls has the hello by then).
+    pub(crate) fn sent_name(&self) -> SentName {
+        let mut copy = SentName {
+            len: 0,
+            bytes: [0; 255],
+        };
+        if let Some(name) = self.accepted.client_hello().server_name() {
+            // A DNS name has at most 253 bytes; rustls refuses anything longer.
+            let n = name.len().min(copy.bytes.len());
+            copy.bytes[..n].copy_from_slice(&name.as_bytes()[..n]);
+            copy.len = u8::try_from(n).unwrap_or(u8::MAX);
+        }
+        copy
+    }
+}
+
+/// A ClientHello's server name, inline.
+pub(crate) struct SentName {
+    len: u8,
+    bytes: [u8; 255],
+}
+
+impl SentName {
+    /// The name, for a log line (`None`: the client sent none).
+    pub(crate) fn to_boxed(&self) -> Option<Box<str>> {
+        let name = std::str::from_utf8(&self.bytes[..usize::from(self.len)]).ok()?;
+        (!name.is_empty()).then(|| name.into())
+    }
+}
+
 /// Reads the ClientHello. A client that sends something else gets rustls' alert.
 pub(crate) async fn read_client_hello(
     mut tcp: TcpStream,

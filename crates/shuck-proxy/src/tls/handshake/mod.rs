@@ -5,6 +5,7 @@
 
 pub(crate) mod error;
 pub(crate) mod hello;
+mod words;
 
 use std::future::poll_fn;
 use std::io;
