@@ -45,8 +45,14 @@ pub fn table(runs: &[(String, BenchReport)]) -> String {
         let _ = writeln!(
             o,
             "| {name} | {} | {} | {} | {:.0} | {:.0}% |",
-            v.max_tps
-                .map_or_else(|| "none passed".into(), |x| format!("{x:.0}")),
+            v.max_tps.map_or_else(
+                || "none passed".into(),
+                |x| if v.at_ceiling {
+                    format!("≥ {x:.0} (the ramp's ceiling)")
+                } else {
+                    format!("{x:.0}")
+                }
+            ),
             f(v.offered_rate, "/s"),
             v.mean_ms
                 .map_or_else(|| "—".into(), |m| format!("{m:.1} ms")),

@@ -85,6 +85,10 @@ pub struct VerdictReport {
     pub offered_rate: Option<f64>,
     pub max_tps: Option<f64>,
     pub mean_ms: Option<f64>,
+    /// The verdict is the ramp's last step: the run's ceiling, not the server's (raise
+    /// `--rate-max`). Absent in reports written before it was kept.
+    #[serde(default)]
+    pub at_ceiling: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -165,6 +169,7 @@ impl BenchReport {
             mean_ms: v
                 .best_step
                 .and_then(|i| reports[i].latency_ms.map(|l| l.mean)),
+            at_ceiling: v.at_ceiling,
         };
         BenchReport {
             settings,
@@ -271,6 +276,12 @@ impl BenchReport {
                     th.max_mean_ms,
                     th.lookahead
                 );
+                if v.at_ceiling {
+                    let _ = writeln!(
+                        o,
+                        "verdict at the ramp's ceiling: its last step passed, so this is the run's limit, not the server's (raise --rate-max)"
+                    );
+                }
             }
             _ => {
                 let _ = writeln!(

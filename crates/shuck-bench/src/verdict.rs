@@ -41,6 +41,9 @@ pub struct Verdict {
     /// The passing step with the highest successful TPS.
     pub best_step: Option<usize>,
     pub max_tps: Option<f64>,
+    /// The best step is the ramp's last: the ramp ended before the server did, so `max_tps`
+    /// is the run's ceiling, not the server's.
+    pub at_ceiling: bool,
 }
 
 fn failures_ok(p: &Point, t: &Thresholds) -> bool {
@@ -78,6 +81,7 @@ pub fn judge(points: &[Point], t: &Thresholds) -> Verdict {
     });
     Verdict {
         max_tps: best_step.map(|i| points[i].successful_tps),
+        at_ceiling: !points.is_empty() && best_step == Some(points.len() - 1),
         passes,
         best_step,
     }
@@ -94,6 +98,16 @@ mod tests {
             successful_tps: tps,
             mean_ms: Some(mean),
         }
+    }
+
+    #[test]
+    fn a_verdict_on_the_last_step_is_the_ramps_ceiling() {
+        let t = Thresholds::default();
+        let rising = [pt(100.0, 1000, 0, 5.0), pt(200.0, 2000, 0, 6.0)];
+        assert!(judge(&rising, &t).at_ceiling);
+        let saturated = [pt(100.0, 1000, 0, 5.0), pt(150.0, 2000, 40, 300.0)];
+        assert!(!judge(&saturated, &t).at_ceiling);
+        assert!(!judge(&[], &t).at_ceiling);
     }
 
     #[test]
