@@ -47,7 +47,7 @@ pub enum Error {
 
     /// The address is taken: by another program, or by another shuck (which this one would
     /// otherwise share it with, the kernel splitting connections between them).
-    #[error("cannot listen on {addr} ({owner}): another process already listens there; stop it or choose another address (`ss -ltnp 'sport = :{}'` names it). To replace a running shuck, send it SIGUSR2 (an upgrade in place), or start the new one with --takeover to share the address until the old one stops", addr.port())]
+    #[error("cannot listen on {addr} ({owner}): another process already listens there; stop it or choose another address (`ss -ltnp 'sport = :{}'` names it). {}", addr.port(), owner.when_in_use())]
     AddressInUse { addr: SocketAddr, owner: Listener },
 
     #[error("the open-files limit ({fd_limit}) leaves no descriptors for connections: each takes 2 and shuck keeps {reserved} for itself; raise it (ulimit -n, LimitNOFILE= under systemd)")]
@@ -91,6 +91,16 @@ impl std::fmt::Display for Listener {
         match self {
             Listener::Frontend(name) => write!(f, "frontend {name:?}"),
             Listener::Metrics => f.write_str("metrics_listen"),
+        }
+    }
+}
+
+impl Listener {
+    /// What to do about an address in use, beyond stopping whoever has it.
+    fn when_in_use(&self) -> &'static str {
+        match self {
+            Listener::Frontend(_) => "To replace a running shuck, send it SIGUSR2 (an upgrade in place), or start the new one with --takeover to share the address until the old one stops",
+            Listener::Metrics => "metrics_listen is never shared, even with --takeover: give this instance another one, or stop the process that has it",
         }
     }
 }

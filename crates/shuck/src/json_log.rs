@@ -2,7 +2,7 @@
 //! first and then the event's fields, typed as log collectors want them: numbers as numbers,
 //! booleans as booleans, text as strings, a missing value as `null` (the engine writes a missing
 //! value as `-`, which the compact format shows as it is), and an address with a port (`client`,
-//! `balancer`, `address`) as two fields, `client` and `client_port`. A field the line declares
+//! `balancer`, `listen`, `backend_source`, `address`) as two fields, `client` and `client_port`. A field the line declares
 //! and does not record (a value it has not got) is `null` too. Fatal errors are written
 //! the same way (`fatal`), so the last line a supervisor sees parses too.
 
@@ -19,7 +19,7 @@ use tracing_subscriber::registry::LookupSpan;
 const MISSING: &str = "-";
 
 /// Fields that hold `ip:port`: split into the address and `<name>_port`.
-const ADDRESSES: [&str; 3] = ["client", "balancer", "address"];
+const ADDRESSES: [&str; 5] = ["client", "balancer", "address", "listen", "backend_source"];
 
 /// The JSON line formatter.
 pub(crate) struct JsonLines;

@@ -7,8 +7,9 @@
 //!   and each of the event's fields under its name in capitals (`FRONTEND`, `CLIENT`, `REASON`,
 //!   …), so `journalctl -p warning` and `journalctl REASON=handshake_timeout` work.
 //! - RFC 5424 syslog: `<PRI>1 TIMESTAMP HOST shuck PID - [shuck@32473 key="value" …] MESSAGE`,
-//!   facility daemon; to a local socket (`/dev/log`) or UDP as one datagram, or TCP framed by
-//!   length (RFC 6587 octet counting). 32473 is the enterprise number RFC 5612 sets aside for
+//!   facility daemon, to a collector by UDP (one datagram) or TCP (framed by length, RFC 6587
+//!   octet counting); to a local socket (`/dev/log`), whose readers take RFC 3164 by default,
+//!   `<PRI>Mmm dd hh:mm:ss shuck[PID]: MESSAGE key=value …`. 32473 is the enterprise number RFC 5612 sets aside for
 //!   examples: shuck has none of its own.
 //!
 //! Values are kept on one line (a line break becomes a space): one event, one line.
@@ -105,9 +106,11 @@ where
         writeln!(w, "SYSLOG_IDENTIFIER=shuck")?;
         writeln!(w, "MESSAGE={}", c.line())?;
         for (k, v) in &c.fields {
-            let name = k.to_ascii_uppercase();
+            let name = journald_name(k);
             // journald keeps the names it reserves (and those starting `_`) for itself.
-            if !matches!(name.as_str(), "PRIORITY" | "MESSAGE" | "SYSLOG_IDENTIFIER") {
+            if !name.is_empty()
+                && !matches!(name.as_str(), "PRIORITY" | "MESSAGE" | "SYSLOG_IDENTIFIER")
+            {
                 writeln!(w, "{name}={v}")?;
             }
         }
@@ -115,9 +118,27 @@ where
     }
 }
 
-/// Events as RFC 5424 syslog messages.
+/// A field name as journald accepts one: capitals, digits and `_`, not starting with `_`
+/// (`log.target`, from a library's line, becomes `LOG_TARGET`).
+fn journald_name(field: &str) -> String {
+    let name: String = field
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    name.trim_start_matches('_').to_string()
+}
+
+/// Events as syslog messages: RFC 5424 to a collector (UDP, TCP), RFC 3164 to a local socket,
+/// whose readers (journald's `/dev/log`, rsyslog's `imuxsock`) parse that form by default.
 pub(crate) struct SyslogLines {
     pub(crate) hostname: String,
+    pub(crate) local: bool,
 }
 
 impl<S, N> FormatEvent<S, N> for SyslogLines
@@ -133,6 +154,20 @@ where
     ) -> fmt::Result {
         let c = Collected::of(event);
         let pri = FACILITY_DAEMON * 8 + severity(*event.metadata().level());
+        if self.local {
+            let now = time::OffsetDateTime::now_utc();
+            let month = &format!("{:?}", now.month())[..3];
+            return write!(
+                w,
+                "<{pri}>{month} {:>2} {:02}:{:02}:{:02} shuck[{}]: {}",
+                now.day(),
+                now.hour(),
+                now.minute(),
+                now.second(),
+                std::process::id(),
+                c.line()
+            );
+        }
         let now = humantime::format_rfc3339_micros(std::time::SystemTime::now());
         write!(
             w,
@@ -178,27 +213,39 @@ pub(crate) fn hostname() -> String {
 pub(crate) enum Sink {
     Datagram(UnixDatagram, PathBuf),
     Udp(UdpSocket, SocketAddr),
-    /// Connected on first use and again after an error.
-    Tcp(Option<TcpStream>, SocketAddr),
+    /// Connected on first use and again after an error, at most once per [`RECONNECT`].
+    Tcp(Option<TcpStream>, SocketAddr, Option<std::time::Instant>),
+}
+
+/// How long a TCP collector that failed is left alone (lines meanwhile are dropped, counted).
+const RECONNECT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A datagram socket that never waits: a full receiver drops the line (counted).
+fn datagram() -> io::Result<UnixDatagram> {
+    let s = UnixDatagram::unbound()?;
+    s.set_nonblocking(true)?;
+    Ok(s)
 }
 
 impl Sink {
     pub(crate) fn journald(path: PathBuf) -> io::Result<Sink> {
-        Ok(Sink::Datagram(UnixDatagram::unbound()?, path))
+        Ok(Sink::Datagram(datagram()?, path))
     }
 
     pub(crate) fn syslog(address: &SyslogAddress) -> io::Result<Sink> {
         Ok(match address {
-            SyslogAddress::Unix(p) => Sink::Datagram(UnixDatagram::unbound()?, p.clone()),
+            SyslogAddress::Unix(p) => Sink::Datagram(datagram()?, p.clone()),
             SyslogAddress::Udp(a) => {
                 let any: SocketAddr = if a.is_ipv4() {
                     ([0, 0, 0, 0], 0).into()
                 } else {
                     (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
                 };
-                Sink::Udp(UdpSocket::bind(any)?, *a)
+                let s = UdpSocket::bind(any)?;
+                s.set_nonblocking(true)?;
+                Sink::Udp(s, *a)
             }
-            SyslogAddress::Tcp(a) => Sink::Tcp(None, *a),
+            SyslogAddress::Tcp(a) => Sink::Tcp(None, *a, None),
         })
     }
 
@@ -206,15 +253,25 @@ impl Sink {
         match self {
             Sink::Datagram(s, path) => s.send_to(msg, &*path).map(drop),
             Sink::Udp(s, to) => s.send_to(msg, *to).map(drop),
-            Sink::Tcp(stream, to) => {
+            Sink::Tcp(stream, to, failed_at) => {
                 if stream.is_none() {
-                    let s = TcpStream::connect_timeout(to, std::time::Duration::from_secs(2))?;
-                    s.set_write_timeout(Some(std::time::Duration::from_secs(2)))?;
+                    if failed_at.is_some_and(|t| t.elapsed() < RECONNECT) {
+                        return Err(io::ErrorKind::NotConnected.into());
+                    }
+                    let s = TcpStream::connect_timeout(to, std::time::Duration::from_secs(2))
+                        .and_then(|s| {
+                            s.set_write_timeout(Some(std::time::Duration::from_secs(2)))?;
+                            Ok(s)
+                        })
+                        .inspect_err(|_| *failed_at = Some(std::time::Instant::now()))?;
                     *stream = Some(s);
                 }
                 let s = stream.as_mut().ok_or(io::ErrorKind::NotConnected)?;
                 let framed = [format!("{} ", msg.len()).as_bytes(), msg].concat();
-                s.write_all(&framed).inspect_err(|_| *stream = None)
+                s.write_all(&framed).inspect_err(|_| {
+                    *stream = None;
+                    *failed_at = Some(std::time::Instant::now());
+                })
             }
         }
     }
@@ -243,5 +300,7 @@ mod tests {
     fn structured_data_values_are_escaped() {
         assert_eq!(sd_escape(r#"a"b\c]d"#), r#"a\"b\\c\]d"#);
         assert_eq!(one_line("a\nb\rc"), "a b c");
+        assert_eq!(journald_name("log.target"), "LOG_TARGET");
+        assert_eq!(journald_name("_x"), "X");
     }
 }

@@ -57,11 +57,11 @@ pub(crate) fn init(config: &Config) -> LogQueue {
         (LogTarget::Journald(_), _) if target_error.is_none() => layer
             .event_format(crate::log_targets::JournaldLines)
             .boxed(),
-        (LogTarget::Syslog(_), _) if target_error.is_none() => {
+        (LogTarget::Syslog(address), _) if target_error.is_none() => {
             let hostname = crate::log_targets::hostname();
-            layer
-                .event_format(crate::log_targets::SyslogLines { hostname })
-                .boxed()
+            let local = matches!(address, shuck_proxy::config::SyslogAddress::Unix(_));
+            let lines = crate::log_targets::SyslogLines { hostname, local };
+            layer.event_format(lines).boxed()
         }
         (_, LogFormat::Compact) => layer.compact().boxed(),
         (_, LogFormat::Json) => {

@@ -16,14 +16,43 @@ pub const MAX_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_se
 pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 24;
 
 /// How `log_connections` lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum ConnectionLogFormat {
     /// Named fields (top-level in JSON logs).
     #[default]
     Fields,
-    /// One HAProxy-style record as the message (for text logs and tools that parse those).
+    /// HAProxy's `tcplog` record as the message (for tools that parse those).
     Haproxy,
+    /// The operator's own line (`{name}` for each field), as the message.
+    Template(std::sync::Arc<super::log_template::LogTemplate>),
+}
+
+impl std::fmt::Display for ConnectionLogFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectionLogFormat::Fields => f.write_str("fields"),
+            ConnectionLogFormat::Haproxy => f.write_str("haproxy"),
+            ConnectionLogFormat::Template(t) => write!(f, "{:?}", t.source),
+        }
+    }
+}
+
+/// `connection_log_format`: `fields`, `haproxy`, or a template.
+fn connection_log_format(raw: Option<&str>) -> Result<ConnectionLogFormat, KeyError> {
+    Ok(match raw {
+        None | Some("fields") => ConnectionLogFormat::Fields,
+        Some("haproxy") => ConnectionLogFormat::Haproxy,
+        Some(t) if t.contains('{') => ConnectionLogFormat::Template(std::sync::Arc::new(
+            super::log_template::LogTemplate::parse(t)
+                .map_err(|m| key_err("connection_log_format", m))?,
+        )),
+        Some(other) => {
+            return Err(key_err(
+                "connection_log_format",
+                format!("{other:?} is not \"fields\", \"haproxy\" or a template naming fields as {{client}}, {{sni}}, {{ms}}"),
+            ))
+        }
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -240,7 +269,7 @@ impl RawConfig {
             log_queue_lines,
             log_level,
             log_connections: self.log_connections.unwrap_or(false),
-            connection_log_format: self.connection_log_format.unwrap_or_default(),
+            connection_log_format: connection_log_format(self.connection_log_format.as_deref())?,
             metrics_listen,
             certificate_expiry_warning,
             user: self.user.clone(),
@@ -362,7 +391,7 @@ pub const GLOBAL_KEYS: &[GlobalKey] = &[
         "connection_log_format",
         Applies::Reload,
         Recorded::Yes,
-        |c| format!("{:?}", c.connection_log_format),
+        |c| c.connection_log_format.to_string(),
     ),
     key("metrics_listen", Applies::Restart, Recorded::Yes, |c| {
         format!("{:?}", c.metrics_listen)

@@ -30,6 +30,7 @@ pub mod global;
 pub mod health;
 mod keys;
 mod listen;
+pub mod log_template;
 mod proxy;
 pub mod routes;
 mod section;
@@ -107,7 +108,7 @@ pub struct RawConfig {
     pub log_queue_lines: Option<usize>,
     pub log_level: Option<String>,
     pub log_connections: Option<bool>,
-    pub connection_log_format: Option<ConnectionLogFormat>,
+    pub connection_log_format: Option<String>,
     pub metrics_listen: Option<String>,
     pub certificate_expiry_warning: Option<String>,
     pub state_dir: Option<PathBuf>,

@@ -82,6 +82,9 @@ impl Bindings {
     ) -> Result<Prepared> {
         refuse_shared(frontends)?;
         let may_share = inherited.may_share();
+        // Ports this process listens on, or binds now: another of its addresses on one of them
+        // (a wildcard beside a specific address) is not another process's.
+        let mut ours: Vec<u16> = self.live.iter().map(|b| b.addr.port()).collect();
         let mut added = Vec::new();
         for fe in frontends {
             for (index, &want) in fe.listen.addrs.iter().enumerate() {
@@ -92,7 +95,8 @@ impl Bindings {
                 if sockets.is_empty() {
                     sockets = self.moving_socket(want, frontends)?;
                 }
-                let bound = self.bind((fe, index, want), sockets, may_share)?;
+                let bound = self.bind((fe, index, want), sockets, (may_share, &ours))?;
+                ours.push(bound.addr.port());
                 let for_workers = bound
                     .sockets
                     .iter()
@@ -255,12 +259,13 @@ impl Bindings {
     /// One socket per worker for `want`: those given, then bound (the first fixes the port when
     /// `want` has port 0; the others share it with SO_REUSEPORT). An address another process
     /// listens on is refused unless `may_share` (SO_REUSEPORT would let this process bind it,
-    /// and the kernel would split new connections between the two).
+    /// and the kernel would split new connections between the two); on a port in `ours` (this
+    /// process's) the probe cannot tell, and the bind itself decides.
     fn bind(
         &mut self,
         (fe, index, want): (&Frontend, usize, SocketAddr),
         mut sockets: Vec<TcpListener>,
-        may_share: bool,
+        (may_share, ours): (bool, &[u16]),
     ) -> Result<Bound> {
         // defer_accept on fresh sockets only: those handed over (an upgrade) or moving from
         // another frontend are shared with what still runs, and this may yet fail; they take
@@ -276,10 +281,7 @@ impl Bindings {
                 .map_err(|source| Error::bind(addr, Listener::Frontend(fe.name.clone()), source))
         };
         if sockets.is_empty() {
-            if want.port() != 0
-                && self.live.iter().all(|b| b.addr != want)
-                && listener::in_use(want)
-            {
+            if want.port() != 0 && !ours.contains(&want.port()) && listener::in_use(want) {
                 if !may_share {
                     let owner = Listener::Frontend(fe.name.clone());
                     return Err(Error::AddressInUse { addr: want, owner });

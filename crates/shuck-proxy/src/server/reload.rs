@@ -415,7 +415,8 @@ impl Reloader {
         let s = &mut self.started;
         s.max_connections = new.max_connections;
         s.log_connections = new.log_connections;
-        s.connection_log_format = new.connection_log_format;
+        s.connection_log_format
+            .clone_from(&new.connection_log_format);
         s.shutdown_grace = new.shutdown_grace;
         s.reload_timeout = new.reload_timeout;
         s.upgrade_confirm = new.upgrade_confirm;

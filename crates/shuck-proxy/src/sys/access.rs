@@ -60,10 +60,14 @@ pub fn check(path: &Path, reader: &Reader, need: Need) -> Result<(), Blocked> {
     let Ok(real) = std::fs::canonicalize(path) else {
         return Ok(());
     };
-    let mut on_the_way: Vec<&Path> = real.ancestors().skip(1).collect();
-    on_the_way.reverse();
-    for dir in on_the_way {
-        allows(dir, reader, X, "search (x)")?;
+    // The directories the path names and those of the file it leads to (certbot's `live/`
+    // links lead into `archive/`): opening it searches both.
+    for through in [path, real.as_path()] {
+        let mut on_the_way: Vec<&Path> = through.ancestors().skip(1).collect();
+        on_the_way.reverse();
+        for dir in on_the_way.into_iter().filter(|d| !d.as_os_str().is_empty()) {
+            allows(dir, reader, X, "search (x)")?;
+        }
     }
     match need {
         Need::Read => allows(&real, reader, R, "read (r)"),

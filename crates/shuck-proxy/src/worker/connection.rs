@@ -38,6 +38,7 @@ use crate::tls::handshake::{self, ClientCert, Negotiated, Summary};
 use crate::tls::stream::{Ktls, TlsStream};
 use crate::worker::admission::Admitted;
 use crate::worker::tcplog::TcpLog;
+use crate::worker::templated::{self, Values};
 use crate::worker::{Worker, WorkerFrontend, WorkerPool};
 
 /// What the log line at the end says about the connection, filled in as stages complete.
@@ -384,6 +385,9 @@ async fn serve_negotiated<'a>(
     trace.route = route;
     let connect = connect_backend(pool, &mut hs.stream, cfg.timeouts.handshake);
     let (upstream, lease) = Box::pin(connect).await?;
+    if let Some(s) = trace.summary.as_mut() {
+        s.backend_source = upstream.tcp().and_then(|t| t.local_addr().ok());
+    }
     let prefix =
         before_relay(worker, fe, (route, pool), &lease, hs, arrival, trace).inspect_err(|e| {
             if let (ConnError::BackendHeader(_), Some(c)) = (e, pool.errors.get(lease.index())) {
@@ -630,7 +634,7 @@ fn record_end(
         // connections must not become a flood of lines).
         if fe.gate.log_refusal_of(trace.client.ip()) && log_limit::allow() {
             if worker.log_connections() {
-                line.full(Level::WARN, worker.log_format());
+                line.full(Level::WARN, &worker.log_format());
             } else {
                 line.short(Level::WARN);
             }
@@ -648,7 +652,7 @@ fn record_end(
             } else {
                 Level::INFO
             },
-            worker.log_format(),
+            &worker.log_format(),
         ),
         Loudness::Warn if log_limit::allow() => line.short(Level::WARN),
         Loudness::Warn | Loudness::Info | Loudness::PerSource => {}
@@ -692,6 +696,42 @@ impl Line<'_> {
         self.reason.map_or("connection closed", Reason::message)
     }
 
+    /// What a template may name (`connection_log_format = "<template>"`).
+    fn values(&self) -> Values<'_> {
+        let t = self.trace;
+        let s = t.summary.as_deref();
+        Values {
+            accepted: std::time::SystemTime::now()
+                .checked_sub(t.accepted.elapsed())
+                .unwrap_or(std::time::UNIX_EPOCH),
+            frontend: self.frontend,
+            client: t.client,
+            worker: self.worker,
+            balancer: t.balancer,
+            reason: self.reason.map(Reason::as_str),
+            error: self.error.map(ToString::to_string),
+            protocol: s.map(|s| s.protocol),
+            cipher: s.map(|s| s.cipher),
+            group: s.and_then(|s| s.group),
+            resumed: s.is_some_and(|s| s.resumed),
+            sni: self.sni(),
+            alpn: s.and_then(|s| s.alpn.as_deref()),
+            listen: s.and_then(|s| s.listen),
+            client_cert: s.and_then(|s| s.client_subject.as_deref()),
+            client_verify: s.map(|s| s.client_cert.verdict().into_owned()),
+            backend_source: s.and_then(|s| s.backend_source),
+            route: t.route.map(|r| r.name.as_str()),
+            backend: t.backend,
+            id: t.unique_id.as_str(),
+            ja4: t.ja4.as_deref().map(Ja4::as_str),
+            up: t.moved.up,
+            down: t.moved.down,
+            handshake_ms: t.handshake_ms,
+            connect_ms: t.connect_ms,
+            ms: self.ms,
+        }
+    }
+
     /// The line as HAProxy's `tcplog` writes it (`connection_log_format = "haproxy"`).
     fn tcplog(&self) -> TcpLog<'_> {
         let t = self.trace;
@@ -727,10 +767,17 @@ impl Line<'_> {
     }
 
     /// All of it, with what was negotiated and when: a `log_connections` line (an access log).
-    fn full(&self, level: Level, format: ConnectionLogFormat) {
-        if format == ConnectionLogFormat::Haproxy {
-            event_at!(level, "{}", self.tcplog());
-            return;
+    fn full(&self, level: Level, format: &ConnectionLogFormat) {
+        match format {
+            ConnectionLogFormat::Haproxy => {
+                event_at!(level, "{}", self.tcplog());
+                return;
+            }
+            ConnectionLogFormat::Template(t) => {
+                event_at!(level, "{}", templated::render(t, &self.values()));
+                return;
+            }
+            ConnectionLogFormat::Fields => {}
         }
         let t = self.trace;
         let s = t.summary.as_ref();
@@ -740,7 +787,11 @@ impl Line<'_> {
             error = %Dash(self.error), protocol = s.map_or("-", |s| s.protocol),
             cipher = s.map_or("-", |s| s.cipher), group = %Dash(s.and_then(|s| s.group)),
             resumed = s.is_some_and(|s| s.resumed), sni = %Dash(self.sni()),
-            alpn = %Dash(s.and_then(|s| s.alpn.as_deref())), route = %t.route.map_or("-", |r| r.name.as_str()),
+            alpn = %Dash(s.and_then(|s| s.alpn.as_deref())), listen = %Dash(s.and_then(|s| s.listen)),
+            client_cert = %Dash(s.and_then(|s| s.client_subject.as_deref())),
+            client_verify = %Dash(s.map(|s| s.client_cert.verdict())),
+            backend_source = %Dash(s.and_then(|s| s.backend_source)),
+            route = %t.route.map_or("-", |r| r.name.as_str()),
             backend = %t.backend.unwrap_or("-"),
             id = t.unique_id.as_str(), ja4 = %Dash(t.ja4.as_deref()),
             up = t.moved.up, down = t.moved.down,

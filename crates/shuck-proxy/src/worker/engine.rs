@@ -30,7 +30,8 @@ pub(crate) struct Engine {
     /// by a reload, read with a relaxed load (a connection under way when the access log is
     /// switched may log without the fields it did not keep).
     log_connections: AtomicBool,
-    haproxy_format: AtomicBool,
+    /// `connection_log_format`, replaced whole by a reload.
+    log_format: arc_swap::ArcSwap<ConnectionLogFormat>,
     shutdown_grace_ms: AtomicU64,
     /// `overload_threshold` in millionths.
     overload_ppm: std::sync::atomic::AtomicU32,
@@ -56,7 +57,7 @@ impl Engine {
             fleet_stores: FleetStores::default(),
             gates: super::admission::Gates::default(),
             log_connections: AtomicBool::new(false),
-            haproxy_format: AtomicBool::new(false),
+            log_format: arc_swap::ArcSwap::from_pointee(ConnectionLogFormat::Fields),
             shutdown_grace_ms: AtomicU64::new(0),
             overload_ppm: std::sync::atomic::AtomicU32::new(1_000_000),
             expiry_warning_s: AtomicU64::new(0),
@@ -71,10 +72,8 @@ impl Engine {
         let grace = u64::try_from(c.shutdown_grace.as_millis()).unwrap_or(u64::MAX);
         self.log_connections
             .store(c.log_connections, Ordering::Relaxed);
-        self.haproxy_format.store(
-            c.connection_log_format == ConnectionLogFormat::Haproxy,
-            Ordering::Relaxed,
-        );
+        self.log_format
+            .store(Arc::new(c.connection_log_format.clone()));
         self.shutdown_grace_ms.store(grace, Ordering::Relaxed);
         self.overload_ppm
             .store(millionths(c.overload_threshold), Ordering::Relaxed);
@@ -87,9 +86,9 @@ impl Engine {
         self.log_connections.load(Ordering::Relaxed)
     }
 
-    /// Whether access-log lines are in HAProxy's format.
-    pub(crate) fn haproxy_format(&self) -> bool {
-        self.haproxy_format.load(Ordering::Relaxed)
+    /// How access-log lines are written now (`connection_log_format`).
+    pub(crate) fn log_format(&self) -> Arc<ConnectionLogFormat> {
+        self.log_format.load_full()
     }
 
     /// How long before a certificate's end the twice-daily check warns of it.

@@ -10,6 +10,7 @@ mod clients;
 pub(crate) mod connection;
 mod engine;
 mod tcplog;
+mod templated;
 
 pub(crate) use engine::Engine;
 
@@ -73,12 +74,9 @@ impl Worker {
         self.engine.log_connections()
     }
 
-    pub(crate) fn log_format(&self) -> ConnectionLogFormat {
-        if self.engine.haproxy_format() {
-            ConnectionLogFormat::Haproxy
-        } else {
-            ConnectionLogFormat::Fields
-        }
+    /// How access-log lines are written now (`connection_log_format`).
+    pub(crate) fn log_format(&self) -> Arc<ConnectionLogFormat> {
+        self.engine.log_format()
     }
 
     /// Whether the process, with `active` of `max` connections taken, is near the limit: from

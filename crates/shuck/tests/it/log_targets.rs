@@ -96,6 +96,8 @@ fn check_syslog(message: &str) {
     assert!(parts[6].contains("] TLS handshake failed"), "{message}");
 }
 
+/// RFC 5424 to a collector by UDP; RFC 3164, the form its readers take by default, to a local
+/// socket.
 #[test]
 fn syslog_by_udp_and_by_a_local_socket() {
     let pki = Pki::new();
@@ -124,8 +126,16 @@ fn syslog_by_udp_and_by_a_local_socket() {
         let n = rx.recv(&mut buf).ok()?;
         Some(String::from_utf8_lossy(&buf[..n]).into_owned())
     };
-    let seen = until(next, |m| m.contains("reason=\"handshake_malformed\""));
-    check_syslog(seen.last().expect("the warning"));
+    let seen = until(next, |m| m.contains("reason=handshake_malformed"));
+    // The local socket's form, RFC 3164: `<PRI>Mmm dd hh:mm:ss shuck[PID]: MESSAGE fields`.
+    let local = seen.last().expect("the warning");
+    assert!(local.starts_with("<28>"), "{local}");
+    let after_time = &local[4 + "Nov 28 06:52:03 ".len()..];
+    assert!(after_time.starts_with("shuck["), "{local}");
+    assert!(
+        after_time.contains("]: TLS handshake failed frontend=web "),
+        "{local}"
+    );
 }
 
 /// Over TCP each message is framed by its length (RFC 6587 octet counting).

@@ -376,3 +376,77 @@ fn json_lines_are_typed_and_fatal_errors_are_json() {
         "{last}"
     );
 }
+
+/// The access log names what HAProxy's and nginx's do beside the rest: the address the client
+/// connected to, the backend connection's own address, and the client certificate's subject
+/// and verify result.
+#[test]
+fn the_access_log_names_listen_backend_source_and_client_certificate() {
+    use shuck_test_support::clients::curl;
+    use shuck_test_support::process::HttpBackend;
+    let pki = Pki::new();
+    let backend = HttpBackend::start();
+    let client = pki.client("client.pem", "alice", 7);
+    let shuck = Shuck::start(&format!(
+        "log_connections = true\n{}",
+        frontend(
+            &pki,
+            &format!(
+                "backend = \"{}\"\nclient_auth = \"required\"\nclient_ca = {}",
+                backend.addr,
+                toml_path(&pki.ca_path())
+            )
+        )
+    ));
+    let out = curl(
+        &pki,
+        &shuck,
+        "m.test",
+        "/",
+        &["--cert", client.to_str().expect("path")],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = shuck.wait_log("client_verify=");
+    let line = log
+        .lines()
+        .find(|l| l.contains("client_verify="))
+        .expect("line");
+    for want in [
+        format!("listen={}", shuck.addr()),
+        "backend_source=127.0.0.1:".to_string(),
+        "client_cert=CN=alice".to_string(),
+        "client_verify=ok".to_string(),
+    ] {
+        assert!(line.contains(&want), "{want} in {line}");
+    }
+}
+
+/// Two frontends of one shuck on a wildcard and a specific address of one port share it (the
+/// kernel gives each connection to the more specific): shuck's own sockets are not "another
+/// process".
+#[test]
+fn a_wildcard_and_a_specific_address_of_one_port_are_not_another_process() {
+    let pki = Pki::new();
+    let port = TcpListener::bind("0.0.0.0:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let fe = frontend(&pki, "");
+    let text = format!(
+        "workers = 1\n{}{}",
+        fe.replace("127.0.0.1:0", &format!("127.0.0.1:{port}")),
+        fe.replace("127.0.0.1:0", &format!("0.0.0.0:{port}"))
+    );
+    let shuck = Shuck::start(&text);
+    assert_eq!(shuck.addrs.len(), 2, "{}", shuck.log_text());
+    assert!(
+        !shuck.log_text().contains("already listens"),
+        "{}",
+        shuck.log_text()
+    );
+}

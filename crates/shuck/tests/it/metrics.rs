@@ -520,8 +520,8 @@ fn library_lines_a_client_can_trigger_stay_out_of_the_log() {
 
 /// `log_connections`: one line per connection with what an access log needs: client, frontend,
 /// backend, when the handshake was done and the backend connected (ms after accept), the total,
-/// bytes each way, how it ended, TLS version, cipher, SNI, ALPN, resumption; as named fields or
-/// as one HAProxy-style record.
+/// bytes each way, how it ended, TLS version, cipher, SNI, ALPN, resumption; as named fields, as
+/// HAProxy's tcplog record, or as the operator's own template.
 #[test]
 fn log_connections_writes_an_access_log_in_fields_or_haproxy_style() {
     let pki = Pki::new();
@@ -537,6 +537,13 @@ fn log_connections_writes_an_access_log_in_fields_or_haproxy_style() {
                 "sni=access.test",
                 "alpn=http/1.1",
                 "resumed=false",
+            ],
+        ),
+        (
+            "{client_ip} [{time}] {{{sni}}} {protocol} {reason} {resumed} {backend} {connect_ms}",
+            vec![
+                "127.0.0.1 [20",
+                "] {access.test} TLSv1.3 - false 127.0.0.1:",
             ],
         ),
         (
@@ -571,6 +578,11 @@ fn log_connections_writes_an_access_log_in_fields_or_haproxy_style() {
         }
         if format == "haproxy" {
             tcplog_is_read_by_halog(&line, &backend.addr.to_string());
+        }
+        if format.starts_with('{') {
+            // The connect time, a number, ends the line.
+            let last = line.rsplit(' ').next().unwrap_or_default();
+            assert!(last.parse::<u64>().is_ok(), "{line}");
         }
     }
 }

@@ -487,7 +487,7 @@ fn certificates_revoked_by_the_crl_or_under_a_revoked_intermediate_are_refused()
         );
     }
     // Logged when the server has read the certificate, possibly after curl gave up: bounded wait.
-    shuck.wait_log_count("Revoked", 2);
+    shuck.wait_log_count("client certificate refused: revoked", 2);
 }
 
 /// Resumption does not check a client certificate again, so a reload that revokes one must also

@@ -196,6 +196,16 @@ impl ClientCert {
         }
     }
 
+    /// For the access log: `none`, `ok`, or the OpenSSL verify code a certificate passed on
+    /// unverified (`optional_no_ca`) failed with.
+    pub(crate) fn verdict(self) -> std::borrow::Cow<'static, str> {
+        match self {
+            ClientCert::Absent => "none".into(),
+            ClientCert::Verified => "ok".into(),
+            ClientCert::Unverified(code) => format!("failed ({code})").into(),
+        }
+    }
+
     /// The SSL TLV's verify field: 0 for a verified certificate.
     pub(crate) fn verify_code(self) -> u32 {
         match self {
@@ -219,12 +229,28 @@ pub(crate) struct Summary {
     pub(crate) resumed: bool,
     pub(crate) sni: Option<String>,
     pub(crate) alpn: Option<String>,
+    /// The address the client connected to (HAProxy's `%fi:%fp`).
+    pub(crate) listen: Option<std::net::SocketAddr>,
+    /// The client certificate's subject, when it sent one (RFC 4514).
+    pub(crate) client_subject: Option<String>,
+    pub(crate) client_cert: ClientCert,
+    /// The backend connection's own address, once connected (HAProxy's `%bi:%bp`).
+    pub(crate) backend_source: Option<std::net::SocketAddr>,
 }
 
 impl Summary {
     pub(crate) fn of(hs: &Negotiated) -> Summary {
         let conn = hs.conn();
+        let client_subject = conn
+            .and_then(CommonState::peer_certificates)
+            .and_then(|chain| chain.first())
+            .and_then(|der| crate::certs::x509::X509::parse(der).ok())
+            .map(|c| c.subject());
         Summary {
+            listen: hs.stream.tcp().local_addr().ok(),
+            client_subject,
+            client_cert: hs.client_cert,
+            backend_source: None,
             protocol: params::protocol_name(conn.and_then(CommonState::protocol_version)),
             cipher: conn
                 .and_then(CommonState::negotiated_cipher_suite)
