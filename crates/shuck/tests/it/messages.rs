@@ -348,6 +348,20 @@ fn json_lines_are_typed_and_fatal_errors_are_json() {
     assert_eq!(served["client"], "127.0.0.1", "{served}");
     assert!(served["client_port"].is_u64(), "{served}");
     assert!(served["balancer"].is_null(), "{served}");
+    // The schema of an access line: each field of its type, or null; never the text "-".
+    let numbers = ["up", "down", "ms", "worker", "handshake_ms", "connect_ms"];
+    for line in &access {
+        for (k, v) in line.as_object().expect("an object") {
+            let ok = if numbers.contains(&k.as_str()) || k.ends_with("_port") {
+                v.is_u64() || v.is_null()
+            } else if k == "resumed" {
+                v.is_boolean() || v.is_null()
+            } else {
+                v.is_string() || v.is_null()
+            };
+            assert!(ok && v != "-", "{k}: {v} in {line}");
+        }
+    }
     let failed = access
         .iter()
         .find(|v| v["reason"] == "handshake_malformed")
