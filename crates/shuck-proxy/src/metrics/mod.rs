@@ -181,9 +181,13 @@ impl BackendConnects {
 
 impl BackendConnects {
     fn error_labels(&self, route: &str, backend: &str, kind: &str) -> Labels {
+        self.error_labels_of(self.worker, route, backend, kind)
+    }
+
+    fn error_labels_of(&self, worker: usize, route: &str, backend: &str, kind: &str) -> Labels {
         vec![
             ("frontend", self.frontend.clone()),
-            ("worker", self.worker.to_string()),
+            ("worker", worker.to_string()),
             ("route", route.to_string()),
             ("backend", backend.to_string()),
             ("kind", kind.to_string()),
@@ -210,24 +214,28 @@ impl BackendConnects {
             .collect()
     }
 
-    /// Drops one backend's series of this worker (its member left the pool).
+    /// This worker dropped one backend (its member left the pool): its series go once every
+    /// worker has dropped it, all at once (summed over the workers, a series that shrank one
+    /// worker at a time would look like a counter reset).
     pub(crate) fn forget(&self, route: &str, backend: &str) {
-        for kind in BACKEND_ERROR_KINDS {
-            self.errors.remove(&self.error_labels(route, backend, kind));
-        }
-        let l: Labels = vec![
-            ("frontend", self.frontend.clone()),
-            ("worker", self.worker.to_string()),
-            ("route", route.to_string()),
-            ("backend", backend.to_string()),
-        ];
-        self.family.remove(&l);
         let key = (
             self.frontend.clone(),
             route.to_string(),
             backend.to_string(),
         );
-        self.made.forget(&key, self.worker);
+        for worker in self.made.forget(&key, self.worker) {
+            for kind in BACKEND_ERROR_KINDS {
+                self.errors
+                    .remove(&self.error_labels_of(worker, route, backend, kind));
+            }
+            let l: Labels = vec![
+                ("frontend", self.frontend.clone()),
+                ("worker", worker.to_string()),
+                ("route", route.to_string()),
+                ("backend", backend.to_string()),
+            ];
+            self.family.remove(&l);
+        }
     }
 }
 
@@ -742,6 +750,42 @@ fn get<M: Clone + Default>(f: &Family<Labels, M>, l: &Labels) -> M {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A backend that left the pool keeps its series until the last worker drops it: the sum
+    /// over workers never falls (Prometheus would read a counter reset).
+    #[test]
+    fn a_backend_leaves_the_exposition_when_every_worker_dropped_it() {
+        let m = Metrics::new();
+        let (w0, w1) = (m.for_frontend("web", 0), m.for_frontend("web", 1));
+        // As a worker's pool takes them: connect times and error counters per backend.
+        for w in [&w0, &w1] {
+            let _ = w
+                .backend_connects()
+                .for_backends("default", ["10.0.0.9:80"].into_iter());
+        }
+        let e0 = w0
+            .backend_connects()
+            .errors_for("default", ["10.0.0.9:80"].into_iter());
+        let e1 = w1
+            .backend_connects()
+            .errors_for("default", ["10.0.0.9:80"].into_iter());
+        e0[0].relay.inc();
+        e1[0].relay.inc_by(2);
+        let series = "shuck_backend_errors_total{frontend=\"web\",route=\"default\",backend=\"10.0.0.9:80\",kind=\"relay\"}";
+        assert!(
+            m.encode().contains(&format!("{series} 3")),
+            "{}",
+            m.encode()
+        );
+        w0.backend_connects().forget("default", "10.0.0.9:80");
+        assert!(
+            m.encode().contains(&format!("{series} 3")),
+            "{}",
+            m.encode()
+        );
+        w1.backend_connects().forget("default", "10.0.0.9:80");
+        assert!(!m.encode().contains("10.0.0.9:80"), "{}", m.encode());
+    }
 
     #[test]
     fn per_worker_handles_feed_one_family() {

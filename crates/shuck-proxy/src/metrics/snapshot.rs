@@ -48,7 +48,13 @@ type BackendKey = (String, String, String);
 
 /// The connect times made so far, per backend and worker.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Connects(Arc<Mutex<BTreeMap<(BackendKey, usize), ConnectTime>>>);
+pub(super) struct Connects {
+    made: Arc<Mutex<BTreeMap<(BackendKey, usize), ConnectTime>>>,
+    /// The workers that dropped a backend some other worker still has: its series stay
+    /// exported until the last one drops it, so a sum over the workers never falls (Prometheus
+    /// would take the fall for a counter reset).
+    leaving: Arc<Mutex<BTreeMap<BackendKey, Vec<usize>>>>,
+}
 
 impl Connects {
     /// The connect time of one backend of one worker: the one made before, or `make()`'s.
@@ -58,14 +64,34 @@ impl Connects {
         worker: usize,
         make: impl FnOnce() -> ConnectTime,
     ) -> ConnectTime {
-        locked(&self.0)
+        if let Some(w) = locked(&self.leaving).get_mut(&key) {
+            w.retain(|&x| x != worker);
+        }
+        locked(&self.made)
             .entry((key, worker))
             .or_insert_with(make)
             .clone()
     }
 
-    pub(super) fn forget(&self, key: &BackendKey, worker: usize) {
-        locked(&self.0).remove(&(key.clone(), worker));
+    /// `worker` dropped the backend `key`; the workers whose series of it may go now: all
+    /// that had it once the last one drops it, none before.
+    pub(super) fn forget(&self, key: &BackendKey, worker: usize) -> Vec<usize> {
+        let mut made = locked(&self.made);
+        made.remove(&(key.clone(), worker));
+        let mut leaving = locked(&self.leaving);
+        let gone = leaving.entry(key.clone()).or_default();
+        if !gone.contains(&worker) {
+            gone.push(worker);
+        }
+        let still_held = made
+            .range((key.clone(), 0)..=(key.clone(), usize::MAX))
+            .next()
+            .is_some();
+        if still_held {
+            Vec::new()
+        } else {
+            leaving.remove(key).unwrap_or_default()
+        }
     }
 }
 
@@ -117,7 +143,7 @@ impl Index {
         for ((name, _), h) in locked(&self.frontends).iter() {
             frontends.entry(name.clone()).or_default().add(h);
         }
-        for (((fe, route, backend), _), t) in locked(&self.connects.0).iter() {
+        for (((fe, route, backend), _), t) in locked(&self.connects.made).iter() {
             let b = backend_of(&mut frontends, fe, route, backend);
             b.connects += t.count.get();
             b.seconds += t.seconds.get();
