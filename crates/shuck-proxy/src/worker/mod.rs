@@ -5,6 +5,7 @@
 //! lock-free).
 
 pub(crate) mod accept;
+mod access_log;
 mod admission;
 mod clients;
 pub(crate) mod connection;
