@@ -40,6 +40,23 @@ impl RunAs {
         }
     }
 
+    /// The user `name` and the group it runs with: `group`, or the user's own.
+    fn user_and_group(&self, name: &str) -> Result<(User, Gid), String> {
+        let user = User::from_name(name)
+            .map_err(|e| format!("user {name:?}: {e}"))?
+            .ok_or_else(|| format!("user {name:?} does not exist"))?;
+        let gid = match &self.group {
+            None => user.gid,
+            Some(g) => {
+                Group::from_name(g)
+                    .map_err(|e| format!("group {g:?}: {e}"))?
+                    .ok_or_else(|| format!("group {g:?} does not exist"))?
+                    .gid
+            }
+        };
+        Ok((user, gid))
+    }
+
     /// Who serves after start: the user this process becomes (the configured one, or started
     /// as root the default one), or this process's own user; with its groups, for
     /// [`shuck_proxy::access`] to judge the files renewals and reloads read.
@@ -60,18 +77,7 @@ impl RunAs {
                 });
             }
         };
-        let user = User::from_name(&name)
-            .map_err(|e| format!("user {name:?}: {e}"))?
-            .ok_or_else(|| format!("user {name:?} does not exist"))?;
-        let gid = match &self.group {
-            None => user.gid,
-            Some(g) => {
-                Group::from_name(g)
-                    .map_err(|e| format!("group {g:?}: {e}"))?
-                    .ok_or_else(|| format!("group {g:?} does not exist"))?
-                    .gid
-            }
-        };
+        let (user, gid) = self.user_and_group(&name)?;
         let cname =
             std::ffi::CString::new(name.as_str()).map_err(|e| format!("user {name:?}: {e}"))?;
         let mut gids = vec![gid.as_raw()];
@@ -94,18 +100,7 @@ impl RunAs {
             None => return Ok(()),
         };
         let name = &name;
-        let user = User::from_name(name)
-            .map_err(|e| format!("user {name:?}: {e}"))?
-            .ok_or_else(|| format!("user {name:?} does not exist"))?;
-        let gid = match &self.group {
-            None => user.gid,
-            Some(g) => {
-                Group::from_name(g)
-                    .map_err(|e| format!("group {g:?}: {e}"))?
-                    .ok_or_else(|| format!("group {g:?} does not exist"))?
-                    .gid
-            }
-        };
+        let (user, gid) = self.user_and_group(name)?;
         if euid == user.uid {
             return Ok(()); // already (an upgrade's new process, started by the dropped one)
         }
