@@ -164,6 +164,18 @@ fn method_and_path(head: &[u8]) -> (&[u8], &[u8]) {
     )
 }
 
+/// Whether the request's `Accept` names OpenMetrics (Prometheus servers ask for it first);
+/// anything else gets the text format 0.0.4, which every reader takes.
+fn wants_openmetrics(head: &[u8]) -> bool {
+    head.split(|&b| b == b'\n').skip(1).any(|line| {
+        let line = line.to_ascii_lowercase();
+        line.starts_with(b"accept:")
+            && line
+                .windows(b"application/openmetrics-text".len())
+                .any(|w| w == b"application/openmetrics-text")
+    })
+}
+
 fn path_of(head: &[u8]) -> &[u8] {
     method_and_path(head).1
 }
@@ -182,10 +194,15 @@ fn answer(head: &[u8], metrics: &Metrics) -> Answer {
         };
     }
     let (status, content_type, body) = match path {
-        b"/metrics" => (
+        b"/metrics" if wants_openmetrics(head) => (
             "200 OK",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             metrics.encode(),
+        ),
+        b"/metrics" => (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics.encode_text_004(),
         ),
         b"/" => ("200 OK", "text/html; charset=utf-8", metrics.status_page()),
         b"/healthz" => ("200 OK", TEXT, "ok\n".into()),

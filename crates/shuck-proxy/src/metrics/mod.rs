@@ -20,6 +20,7 @@ mod pending;
 mod process;
 mod snapshot;
 mod status;
+mod text004;
 
 pub(crate) use certificates::CertRecord;
 use certificates::CertificateGauges;
@@ -648,6 +649,12 @@ impl Metrics {
         } else {
             merge::without_workers(&s)
         }
+    }
+
+    /// The exposition in the Prometheus text format 0.0.4, for scrapers that do not ask for
+    /// OpenMetrics.
+    pub(crate) fn encode_text_004(&self) -> String {
+        text004::from_openmetrics(&self.encode())
     }
 
     /// `metrics_per_worker`: whether series keep their `worker` label (at start and reload).

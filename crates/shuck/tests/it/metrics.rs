@@ -767,7 +767,14 @@ fn probes_answer_on_the_metrics_listener_and_readiness_ends_with_the_drain() {
         1,
         "{text}"
     );
-    assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+    // The text format 0.0.4 by default (no `# EOF`); OpenMetrics, with its one `# EOF`, asked for.
+    assert_eq!(text.matches("# EOF").count(), 0, "{text}");
+    let (_, open) = probe(
+        m,
+        &["-H", "Accept: application/openmetrics-text"],
+        "/metrics",
+    );
+    assert_eq!(open.matches("# EOF").count(), 1, "{open}");
     assert_eq!(probe(m, &[], "/nothing").0, "404");
     // An open connection keeps the drain going; the endpoint still answers, not ready.
     let mut open = TcpStream::connect(shuck.addr()).expect("connect");

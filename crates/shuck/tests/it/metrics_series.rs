@@ -115,3 +115,65 @@ fn backend_errors_name_each_backend_tried() {
         assert_eq!(n, 1, "{b}: {text}");
     }
 }
+
+/// `GET /metrics` with `Accept`, raw: the Content-Type and the body.
+fn fetch(metrics: std::net::SocketAddr, accept: Option<&str>) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(metrics).expect("connect");
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: m\r\n{accept}\r\n").expect("request");
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).expect("answer");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("head and body");
+    let content_type = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Type: "))
+        .expect("Content-Type")
+        .to_string();
+    (content_type, body.to_string())
+}
+
+/// `/metrics` speaks the Prometheus text format 0.0.4 unless the scraper asks for OpenMetrics
+/// (as Prometheus servers do); Debian's promtool, which cannot read OpenMetrics' `info` type,
+/// accepts the first.
+#[test]
+fn metrics_are_negotiated_and_promtool_accepts_the_text_format() {
+    let pki = Pki::new();
+    let cert = pki.leaf("n.pem", "n", &["n.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\
+         backend = \"{}\"\ncertificates = {}\n",
+        backend.addr,
+        toml_path(&cert)
+    ));
+    assert!(curl(&pki, &shuck, "n.test", "/", &[]).status.success());
+    let metrics = *shuck.addrs.last().expect("metrics");
+    let (content_type, text) = fetch(metrics, None);
+    assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
+    assert!(
+        !text.contains("# EOF") && !text.contains("# UNIT"),
+        "{text}"
+    );
+    assert!(text.contains("# TYPE shuck_build_info gauge"), "{text}");
+    let promtool = shuck_test_support::peers::require("promtool", "prometheus");
+    let out = shuck_test_support::process::run_bounded(
+        std::process::Command::new(promtool).args(["check", "metrics"]),
+        text.as_bytes(),
+        30,
+    );
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let asked = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3";
+    let (content_type, open) = fetch(metrics, Some(asked));
+    assert_eq!(
+        content_type,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(open.ends_with("# EOF\n"), "{open}");
+    assert!(open.contains("# TYPE shuck_build info"), "{open}");
+}
