@@ -26,7 +26,8 @@ install_stripped() {
   install -Dm755 "$1" "$pkg/$2"
   local id
   id=$(readelf -n "$pkg/$2" | sed -n 's/.*Build ID: \([0-9a-f]*\).*/\1/p')
-  if [ -n "$id" ]; then
+  # DEB_DBGSYM=0: no debug-symbols package (the package test's upgrade builds).
+  if [ -n "$id" ] && [ "${DEB_DBGSYM:-1}" = 1 ]; then
     local sym="$dbg/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug"
     install -d "$(dirname "$sym")"
     objcopy --only-keep-debug --compress-debug-sections "$pkg/$2" "$sym"
@@ -120,7 +121,8 @@ printf '/etc/shuck/shuck.toml\n/etc/init.d/shuck\n/etc/logrotate.d/shuck\n' >"$p
 install -m755 "$here/postinst" "$here/prerm" "$here/postrm" "$pkg/DEBIAN/"
 mkdir -p "$out"
 deb="$out/shuck_${version}_${arch}.deb"
-dpkg-deb --root-owner-group -Z"${DEB_COMPRESSION:-xz}" --build "$pkg" "$deb" >/dev/null
+# DEB_COMPRESSION and DEB_LEVEL: the package test's quicker settings.
+dpkg-deb --root-owner-group -Z"${DEB_COMPRESSION:-xz}" -z"${DEB_LEVEL:-6}" --build "$pkg" "$deb" >/dev/null
 # The debug symbols, as Debian's automatic -dbgsym packages carry them.
 if [ -d "$dbg/usr" ]; then
   install -d "$dbg/DEBIAN" "$dbg/usr/share/doc"
@@ -139,7 +141,7 @@ Description: debug symbols for shuck
  The debug symbols of shuck's binaries, found by gdb through their build IDs.
 Build-Ids: $(find "$dbg/usr/lib/debug/.build-id" -name '*.debug' | sed 's|.*/\(..\)/\(.*\)\.debug|\1\2|' | sort | tr '\n' ' ')
 CONTROL
-  dpkg-deb --root-owner-group -Z"${DEB_COMPRESSION:-xz}" --build "$dbg" \
+  dpkg-deb --root-owner-group -Z"${DEB_COMPRESSION:-xz}" -z"${DEB_LEVEL:-6}" --build "$dbg" \
     "$out/shuck-dbgsym_${version}_${arch}.deb" >/dev/null
 fi
 echo "$deb"

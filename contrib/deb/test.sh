@@ -50,7 +50,7 @@ fi
 
 # build.sh strips the binaries and puts their debug information in shuck-dbgsym (large for a
 # test build: compressed lightly).
-deb=$(DEB_COMPRESSION=gzip "$here/build.sh" "$bin" "$work")
+deb=$(DEB_COMPRESSION=gzip DEB_LEVEL=1 "$here/build.sh" "$bin" "$work")
 pkgversion=$(dpkg-deb -f "$deb" Version)
 # Debian's own checker: no error and no warning, on the package and its debug symbols.
 lint=$(lintian --fail-on error,warning --tag-display-limit 0 "$deb" "$work"/shuck-dbgsym_*.deb 2>&1) ||
@@ -102,7 +102,8 @@ grep -qi "shuck" <<<"$answer" || fail "the service does not answer on 127.0.0.1:
 
 # An upgrade of the package upgrades the running process in place (SIGUSR2) while a client
 # loop runs: every request answered, a new process serving after it.
-SHUCK_DEB_VERSION="$pkgversion+upgrade1" DEB_COMPRESSION=gzip "$here/build.sh" "$bin" "$work/next" >/dev/null
+SHUCK_DEB_VERSION="$pkgversion+upgrade1" DEB_COMPRESSION=gzip DEB_LEVEL=1 DEB_DBGSYM=0 \
+  "$here/build.sh" "$bin" "$work/next" >/dev/null
 next=$(ls "$work"/next/shuck_*.deb)
 : >"$work/loop.out"
 (
@@ -129,7 +130,8 @@ echo "package test: upgrade in place, $total requests, none failed"
 
 # An upgrade whose binary refuses the configuration leaves the running process serving (no
 # restart into an outage).
-SHUCK_DEB_VERSION="$pkgversion+upgrade2" DEB_COMPRESSION=gzip "$here/build.sh" "$bin" "$work/third" >/dev/null
+SHUCK_DEB_VERSION="$pkgversion+upgrade2" DEB_COMPRESSION=gzip DEB_LEVEL=1 DEB_DBGSYM=0 \
+  "$here/build.sh" "$bin" "$work/third" >/dev/null
 serving=$(cat "$pidfile")
 cp /etc/shuck/shuck.toml "$work/shuck.toml.good"
 printf 'shutdown_grace = "2h"\n' | cat - "$work/shuck.toml.good" >/etc/shuck/shuck.toml
