@@ -199,8 +199,12 @@ fn a_host_with_no_certificate_refuses_a_replayed_older_one() {
     let cert_key = keys.trim().to_string();
     assert!(cert_key.starts_with("shuck:acme:cert:"), "{keys:?}");
     assert_eq!(redis.cli(&["COPY", &cert_key, "kept"]).trim(), "1");
-    // The fleet's certificate replaced by a newer one (as a renewal would).
+    // The fleet's certificate replaced by a newer one (as a renewal would). Issue times are
+    // whole seconds (X.509's resolution), and the fleet's record tells certificates apart by
+    // them alone: two issued in the same second are not (a renewal comes days later). The
+    // second order starts a second later, so its certificate is the newer one.
     redis.cli(&["DEL", &cert_key]);
+    std::thread::sleep(Duration::from_millis(1100));
     let (second_leaf, second) = order("state-c");
     drop(second);
     assert_ne!(first_leaf, second_leaf);
