@@ -24,7 +24,7 @@ mod worker;
 // The lasting public paths, wherever the modules live.
 pub use obs::logging;
 pub use proto::proxy_protocol;
-pub use server::{bindings, check, reload, running};
+pub use server::{bindings, check, control, reload, running};
 pub use sys::{access, notify, pid_file, upgrade};
 
 /// What the fuzz targets in `crates/shuck-proxy/fuzz` call: not an API.

@@ -178,6 +178,13 @@ fn rows(f: &Files) -> Vec<Row> {
         ),
         global("watch_certificates", "", "watch_certificates = false", Applied),
         global("metrics_per_worker", "", "metrics_per_worker = true", Applied),
+        global("admin_socket", "", "admin_socket = \"/run/shuck/a.sock\"", Restart),
+        global(
+            "admin_group",
+            "admin_socket = \"/run/shuck/a.sock\"",
+            "admin_socket = \"/run/shuck/a.sock\"\nadmin_group = \"adm\"",
+            Restart,
+        ),
         global(
             "certificate_expiry_warning",
             "",

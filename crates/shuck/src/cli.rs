@@ -45,6 +45,11 @@ pub(crate) enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
+    /// Act on a running shuck through its admin socket (admin_socket): show what runs, drain
+    /// or disable a backend, close connections, reload, check, upgrade. Exit codes: 0 done, 1
+    /// refused or failed, 2 not a command, 3 reloaded but some changes need a restart, 4 the
+    /// socket cannot be reached.
+    Ctl(crate::ctl_cli::CtlArgs),
     /// Convert another terminator's configuration into shuck's (printed; check it with
     /// `shuck check`).
     #[command(subcommand)]

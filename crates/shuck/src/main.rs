@@ -1,8 +1,11 @@
 //! The `shuck` binary: parses the command line and hands over to the engine.
 #![forbid(unsafe_code)]
 
+mod admin;
 mod bench_tool;
 mod cli;
+mod ctl;
+mod ctl_cli;
 mod hitch;
 mod json_log;
 mod log_targets;
@@ -38,6 +41,8 @@ use upgrading::Upgrade;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        // Its own exit codes: the server's answer's.
+        Command::Ctl(args) => return ctl::run(&args),
         Command::Serve(args) => serve(&args),
         Command::Check(args) => check(&args),
         Command::TicketKey(args) => ticket_key(&args),
@@ -312,12 +317,24 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     if args.takeover {
         inherited.take_over_addresses();
     }
+    let config_admin = config
+        .admin_socket
+        .clone()
+        .map(|p| (p, config.admin_group.clone()));
     let mut server = Server::prepare_with(config, &mut inherited).map_err(|e| read_error(&e))?;
     // After an upgrade the old process rewrites the pid file once this one is listening (so a
     // new process that fails never takes it); this one only removes it at exit, if still its.
     let pid_file = match &args.pid_file {
         Some(p) if inherited_upgrade => Some(PidFile::adopt(p)),
         Some(p) => Some(PidFile::write(p, std::process::id())?),
+        None => None,
+    };
+    // Made while root may still give it its owner and group.
+    let mut admin_socket = match &config_admin {
+        Some((path, group)) => {
+            let owner = run_as.reader()?;
+            Some(admin::socket::bind(path, group.as_deref(), &owner)?)
+        }
         None => None,
     };
     // Ports bound, keys read, state directories made: now the workers may start unprivileged.
@@ -336,12 +353,26 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     if let Some(path) = &args.ready_file {
         reloader = reloader.with_ready_file(path.clone(), server.metrics_addr());
     }
+    let asks = admin_socket
+        .as_mut()
+        .and_then(|s| s.listener.take())
+        .map(|listener| {
+            let (asks, asked) = tokio::sync::mpsc::unbounded_channel();
+            let admin = admin::Admin {
+                control: server.control(),
+                asks,
+                args: args.clone(),
+            };
+            rt.spawn(admin::serve(listener, std::sync::Arc::new(admin)));
+            asked
+        });
     rt.spawn(signals.handle(Serving {
         args: args.clone(),
         reloader,
         updates,
         upgrade,
         stops: stops_tx,
+        asks,
     }));
     let (mut first, mut second) = (stops.clone(), stops);
     let result = server
@@ -362,6 +393,7 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     // Do not wait for workers still draining after a forced stop: leaving main ends them.
     rt.shutdown_background();
     drop(pid_file);
+    drop(admin_socket);
     result
 }
 

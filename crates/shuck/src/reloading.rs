@@ -3,12 +3,17 @@
 //! (`reload_timeout`). The loop meanwhile answers every other signal; a job past its deadline, or
 //! overtaken by a stop, is abandoned and applies nothing even if its I/O comes back later.
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
 use shuck_proxy::notify;
 use shuck_proxy::reload::ApplyGate;
 use shuck_proxy::server::Reloader;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::admin::{exit, Reply};
 use crate::cli::ServeArgs;
 use crate::{load_config, logging};
 
@@ -23,15 +28,23 @@ pub(crate) enum Work {
 
 /// A reload or refresh under way; it holds the reloader until it ends.
 pub(crate) struct Job {
-    task: JoinHandle<Reloader>,
+    task: JoinHandle<(Reloader, Reply)>,
     gate: ApplyGate,
     deadline: Instant,
     abandoned: bool,
+    /// The admin socket's requests this job answers (its report, once it ends).
+    replies: Vec<oneshot::Sender<Reply>>,
 }
 
 impl Job {
-    /// Starts `work` with `reloader`, to be given up after `reloader`'s `reload_timeout`.
-    pub(crate) fn start(work: Work, args: &ServeArgs, mut reloader: Reloader) -> Job {
+    /// Starts `work` with `reloader`, to be given up after `reloader`'s `reload_timeout`; its
+    /// report goes to `replies`.
+    pub(crate) fn start(
+        work: Work,
+        args: &ServeArgs,
+        mut reloader: Reloader,
+        replies: Vec<oneshot::Sender<Reply>>,
+    ) -> Job {
         let deadline = Instant::now() + reloader.process_timeouts().reload;
         let gate = reloader.arm();
         let args = args.clone();
@@ -41,21 +54,26 @@ impl Job {
         let task = tokio::task::spawn_blocking(move || {
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &work {
                 Work::Reload => reload(&args, &mut reloader),
-                Work::Refresh(frontend) => refresh(frontend, &mut reloader),
+                Work::Refresh(frontend) => {
+                    refresh(frontend, &mut reloader);
+                    Reply::ok(String::new(), &serde_json::Value::Null)
+                }
             }));
-            if outcome.is_err() {
-                tracing::error!(
-                    "reload failed unexpectedly; still serving the previous configuration"
-                );
-            }
+            let report = outcome.unwrap_or_else(|_| {
+                let message =
+                    "reload failed unexpectedly; still serving the previous configuration";
+                tracing::error!("{message}");
+                Reply::error(exit::FAILED, message)
+            });
             notify::reloaded();
-            reloader
+            (reloader, report)
         });
         Job {
             task,
             gate,
             deadline,
             abandoned: false,
+            replies,
         }
     }
 
@@ -71,8 +89,13 @@ impl Job {
         }
         self.abandoned = true;
         if self.gate.abandon() {
-            tracing::error!("reload abandoned ({why}); still serving the previous configuration");
+            let message =
+                format!("reload abandoned ({why}); still serving the previous configuration");
+            tracing::error!("{message}");
             notify::reloaded();
+            for r in self.replies.drain(..) {
+                let _ = r.send(Reply::error(exit::FAILED, &message));
+            }
         }
         // Otherwise it is applying (no I/O left): it ends in a moment, as it was.
     }
@@ -82,49 +105,94 @@ impl Job {
         self.abandoned
     }
 
-    /// The reloader back once the job ends; `None` if the task was lost.
+    /// The reloader back once the job ends (its report sent to whoever asked); `None` if the
+    /// task was lost.
     pub(crate) async fn finish(&mut self) -> Option<Reloader> {
-        match (&mut self.task).await {
-            Ok(r) => Some(r),
+        let (reloader, report) = match (&mut self.task).await {
+            Ok(done) => (Some(done.0), done.1),
             Err(e) => {
                 tracing::error!(error = %e, "reload task lost; further reloads are ignored");
-                None
+                (
+                    None,
+                    Reply::error(
+                        exit::FAILED,
+                        "reload task lost; further reloads are ignored",
+                    ),
+                )
             }
+        };
+        for r in self.replies.drain(..) {
+            let _ = r.send(report.clone());
         }
+        reloader
     }
 }
 
-fn reload(args: &ServeArgs, reloader: &mut Reloader) {
+/// Reads the configuration again and applies it; the report says what changed, what needs a
+/// restart, or why nothing was applied.
+fn reload(args: &ServeArgs, reloader: &mut Reloader) -> Reply {
+    let failed = |error: String| {
+        tracing::error!(
+            error,
+            "reload failed; still serving the previous configuration"
+        );
+        Reply::error(
+            exit::FAILED,
+            &format!("nothing applied, still serving the previous configuration: {error}"),
+        )
+    };
     let config = match load_config(&args.config, Some(args)) {
         Ok(c) => c,
-        Err(e) => {
-            let error = one_line(&e);
-            tracing::error!(
-                error,
-                "reload failed; still serving the previous configuration"
-            );
-            return;
-        }
+        Err(e) => return failed(one_line(&e)),
     };
+    let before = reloader.in_force();
     match reloader.reload(&config) {
         Ok(notes) => {
-            for n in notes {
+            for n in &notes {
                 tracing::warn!("{n}");
             }
             if logging::set_level(&config.log_level) {
                 tracing::info!(log_level = %config.log_level, "log level changed");
             }
             tracing::info!("reloaded certificates and configuration");
+            report(&before, &reloader.in_force(), &notes)
         }
-        // The loop said so when it gave the reload up.
-        Err(shuck_proxy::Error::ReloadAbandoned) => {}
-        Err(e) => {
-            let error = one_line(&e.to_string());
-            tracing::error!(
-                error,
-                "reload failed; still serving the previous configuration"
-            );
-        }
+        // The loop said so (and answered) when it gave the reload up.
+        Err(shuck_proxy::Error::ReloadAbandoned) => Reply::error(
+            exit::FAILED,
+            "reload abandoned; still serving the previous configuration",
+        ),
+        Err(e) => failed(one_line(&e.to_string())),
+    }
+}
+
+/// A reload's report: the settings that changed, and the notes (what was not applied).
+fn report(
+    before: &BTreeMap<String, toml::Value>,
+    after: &BTreeMap<String, toml::Value>,
+    notes: &[String],
+) -> Reply {
+    let changed: Vec<&String> = before
+        .keys()
+        .chain(after.keys().filter(|k| !before.contains_key(*k)))
+        .filter(|k| before.get(*k) != after.get(*k))
+        .collect();
+    let mut text = format!("reloaded: {} settings changed\n", changed.len());
+    for k in &changed {
+        let _ = writeln!(text, "  changed {k}");
+    }
+    for n in notes {
+        let _ = writeln!(text, "  not applied: {n}");
+    }
+    let data = serde_json::json!({ "changed": changed, "not_applied": notes });
+    Reply {
+        exit: if notes.is_empty() {
+            exit::OK
+        } else {
+            exit::RESTART
+        },
+        text,
+        data,
     }
 }
 
@@ -140,7 +208,7 @@ fn refresh(frontend: &str, reloader: &mut Reloader) {
 
 /// A message on one line, for logs: TOML's errors show the offending line and a caret under it,
 /// on lines of their own.
-fn one_line(message: &str) -> String {
+pub(crate) fn one_line(message: &str) -> String {
     message
         .lines()
         .map(str::trim)

@@ -9,9 +9,10 @@ use std::collections::VecDeque;
 use shuck_proxy::reload::ProcessTimeouts;
 use shuck_proxy::server::{CertificateUpdates, Reloader};
 use tokio::signal::unix::{signal, Signal, SignalKind};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::admin::{exit, Asked, Reply};
 use crate::cli::ServeArgs;
 use crate::reloading::{Job, Work};
 use crate::upgrading::{Outcome, Starting, Upgrade};
@@ -33,6 +34,8 @@ pub(crate) struct Serving {
     pub(crate) upgrade: Upgrade,
     /// Counts the stop signals: the server drains at 1 and exits at 2.
     pub(crate) stops: watch::Sender<u32>,
+    /// The admin socket's reloads and upgrades, when it has one.
+    pub(crate) asks: Option<mpsc::UnboundedReceiver<Asked>>,
 }
 
 impl Signals {
@@ -65,6 +68,7 @@ impl Signals {
                 reloader = finished_job(&mut state.job) => state.job_done(reloader),
                 done = finished_upgrade(&mut state.upgrading) => state.upgrade_done(done),
                 Some(frontend) = next_update(&mut state.updates) => state.queue(Work::Refresh(frontend)),
+                Some(asked) = next_ask(&mut state.asks) => state.asked(asked),
             }
         }
     }
@@ -91,6 +95,11 @@ struct Loop {
     /// What waits for the other to end: a reload for the upgrade, an upgrade for the reload.
     waits: Waits,
     stops: watch::Sender<u32>,
+    asks: Option<mpsc::UnboundedReceiver<Asked>>,
+    /// Admin requests answered by the next reload job to start.
+    reload_replies: Vec<oneshot::Sender<Reply>>,
+    /// Admin requests answered when the upgrade under way (or about to start) ends.
+    upgrade_replies: Vec<oneshot::Sender<Reply>>,
 }
 
 impl Loop {
@@ -109,6 +118,37 @@ impl Loop {
             handed_over: false,
             waits: Waits::default(),
             stops: s.stops,
+            asks: s.asks,
+            reload_replies: Vec::new(),
+            upgrade_replies: Vec::new(),
+        }
+    }
+
+    /// A request from the admin socket.
+    fn asked(&mut self, asked: Asked) {
+        match asked {
+            Asked::Reload(reply) => {
+                self.reload_replies.push(reply);
+                self.hangup();
+            }
+            Asked::Upgrade(reply) => {
+                self.upgrade_replies.push(reply);
+                self.start_upgrade();
+            }
+        }
+    }
+
+    /// Answers the admin requests waiting for a reload that will not come.
+    fn refuse_reload(&mut self, why: &str) {
+        for r in self.reload_replies.drain(..) {
+            let _ = r.send(Reply::error(exit::FAILED, why));
+        }
+    }
+
+    /// Answers the admin requests waiting for the upgrade.
+    fn answer_upgrade(&mut self, reply: &Reply) {
+        for r in self.upgrade_replies.drain(..) {
+            let _ = r.send(reply.clone());
         }
     }
 
@@ -129,9 +169,9 @@ impl Loop {
 
     fn hangup(&mut self) {
         if self.handed_over {
-            tracing::warn!(
-                "SIGHUP ignored: this process has handed over to a new one and is draining"
-            );
+            let why = "SIGHUP ignored: this process has handed over to a new one and is draining";
+            tracing::warn!("{why}");
+            self.refuse_reload(why);
         } else {
             self.queue(Work::Reload);
         }
@@ -141,15 +181,19 @@ impl Loop {
     fn queue(&mut self, work: Work) {
         if self.lost {
             tracing::warn!("reload ignored: an earlier reload task was lost");
+            self.refuse_reload("reload ignored: an earlier reload task was lost");
             return;
         }
         if *self.stops.borrow() > 0 {
+            self.refuse_reload("reload ignored: the process is stopping");
             return;
         }
         if matches!(work, Work::Reload) && self.upgrading.is_some() {
             // The new process reads the configuration itself; a reload here would change
             // sockets it has already been handed.
-            tracing::warn!("reload deferred: an upgrade is under way (applied if it fails)");
+            let why = "reload deferred: an upgrade is under way (applied if it fails)";
+            tracing::warn!("{why}");
+            self.refuse_reload(why);
             self.waits.reload = true;
             return;
         }
@@ -168,7 +212,11 @@ impl Loop {
             self.waiting.push_back(work);
             return;
         };
-        self.job = Some(Job::start(work, &self.args, reloader));
+        let replies = match work {
+            Work::Reload => std::mem::take(&mut self.reload_replies),
+            Work::Refresh(_) => Vec::new(),
+        };
+        self.job = Some(Job::start(work, &self.args, reloader, replies));
     }
 
     fn job_done(&mut self, reloader: Option<Reloader>) {
@@ -203,12 +251,19 @@ impl Loop {
     }
 
     fn start_upgrade(&mut self) {
-        if self.handed_over {
-            tracing::warn!("SIGUSR2 ignored: this process has already handed over");
-        } else if self.upgrading.is_some() {
-            tracing::warn!("SIGUSR2 ignored: an upgrade is under way");
+        let refused = if self.handed_over {
+            Some("SIGUSR2 ignored: this process has already handed over")
         } else if *self.stops.borrow() > 0 {
-            tracing::warn!("SIGUSR2 ignored: this process is stopping");
+            Some("SIGUSR2 ignored: this process is stopping")
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            tracing::warn!("{why}");
+            self.answer_upgrade(&Reply::error(exit::FAILED, why));
+        } else if self.upgrading.is_some() {
+            // Those who asked now hear how the one under way ends.
+            tracing::warn!("SIGUSR2 ignored: an upgrade is under way");
         } else if self.job.as_ref().is_some_and(|j| !j.abandoned()) {
             // A reload may bind or close listening sockets: the upgrade hands over what is
             // in use once it has ended.
@@ -237,6 +292,14 @@ impl Loop {
     }
 
     fn upgrade_done(&mut self, done: Result<(Upgrade, Outcome), tokio::task::JoinError>) {
+        let reply = match &done {
+            Ok((_, o)) => upgrade_reply(*o),
+            Err(_) => Reply::error(
+                exit::FAILED,
+                "upgrade task lost; SIGUSR2 is ignored from now on",
+            ),
+        };
+        self.answer_upgrade(&reply);
         match done {
             Ok((u, Outcome::HandedOver)) => {
                 self.handed_over = true;
@@ -262,6 +325,33 @@ impl Loop {
                 tracing::error!(error = %e, "upgrade task lost; SIGUSR2 is ignored from now on");
             }
         }
+    }
+}
+
+/// What the admin socket hears of an upgrade's end.
+fn upgrade_reply(outcome: Outcome) -> Reply {
+    let (exit, text) = match outcome {
+        Outcome::HandedOver => (
+            exit::OK,
+            "upgraded: the new process serves and was confirmed; this one drains",
+        ),
+        Outcome::Stopped => (
+            exit::OK,
+            "the new process was stopped within upgrade_confirm: the service stops",
+        ),
+        Outcome::Failed => (
+            exit::FAILED,
+            "upgrade failed: the new process never served (the log says why); this one serves on",
+        ),
+        Outcome::RolledBack => (
+            exit::FAILED,
+            "upgrade rolled back: the new process died within upgrade_confirm; this one serves again",
+        ),
+    };
+    Reply {
+        exit,
+        text: format!("{text}\n"),
+        data: serde_json::json!({ "outcome": format!("{outcome:?}").to_lowercase() }),
     }
 }
 
@@ -331,6 +421,14 @@ async fn finished_upgrade(
     };
     *upgrading = None;
     done
+}
+
+/// The admin socket's next request for the loop; pending forever without one.
+async fn next_ask(asks: &mut Option<mpsc::UnboundedReceiver<Asked>>) -> Option<Asked> {
+    match asks {
+        Some(a) => a.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The next renewed certificate's frontend; pending forever without ACME.

@@ -3,6 +3,7 @@
 //! worker (no sharing, no locks); each worker learns about a dead backend on its own, which costs
 //! at most one failed connect per worker per cooldown.
 
+pub(crate) mod admin;
 mod connect;
 pub(crate) mod dns;
 pub(crate) mod health;
@@ -34,6 +35,9 @@ pub(crate) struct BackendPool {
     cooldown: Duration,
     /// The active checks' verdicts, when the backends are checked.
     health: Option<std::sync::Arc<health::Health>>,
+    /// A bit per backend an operator drained or disabled: never chosen, even when every
+    /// other one is down.
+    out: u128,
 }
 
 /// A connection's claim on its backend: counted open until dropped.
@@ -179,7 +183,20 @@ impl BackendPool {
             connect_timeout,
             cooldown,
             health,
+            out: 0,
         }
+    }
+
+    /// The same pool with the backends whose bits `out` has taken out by an operator.
+    pub(crate) fn without(mut self, out: u128) -> Self {
+        self.out = out;
+        self
+    }
+
+    /// The name of backend `i`, as the configuration writes it (a host name's addresses as
+    /// `name (address)`).
+    pub(crate) fn name_of(&self, i: usize) -> Option<&str> {
+        self.addrs.get(i).map(|a| a.name.as_str())
     }
 
     /// The active checks' verdicts this pool reads, if its backends are checked.
@@ -193,12 +210,13 @@ impl BackendPool {
     /// during this connection is not tried a second time.
     fn order(&self, now: Instant) -> impl Iterator<Item = usize> + '_ {
         let n = self.addrs.len();
-        let all: u128 = if n == 128 { u128::MAX } else { (1 << n) - 1 };
+        let all: u128 = if n == 128 { u128::MAX } else { (1 << n) - 1 } & !self.out;
         // A bit per backend (config allows at most MAX_BACKENDS): no allocation per connection.
         let up: u128 = (0..n)
             .filter(|&i| self.down_until[i].get().is_none_or(|t| t <= now))
             .filter(|&i| self.health.as_ref().is_none_or(|h| h.is_up(i)))
-            .fold(0, |m, i| m | (1 << i));
+            .fold(0, |m, i| m | (1 << i))
+            & all;
         let mut tried: u128 = 0;
         std::iter::from_fn(move || {
             let i = self
@@ -336,6 +354,17 @@ mod tests {
         }
         assert_eq!(counts.get("a"), Some(&6), "{counts:?}");
         assert_eq!(counts.get("c"), Some(&6), "{counts:?}");
+    }
+
+    #[test]
+    fn a_backend_taken_out_by_an_operator_is_never_tried() {
+        let p = pool(3).without(0b010);
+        let now = Instant::now();
+        assert_eq!(p.order(now).collect::<Vec<_>>(), vec![0, 2]);
+        // Not even as the last resort when the others are in cooldown.
+        p.down_until[0].set(Some(now + Duration::from_secs(5)));
+        p.down_until[2].set(Some(now + Duration::from_secs(5)));
+        assert_eq!(p.order(now).collect::<Vec<_>>(), vec![0, 2]);
     }
 
     #[tokio::test]

@@ -226,9 +226,7 @@ impl RawConfig {
             self.certificate_expiry_warning.as_deref(),
             defaults::CERTIFICATE_EXPIRY_WARNING,
         )?;
-        if self.group.is_some() && self.user.is_none() {
-            return Err(key_err("group", "needs user (the user to run as)"));
-        }
+        self.check_companion_keys()?;
         let log_level = self.log_level.clone().unwrap_or_else(|| "info".into());
         if log_level.parse::<tracing::Level>().is_err() {
             return Err(key_err(
@@ -280,12 +278,34 @@ impl RawConfig {
             overload_threshold,
             watch_certificates: self.watch_certificates.unwrap_or(true),
             metrics_per_worker: self.metrics_per_worker.unwrap_or(false),
+            admin_socket: self
+                .admin_socket
+                .clone()
+                .map(|p| super::resolve_path(base, p)),
+            admin_group: self.admin_group.clone(),
             state_dir: self.state_dir.clone().map_or_else(
                 || PathBuf::from(super::acme::STATE_DIR),
                 |p| super::resolve_path(base, p),
             ),
             frontends: Vec::new(),
         })
+    }
+}
+
+impl RawConfig {
+    /// Keys that mean nothing alone: `group` without `user`, `admin_group` without
+    /// `admin_socket`.
+    fn check_companion_keys(&self) -> Result<(), KeyError> {
+        if self.group.is_some() && self.user.is_none() {
+            return Err(key_err("group", "needs user (the user to run as)"));
+        }
+        if self.admin_group.is_some() && self.admin_socket.is_none() {
+            return Err(key_err(
+                "admin_group",
+                "needs admin_socket (the socket whose group it is)",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -429,6 +449,13 @@ pub const GLOBAL_KEYS: &[GlobalKey] = &[
     }),
     key("metrics_per_worker", Applies::Reload, Recorded::Yes, |c| {
         c.metrics_per_worker.to_string()
+    }),
+    // The socket is made once, at start, with the privileges to give it its group.
+    key("admin_socket", Applies::Restart, Recorded::Yes, |c| {
+        format!("{:?}", c.admin_socket)
+    }),
+    key("admin_group", Applies::Restart, Recorded::Yes, |c| {
+        format!("{:?}", c.admin_group)
     }),
 ];
 

@@ -120,6 +120,8 @@ pub struct RawConfig {
     pub overload_threshold: Option<f64>,
     pub watch_certificates: Option<bool>,
     pub metrics_per_worker: Option<bool>,
+    pub admin_socket: Option<PathBuf>,
+    pub admin_group: Option<String>,
     #[serde(default, rename = "frontend")]
     pub frontends: Vec<RawFrontend>,
 }
@@ -259,6 +261,10 @@ pub struct Config {
     pub watch_certificates: bool,
     /// `/metrics` series keep their `worker` label (otherwise the workers are summed).
     pub metrics_per_worker: bool,
+    /// The Unix socket `shuck ctl` talks to, if any.
+    pub admin_socket: Option<PathBuf>,
+    /// The group that may use it besides the user shuck runs as.
+    pub admin_group: Option<String>,
     pub frontends: Vec<Frontend>,
 }
 

@@ -118,6 +118,8 @@ reasons! {
     RefusedOverload,
     /// Closed while idle to free a slot near `max_connections` (`conn::idle`).
     Evicted,
+    /// Closed by an operator through the admin socket.
+    ClosedByOperator,
     Idle,
 }
 
@@ -185,6 +187,7 @@ impl Reason {
             Reason::RefusedJa4 => "refused_ja4",
             Reason::RefusedOverload => "refused_overload",
             Reason::Evicted => "evicted_idle",
+            Reason::ClosedByOperator => "closed_by_operator",
             Reason::Idle => "idle_timeout",
         }
     }
@@ -205,7 +208,9 @@ impl Reason {
             Reason::ProxyTimeout => proxy("timeout"),
             Reason::ProxyClosed | Reason::ProxyHealthCheck => proxy("closed"),
             Reason::ProxyOther => proxy("other"),
-            Reason::HandshakeAbandoned => None,
+            // A client that gave up before its handshake is no failure of ours; a connection
+            // an operator closed, no failure of anyone's.
+            Reason::HandshakeAbandoned | Reason::ClosedByOperator => None,
             Reason::HandshakeClientAbort => Some((HandshakeFailures, "client_abort")),
             Reason::HandshakeMalformed => Some((HandshakeFailures, "malformed")),
             Reason::HandshakeIncompatible => Some((HandshakeFailures, "incompatible")),
@@ -236,7 +241,10 @@ impl Reason {
             Reason::ProxyHealthCheck | Reason::HandshakeAbandoned => Loudness::Quiet,
             // Counted, and a line when connections are logged: a client giving up part-way is
             // routine, not the operator's to act on.
-            Reason::HandshakeClientAbort | Reason::ClientRelay | Reason::Idle => Loudness::Info,
+            Reason::HandshakeClientAbort
+            | Reason::ClientRelay
+            | Reason::Idle
+            | Reason::ClosedByOperator => Loudness::Info,
             r if r.metric().is_some_and(|(f, _)| f == CountedIn::Refusals) => Loudness::PerSource,
             _ => Loudness::Warn,
         }
@@ -260,6 +268,8 @@ impl Reason {
             Reason::ClientRelay => "CD",
             Reason::Idle => "cD",
             Reason::Evicted => "PD",
+            // HAProxy's K: killed by an administrator.
+            Reason::ClosedByOperator => "KD",
             // Refused by shuck before the backend: a bad PROXY header, a handshake it would not
             // complete, an admission rule.
             _ => "PR",
@@ -281,6 +291,7 @@ impl Reason {
             Reason::BackendRelay => "backend connection failed",
             Reason::ClientRelay | Reason::Idle => "connection ended early",
             Reason::Evicted => "closed an idle connection to free a slot near max_connections",
+            Reason::ClosedByOperator => "closed by an operator (admin socket)",
             r if r.metric().is_some_and(|(f, _)| f == CountedIn::Refusals) => {
                 "connection refused by the frontend's admission rules"
             }
@@ -322,6 +333,7 @@ impl ConnError {
             }
             ConnError::Relay(RelayError::Idle(_)) => Reason::Idle,
             ConnError::Relay(RelayError::Evicted { .. }) => Reason::Evicted,
+            ConnError::Relay(RelayError::ClosedByOperator { .. }) => Reason::ClosedByOperator,
             ConnError::Refused(r) => match r {
                 Refusal::Denied => Reason::RefusedDenied,
                 Refusal::NotAllowed => Reason::RefusedNotAllowed,

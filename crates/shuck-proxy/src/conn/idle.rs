@@ -10,6 +10,10 @@
 //! lock, and SO_REUSEPORT spreads a source's connections over them, so each worker frees its
 //! share. Entries live in a slab that grows to the most connections the worker relayed at once
 //! and is reused after, so registering allocates nothing once warm.
+//!
+//! The same registry answers the admin socket: each entry carries what the worker wants shown
+//! of its connection (`T`: the worker's own type), the bytes it moved, and an operator may close
+//! the connections a filter picks (`shuck ctl connections close`).
 
 use std::cell::RefCell;
 use std::collections::{BinaryHeap, HashMap};
@@ -20,28 +24,60 @@ use std::time::Duration;
 use slab::Slab;
 use tokio::time::Instant;
 
+/// Why the worker closes a connection before its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Close {
+    /// Idle, to free a slot near `max_connections`.
+    Idle,
+    /// An operator asked (`shuck ctl connections close`, a disabled backend).
+    Operator,
+}
+
 /// One registered connection.
 #[derive(Debug)]
-struct Entry {
+struct Entry<T> {
     source: IpAddr,
+    started: Instant,
     active_at: Instant,
-    /// Set by the worker: the connection is to close.
-    evicted: bool,
-    /// The relay's task, woken when `evicted` is set.
+    /// Set by the worker: the connection is to close, and why.
+    closing: Option<Close>,
+    /// The relay's task, woken when `closing` is set.
     waker: Option<Waker>,
+    /// Bytes moved: client to backend, backend to client.
+    moved: (u64, u64),
+    info: T,
 }
 
 /// A worker's relayed connections.
-#[derive(Debug, Default)]
-pub(crate) struct IdleSet {
-    entries: RefCell<Slab<Entry>>,
+#[derive(Debug)]
+pub(crate) struct IdleSet<T = ()> {
+    entries: RefCell<Slab<Entry<T>>>,
+}
+
+impl<T> Default for IdleSet<T> {
+    fn default() -> Self {
+        IdleSet {
+            entries: RefCell::new(Slab::new()),
+        }
+    }
 }
 
 /// One connection's place in the set while it relays; dropping it leaves the set.
 #[derive(Debug)]
-pub(crate) struct Registration<'a> {
-    set: &'a IdleSet,
+pub(crate) struct Registration<'a, T = ()> {
+    set: &'a IdleSet<T>,
     key: usize,
+}
+
+/// What the set knows of one connection, for a listing.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seen {
+    pub(crate) age: Duration,
+    pub(crate) idle: Duration,
+    /// Bytes moved: client to backend, backend to client.
+    pub(crate) moved: (u64, u64),
+    /// Told to close and not gone yet.
+    pub(crate) closing: bool,
 }
 
 /// What one round of freeing slots did.
@@ -72,16 +108,50 @@ pub(crate) fn source_of(ip: IpAddr, (v4, v6): (u8, u8)) -> IpAddr {
     }
 }
 
-impl IdleSet {
-    /// Registers a connection from `source` that starts relaying now.
-    pub(crate) fn register(&self, source: IpAddr) -> Registration<'_> {
+impl<T> IdleSet<T> {
+    /// Registers a connection from `source` that starts relaying now, described by `info`.
+    pub(crate) fn register(&self, source: IpAddr, info: T) -> Registration<'_, T> {
+        let now = Instant::now();
         let key = self.entries.borrow_mut().insert(Entry {
             source,
-            active_at: Instant::now(),
-            evicted: false,
+            started: now,
+            active_at: now,
+            closing: None,
             waker: None,
+            moved: (0, 0),
+            info,
         });
         Registration { set: self, key }
+    }
+
+    /// Calls `f` with each connection's description and what the set knows of it.
+    pub(crate) fn each(&self, mut f: impl FnMut(&T, Seen)) {
+        let now = Instant::now();
+        for (_, e) in self.entries.borrow().iter() {
+            let seen = Seen {
+                age: now.saturating_duration_since(e.started),
+                idle: now.saturating_duration_since(e.active_at),
+                moved: e.moved,
+                closing: e.closing.is_some(),
+            };
+            f(&e.info, seen);
+        }
+    }
+
+    /// Tells every connection `pick` chooses to close (an operator's close); how many.
+    pub(crate) fn close_where(&self, mut pick: impl FnMut(&T) -> bool) -> usize {
+        let mut closed = 0;
+        for (_, e) in self.entries.borrow_mut().iter_mut() {
+            if e.closing == Some(Close::Operator) || !pick(&e.info) {
+                continue;
+            }
+            e.closing = Some(Close::Operator);
+            if let Some(w) = e.waker.take() {
+                w.wake();
+            }
+            closed += 1;
+        }
+        closed
     }
 
     /// Connections registered now.
@@ -97,11 +167,11 @@ impl IdleSet {
     pub(crate) fn free(&self, want: usize, min_idle: Duration) -> Freed {
         let now = Instant::now();
         let mut entries = self.entries.borrow_mut();
-        let closing = entries.iter().filter(|(_, e)| e.evicted).count();
+        let closing = entries.iter().filter(|(_, e)| e.closing.is_some()).count();
         let want = want.saturating_sub(closing);
         let mut held: HashMap<IpAddr, usize> = HashMap::new();
         let mut idle: HashMap<IpAddr, Vec<(Instant, usize)>> = HashMap::new();
-        for (key, e) in entries.iter().filter(|(_, e)| !e.evicted) {
+        for (key, e) in entries.iter().filter(|(_, e)| e.closing.is_none()) {
             *held.entry(e.source).or_default() += 1;
             if now.saturating_duration_since(e.active_at) >= min_idle {
                 idle.entry(e.source).or_default().push((e.active_at, key));
@@ -120,7 +190,7 @@ impl IdleSet {
                 continue;
             };
             let e = &mut entries[key];
-            e.evicted = true;
+            e.closing = Some(Close::Idle);
             if let Some(w) = e.waker.take() {
                 w.wake();
             }
@@ -138,44 +208,54 @@ impl IdleSet {
 /// `Send`).
 pub(crate) trait Watched {
     /// The connection moved bytes at `now`: it is no longer idle, and a close asked of it
-    /// before is called off.
+    /// to free a slot is called off (an operator's is not).
     fn touch(&self, now: Instant);
-    /// Whether it is to close; if not, `cx`'s task is woken when it is.
-    fn poll_evicted(&self, cx: &Context<'_>) -> bool;
+    /// Whether it is to close, and why; if not, `cx`'s task is woken when it is.
+    fn poll_evicted(&self, cx: &Context<'_>) -> Option<Close>;
 }
 
 impl Watched for () {
     fn touch(&self, _: Instant) {}
-    fn poll_evicted(&self, _: &Context<'_>) -> bool {
-        false
+    fn poll_evicted(&self, _: &Context<'_>) -> Option<Close> {
+        None
     }
 }
 
-impl Watched for Registration<'_> {
+impl<T> Registration<'_, T> {
+    /// Adds bytes the connection moved (client to backend, backend to client), for a listing.
+    pub(crate) fn count(&self, up: u64, down: u64) {
+        if let Some(e) = self.set.entries.borrow_mut().get_mut(self.key) {
+            e.moved.0 += up;
+            e.moved.1 += down;
+        }
+    }
+}
+
+impl<T> Watched for Registration<'_, T> {
     fn touch(&self, now: Instant) {
         if let Some(e) = self.set.entries.borrow_mut().get_mut(self.key) {
             e.active_at = now;
-            e.evicted = false;
+            if e.closing == Some(Close::Idle) {
+                e.closing = None;
+            }
         }
     }
 
-    fn poll_evicted(&self, cx: &Context<'_>) -> bool {
+    fn poll_evicted(&self, cx: &Context<'_>) -> Option<Close> {
         let mut entries = self.set.entries.borrow_mut();
-        let Some(e) = entries.get_mut(self.key) else {
-            return false;
-        };
-        if e.evicted {
-            return true;
+        let e = entries.get_mut(self.key)?;
+        if e.closing.is_some() {
+            return e.closing;
         }
         match &e.waker {
             Some(w) if w.will_wake(cx.waker()) => {}
             _ => e.waker = Some(cx.waker().clone()),
         }
-        false
+        None
     }
 }
 
-impl Drop for Registration<'_> {
+impl<T> Drop for Registration<'_, T> {
     fn drop(&mut self) {
         self.set.entries.borrow_mut().try_remove(self.key);
     }
@@ -192,7 +272,7 @@ mod tests {
     fn evicted(regs: &[Registration<'_>]) -> Vec<usize> {
         let cx = Context::from_waker(Waker::noop());
         (0..regs.len())
-            .filter(|i| regs[*i].poll_evicted(&cx))
+            .filter(|i| regs[*i].poll_evicted(&cx).is_some())
             .collect()
     }
 
@@ -200,14 +280,14 @@ mod tests {
     async fn the_heaviest_source_loses_its_oldest_idle_connections_first() {
         let set = IdleSet::default();
         // 0: a light source, idle longest; 1..=4: a heavy one; 5, 6: a middling one.
-        let mut regs = vec![set.register(ip("192.0.2.1"))];
+        let mut regs = vec![set.register(ip("192.0.2.1"), ())];
         tokio::time::advance(Duration::from_secs(10)).await;
         for _ in 0..4 {
-            regs.push(set.register(ip("198.51.100.7")));
+            regs.push(set.register(ip("198.51.100.7"), ()));
             tokio::time::advance(Duration::from_secs(1)).await;
         }
-        regs.push(set.register(ip("203.0.113.5")));
-        regs.push(set.register(ip("203.0.113.5")));
+        regs.push(set.register(ip("203.0.113.5"), ()));
+        regs.push(set.register(ip("203.0.113.5"), ()));
         tokio::time::advance(Duration::from_secs(6)).await;
         let freed = set.free(3, Duration::from_secs(5));
         assert_eq!(freed.closed, 3);
@@ -225,15 +305,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_connection_that_moved_bytes_lately_is_kept() {
         let set = IdleSet::default();
-        let a = set.register(ip("192.0.2.1"));
-        let b = set.register(ip("192.0.2.1"));
+        let a = set.register(ip("192.0.2.1"), ());
+        let b = set.register(ip("192.0.2.1"), ());
         tokio::time::advance(Duration::from_secs(8)).await;
         b.touch(Instant::now());
         let freed = set.free(2, Duration::from_secs(5));
         assert_eq!(freed.closed, 1);
         let cx = Context::from_waker(Waker::noop());
-        assert!(a.poll_evicted(&cx));
-        assert!(!b.poll_evicted(&cx));
+        assert_eq!(a.poll_evicted(&cx), Some(Close::Idle));
+        assert_eq!(b.poll_evicted(&cx), None);
         drop(a);
         assert_eq!(set.len(), 1);
     }
@@ -241,7 +321,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn connections_still_closing_count_and_activity_calls_a_close_off() {
         let set = IdleSet::default();
-        let regs: Vec<_> = (0..4).map(|_| set.register(ip("192.0.2.1"))).collect();
+        let regs: Vec<_> = (0..4).map(|_| set.register(ip("192.0.2.1"), ())).collect();
         tokio::time::advance(Duration::from_secs(6)).await;
         assert_eq!(set.free(2, Duration::from_secs(5)).closed, 2);
         // Those two have not closed yet: asking for two again closes none more.
@@ -250,8 +330,32 @@ mod tests {
         // One of them moved a byte: no longer closing, and not idle.
         regs[0].touch(Instant::now());
         let cx = Context::from_waker(Waker::noop());
-        assert!(!regs[0].poll_evicted(&cx));
+        assert_eq!(regs[0].poll_evicted(&cx), None);
         assert_eq!(evicted(&regs), vec![1, 2]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_operator_closes_what_the_filter_picks_and_activity_does_not_call_it_off() {
+        let set: IdleSet<u8> = IdleSet::default();
+        let regs: Vec<_> = (0..4u8).map(|i| set.register(ip("192.0.2.1"), i)).collect();
+        regs[1].count(5, 7);
+        assert_eq!(set.close_where(|i| i % 2 == 1), 2);
+        // Asked again: those already closing are not counted twice.
+        assert_eq!(set.close_where(|i| i % 2 == 1), 0);
+        regs[1].touch(Instant::now());
+        let cx = Context::from_waker(Waker::noop());
+        let closing: Vec<Option<Close>> = regs.iter().map(|r| r.poll_evicted(&cx)).collect();
+        assert_eq!(
+            closing,
+            [None, Some(Close::Operator), None, Some(Close::Operator)]
+        );
+        let mut listed = Vec::new();
+        set.each(|i, seen| listed.push((*i, seen.moved.0, seen.closing)));
+        listed.sort_unstable();
+        assert_eq!(
+            listed,
+            [(0, 0, false), (1, 5, true), (2, 0, false), (3, 0, true)]
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::backend::health::Seen;
-use crate::conn::idle::Watched;
+use crate::conn::idle::{Close, Watched};
 use crate::mem::buf_pool::PooledBuf;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -320,6 +320,10 @@ pub(crate) enum RelayError {
     /// then an abort, as an idle timeout's, so no peer takes a cut stream for a whole one).
     #[error("closed while idle to free a slot near max_connections")]
     Evicted { in_flight: bool },
+    /// An operator closed it (`shuck ctl connections close`, a disabled backend); `in_flight`
+    /// as for `Evicted`.
+    #[error("closed by an operator")]
+    ClosedByOperator { in_flight: bool },
 }
 
 /// Bytes moved: client to backend, backend to client.
@@ -443,9 +447,12 @@ where
             last_activity = Instant::now();
             watched.touch(last_activity);
         }
-        if watched.poll_evicted(cx) {
+        if let Some(why) = watched.poll_evicted(cx) {
             let in_flight = !(up.holds_nothing() && down.holds_nothing());
-            return Poll::Ready(Err(RelayError::Evicted { in_flight }));
+            return Poll::Ready(Err(match why {
+                Close::Idle => RelayError::Evicted { in_flight },
+                Close::Operator => RelayError::ClosedByOperator { in_flight },
+            }));
         }
         while sleep.as_mut().poll(cx).is_ready() {
             let deadline = last_activity + idle;
@@ -801,7 +808,7 @@ mod tests {
         let (mut busy, mut busy_proxy) = tokio::io::duplex(64);
         let (mut b1, _b1) = tokio::io::duplex(64);
         let (mut b2, _b2) = tokio::io::duplex(64);
-        let (quiet_reg, busy_reg) = (set.register(source), set.register(source));
+        let (quiet_reg, busy_reg) = (set.register(source, ()), set.register(source, ()));
         let idle = Duration::from_secs(300);
         let quiet = relay_with_prefix(&mut quiet_proxy, &mut b1, (idle, &quiet_reg), None, |_| {});
         let busy_relay =

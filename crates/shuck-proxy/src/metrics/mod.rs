@@ -568,7 +568,7 @@ impl Metrics {
         clippy::cast_precision_loss,
         reason = "Unix seconds fit an f64's 52-bit mantissa"
     )]
-    fn snapshot(&self) -> snapshot::Snapshot {
+    pub(crate) fn snapshot(&self) -> snapshot::Snapshot {
         let now = crate::sys::clock::unix_now();
         let r = process::read();
         let process = snapshot::Process {
@@ -605,6 +605,13 @@ impl Metrics {
     /// What one frontend serves now (at start, reload, renewal): its certificates' gauges.
     pub(crate) fn set_certificates(&self, frontend: &str, records: Vec<CertRecord>) {
         self.certificates.set(frontend, records);
+    }
+
+    /// What each frontend serves now, by frontend.
+    pub(crate) fn served_certificates(
+        &self,
+    ) -> std::collections::BTreeMap<String, Vec<CertRecord>> {
+        self.certificates.served()
     }
 
     /// Frontends stapling a response whose nextUpdate has passed (to be loaded again without it).

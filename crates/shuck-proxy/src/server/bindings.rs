@@ -174,6 +174,18 @@ impl Bindings {
         self.apply_socket_options(frontends);
     }
 
+    /// Sends each worker what `ask` makes; the answers' receivers, one per worker told.
+    pub(crate) fn tell_workers<A>(&self, ask: impl Fn() -> (Control, A)) -> Vec<A> {
+        let mut answers = Vec::with_capacity(self.workers.len());
+        for w in &self.workers {
+            let (message, answer) = ask();
+            if w.send(message).is_ok() {
+                answers.push(answer);
+            }
+        }
+        answers
+    }
+
     /// Each address listened on, with its frontend, in configuration order.
     pub fn addresses(&self) -> Vec<(String, SocketAddr)> {
         self.live

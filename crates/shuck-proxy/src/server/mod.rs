@@ -6,6 +6,7 @@ mod backend_watch;
 pub mod bindings;
 mod cert_watch;
 pub mod check;
+pub mod control;
 mod dns_follow;
 mod fd_budget;
 pub(crate) mod health_checks;
@@ -158,6 +159,9 @@ impl Server {
             reload::slots_named(&frontends, name)
         });
         let engine = Engine::new(&config);
+        if config.state_dir.is_dir() {
+            engine.backend_states.keep_in(&config.state_dir);
+        }
         let cert_watch = cert_watch::CertWatch::new(&config);
         let acme_jobs = acme_jobs(&config, &engine, &metrics)?;
         Ok(Server {
@@ -201,6 +205,16 @@ impl Server {
             self.watch.clone(),
         )
         .with_cert_watch(self.cert_watch.clone())
+    }
+
+    /// The engine's side of the admin socket.
+    pub fn control(&self) -> control::Control {
+        control::Control::new(
+            self.engine.clone(),
+            self.metrics.clone(),
+            self.bindings.clone(),
+            (self.limit.clone(), self.fd_limit),
+        )
     }
 
     /// The listening addresses: what a successor takes over (`kill -USR2`), as they are when it
@@ -385,6 +399,7 @@ impl Server {
     ) -> Result<()> {
         // Before the ready file, so whoever waits on it finds the record.
         running::record(&self.config);
+        self.engine.publish(&self.config);
         if let Some(path) = ready_file {
             write_ready_file(path, listed)?;
         }

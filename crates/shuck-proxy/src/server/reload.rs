@@ -398,6 +398,7 @@ impl Reloader {
         now.log_level.clone_from(&new.log_level);
         now.frontends = self.frontends.iter().map(|l| l.cfg.clone()).collect();
         running::record(&now);
+        self.engine.publish(&now);
         Ok(notes)
     }
 

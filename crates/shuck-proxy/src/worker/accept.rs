@@ -18,6 +18,7 @@ use crate::sys::limits::ConnectionLimit;
 use crate::sys::listener::is_connection_error;
 use crate::tls::TlsSlot;
 use crate::worker::connection;
+use crate::worker::listing::{ConnFilter, ConnectionView};
 use crate::worker::{Engine, FrontendSlot, SettingsSlot, Worker};
 
 /// What the main thread tells a worker.
@@ -32,6 +33,42 @@ pub(crate) enum Control {
     },
     /// Stop accepting on the address `key` (its connections carry on).
     Close { key: u64 },
+    /// The relayed connections `filter` picks (at most `limit` described), closed too with
+    /// `close` (close_notify, or an abort when bytes wait for a peer that does not read).
+    Connections {
+        filter: ConnFilter,
+        close: bool,
+        limit: usize,
+        reply: tokio::sync::oneshot::Sender<Listed>,
+    },
+}
+
+/// One worker's answer to [`Control::Connections`].
+#[derive(Debug, Default)]
+pub(crate) struct Listed {
+    /// The first `limit` of those picked.
+    pub(crate) views: Vec<ConnectionView>,
+    /// How many the filter picked.
+    pub(crate) picked: usize,
+    /// How many were told to close now.
+    pub(crate) closed: usize,
+}
+
+/// Answers [`Control::Connections`] from `worker`'s registry.
+fn list_connections(worker: &Worker, filter: &ConnFilter, close: bool, limit: usize) -> Listed {
+    let mut listed = Listed::default();
+    worker.idle.each(|c, seen| {
+        if filter.picks(c) {
+            listed.picked += 1;
+            if listed.views.len() < limit {
+                listed.views.push(ConnectionView::of(worker.id, c, seen));
+            }
+        }
+    });
+    if close {
+        listed.closed = worker.idle.close_where(|c| filter.picks(c));
+    }
+    listed
 }
 
 /// Everything a worker thread is handed at start.
@@ -135,6 +172,14 @@ async fn run(spec: WorkerSpec) {
                 // Let the runtime drop the aborted loops (and their sockets) before the
                 // frontends they served are looked at.
                 tokio::task::yield_now().await;
+            }
+            Some(Control::Connections {
+                filter,
+                close,
+                limit,
+                reply,
+            }) => {
+                let _ = reply.send(list_connections(&worker, &filter, close, limit));
             }
             // The server is gone: nothing more will be asked; wait for the stop.
             None => {

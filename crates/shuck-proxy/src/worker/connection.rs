@@ -36,6 +36,7 @@ use crate::tls::handshake::{self, ClientCert, Negotiated, Summary};
 use crate::tls::stream::{Ktls, TlsStream};
 use crate::worker::access_log::{record_end, AccessRecord};
 use crate::worker::admission::Admitted;
+use crate::worker::listing::{Alpn, ConnInfo};
 use crate::worker::{Worker, WorkerFrontend, WorkerPool};
 
 /// Serves one accepted connection to its end.
@@ -84,7 +85,7 @@ pub(crate) async fn handle(
 /// fn's future is as large as its largest stage; a slowloris connection paid for all of them.)
 async fn pipeline<'a>(
     worker: &Worker,
-    fe: &'a WorkerFrontend,
+    fe: &'a Rc<WorkerFrontend>,
     tcp: TcpStream,
     peer: SocketAddr,
     trace: &mut AccessRecord<'a>,
@@ -264,6 +265,7 @@ fn wants_ja4(worker: &Worker, fe: &WorkerFrontend) -> bool {
     let cfg = &fe.cfg;
     !cfg.admission.deny_ja4.is_empty()
         || worker.log_connections()
+        || worker.engine().lists_connections()
         || (cfg.proxy_protocol.send.is_some() && cfg.proxy_protocol.tlvs.ja4)
         || cfg.route.0.iter().any(|r| r.send.is_some() && r.tlvs.ja4)
 }
@@ -307,6 +309,7 @@ fn keeps_sni(worker: &Worker, fe: &WorkerFrontend) -> bool {
     fe.backends.is_none()
         || !cfg.route.0.is_empty()
         || worker.log_connections()
+        || worker.engine().lists_connections()
         || (cfg.proxy_protocol.send.is_some() && cfg.proxy_protocol.tlvs.authority)
 }
 
@@ -316,7 +319,7 @@ fn keeps_sni(worker: &Worker, fe: &WorkerFrontend) -> bool {
 /// what only the header needs is dropped before the relay.
 async fn serve_negotiated<'a>(
     worker: &Worker,
-    fe: &'a WorkerFrontend,
+    fe: &'a Rc<WorkerFrontend>,
     hs: &mut Negotiated,
     arrival: &mut Arrival,
     trace: &mut AccessRecord<'a>,
@@ -340,15 +343,18 @@ async fn serve_negotiated<'a>(
     if let Some(s) = trace.summary.as_mut() {
         s.backend_source = upstream.tcp().and_then(|t| t.local_addr().ok());
     }
+    // Now, while rustls still has the connection (the relay takes the records over).
+    let mut listed = listing_of(fe, hs, (route, pool), &lease, arrival.client);
     let prefix =
         before_relay(worker, fe, (route, pool), &lease, hs, arrival, trace).inspect_err(|e| {
             if let (ConnError::BackendHeader(_), Some(c)) = (e, pool.errors.get(lease.index())) {
                 c.proxy_header.inc();
             }
         })?;
+    listed.sni = hs.sni.take();
     let idle = trace.timeouts(fe).idle;
     let source = idle::source_of(arrival.client.ip(), cfg.admission.client_prefixes());
-    let registration = worker.idle.register(source);
+    let registration = worker.idle.register(source, listed);
     let (moved, res) = relay_to(fe, &mut hs.stream, (upstream, idle, &registration), prefix).await;
     let broke = matches!(
         res,
@@ -362,6 +368,31 @@ async fn serve_negotiated<'a>(
     trace.moved = moved;
     drop(lease);
     Ok(res?)
+}
+
+/// What the admin socket shows of the connection while it relays (`worker::listing`); the
+/// server name moves there once the PROXY header is made (nothing after it reads the name).
+fn listing_of(
+    fe: &Rc<WorkerFrontend>,
+    hs: &mut Negotiated,
+    (route, pool): (Option<&Route>, &WorkerPool),
+    lease: &Lease<'_>,
+    client: SocketAddr,
+) -> ConnInfo {
+    let conn = hs.conn();
+    let route = route.and_then(|r| fe.cfg.route.0.iter().position(|x| std::ptr::eq(x, r)));
+    ConnInfo {
+        fe: fe.clone(),
+        client,
+        sni: None,
+        alpn: Alpn::of(conn.and_then(rustls::CommonState::alpn_protocol)),
+        version: conn
+            .and_then(rustls::CommonState::protocol_version)
+            .map_or(0, u16::from),
+        route: route.and_then(|i| u16::try_from(i).ok()),
+        pool: pool.pool.clone(),
+        backend: u16::try_from(lease.index()).unwrap_or(u16::MAX),
+    }
 }
 
 /// Between the connect and the relay: the access record and counters, the PROXY header to send
@@ -471,13 +502,14 @@ const EVICTED_CLOSE: Duration = Duration::from_secs(1);
 async fn relay_to(
     fe: &WorkerFrontend,
     tls: &mut TlsStream,
-    (mut upstream, idle, registration): (Upstream, Duration, &Registration<'_>),
+    (mut upstream, idle, registration): (Upstream, Duration, &Registration<'_, ConnInfo>),
     prefix: Option<(PooledBuf, usize)>,
 ) -> (Moved, Result<(), RelayError>) {
     let m = &fe.metrics;
     let count = |d: Moved| {
         m.bytes_up.inc_by(d.up);
         m.bytes_down.inc_by(d.down);
+        registration.count(d.up, d.down);
     };
     // The header goes out with the client's first bytes when they have arrived, in one segment.
     let watched = (idle, registration);
@@ -487,13 +519,20 @@ async fn relay_to(
         // A Unix socket has no abortive close: the backend sees the socket closed (and its
         // next write fails), the nearest it gets to a reset.
         Err(RelayError::ClientAborted(_)) => upstream.tcp().into_iter().for_each(abort),
-        Err(RelayError::Idle(_) | RelayError::Evicted { in_flight: true }) => {
+        Err(
+            RelayError::Idle(_)
+            | RelayError::Evicted { in_flight: true }
+            | RelayError::ClosedByOperator { in_flight: true },
+        ) => {
             abort(tls.tcp());
             upstream.tcp().into_iter().for_each(abort);
         }
         // Closed to free a slot with nothing of ours in flight: close_notify, bounded short
         // (the slot is what this is for); the backend's socket is closed with the relay.
-        Err(RelayError::Evicted { in_flight: false }) => {
+        Err(
+            RelayError::Evicted { in_flight: false }
+            | RelayError::ClosedByOperator { in_flight: false },
+        ) => {
             let _ = tokio::time::timeout(EVICTED_CLOSE, tls.shutdown()).await;
         }
         _ => {}

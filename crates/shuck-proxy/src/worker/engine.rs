@@ -36,6 +36,14 @@ pub(crate) struct Engine {
     /// `overload_threshold` in millionths.
     overload_ppm: std::sync::atomic::AtomicU32,
     expiry_warning_s: AtomicU64,
+    /// An admin socket is configured: relayed connections keep their server name for
+    /// `shuck ctl show connections`.
+    lists_connections: AtomicBool,
+    /// The operator's states and weights of backends (`shuck ctl backend …`).
+    pub(crate) backend_states: crate::backend::admin::AdminStates,
+    /// The configuration in force (the frontends as the workers read them), for the admin
+    /// socket.
+    in_force: arc_swap::ArcSwap<Config>,
 }
 
 /// A share (validated to 0.05–1.0) in millionths.
@@ -61,6 +69,9 @@ impl Engine {
             shutdown_grace_ms: AtomicU64::new(0),
             overload_ppm: std::sync::atomic::AtomicU32::new(1_000_000),
             expiry_warning_s: AtomicU64::new(0),
+            lists_connections: AtomicBool::new(false),
+            backend_states: crate::backend::admin::AdminStates::default(),
+            in_force: arc_swap::ArcSwap::from_pointee(c.clone()),
         };
         e.apply(c);
         Arc::new(e)
@@ -79,6 +90,23 @@ impl Engine {
             .store(millionths(c.overload_threshold), Ordering::Relaxed);
         self.expiry_warning_s
             .store(c.certificate_expiry_warning.as_secs(), Ordering::Relaxed);
+        self.lists_connections
+            .store(c.admin_socket.is_some(), Ordering::Relaxed);
+    }
+
+    /// Whether relayed connections keep their server name for the admin socket.
+    pub(crate) fn lists_connections(&self) -> bool {
+        self.lists_connections.load(Ordering::Relaxed)
+    }
+
+    /// Records `c` as the configuration in force (at start and after each reload).
+    pub(crate) fn publish(&self, c: &Config) {
+        self.in_force.store(Arc::new(c.clone()));
+    }
+
+    /// The configuration in force.
+    pub(crate) fn in_force(&self) -> Arc<Config> {
+        self.in_force.load_full()
     }
 
     /// Whether every connection gets its access-log line (`log_connections`).

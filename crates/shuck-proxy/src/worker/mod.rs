@@ -10,6 +10,7 @@ mod admission;
 mod clients;
 pub(crate) mod connection;
 mod engine;
+pub(crate) mod listing;
 mod tcplog;
 mod templated;
 
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
+use crate::backend::admin::AdminState;
 use crate::backend::BackendPool;
 use crate::config::{Backend, BackendAddr, Backends, CertSource, ConnectionLogFormat, Frontend};
 use crate::conn::idle::{Freed, IdleSet};
@@ -40,7 +42,7 @@ pub(crate) struct Worker {
     /// Whether its last accept came near `max_connections` (said once per change).
     pressured: Cell<bool>,
     /// Its relayed connections, which it may close near `max_connections`.
-    pub(crate) idle: IdleSet,
+    pub(crate) idle: IdleSet<listing::ConnInfo>,
     /// Connections closed to free slots since the last line said so, and when that was.
     freed: Cell<(usize, Option<Instant>)>,
     /// `max_connections`, shared by all workers: its count is the process's open connections.
@@ -181,8 +183,11 @@ pub(crate) struct WorkerPool {
     pub(crate) connect_times: Vec<crate::metrics::ConnectTime>,
     /// Each backend's error counters, in the same order.
     pub(crate) errors: Vec<crate::metrics::BackendErrorCounts>,
-    /// What the pool was built from: the backends, host names standing for their addresses.
+    /// What the pool was built from: the backends, host names standing for their addresses,
+    /// with the operator's weights.
     members: Rc<[BackendAddr]>,
+    /// The members an operator drained or disabled, a bit each.
+    out: u128,
 }
 
 /// The pool `backends` asks for (`None`: no backend), or `previous` when it was built from the
@@ -197,27 +202,38 @@ fn pool_for(
     let Backend::Servers(addrs) = &backends.target else {
         return None;
     };
-    let members = engine.dns.members(addrs);
+    let mut members = engine.dns.members(addrs);
     let health = engine.health.shared(frontend, route, backends, &members);
+    let applied = engine.backend_states.applied(frontend, route, &members);
+    let mut out = 0u128;
+    for (i, (m, a)) in members.iter_mut().zip(&applied).enumerate() {
+        m.weight = a.weight;
+        if a.state != AdminState::Enabled {
+            out |= 1 << i;
+        }
+    }
     // Kept only while its verdicts are the ones its checker writes.
     let same_health = |p: &WorkerPool| match (p.pool.health(), &health) {
         (None, None) => true,
         (Some(a), Some(b)) => Arc::ptr_eq(a, b),
         _ => false,
     };
-    if let Some((_, pool)) =
-        previous.filter(|(s, p)| *s == backends && *p.members == *members && same_health(p))
+    if let Some((_, pool)) = previous
+        .filter(|(s, p)| *s == backends && *p.members == *members && p.out == out && same_health(p))
     {
         return Some(pool.clone());
     }
     Some(WorkerPool {
-        pool: Rc::new(BackendPool::checked(
-            members.clone(),
-            backends.policy,
-            backends.connect_timeout,
-            backends.cooldown,
-            health,
-        )),
+        pool: Rc::new(
+            BackendPool::checked(
+                members.clone(),
+                backends.policy,
+                backends.connect_timeout,
+                backends.cooldown,
+                health,
+            )
+            .without(out),
+        ),
         connect_times: metrics
             .backend_connects()
             .for_backends(route, members.iter().map(|b| b.name.as_str())),
@@ -225,6 +241,7 @@ fn pool_for(
             .backend_connects()
             .errors_for(route, members.iter().map(|b| b.name.as_str())),
         members: members.into(),
+        out,
     })
 }
 

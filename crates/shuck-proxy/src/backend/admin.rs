@@ -1,0 +1,277 @@
+//! An operator's say over single backends (`shuck ctl backend drain|disable|enable|weight`): a
+//! drained backend gets no new connection while its open ones carry on; a disabled one neither,
+//! and its open connections are closed after `shutdown_grace`; a weight replaces the
+//! configured one. Read when a pool is built (at start, on reload, on a DNS change, and after
+//! each command, which has the workers rebuild their pools), never per connection. Kept across
+//! reloads for as long as the backend is configured; written to `backend-states.json` in
+//! `state_dir` when there is one, and read from it at start.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::BackendAddr;
+
+/// What an operator set for a backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdminState {
+    /// Serving as configured.
+    #[default]
+    Enabled,
+    /// No new connections; open ones finish.
+    Drain,
+    /// No new connections; open ones closed after `shutdown_grace`.
+    Disabled,
+}
+
+impl AdminState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminState::Enabled => "enabled",
+            AdminState::Drain => "drain",
+            AdminState::Disabled => "disabled",
+        }
+    }
+}
+
+/// One backend's settings by the operator.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Setting {
+    #[serde(default)]
+    pub state: AdminState,
+    /// Replaces the configured weight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+}
+
+/// A backend as commands name it: frontend, route (`default`: the frontend's own backends),
+/// and the backend as the configuration writes it (a host name stands for each of its
+/// addresses; `name@address` for one of them).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub(crate) struct MemberKey {
+    pub(crate) frontend: String,
+    pub(crate) route: String,
+    pub(crate) backend: String,
+}
+
+impl MemberKey {
+    /// Whether this key names `member` (a pool's member: an address, or `name@address`).
+    fn names(&self, frontend: &str, route: &str, member: &str) -> bool {
+        self.frontend == frontend
+            && self.route == route
+            && (member == self.backend
+                || member
+                    .strip_prefix(self.backend.as_str())
+                    .is_some_and(|rest| rest.starts_with('@')))
+    }
+}
+
+/// The file in `state_dir`.
+const FILE: &str = "backend-states.json";
+
+/// Every setting in the process, by backend.
+#[derive(Debug, Default)]
+pub(crate) struct AdminStates {
+    settings: Mutex<BTreeMap<MemberKey, Setting>>,
+    /// Where they are kept across restarts, if anywhere.
+    file: Mutex<Option<PathBuf>>,
+}
+
+/// A member of a pool as the operator left it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Applied {
+    pub(crate) state: AdminState,
+    pub(crate) weight: u32,
+}
+
+impl AdminStates {
+    fn locked(&self) -> MutexGuard<'_, BTreeMap<MemberKey, Setting>> {
+        self.settings.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads what an earlier process left in `state_dir` (a missing file: nothing set; a bad
+    /// one: said, and nothing set); later changes are written there.
+    pub(crate) fn keep_in(&self, state_dir: &Path) {
+        let path = state_dir.join(FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => match serde_json::from_slice::<Vec<(MemberKey, Setting)>>(&bytes) {
+                Ok(list) => *self.locked() = list.into_iter().collect(),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "backend states not read: every backend starts enabled");
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "backend states not read: every backend starts enabled");
+            }
+        }
+        *self.file.lock().unwrap_or_else(PoisonError::into_inner) = Some(path);
+    }
+
+    /// Sets `key`'s state, its weight, or both; the setting before.
+    pub(crate) fn set(
+        &self,
+        key: MemberKey,
+        state: Option<AdminState>,
+        weight: Option<u32>,
+    ) -> Setting {
+        let mut all = self.locked();
+        let before = all.get(&key).copied().unwrap_or_default();
+        let mut now = before;
+        if let Some(s) = state {
+            now.state = s;
+        }
+        if weight.is_some() {
+            now.weight = weight;
+        }
+        if now == Setting::default() {
+            all.remove(&key);
+        } else {
+            all.insert(key, now);
+        }
+        let list: Vec<(MemberKey, Setting)> = all.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        drop(all);
+        self.save(&list);
+        before
+    }
+
+    fn save(&self, list: &[(MemberKey, Setting)]) {
+        let Some(path) = self
+            .file
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        else {
+            return;
+        };
+        let written = serde_json::to_vec_pretty(list)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| crate::sys::state_files::write_private(&path, &bytes));
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), error = %e, "backend states not saved: a restart starts every backend enabled");
+        }
+    }
+
+    /// Every setting now.
+    pub(crate) fn all(&self) -> Vec<(MemberKey, Setting)> {
+        self.locked().iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    /// How the operator left each of `members` of `frontend`'s `route`: the most specific
+    /// setting (`name@address` over `name`) wins.
+    pub(crate) fn applied(
+        &self,
+        frontend: &str,
+        route: &str,
+        members: &[BackendAddr],
+    ) -> Vec<Applied> {
+        let all = self.locked();
+        members
+            .iter()
+            .map(|m| {
+                let mut found: Vec<(&MemberKey, &Setting)> = all
+                    .iter()
+                    .filter(|(k, _)| k.names(frontend, route, &m.name))
+                    .collect();
+                // The exact name last: it wins.
+                found.sort_by_key(|(k, _)| k.backend == m.name);
+                let mut applied = Applied {
+                    state: AdminState::Enabled,
+                    weight: m.weight,
+                };
+                for (_, s) in found {
+                    if s.state != AdminState::Enabled {
+                        applied.state = s.state;
+                    }
+                    if let Some(w) = s.weight {
+                        applied.weight = w;
+                    }
+                }
+                applied
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Target;
+
+    fn member(name: &str) -> BackendAddr {
+        BackendAddr {
+            name: name.into(),
+            addr: Target::Tcp(([127, 0, 0, 1], 1).into()),
+            weight: 3,
+        }
+    }
+
+    fn key(backend: &str) -> MemberKey {
+        MemberKey {
+            frontend: "web".into(),
+            route: "default".into(),
+            backend: backend.into(),
+        }
+    }
+
+    #[test]
+    fn a_host_name_stands_for_its_addresses_and_an_address_setting_wins() {
+        let s = AdminStates::default();
+        s.set(key("api:80"), Some(AdminState::Drain), Some(5));
+        s.set(key("api:80@10.0.0.2"), Some(AdminState::Disabled), None);
+        let got = s.applied(
+            "web",
+            "default",
+            &[
+                member("api:80@10.0.0.1"),
+                member("api:80@10.0.0.2"),
+                member("api:8080"),
+            ],
+        );
+        let states: Vec<(AdminState, u32)> = got.iter().map(|a| (a.state, a.weight)).collect();
+        assert_eq!(
+            states,
+            [
+                (AdminState::Drain, 5),
+                (AdminState::Disabled, 5),
+                (AdminState::Enabled, 3)
+            ]
+        );
+        // Another route's backend of the same name is not touched.
+        let other = s.applied("web", "api", &[member("api:80@10.0.0.1")]);
+        assert_eq!(other[0].state, AdminState::Enabled);
+    }
+
+    #[test]
+    fn enabled_with_no_weight_is_forgotten_and_states_survive_a_restart() {
+        let dir = tempfile::tempdir().expect("dir");
+        // As a state directory is (it holds keys): the file is refused in one others may enter.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .expect("chmod");
+        let s = AdminStates::default();
+        s.keep_in(dir.path());
+        s.set(key("a:1"), Some(AdminState::Drain), None);
+        s.set(key("b:1"), None, Some(7));
+        let before = s.set(key("a:1"), Some(AdminState::Enabled), None);
+        assert_eq!(before.state, AdminState::Drain);
+        let restarted = AdminStates::default();
+        restarted.keep_in(dir.path());
+        assert_eq!(restarted.all(), s.all());
+        assert_eq!(
+            restarted.all(),
+            [(
+                key("b:1"),
+                Setting {
+                    state: AdminState::Enabled,
+                    weight: Some(7)
+                }
+            )]
+        );
+    }
+}
