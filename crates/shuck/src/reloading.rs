@@ -178,8 +178,15 @@ fn report(
         .filter(|k| before.get(*k) != after.get(*k))
         .collect();
     let mut text = format!("reloaded: {} settings changed\n", changed.len());
+    let none = toml::Value::String("none".into());
     for k in &changed {
-        let _ = writeln!(text, "  changed {k}");
+        let (old, new) = (
+            before.get(*k).unwrap_or(&none),
+            after.get(*k).unwrap_or(&none),
+        );
+        for (field, was, now) in shuck_proxy::running::differing_fields(old, new) {
+            let _ = writeln!(text, "  changed {k}{field}: {was} -> {now}");
+        }
     }
     for n in notes {
         let _ = writeln!(text, "  not applied: {n}");

@@ -8,6 +8,7 @@ mod admission;
 mod bench;
 mod cert_layouts;
 mod cli;
+mod ctl;
 mod dns;
 mod faults;
 mod import;
