@@ -7,8 +7,8 @@ use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::admin::{exit, MAX_LINE};
-use crate::ctl_cli::CtlArgs;
+use crate::admin::{exit, MAX_LINE, MAX_PAYLOAD, PAYLOAD};
+use crate::ctl_cli::{CtlArgs, PemFiles};
 
 /// How long an answer may take: an upgrade waits for `upgrade_confirm` (up to an hour).
 const ANSWER_WAIT: Duration = Duration::from_secs(2 * 3600);
@@ -39,12 +39,23 @@ fn ask(args: &CtlArgs) -> Result<(u8, String), (u8, String)> {
         ));
     }
     let mut line = words.join(" ");
-    line.push_str(" --json\n");
-    if line.len() > MAX_LINE {
+    line.push_str(" --json");
+    if line.len() >= MAX_LINE {
         return Err((
             exit::USAGE,
             format!("the command is longer than {MAX_LINE} bytes"),
         ));
+    }
+    match args.command.pem_files() {
+        Some(files) => {
+            let pem = read_pem(files)?;
+            line.push(' ');
+            line.push_str(PAYLOAD);
+            line.push('\n');
+            line.push_str(&pem);
+            line.push_str("\n\n");
+        }
+        None => line.push('\n'),
     }
     let socket = args.socket.display();
     let unreachable = |e: std::io::Error| {
@@ -101,4 +112,39 @@ fn ask(args: &CtlArgs) -> Result<(u8, String), (u8, String)> {
             shown.trim_end().trim_start_matches("error: ").to_string(),
         ))
     }
+}
+
+/// The PEM to send: `--cert` (and `--key`), else standard input; without empty lines (an
+/// empty line ends the payload).
+fn read_pem(files: &PemFiles) -> Result<String, (u8, String)> {
+    let read = |p: &std::path::Path| {
+        std::fs::read_to_string(p).map_err(|e| (exit::USAGE, format!("{}: {e}", p.display())))
+    };
+    let mut pem = if let Some(cert) = &files.cert {
+        read(cert)?
+    } else {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .map_err(|e| (exit::USAGE, format!("standard input: {e}")))?;
+        s
+    };
+    if let Some(key) = &files.key {
+        pem.push('\n');
+        pem.push_str(&read(key)?);
+    }
+    let pem: Vec<&str> = pem.lines().filter(|l| !l.trim().is_empty()).collect();
+    let pem = pem.join("\n");
+    if pem.is_empty() {
+        return Err((
+            exit::USAGE,
+            "no PEM given (--cert FILE, or on standard input)".into(),
+        ));
+    }
+    if pem.len() > MAX_PAYLOAD {
+        return Err((
+            exit::USAGE,
+            format!("the PEM is longer than {MAX_PAYLOAD} bytes"),
+        ));
+    }
+    Ok(pem)
 }

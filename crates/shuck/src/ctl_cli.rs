@@ -44,6 +44,14 @@ pub(crate) enum CtlCommand {
     /// does not read).
     #[command(subcommand)]
     Connections(ConnectionsAction),
+    /// Add, replace or remove a frontend's certificates while it runs: checked as a configured
+    /// one is (chain, key, names), served to new handshakes at once, kept in state_dir across
+    /// reloads and restarts until removed.
+    #[command(subcommand)]
+    Cert(CertAction),
+    /// OCSP staples.
+    #[command(subcommand)]
+    Ocsp(OcspAction),
     /// Reload the configuration, as SIGHUP does; the answer is the reload's report: what
     /// changed, what needs a restart, or why nothing was applied.
     Reload,
@@ -113,6 +121,50 @@ pub(crate) enum BackendAction {
         #[arg(value_parser = clap::value_parser!(u32).range(1..=100))]
         weight: u32,
     },
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub(crate) enum CertAction {
+    /// Add a certificate: its chain (leaf first) and key, from --cert and --key (or one
+    /// bundle in --cert), else as PEM on standard input. Named by --name, else by its first
+    /// DNS name.
+    Add {
+        frontend: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        files: PemFiles,
+    },
+    /// Replace a certificate added before (NAME as `cert list` shows it).
+    Replace {
+        frontend: String,
+        name: String,
+        #[command(flatten)]
+        files: PemFiles,
+    },
+    /// Remove a certificate added before.
+    Remove { frontend: String, name: String },
+    /// The certificates served: file, names, expiry, staple, and whether added here.
+    List(OneFrontend),
+}
+
+/// Where `shuck ctl` reads a certificate from (it sends the PEM; the server never opens a
+/// file a client names).
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct PemFiles {
+    /// The chain, leaf first (and the key, if it is a bundle).
+    #[arg(long, value_name = "FILE")]
+    pub cert: Option<PathBuf>,
+    /// The private key, when not in --cert.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub(crate) enum OcspAction {
+    /// Load the frontend's certificates and OCSP staples again now (the .ocsp files beside
+    /// them, or with ocsp = "fetch" the responses fetched into state_dir).
+    Refresh { frontend: String },
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -199,6 +251,30 @@ impl CtlCommand {
                 w.extend(["connections".into(), "close".into()]);
                 filter.words(&mut w);
             }
+            CtlCommand::Cert(a) => {
+                w.push("cert".into());
+                match a {
+                    CertAction::Add { frontend, name, .. } => {
+                        w.extend(["add".into(), frontend.clone()]);
+                        if let Some(n) = name {
+                            w.extend(["--name".into(), n.clone()]);
+                        }
+                    }
+                    CertAction::Replace { frontend, name, .. } => {
+                        w.extend(["replace".into(), frontend.clone(), name.clone()]);
+                    }
+                    CertAction::Remove { frontend, name } => {
+                        w.extend(["remove".into(), frontend.clone(), name.clone()]);
+                    }
+                    CertAction::List(f) => {
+                        w.push("list".into());
+                        one(&mut w, f);
+                    }
+                }
+            }
+            CtlCommand::Ocsp(OcspAction::Refresh { frontend }) => {
+                w.extend(["ocsp".into(), "refresh".into(), frontend.clone()]);
+            }
             CtlCommand::Reload => w.push("reload".into()),
             CtlCommand::Check => w.push("check".into()),
             CtlCommand::Upgrade => w.push("upgrade".into()),
@@ -208,7 +284,20 @@ impl CtlCommand {
 
     /// Whether it changes something (and so is logged by the server).
     pub(crate) fn changes(&self) -> bool {
-        !matches!(self, CtlCommand::Show(_) | CtlCommand::Check)
+        !matches!(
+            self,
+            CtlCommand::Show(_) | CtlCommand::Check | CtlCommand::Cert(CertAction::List(_))
+        )
+    }
+
+    /// The files whose PEM goes with the request, when it takes a certificate.
+    pub(crate) fn pem_files(&self) -> Option<&PemFiles> {
+        match self {
+            CtlCommand::Cert(CertAction::Add { files, .. } | CertAction::Replace { files, .. }) => {
+                Some(files)
+            }
+            _ => None,
+        }
     }
 }
 
@@ -226,6 +315,11 @@ mod tests {
             "backend drain web/api/10.0.0.1:80",
             "backend weight web/b:1 7",
             "connections close --backend b:1",
+            "cert add web --name www",
+            "cert replace web www",
+            "cert remove web www",
+            "cert list --frontend web",
+            "ocsp refresh web",
             "reload",
             "upgrade",
         ];

@@ -54,10 +54,7 @@ impl Job {
         let task = tokio::task::spawn_blocking(move || {
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &work {
                 Work::Reload => reload(&args, &mut reloader),
-                Work::Refresh(frontend) => {
-                    refresh(frontend, &mut reloader);
-                    Reply::ok(String::new(), &serde_json::Value::Null)
-                }
+                Work::Refresh(frontend) => refresh(frontend, &mut reloader),
             }));
             let report = outcome.unwrap_or_else(|_| {
                 let message =
@@ -203,12 +200,30 @@ fn report(
     }
 }
 
-fn refresh(frontend: &str, reloader: &mut Reloader) {
+/// Loads one frontend's certificates and staples again (a renewal, a new staple, the admin
+/// socket's `cert` and `ocsp refresh`).
+fn refresh(frontend: &str, reloader: &mut Reloader) -> Reply {
     match reloader.refresh(frontend) {
-        Ok(()) => tracing::info!(frontend, "loaded a renewed certificate or OCSP staple"),
-        Err(shuck_proxy::Error::ReloadAbandoned) => {}
+        Ok(()) => {
+            tracing::info!(frontend, "loaded a renewed certificate or OCSP staple");
+            Reply::ok(
+                format!("frontend {frontend:?}: certificates and staples loaded again\n"),
+                &serde_json::json!({ "frontend": frontend }),
+            )
+        }
+        Err(shuck_proxy::Error::ReloadAbandoned) => Reply::error(
+            exit::FAILED,
+            "abandoned; still serving the previous certificates",
+        ),
         Err(e) => {
             tracing::error!(frontend, error = %e, "renewed certificate or staple not loaded; still serving the previous ones");
+            Reply::error(
+                exit::FAILED,
+                &format!(
+                    "not loaded, still serving the previous certificates: {}",
+                    one_line(&e.to_string())
+                ),
+            )
         }
     }
 }

@@ -61,13 +61,13 @@ impl Signals {
                 _ = self.term.recv() => state.stop("TERM"),
                 _ = self.int.recv() => state.stop("INT"),
                 _ = self.quit.recv() => state.stop("QUIT"),
-                _ = self.hup.recv() => state.hangup(),
+                _ = self.hup.recv() => state.hangup(Vec::new()),
                 _ = self.usr1.recv() => tracing::info!("SIGUSR1: nothing to reopen (shuck writes only to standard error, which whoever started it holds)"),
                 _ = self.usr2.recv() => state.start_upgrade(),
                 () = past(state.job.as_ref().and_then(Job::deadline)) => state.job_past_deadline(),
                 reloader = finished_job(&mut state.job) => state.job_done(reloader),
                 done = finished_upgrade(&mut state.upgrading) => state.upgrade_done(done),
-                Some(frontend) = next_update(&mut state.updates) => state.queue(Work::Refresh(frontend)),
+                Some(frontend) = next_update(&mut state.updates) => state.queue(Work::Refresh(frontend), Vec::new()),
                 Some(asked) = next_ask(&mut state.asks) => state.asked(asked),
             }
         }
@@ -82,7 +82,7 @@ struct Loop {
     timeouts: ProcessTimeouts,
     job: Option<Job>,
     /// Reloads and refreshes asked while a job ran (a SIGHUP is kept once).
-    waiting: VecDeque<Work>,
+    waiting: VecDeque<(Work, Replies)>,
     /// Lost for good: a reload task ended without giving the reloader back.
     lost: bool,
     updates: Option<CertificateUpdates>,
@@ -96,8 +96,6 @@ struct Loop {
     waits: Waits,
     stops: watch::Sender<u32>,
     asks: Option<mpsc::UnboundedReceiver<Asked>>,
-    /// Admin requests answered by the next reload job to start.
-    reload_replies: Vec<oneshot::Sender<Reply>>,
     /// Admin requests answered when the upgrade under way (or about to start) ends.
     upgrade_replies: Vec<oneshot::Sender<Reply>>,
 }
@@ -119,7 +117,6 @@ impl Loop {
             waits: Waits::default(),
             stops: s.stops,
             asks: s.asks,
-            reload_replies: Vec::new(),
             upgrade_replies: Vec::new(),
         }
     }
@@ -127,21 +124,12 @@ impl Loop {
     /// A request from the admin socket.
     fn asked(&mut self, asked: Asked) {
         match asked {
-            Asked::Reload(reply) => {
-                self.reload_replies.push(reply);
-                self.hangup();
-            }
+            Asked::Reload(reply) => self.hangup(vec![reply]),
+            Asked::Refresh(frontend, reply) => self.queue(Work::Refresh(frontend), vec![reply]),
             Asked::Upgrade(reply) => {
                 self.upgrade_replies.push(reply);
                 self.start_upgrade();
             }
-        }
-    }
-
-    /// Answers the admin requests waiting for a reload that will not come.
-    fn refuse_reload(&mut self, why: &str) {
-        for r in self.reload_replies.drain(..) {
-            let _ = r.send(Reply::error(exit::FAILED, why));
         }
     }
 
@@ -167,25 +155,26 @@ impl Loop {
         }
     }
 
-    fn hangup(&mut self) {
+    /// A reload (SIGHUP, or the admin socket's, whose `replies` hear how it went).
+    fn hangup(&mut self, replies: Replies) {
         if self.handed_over {
             let why = "SIGHUP ignored: this process has handed over to a new one and is draining";
             tracing::warn!("{why}");
-            self.refuse_reload(why);
+            refuse(replies, why);
         } else {
-            self.queue(Work::Reload);
+            self.queue(Work::Reload, replies);
         }
     }
 
-    /// Starts `work` now, or once the job under way ends.
-    fn queue(&mut self, work: Work) {
+    /// Starts `work` now, or once the job under way ends; `replies` hear how it went.
+    fn queue(&mut self, work: Work, replies: Replies) {
         if self.lost {
             tracing::warn!("reload ignored: an earlier reload task was lost");
-            self.refuse_reload("reload ignored: an earlier reload task was lost");
+            refuse(replies, "reload ignored: an earlier reload task was lost");
             return;
         }
         if *self.stops.borrow() > 0 {
-            self.refuse_reload("reload ignored: the process is stopping");
+            refuse(replies, "reload ignored: the process is stopping");
             return;
         }
         if matches!(work, Work::Reload) && self.upgrading.is_some() {
@@ -193,13 +182,19 @@ impl Loop {
             // sockets it has already been handed.
             let why = "reload deferred: an upgrade is under way (applied if it fails)";
             tracing::warn!("{why}");
-            self.refuse_reload(why);
+            refuse(replies, why);
             self.waits.reload = true;
             return;
         }
         let Some(reloader) = self.reloader.take() else {
             let reload = matches!(work, Work::Reload);
-            if reload && self.waiting.iter().any(|w| matches!(w, Work::Reload)) {
+            if let Some((_, waiting)) = self
+                .waiting
+                .iter_mut()
+                .find(|(w, _)| reload && matches!(w, Work::Reload))
+            {
+                // One reload waiting answers everyone who asked for it.
+                waiting.extend(replies);
                 return;
             }
             if reload {
@@ -209,12 +204,8 @@ impl Loop {
                     "SIGHUP: a reload is under way; this one runs when it ends"
                 );
             }
-            self.waiting.push_back(work);
+            self.waiting.push_back((work, replies));
             return;
-        };
-        let replies = match work {
-            Work::Reload => std::mem::take(&mut self.reload_replies),
-            Work::Refresh(_) => Vec::new(),
         };
         self.job = Some(Job::start(work, &self.args, reloader, replies));
     }
@@ -230,8 +221,8 @@ impl Loop {
         if std::mem::take(&mut self.waits.upgrade) {
             self.start_upgrade();
         }
-        while let Some(next) = self.waiting.pop_front() {
-            self.queue(next);
+        while let Some((next, replies)) = self.waiting.pop_front() {
+            self.queue(next, replies);
             if self.job.is_some() {
                 break;
             }
@@ -318,13 +309,23 @@ impl Loop {
                 self.upgrade = Some(u);
                 if std::mem::take(&mut self.waits.reload) {
                     tracing::info!("applying the reload deferred during the upgrade");
-                    self.queue(Work::Reload);
+                    self.queue(Work::Reload, Vec::new());
                 }
             }
             Err(e) => {
                 tracing::error!(error = %e, "upgrade task lost; SIGUSR2 is ignored from now on");
             }
         }
+    }
+}
+
+/// The admin socket's requests waiting on a job.
+type Replies = Vec<oneshot::Sender<Reply>>;
+
+/// Answers `replies` with an error: what they waited for will not happen.
+fn refuse(replies: Replies, why: &str) {
+    for r in replies {
+        let _ = r.send(Reply::error(exit::FAILED, why));
     }
 }
 

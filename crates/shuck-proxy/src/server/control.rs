@@ -16,6 +16,7 @@ use crate::config::{Backend, BackendAddr, Frontend};
 use crate::metrics::Metrics;
 use crate::server::bindings::Bindings;
 use crate::sys::limits::ConnectionLimit;
+pub use crate::tls::added::{Change as CertChange, Staged};
 use crate::worker::accept::{Control as ToWorker, Listed};
 pub use crate::worker::listing::{ConnFilter, ConnectionView};
 use crate::worker::Engine;
@@ -50,6 +51,10 @@ pub enum ControlError {
     BadWeight(u32),
     #[error("the workers did not answer (stopping?)")]
     WorkersGone,
+    #[error("frontend {0:?} gets its certificate from ACME: certificates cannot be added to it")]
+    AcmeFrontend(String),
+    #[error("{0}")]
+    Certificate(#[from] crate::error::Error),
 }
 
 /// A frontend, as `show frontends` lists it.
@@ -102,6 +107,8 @@ pub struct CertificateView {
     pub not_after: i64,
     /// Renewed by shuck (ACME).
     pub managed: bool,
+    /// Added through the admin socket (`cert add`), kept in `state_dir`.
+    pub added: bool,
     /// The stapled response's nextUpdate (Unix seconds), if one is stapled.
     pub staple_next_update: Option<i64>,
 }
@@ -109,6 +116,8 @@ pub struct CertificateView {
 /// `show limits`.
 #[derive(Debug, Clone, Serialize)]
 pub struct LimitsView {
+    /// The process answering.
+    pub pid: u32,
     pub max_connections: usize,
     pub open_connections: usize,
     pub fd_limit: u64,
@@ -269,6 +278,7 @@ impl Control {
                     names: c.names.clone(),
                     not_after: c.not_after,
                     managed: c.managed,
+                    added: crate::tls::added::is_added(&fe.state_dir, &c.path),
                     staple_next_update: c.staple.map(|(_, next)| next),
                 });
             }
@@ -282,6 +292,7 @@ impl Control {
             v.unwrap_or_else(|e| toml::Value::String(e.to_string()))
         };
         LimitsView {
+            pid: std::process::id(),
             max_connections: self.limit.max(),
             open_connections: self.limit.active(),
             fd_limit: self.fd_limit,
@@ -297,6 +308,55 @@ impl Control {
                 })
                 .collect(),
         }
+    }
+
+    /// Checks `pem` (chain, leaf first, and key) as a configured certificate is checked and
+    /// keeps it among `frontend`'s added certificates as `name` (else the leaf's first DNS name):
+    /// the next load of the frontend (the caller's refresh) serves it. Undo it with
+    /// [`Staged::undo`] if that load fails.
+    pub fn stage_certificate(
+        &self,
+        frontend: &str,
+        name: Option<&str>,
+        pem: &[u8],
+        change: CertChange,
+    ) -> Result<(Staged, CertificateView), ControlError> {
+        let fe = self.certificate_frontend(frontend)?;
+        let (staged, loaded) = if change == CertChange::Remove {
+            let name = name.unwrap_or_default();
+            (crate::tls::added::unstage(&fe, name)?, None)
+        } else {
+            let (s, l) = crate::tls::added::stage(&fe, name, pem, change)?;
+            (s, Some(l))
+        };
+        let view = CertificateView {
+            frontend: fe.name.clone(),
+            path: staged.path.display().to_string(),
+            subject: loaded
+                .as_ref()
+                .map(|l| l.subject.clone())
+                .unwrap_or_default(),
+            names: loaded.as_ref().map(|l| l.names.clone()).unwrap_or_default(),
+            not_after: loaded.as_ref().map_or(0, |l| l.not_after),
+            managed: false,
+            added: true,
+            staple_next_update: None,
+        };
+        Ok((staged, view))
+    }
+
+    /// The frontend in force named `name`, if its certificates may be added to.
+    fn certificate_frontend(&self, name: &str) -> Result<Frontend, ControlError> {
+        let config = self.engine.in_force();
+        let fe = Self::picked(&config.frontends, Some(name))?
+            .into_iter()
+            .next()
+            .cloned()
+            .ok_or_else(|| ControlError::NoFrontend(name.into(), String::new()))?;
+        if fe.acme().is_some() {
+            return Err(ControlError::AcmeFrontend(fe.name));
+        }
+        Ok(fe)
     }
 
     /// The relayed connections `filter` picks, the first `limit` described; closed too with

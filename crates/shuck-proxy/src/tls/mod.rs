@@ -1,6 +1,7 @@
 //! TLS: certificates, SNI selection, protocol parameters, and the rustls server configuration
 //! for each frontend.
 
+pub(crate) mod added;
 pub(crate) mod certs;
 pub(crate) mod client_auth;
 pub(crate) mod handshake;
@@ -170,10 +171,16 @@ impl TlsContext {
                 (vec![cert], 0)
             }
             (CertSource::SelfSigned | CertSource::Acme, None) => {
-                (vec![certs::self_signed(&provider)?], 0)
+                let mut all = vec![certs::self_signed(&provider)?];
+                for f in added::bundles(fe) {
+                    all.push(certs::load_certificate(&f, &provider)?);
+                }
+                (all, 0)
             }
             (CertSource::Files { paths, default }, None) => {
-                file_certificates(paths, default.as_deref(), &provider)?
+                let mut paths = paths.clone();
+                paths.extend(added::bundles(fe));
+                file_certificates(&paths, default.as_deref(), &provider)?
             }
         };
         let mut certs = certs;

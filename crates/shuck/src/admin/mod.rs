@@ -13,13 +13,17 @@ use std::time::Duration;
 
 use clap::Parser;
 use serde::Serialize;
-use shuck_proxy::control::{AdminState, BackendChange, ConnFilter, Control, ControlError};
+use shuck_proxy::control::{
+    AdminState, BackendChange, CertChange, ConnFilter, Control, ControlError,
+};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::cli::ServeArgs;
-use crate::ctl_cli::{BackendAction, ConnectionsAction, CtlCommand, Filter, RequestLine, Show};
+use crate::ctl_cli::{
+    BackendAction, CertAction, ConnectionsAction, CtlCommand, Filter, OcspAction, RequestLine, Show,
+};
 
 /// Admin connections served at once; more are told so and closed.
 const MAX_CLIENTS: usize = 16;
@@ -27,6 +31,11 @@ const MAX_CLIENTS: usize = 16;
 pub(crate) const MAX_LINE: usize = 4096;
 /// How long a connection may take to send its next line.
 const LINE_WAIT: Duration = Duration::from_secs(60);
+/// The most a request's payload (the PEM after a line ending in `<<`) may hold.
+pub(crate) const MAX_PAYLOAD: usize = 256 * 1024;
+/// The word that ends a line followed by a payload, which ends at an empty line (HAProxy's
+/// runtime API marks a payload so too).
+pub(crate) const PAYLOAD: &str = "<<";
 
 /// Exit codes, as `shuck ctl` exits with them.
 pub(crate) mod exit {
@@ -78,6 +87,8 @@ impl From<ControlError> for Reply {
 #[derive(Debug)]
 pub(crate) enum Asked {
     Reload(oneshot::Sender<Reply>),
+    /// Load one frontend's certificates and staples again.
+    Refresh(String, oneshot::Sender<Reply>),
     Upgrade(oneshot::Sender<Reply>),
 }
 
@@ -160,7 +171,7 @@ async fn session(stream: UnixStream, admin: &Admin) {
                     Some(Reply::error(exit::USAGE, "request line is not UTF-8")),
                     true,
                 ),
-                Ok(text) => (answer(text, admin, uid).await, false),
+                Ok(text) => with_payload(text, &mut read, admin, uid).await,
             },
         };
         if let Some((reply, json)) = answer.map(|r| split_json(r, &line)) {
@@ -170,6 +181,43 @@ async fn session(stream: UnixStream, admin: &Admin) {
         }
         if last {
             return;
+        }
+    }
+}
+
+/// The answer to `text`, with the payload that follows it when it ends in `<<`; whether the
+/// connection ends (a payload that could not be read).
+async fn with_payload<R: tokio::io::AsyncBufRead + Unpin>(
+    text: &str,
+    read: &mut R,
+    admin: &Admin,
+    uid: Option<u32>,
+) -> (Option<Reply>, bool) {
+    if text.split_whitespace().last() != Some(PAYLOAD) {
+        return (answer(text, &[], admin, uid).await, false);
+    }
+    match read_payload(read).await {
+        Ok(payload) => (answer(text, &payload, admin, uid).await, false),
+        Err(e) => (Some(Reply::error(exit::USAGE, &e)), true),
+    }
+}
+
+/// The payload after a line ending in `<<`: lines up to an empty one (or the end), bounded.
+async fn read_payload<R: tokio::io::AsyncBufRead + Unpin>(read: &mut R) -> Result<Vec<u8>, String> {
+    let mut payload = Vec::new();
+    loop {
+        let mut line = Vec::new();
+        let room = u64::try_from(MAX_PAYLOAD + 1 - payload.len().min(MAX_PAYLOAD)).unwrap_or(0);
+        let got = tokio::time::timeout(LINE_WAIT, read.take(room).read_until(b'\n', &mut line))
+            .await
+            .map_err(|_| "the payload did not end within 60 s (an empty line ends it)".to_string())?
+            .map_err(|e| format!("payload: {e}"))?;
+        if got == 0 || line == b"\n" || line == b"\r\n" {
+            return Ok(payload);
+        }
+        payload.extend_from_slice(&line);
+        if payload.len() > MAX_PAYLOAD {
+            return Err(format!("payload longer than {MAX_PAYLOAD} bytes"));
         }
     }
 }
@@ -195,9 +243,12 @@ fn encode(reply: &Reply, json: bool) -> Vec<u8> {
     }
 }
 
-/// The answer to one request line; `None` for a blank line.
-async fn answer(line: &str, admin: &Admin, uid: Option<u32>) -> Option<Reply> {
-    let words: Vec<&str> = line.split_whitespace().filter(|w| *w != "--json").collect();
+/// The answer to one request line (and its payload); `None` for a blank line.
+async fn answer(line: &str, payload: &[u8], admin: &Admin, uid: Option<u32>) -> Option<Reply> {
+    let words: Vec<&str> = line
+        .split_whitespace()
+        .filter(|w| *w != "--json" && *w != PAYLOAD)
+        .collect();
     if words.is_empty() {
         return None;
     }
@@ -219,13 +270,20 @@ async fn answer(line: &str, admin: &Admin, uid: Option<u32>) -> Option<Reply> {
     if command.changes() {
         tracing::info!(command = %words.join(" "), uid, "admin command");
     }
-    Some(dispatch(command, admin).await)
+    Some(dispatch(command, payload, admin).await)
 }
 
-async fn dispatch(command: CtlCommand, admin: &Admin) -> Reply {
+async fn dispatch(command: CtlCommand, payload: &[u8], admin: &Admin) -> Reply {
     let c = &admin.control;
     match command {
         CtlCommand::Show(s) => show(s, c).await,
+        CtlCommand::Cert(action) => certificate(action, payload, admin).await,
+        CtlCommand::Ocsp(OcspAction::Refresh { frontend }) => {
+            if let Err(e) = c.certificates(Some(&frontend)) {
+                return e.into();
+            }
+            ask(admin, |tx| Asked::Refresh(frontend, tx)).await
+        }
         CtlCommand::Backend(action) => {
             let (target, change) = match action {
                 BackendAction::Drain { backend } => {
@@ -304,6 +362,62 @@ async fn show(s: Show, c: &Control) -> Reply {
     result.unwrap_or_else(Reply::from)
 }
 
+/// `cert …`: the change staged on disk, the frontend loaded again with it, undone if that
+/// load fails (the answer says why).
+async fn certificate(action: CertAction, payload: &[u8], admin: &Admin) -> Reply {
+    let c = &admin.control;
+    let (frontend, name, change) = match action {
+        CertAction::List(f) => {
+            return match c.certificates(f.frontend.as_deref()) {
+                Ok(v) => Reply::ok(render::certificates(&v), &v),
+                Err(e) => e.into(),
+            }
+        }
+        CertAction::Add { files, .. } | CertAction::Replace { files, .. } if files.cert.is_some() => {
+            return Reply::error(
+                exit::USAGE,
+                "--cert and --key are read by shuck ctl; over the socket, send the PEM after a line ending in <<",
+            )
+        }
+        CertAction::Add { frontend, name, .. } => (frontend, name, CertChange::Add),
+        CertAction::Replace { frontend, name, .. } => (frontend, Some(name), CertChange::Replace),
+        CertAction::Remove { frontend, name } => (frontend, Some(name), CertChange::Remove),
+    };
+    if change != CertChange::Remove && payload.is_empty() {
+        return Reply::error(
+            exit::USAGE,
+            "no PEM: end the line with << and send the chain and key after it, then an empty line",
+        );
+    }
+    let (staged, view) = match c.stage_certificate(&frontend, name.as_deref(), payload, change) {
+        Ok(s) => s,
+        Err(e) => return e.into(),
+    };
+    let loaded = ask(admin, |tx| Asked::Refresh(frontend.clone(), tx)).await;
+    if loaded.exit != exit::OK {
+        staged.undo();
+        return loaded;
+    }
+    let done = match change {
+        CertChange::Add => "added",
+        CertChange::Replace => "replaced",
+        CertChange::Remove => "removed",
+    };
+    let text = if view.names.is_empty() {
+        format!(
+            "{done} {} for frontend {frontend:?}; new handshakes get it now\n",
+            view.path
+        )
+    } else {
+        format!(
+            "{done} {} ({}) for frontend {frontend:?}; new handshakes get it now\n",
+            view.path,
+            view.names.join(", ")
+        )
+    };
+    Reply::ok(text, &view)
+}
+
 /// The engine's filter from the command's options.
 fn conn_filter(f: &Filter) -> Result<ConnFilter, String> {
     let client = match &f.client {
@@ -326,7 +440,7 @@ fn conn_filter(f: &Filter) -> Result<ConnFilter, String> {
 }
 
 /// Hands `asked` to the signal loop and waits for its answer.
-async fn ask(admin: &Admin, asked: fn(oneshot::Sender<Reply>) -> Asked) -> Reply {
+async fn ask(admin: &Admin, asked: impl FnOnce(oneshot::Sender<Reply>) -> Asked) -> Reply {
     let (tx, rx) = oneshot::channel();
     if admin.asks.send(asked(tx)).is_err() {
         return Reply::error(exit::FAILED, "the signal loop is gone (stopping?)");

@@ -129,7 +129,14 @@ pub(crate) fn certificates(v: &[CertificateView]) -> String {
                 c.path.clone(),
                 list(&c.names),
                 date(c.not_after),
-                if c.managed { "acme" } else { "file" }.into(),
+                if c.managed {
+                    "acme"
+                } else if c.added {
+                    "ctl"
+                } else {
+                    "file"
+                }
+                .into(),
                 c.staple_next_update.map_or_else(|| "-".into(), date),
             ]
         })
@@ -149,8 +156,8 @@ pub(crate) fn certificates(v: &[CertificateView]) -> String {
 
 pub(crate) fn limits(v: &LimitsView) -> String {
     let mut out = format!(
-        "max_connections {}\nopen_connections {}\nfd_limit {}\nworkers {}\noverload_threshold {}\n",
-        v.max_connections, v.open_connections, v.fd_limit, v.workers, v.overload_threshold
+        "pid {}\nmax_connections {}\nopen_connections {}\nfd_limit {}\nworkers {}\noverload_threshold {}\n",
+        v.pid, v.max_connections, v.open_connections, v.fd_limit, v.workers, v.overload_threshold
     );
     for f in &v.frontends {
         let _ = writeln!(

@@ -24,17 +24,27 @@ fn socket_dir() -> tempfile::TempDir {
     dir
 }
 
-/// `shuck ctl --socket SOCKET ARGS…`.
-fn ctl(socket: &Path, args: &[&str]) -> Output {
+/// Requests `b` answered so far.
+fn served(b: &HttpBackend) -> usize {
+    b.served.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// `shuck ctl --socket SOCKET ARGS…` with `stdin`.
+fn ctl_with(socket: &Path, args: &[&str], stdin: &[u8]) -> Output {
     run_bounded(
         Command::new(&*SHUCK)
             .arg("ctl")
             .arg("--socket")
             .arg(socket)
             .args(args),
-        b"",
+        stdin,
         30,
     )
+}
+
+/// `shuck ctl --socket SOCKET ARGS…`.
+fn ctl(socket: &Path, args: &[&str]) -> Output {
+    ctl_with(socket, args, b"")
 }
 
 fn text(o: &Output) -> String {
@@ -107,7 +117,7 @@ fn a_drained_backend_gets_no_new_connection_and_its_open_one_finishes() {
         within(
             Duration::from_secs(20),
             "requests before the drain",
-            || one.served.load(std::sync::atomic::Ordering::Relaxed) >= 5,
+            || served(&one) >= 5,
             || shuck.log_text(),
         );
         let out = ctl(&socket, &["backend", "drain", &target]);
@@ -117,12 +127,12 @@ fn a_drained_backend_gets_no_new_connection_and_its_open_one_finishes() {
             "{}",
             text(&out)
         );
-        let at_drain = two.served.load(std::sync::atomic::Ordering::Relaxed);
-        let ones = one.served.load(std::sync::atomic::Ordering::Relaxed);
+        let at_drain = served(&two);
+        let ones = served(&one);
         within(
             Duration::from_secs(30),
             "requests after the drain",
-            || one.served.load(std::sync::atomic::Ordering::Relaxed) >= ones + 20,
+            || served(&one) >= ones + 20,
             || shuck.log_text(),
         );
         let (done, failures) = client.finish();
@@ -132,7 +142,7 @@ fn a_drained_backend_gets_no_new_connection_and_its_open_one_finishes() {
             failures.len()
         );
         assert_eq!(
-            two.served.load(std::sync::atomic::Ordering::Relaxed),
+            served(&two),
             at_drain,
             "the drained backend got new requests"
         );
@@ -150,7 +160,7 @@ fn a_drained_backend_gets_no_new_connection_and_its_open_one_finishes() {
         );
     }
     assert!(
-        two.served.load(std::sync::atomic::Ordering::Relaxed) >= 1,
+        served(&two) >= 1,
         "a held connection was on the drained backend"
     );
     let shown = ctl_json(&socket, &["show", "backends"]);
@@ -181,16 +191,13 @@ fn a_drained_backend_gets_no_new_connection_and_its_open_one_finishes() {
     // Enabled: back in the rotation.
     let out = ctl(&socket, &["backend", "enable", &target]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let before = two.served.load(std::sync::atomic::Ordering::Relaxed);
+    let before = served(&two);
     for i in 0..6 {
         assert!(curl_at(&pki, web, "a.test", &format!("/after{i}"), &[])
             .status
             .success());
     }
-    assert!(
-        two.served.load(std::sync::atomic::Ordering::Relaxed) > before,
-        "enabled, it got nothing"
-    );
+    assert!(served(&two) > before, "enabled, it got nothing");
 }
 
 /// Disabled: its open connections are closed after `shutdown_grace` (close_notify: the client
@@ -501,4 +508,193 @@ fn nix_euid() -> u32 {
         })
         .and_then(|u| u.parse().ok())
         .expect("euid")
+}
+
+/// The subject a handshake for `name` is served (openssl s_client's `subject=` line, without
+/// spaces).
+fn served_cn(pki: &Pki, web: std::net::SocketAddr, name: &str) -> String {
+    let (_, out) = shuck_test_support::clients::s_client(pki, web, Some(name), &[]);
+    out.lines()
+        .find_map(|l| l.strip_prefix("subject=").map(|s| s.replace(' ', "")))
+        .unwrap_or_else(|| panic!("no subject line: {out}"))
+}
+
+/// `cert add` from standard input: new handshakes for its name get it at once; `cert replace`
+/// under a client loop (no failure) swaps it; a bundle whose key does not match is refused as a
+/// configured one is, and nothing changes; it outlives a reload; `cert remove` takes it away.
+#[test]
+fn certificates_are_added_replaced_and_removed_while_serving() {
+    let pki = Pki::new();
+    let dir = socket_dir();
+    let backend = HttpBackend::start();
+    let state = socket_dir();
+    let (shuck, socket) = start(
+        &pki,
+        dir.path(),
+        &[&backend],
+        &format!("state_dir = {}", toml_path(state.path())),
+    );
+    let web = shuck.addrs[0];
+    assert!(served_cn(&pki, web, "new.test").contains("CN=web"));
+    let first = pki.leaf("new1.pem", "new-one", &["new.test"], Key::EcdsaP256);
+    let pem = std::fs::read(&first).expect("pem");
+    let add = ctl_with(&socket, &["cert", "add", "web"], &pem);
+    assert_eq!(add.status.code(), Some(0), "{}", text(&add));
+    assert!(
+        String::from_utf8_lossy(&add.stdout).contains("added"),
+        "{}",
+        text(&add)
+    );
+    assert!(served_cn(&pki, web, "new.test").contains("CN=new-one"));
+    assert!(
+        served_cn(&pki, web, "a.test").contains("CN=web"),
+        "the others stay"
+    );
+    let again = ctl_with(&socket, &["cert", "add", "web"], &pem);
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "the name is taken: {}",
+        text(&again)
+    );
+    let bad = pki.mismatched("bad.pem");
+    let refused = ctl(
+        &socket,
+        &[
+            "cert",
+            "replace",
+            "web",
+            "new.test",
+            "--cert",
+            bad.to_str().expect("path"),
+        ],
+    );
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    assert!(text(&refused).contains("key"), "{}", text(&refused));
+    assert!(served_cn(&pki, web, "new.test").contains("CN=new-one"));
+    let second = pki.leaf("new2.pem", "new-two", &["new.test"], Key::EcdsaP256);
+    std::thread::scope(|scope| {
+        let client = ClientLoop::start(scope, &pki, web, "new.test");
+        within(
+            Duration::from_secs(20),
+            "requests before the swap",
+            || served(&backend) >= 5,
+            || shuck.log_text(),
+        );
+        let out = ctl(
+            &socket,
+            &[
+                "cert",
+                "replace",
+                "web",
+                "new.test",
+                "--cert",
+                second.to_str().expect("path"),
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let at = served(&backend);
+        within(
+            Duration::from_secs(20),
+            "requests after the swap",
+            || served(&backend) >= at + 5,
+            || shuck.log_text(),
+        );
+        let (done, failures) = client.finish();
+        assert!(
+            failures.is_empty(),
+            "{} of {done} failed: {failures:?}",
+            failures.len()
+        );
+    });
+    assert!(served_cn(&pki, web, "new.test").contains("CN=new-two"));
+    let reload = ctl(&socket, &["reload"]);
+    assert_eq!(reload.status.code(), Some(0), "{}", text(&reload));
+    assert!(
+        served_cn(&pki, web, "new.test").contains("CN=new-two"),
+        "lost at reload"
+    );
+    let listed = ctl_json(&socket, &["cert", "list"]);
+    let added: Vec<&serde_json::Value> = listed
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter(|c| c["added"] == true)
+        .collect();
+    assert_eq!(added.len(), 1, "{listed}");
+    assert_eq!(added[0]["names"][0], "new.test", "{listed}");
+    let out = ctl(&socket, &["cert", "remove", "web", "new.test"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        served_cn(&pki, web, "new.test").contains("CN=web"),
+        "removed, the default again"
+    );
+    assert_eq!(
+        shuck.log_text().matches("admin command").count(),
+        6,
+        "{}",
+        shuck.log_text()
+    );
+}
+
+/// `shuck ctl upgrade` answers once the new process is confirmed (after `upgrade_confirm`),
+/// and the socket's name is the new process's from then on: `show limits` names its pid. A
+/// refresh of a frontend that does not exist is refused.
+#[test]
+fn an_upgrade_answers_once_confirmed_and_the_socket_follows_the_new_process() {
+    let pki = Pki::new();
+    let dir = socket_dir();
+    let backend = HttpBackend::start();
+    let cert = pki.leaf("web.pem", "web", &["a.test"], Key::EcdsaP256);
+    let socket = dir.path().join("admin.sock");
+    let pid_file = dir.path().join("shuck.pid");
+    let shuck = Shuck::with()
+        .config(&format!(
+            "admin_socket = {}\nupgrade_confirm = \"1s\"\nshutdown_grace = \"1s\"\n[[frontend]]\nname = \"web\"\n\
+             listen = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n",
+            toml_path(&socket),
+            backend.addr,
+            toml_path(&cert)
+        ))
+        .args(&["--pid-file", pid_file.to_str().expect("path")])
+        .run();
+    let old = shuck.pid();
+    assert_eq!(ctl_json(&socket, &["show", "limits"])["pid"], old);
+    let refused = ctl(&socket, &["ocsp", "refresh", "nope"]);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    let refreshed = ctl(&socket, &["ocsp", "refresh", "web"]);
+    assert_eq!(refreshed.status.code(), Some(0), "{}", text(&refreshed));
+    let out = ctl(&socket, &["upgrade"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        text(&out),
+        shuck.log_text()
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("upgraded"),
+        "{}",
+        text(&out)
+    );
+    let new: u32 = std::fs::read_to_string(&pid_file)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid");
+    let _kill = KillLater(new);
+    assert_ne!(new, old);
+    assert_eq!(ctl_json(&socket, &["show", "limits"])["pid"], new);
+    assert!(curl_at(&pki, shuck.addrs[0], "a.test", "/", &[])
+        .status
+        .success());
+}
+
+/// Kills the upgrade's new process (not the test's child) at the end.
+struct KillLater(u32);
+
+impl Drop for KillLater {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.0.to_string()).status();
+    }
 }
