@@ -99,6 +99,9 @@ first=$(cat "$pidfile")
 answer=$(curl -sk --max-time 5 https://127.0.0.1:8443/ || true)
 grep -qi "shuck" <<<"$answer" || fail "the service does not answer on 127.0.0.1:8443"
 [ "$(stat -c %U "/proc/$first")" = shuck ] || fail "the service does not run as the shuck user"
+# The admin socket the package enables, at the path shuck ctl looks at without --socket.
+[ "$(stat -c '%a %U %G' /run/shuck/admin.sock)" = "660 shuck shuck" ] || fail "admin socket: $(stat -c '%a %U %G' /run/shuck/admin.sock 2>&1)"
+/usr/bin/shuck ctl show limits | grep -qx "pid $first" || fail "shuck ctl does not reach the service: $(/usr/bin/shuck ctl show limits 2>&1)"
 
 # An upgrade of the package upgrades the running process in place (SIGUSR2) while a client
 # loop runs: every request answered, a new process serving after it.
@@ -122,6 +125,7 @@ wait "$loop"
 [ "$(cat "$pidfile")" != "$first" ] || fail "the upgrade left the old process serving"
 ! kill -0 "$first" 2>/dev/null || fail "dpkg -i returned before the old process was gone"
 alive || fail "no process after the upgrade: $(tail -20 /var/log/shuck/shuck.log)"
+/usr/bin/shuck ctl show limits | grep -qx "pid $(cat "$pidfile")" || fail "after the upgrade shuck ctl does not reach the new process"
 total=$(wc -l <"$work/loop.out")
 bad=$(grep -vc '^200$' "$work/loop.out" || true)
 [ "$bad" -eq 0 ] || fail "$bad of $total requests failed during the upgrade"

@@ -28,6 +28,15 @@ pub enum AdminState {
 }
 
 impl AdminState {
+    /// As `shuck_backend_admin_state` says it.
+    pub(crate) fn gauge(self) -> i64 {
+        match self {
+            AdminState::Enabled => 0,
+            AdminState::Drain => 1,
+            AdminState::Disabled => 2,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             AdminState::Enabled => "enabled",

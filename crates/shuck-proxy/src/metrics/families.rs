@@ -158,6 +158,11 @@ fn register_backend_watch(registry: &mut Registry, m: &Metrics) {
         m.backend_up.clone(),
     );
     registry.register(
+        "backend_admin_state",
+        "What an operator set for a backend through the admin socket: 0 enabled, 1 drain (no new connections), 2 disabled (open ones closed too); only backends an operator named",
+        m.backend_admin_state.clone(),
+    );
+    registry.register(
         "dns_lookups",
         "Lookups of host-name backends, by name and result (ok; failed, empty, or refused: every address refused; the last good answer stays in use)",
         m.dns.lookups.clone(),

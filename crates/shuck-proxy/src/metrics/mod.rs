@@ -81,6 +81,9 @@ pub(crate) struct Metrics {
     listeners: Family<Labels, Gauge>,
     /// `shuck_backend_up{frontend,route,backend}`: the active checks' verdicts.
     backend_up: Family<Labels, Gauge>,
+    /// `shuck_backend_admin_state{frontend,route,backend}`: what an operator set (0 enabled,
+    /// 1 drain, 2 disabled), for the backends an operator named.
+    backend_admin_state: Family<Labels, Gauge>,
     dns: DnsFamilies,
     /// The last minutes the status page charts.
     history: std::sync::Mutex<status::History>,
@@ -303,6 +306,7 @@ impl Metrics {
             backend_connect_duration: Family::new_with_constructor(duration_histogram),
             listeners: Family::default(),
             backend_up: Family::default(),
+            backend_admin_state: Family::default(),
             dns: DnsFamilies::default(),
             history: std::sync::Mutex::default(),
             certificates: CertificateGauges::default(),
@@ -475,6 +479,24 @@ impl Metrics {
         let gauge = get(&self.backend_up, &backend_labels(frontend, route, backend));
         self.index.up(backend_key(frontend, route, backend), &gauge);
         gauge
+    }
+
+    /// Sets what an operator set for `backend` (as named: an address, or a host name standing
+    /// for its addresses): 0 enabled, 1 drain, 2 disabled.
+    pub(crate) fn set_backend_admin_state(
+        &self,
+        frontend: &str,
+        route: &str,
+        backend: &str,
+        state: i64,
+    ) {
+        let gauge = get(
+            &self.backend_admin_state,
+            &backend_labels(frontend, route, backend),
+        );
+        gauge.set(state);
+        self.index
+            .admin(backend_key(frontend, route, backend), &gauge);
     }
 
     /// Counts a lookup of host-name backend `name` (`ok`, `failed` or `empty`).

@@ -104,6 +104,8 @@ pub(super) struct Index {
     connects: Connects,
     /// The checked backends' verdicts.
     up: Mutex<BTreeMap<BackendKey, Gauge>>,
+    /// What an operator set, by backend as named (a host name stands for its addresses).
+    admin: Mutex<BTreeMap<BackendKey, Gauge>>,
     listeners: Mutex<Vec<(String, SocketAddr)>>,
 }
 
@@ -122,6 +124,10 @@ impl Index {
 
     pub(super) fn up(&self, key: BackendKey, gauge: &Gauge) {
         locked(&self.up).insert(key, gauge.clone());
+    }
+
+    pub(super) fn admin(&self, key: BackendKey, gauge: &Gauge) {
+        locked(&self.admin).insert(key, gauge.clone());
     }
 
     pub(super) fn forget_up(&self, key: &BackendKey) {
@@ -150,6 +156,20 @@ impl Index {
         }
         for ((fe, route, backend), g) in locked(&self.up).iter() {
             backend_of(&mut frontends, fe, route, backend).up = Some(g.get() > 0);
+        }
+        for ((fe, route, named), g) in locked(&self.admin).iter() {
+            let Some(f) = frontends.get_mut(fe) else {
+                continue;
+            };
+            // A host name's setting applies to each of its addresses (`name@address`).
+            for ((r, b), backend) in &mut f.backends {
+                let is = b == named
+                    || b.strip_prefix(named.as_str())
+                        .is_some_and(|rest| rest.starts_with('@'));
+                if r == route && is && (backend.admin == 0 || b == named) {
+                    backend.admin = g.get();
+                }
+            }
         }
         for (fe, addr) in locked(&self.listeners).iter() {
             if let Some(f) = frontends.get_mut(fe) {
@@ -252,6 +272,8 @@ pub(crate) struct Backend {
     pub seconds: f64,
     /// The active checks' verdict; `None` when not checked.
     pub up: Option<bool>,
+    /// What an operator set: 0 enabled, 1 drain, 2 disabled.
+    pub admin: i64,
 }
 
 impl Frontend {

@@ -228,7 +228,7 @@ fn backends(h: &mut String, fe: &Frontend) {
         return;
     }
     h.push_str(
-        "<table class=\"backends\"><tr><th>route</th><th>backend</th><th>health</th><th>connects</th><th>mean connect</th></tr>",
+        "<table class=\"backends\"><tr><th>route</th><th>backend</th><th>state</th><th>health</th><th>connects</th><th>mean connect</th></tr>",
     );
     for ((route, b), backend) in &fe.backends {
         let n = backend.connects;
@@ -242,9 +242,15 @@ fn backends(h: &mut String, fe: &Frontend) {
             Some(false) => "<b class=\"warn\">down</b>",
             None => "<span class=\"muted\">not checked</span>",
         };
+        // Set by an operator (`shuck ctl backend …`).
+        let state = match backend.admin {
+            1 => "<b class=\"warn\">drain</b>",
+            2 => "<b class=\"warn\">disabled</b>",
+            _ => "enabled",
+        };
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{}</td><td>{health}</td><td class=\"num\">{n}</td><td class=\"num\">{mean}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{state}</td><td>{health}</td><td class=\"num\">{n}</td><td class=\"num\">{mean}</td></tr>",
             esc(route),
             esc(b)
         );

@@ -421,6 +421,14 @@ impl Control {
             BackendChange::Weight(w) => return Err(ControlError::BadWeight(w)),
         };
         let before = self.engine.backend_states.set(key.clone(), state, weight);
+        if let Some(s) = state {
+            self.metrics.set_backend_admin_state(
+                &key.frontend,
+                &key.route,
+                &key.backend,
+                s.gauge(),
+            );
+        }
         // Every worker rebuilds its pools before its next connection.
         self.engine.dns.touch();
         let now = self

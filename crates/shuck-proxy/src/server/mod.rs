@@ -161,6 +161,9 @@ impl Server {
         let engine = Engine::new(&config);
         if config.state_dir.is_dir() {
             engine.backend_states.keep_in(&config.state_dir);
+            for (k, s) in engine.backend_states.all() {
+                metrics.set_backend_admin_state(&k.frontend, &k.route, &k.backend, s.state.gauge());
+            }
         }
         let cert_watch = cert_watch::CertWatch::new(&config);
         let acme_jobs = acme_jobs(&config, &engine, &metrics)?;

@@ -105,8 +105,13 @@ fn a_drained_backend_gets_no_new_connection_and_its_open_one_finishes() {
     let pki = Pki::new();
     let dir = socket_dir();
     let (one, two) = (HttpBackend::start(), HttpBackend::start());
-    let (shuck, socket) = start(&pki, dir.path(), &[&one, &two], "");
-    let web = shuck.addrs[0];
+    let (shuck, socket) = start(
+        &pki,
+        dir.path(),
+        &[&one, &two],
+        "metrics_listen = \"127.0.0.1:0\"",
+    );
+    let (web, metrics) = (shuck.addrs[0], shuck.addrs[1]);
     // A connection on each backend, held open (request line sent, headers not yet).
     let mut held: Vec<_> = (0..4)
         .map(|i| held_request(&pki, web, "a.test", &format!("/held{i}")))
@@ -182,6 +187,15 @@ fn a_drained_backend_gets_no_new_connection_and_its_open_one_finishes() {
         Some("enabled".into()),
         "{shown}"
     );
+    // In the metrics and on the status page too.
+    let scraped = shuck_test_support::clients::scrape(metrics);
+    let admin = format!(
+        "shuck_backend_admin_state{{frontend=\"web\",route=\"default\",backend=\"{}\"}} 1",
+        two.addr
+    );
+    assert!(scraped.contains(&admin), "{scraped}");
+    let page = super::routes::status_page(metrics);
+    assert!(page.contains("<b class=\"warn\">drain</b>"), "{page}");
     assert_eq!(
         shuck.log_text().matches("admin command").count(),
         1,
