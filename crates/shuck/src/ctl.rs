@@ -140,7 +140,8 @@ fn read_pem(files: &PemFiles) -> Result<String, (u8, String)> {
             "no PEM given (--cert FILE, or on standard input)".into(),
         ));
     }
-    if pem.len() > MAX_PAYLOAD {
+    // The server counts the line end after the last line too.
+    if pem.len() + 1 > MAX_PAYLOAD {
         return Err((
             exit::USAGE,
             format!("the PEM is longer than {MAX_PAYLOAD} bytes"),

@@ -102,7 +102,8 @@ pub(crate) struct Filter {
     /// Only connections that asked for this server name.
     #[arg(long, value_name = "NAME")]
     pub sni: Option<String>,
-    /// Only connections relayed to this backend (NAME, or ROUTE/NAME).
+    /// Only connections relayed to this backend (NAME as written, a host name standing for
+    /// its addresses, or NAME@ADDRESS).
     #[arg(long, value_name = "NAME")]
     pub backend: Option<String>,
 }
@@ -163,7 +164,7 @@ pub(crate) struct PemFiles {
 #[derive(Debug, Clone, Subcommand)]
 pub(crate) enum OcspAction {
     /// Load the frontend's certificates and OCSP staples again now (the .ocsp files beside
-    /// them, or with ocsp = "fetch" the responses fetched into state_dir).
+    /// them); with ocsp = "fetch", ask the responders now too.
     Refresh { frontend: String },
 }
 

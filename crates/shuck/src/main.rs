@@ -321,6 +321,8 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
         .admin_socket
         .clone()
         .map(|p| (p, config.admin_group.clone()));
+    // An upgrade's old process hands its admin socket over with the others.
+    let inherited_admin = inherited.take_admin();
     let mut server = Server::prepare_with(config, &mut inherited).map_err(|e| read_error(&e))?;
     // After an upgrade the old process rewrites the pid file once this one is listening (so a
     // new process that fails never takes it); this one only removes it at exit, if still its.
@@ -331,10 +333,12 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     };
     // Made while root may still give it its owner and group.
     let mut admin_socket = match &config_admin {
-        Some((path, group)) => {
-            let owner = run_as.reader()?;
-            Some(admin::socket::bind(path, group.as_deref(), &owner)?)
-        }
+        Some((path, group)) => Some(admin::socket::bind(
+            path,
+            group.as_deref(),
+            &run_as.reader()?,
+            inherited_admin,
+        )?),
         None => None,
     };
     // Ports bound, keys read, state directories made: now the workers may start unprivileged.
@@ -342,6 +346,7 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     let (stops_tx, stops) = watch::channel(0u32);
     let updates = server.certificate_updates();
     let upgrade = Upgrade {
+        admin: admin::socket::for_upgrade(admin_socket.as_ref())?,
         pid_file: args.pid_file.clone(),
         metrics: server.metrics_handover(),
         bindings: server.bindings(),
@@ -353,19 +358,10 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     if let Some(path) = &args.ready_file {
         reloader = reloader.with_ready_file(path.clone(), server.metrics_addr());
     }
-    let asks = admin_socket
-        .as_mut()
-        .and_then(|s| s.listener.take())
-        .map(|listener| {
-            let (asks, asked) = tokio::sync::mpsc::unbounded_channel();
-            let admin = admin::Admin {
-                control: server.control(),
-                asks,
-                args: args.clone(),
-            };
-            rt.spawn(admin::serve(listener, std::sync::Arc::new(admin)));
-            asked
-        });
+    let asks = admin_socket.as_mut().and_then(|s| {
+        let serving = (server.control(), args.clone(), reloader.process_timeouts());
+        admin::start(&rt, s, serving)
+    });
     rt.spawn(signals.handle(Serving {
         args: args.clone(),
         reloader,

@@ -179,11 +179,17 @@ impl Loop {
         }
         if matches!(work, Work::Reload) && self.upgrading.is_some() {
             // The new process reads the configuration itself; a reload here would change
-            // sockets it has already been handed.
-            let why = "reload deferred: an upgrade is under way (applied if it fails)";
-            tracing::warn!("{why}");
-            refuse(replies, why);
-            self.waits.reload = true;
+            // sockets it has already been handed. A signal's reload waits for the upgrade's
+            // end; an admin request is refused (its answer cannot wait that long).
+            if replies.is_empty() {
+                tracing::warn!("reload deferred: an upgrade is under way (applied if it fails)");
+                self.waits.reload = true;
+            } else {
+                refuse(
+                    replies,
+                    "refused: an upgrade is under way; ask again once it is answered",
+                );
+            }
             return;
         }
         let Some(reloader) = self.reloader.take() else {
@@ -267,6 +273,10 @@ impl Loop {
                 let outcome = u.take_over(stops, timeouts).await;
                 (u, outcome)
             }));
+        } else {
+            // An earlier upgrade's task was lost (said then): nothing will answer.
+            let why = "SIGUSR2 ignored: an earlier upgrade task was lost";
+            self.answer_upgrade(&Reply::error(exit::FAILED, why));
         }
     }
 
@@ -290,10 +300,16 @@ impl Loop {
                 "upgrade task lost; SIGUSR2 is ignored from now on",
             ),
         };
+        // Answered once the admin socket is the new process's alone.
+        self.react_to_upgrade(done);
         self.answer_upgrade(&reply);
+    }
+
+    fn react_to_upgrade(&mut self, done: Result<(Upgrade, Outcome), tokio::task::JoinError>) {
         match done {
             Ok((u, Outcome::HandedOver)) => {
                 self.handed_over = true;
+                u.admin_handed_over();
                 // Its copies of the listening sockets, now the new process's.
                 u.bindings
                     .lock()

@@ -17,6 +17,8 @@ use tokio::sync::watch;
 /// What `kill -USR2` starts: the binary at the path this one was started from (a new version
 /// installed there), with the same arguments and every listening socket.
 pub(crate) struct Upgrade {
+    /// The admin socket, handed over whole, and what this process does once it has been.
+    pub(crate) admin: Option<crate::admin::socket::ForUpgrade>,
     /// Names the new process once it listens; this one again if the upgrade is rolled back.
     pub(crate) pid_file: Option<std::path::PathBuf>,
     /// The metrics endpoint, answered by the new process once the upgrade is confirmed.
@@ -65,6 +67,14 @@ pub(crate) enum Outcome {
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
 impl Upgrade {
+    /// The new process serves the admin socket from now on: this one stops accepting on it
+    /// and leaves its name at exit.
+    pub(crate) fn admin_handed_over(&self) {
+        if let Some((_, _, h)) = &self.admin {
+            h.handed_over();
+        }
+    }
+
     /// Runs the upgrade to its end; `stops` counts the stop signals (a stop before the new
     /// process is ready cancels the upgrade; during the confirmation window it confirms it).
     pub(crate) async fn take_over(
@@ -77,7 +87,13 @@ impl Upgrade {
             .bindings
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .handover();
+            .handover()
+            .and_then(|mut h| {
+                if let Some((admin, path, _)) = &self.admin {
+                    h.add_admin(admin, path)?;
+                }
+                Ok(h)
+            });
         let mut new = match handover.and_then(|h| h.spawn(&self.exe, &self.args)) {
             Ok(s) => s,
             Err(e) => {

@@ -49,11 +49,24 @@ impl AdminState {
 /// One backend's settings by the operator.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Setting {
-    #[serde(default)]
-    pub state: AdminState,
+    /// `None`: as its host name's setting says (or enabled). An address's own `enabled` is
+    /// kept while its host name is drained or disabled: the more specific one wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<AdminState>,
     /// Replaces the configured weight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// Which change made it (counted per process, not kept): a disabled backend's delayed close
+    /// checks that no later change came first.
+    #[serde(skip)]
+    pub(crate) change: u64,
+}
+
+impl Setting {
+    /// The state it says, enabled when it says none.
+    pub fn state(&self) -> AdminState {
+        self.state.unwrap_or_default()
+    }
 }
 
 /// A backend as commands name it: frontend, route (`default`: the frontend's own backends),
@@ -67,6 +80,15 @@ pub(crate) struct MemberKey {
 }
 
 impl MemberKey {
+    /// The host name's key, for a key naming one of its addresses (`name@address`).
+    fn broader(&self) -> Option<MemberKey> {
+        let (name, _) = self.backend.split_once('@')?;
+        Some(MemberKey {
+            backend: name.to_string(),
+            ..self.clone()
+        })
+    }
+
     /// Whether this key names `member` (a pool's member: an address, or `name@address`).
     fn names(&self, frontend: &str, route: &str, member: &str) -> bool {
         self.frontend == frontend
@@ -78,13 +100,39 @@ impl MemberKey {
     }
 }
 
+/// Whether `c` still configures `key`'s backend: its frontend, its route (`default`: the
+/// frontend's own backends) and the backend as written (or one address of it, `name@address`).
+pub(crate) fn configured(c: &crate::config::Config, key: &MemberKey) -> bool {
+    let Some(fe) = c.frontends.iter().find(|f| f.name == key.frontend) else {
+        return false;
+    };
+    let backends = if key.route == "default" {
+        Some(&fe.backend)
+    } else {
+        fe.route
+            .0
+            .iter()
+            .find(|r| r.name == key.route)
+            .map(|r| &r.backend)
+    };
+    let Some(crate::config::Backend::Servers(list)) = backends.map(|b| &b.target) else {
+        return false;
+    };
+    let name = key
+        .backend
+        .split_once('@')
+        .map_or(key.backend.as_str(), |(n, _)| n);
+    list.iter().any(|b| b.name == name || b.name == key.backend)
+}
+
 /// The file in `state_dir`.
 const FILE: &str = "backend-states.json";
 
 /// Every setting in the process, by backend.
 #[derive(Debug, Default)]
 pub(crate) struct AdminStates {
-    settings: Mutex<BTreeMap<MemberKey, Setting>>,
+    /// The settings, and the number of the last change.
+    settings: Mutex<(BTreeMap<MemberKey, Setting>, u64)>,
     /// Where they are kept across restarts, if anywhere.
     file: Mutex<Option<PathBuf>>,
 }
@@ -97,7 +145,7 @@ pub(crate) struct Applied {
 }
 
 impl AdminStates {
-    fn locked(&self) -> MutexGuard<'_, BTreeMap<MemberKey, Setting>> {
+    fn locked(&self) -> MutexGuard<'_, (BTreeMap<MemberKey, Setting>, u64)> {
         self.settings.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -107,7 +155,7 @@ impl AdminStates {
         let path = state_dir.join(FILE);
         match std::fs::read(&path) {
             Ok(bytes) => match serde_json::from_slice::<Vec<(MemberKey, Setting)>>(&bytes) {
-                Ok(list) => *self.locked() = list.into_iter().collect(),
+                Ok(list) => self.locked().0 = list.into_iter().collect(),
                 Err(e) => {
                     tracing::warn!(path = %path.display(), error = %e, "backend states not read: every backend starts enabled");
                 }
@@ -120,34 +168,56 @@ impl AdminStates {
         *self.file.lock().unwrap_or_else(PoisonError::into_inner) = Some(path);
     }
 
-    /// Sets `key`'s state, its weight, or both; the setting before.
+    /// Sets `key`'s state, its weight, or both; the setting before and after.
     pub(crate) fn set(
         &self,
         key: MemberKey,
         state: Option<AdminState>,
         weight: Option<u32>,
-    ) -> Setting {
-        let mut all = self.locked();
+    ) -> (Setting, Setting) {
+        let mut guard = self.locked();
+        let (all, changes) = &mut *guard;
+        *changes += 1;
         let before = all.get(&key).copied().unwrap_or_default();
         let mut now = before;
+        now.change = *changes;
         if let Some(s) = state {
-            now.state = s;
+            // Enabled is kept only where it overrides the host name's setting.
+            let overrides = key
+                .broader()
+                .and_then(|b| all.get(&b))
+                .is_some_and(|b| b.state() != AdminState::Enabled);
+            now.state = (s != AdminState::Enabled || overrides).then_some(s);
         }
         if weight.is_some() {
             now.weight = weight;
         }
-        if now == Setting::default() {
+        if now.state.is_none() && now.weight.is_none() {
             all.remove(&key);
         } else {
             all.insert(key, now);
         }
-        let list: Vec<(MemberKey, Setting)> = all.iter().map(|(k, v)| (k.clone(), *v)).collect();
-        drop(all);
-        self.save(&list);
-        before
+        // Under the lock: two changes at once are written in their order.
+        self.save(all);
+        (before, now)
     }
 
-    fn save(&self, list: &[(MemberKey, Setting)]) {
+    /// Forgets the settings of backends `configured` no longer names (a reload removed them):
+    /// one added back later starts enabled. The keys forgotten.
+    pub(crate) fn keep_configured(
+        &self,
+        configured: impl Fn(&MemberKey) -> bool,
+    ) -> Vec<MemberKey> {
+        let mut guard = self.locked();
+        let gone: Vec<MemberKey> = guard.0.keys().filter(|k| !configured(k)).cloned().collect();
+        if !gone.is_empty() {
+            guard.0.retain(|k, _| configured(k));
+            self.save(&guard.0);
+        }
+        gone
+    }
+
+    fn save(&self, all: &BTreeMap<MemberKey, Setting>) {
         let Some(path) = self
             .file
             .lock()
@@ -156,7 +226,8 @@ impl AdminStates {
         else {
             return;
         };
-        let written = serde_json::to_vec_pretty(list)
+        let list: Vec<(&MemberKey, &Setting)> = all.iter().collect();
+        let written = serde_json::to_vec_pretty(&list)
             .map_err(std::io::Error::other)
             .and_then(|bytes| crate::sys::state_files::write_private(&path, &bytes));
         if let Err(e) = written {
@@ -166,7 +237,16 @@ impl AdminStates {
 
     /// Every setting now.
     pub(crate) fn all(&self) -> Vec<(MemberKey, Setting)> {
-        self.locked().iter().map(|(k, v)| (k.clone(), *v)).collect()
+        self.locked()
+            .0
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
+    }
+
+    /// `key`'s setting now.
+    pub(crate) fn get(&self, key: &MemberKey) -> Setting {
+        self.locked().0.get(key).copied().unwrap_or_default()
     }
 
     /// How the operator left each of `members` of `frontend`'s `route`: the most specific
@@ -177,7 +257,8 @@ impl AdminStates {
         route: &str,
         members: &[BackendAddr],
     ) -> Vec<Applied> {
-        let all = self.locked();
+        let guard = self.locked();
+        let all = &guard.0;
         members
             .iter()
             .map(|m| {
@@ -192,8 +273,8 @@ impl AdminStates {
                     weight: m.weight,
                 };
                 for (_, s) in found {
-                    if s.state != AdminState::Enabled {
-                        applied.state = s.state;
+                    if let Some(state) = s.state {
+                        applied.state = state;
                     }
                     if let Some(w) = s.weight {
                         applied.weight = w;
@@ -231,12 +312,15 @@ mod tests {
         let s = AdminStates::default();
         s.set(key("api:80"), Some(AdminState::Drain), Some(5));
         s.set(key("api:80@10.0.0.2"), Some(AdminState::Disabled), None);
+        // One address brought back while its host name stays drained.
+        s.set(key("api:80@10.0.0.3"), Some(AdminState::Enabled), None);
         let got = s.applied(
             "web",
             "default",
             &[
                 member("api:80@10.0.0.1"),
                 member("api:80@10.0.0.2"),
+                member("api:80@10.0.0.3"),
                 member("api:8080"),
             ],
         );
@@ -246,6 +330,7 @@ mod tests {
             [
                 (AdminState::Drain, 5),
                 (AdminState::Disabled, 5),
+                (AdminState::Enabled, 5),
                 (AdminState::Enabled, 3)
             ]
         );
@@ -267,20 +352,25 @@ mod tests {
         s.keep_in(dir.path());
         s.set(key("a:1"), Some(AdminState::Drain), None);
         s.set(key("b:1"), None, Some(7));
-        let before = s.set(key("a:1"), Some(AdminState::Enabled), None);
-        assert_eq!(before.state, AdminState::Drain);
+        let (before, _) = s.set(key("a:1"), Some(AdminState::Enabled), None);
+        assert_eq!(before.state, Some(AdminState::Drain));
         let restarted = AdminStates::default();
         restarted.keep_in(dir.path());
-        assert_eq!(restarted.all(), s.all());
+        let kept = |s: &AdminStates| -> Vec<(MemberKey, Option<AdminState>, Option<u32>)> {
+            s.all()
+                .into_iter()
+                .map(|(k, v)| (k, v.state, v.weight))
+                .collect()
+        };
+        assert_eq!(kept(&restarted), kept(&s));
+        assert_eq!(kept(&restarted), [(key("b:1"), None, Some(7))]);
+        // A backend no longer configured is forgotten, in the file too.
         assert_eq!(
-            restarted.all(),
-            [(
-                key("b:1"),
-                Setting {
-                    state: AdminState::Enabled,
-                    weight: Some(7)
-                }
-            )]
+            restarted.keep_configured(|k| k.backend != "b:1"),
+            [key("b:1")]
         );
+        let again = AdminStates::default();
+        again.keep_in(dir.path());
+        assert!(again.all().is_empty());
     }
 }

@@ -103,6 +103,9 @@ pub(crate) enum ConnectError {
     /// in cooldown, and no other is tried.
     #[error("no descriptor for a backend connection: {0}")]
     NoDescriptors(io::Error),
+    /// An operator took every backend out (`shuck ctl backend drain|disable`).
+    #[error("no backend in service: an operator drained or disabled every one")]
+    NoneInService,
 }
 
 /// EMFILE (the process's open-files limit) or ENFILE (the system's): this host's fault, never
@@ -267,6 +270,9 @@ impl BackendPool {
                 }
             }
         }
+        if attempts.is_empty() {
+            return Err(ConnectError::NoneInService);
+        }
         Err(ConnectError::Unreachable { attempts })
     }
 }
@@ -377,6 +383,7 @@ mod tests {
         let attempts = |e: ConnectError| match e {
             ConnectError::Unreachable { attempts } => attempts.len(),
             ConnectError::NoDescriptors(e) => panic!("{e}"),
+            ConnectError::NoneInService => panic!("none in service"),
         };
         assert_eq!(attempts(p.connect().await.unwrap_err()), 1);
         // Also when it was already in cooldown before the attempt.

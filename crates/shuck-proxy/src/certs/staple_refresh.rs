@@ -8,7 +8,10 @@
 //! staple.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::CertificateDer;
@@ -32,6 +35,16 @@ pub(crate) struct Job {
     pub frontend: String,
     pub certificate: PathBuf,
     pub state_dir: PathBuf,
+    /// Wakes it to ask the responder now (`shuck ctl ocsp refresh`), whatever is stored.
+    pub now: Arc<Notify>,
+}
+
+/// Waits `wait`, or less if woken to fetch now; whether it was.
+async fn pause(wait: Duration, now: &Notify) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(wait) => false,
+        () = now.notified() => true,
+    }
 }
 
 /// Keeps `job`'s staple current, forever; sends the frontend's name on `updated` when a new
@@ -39,6 +52,8 @@ pub(crate) struct Job {
 pub(crate) async fn run(job: Job, updated: UnboundedSender<String>) {
     let mut failures = 0u32;
     let mut said_nothing_to_fetch = false;
+    // Woken by an operator: fetch even if the stored response is not due.
+    let mut forced = false;
     loop {
         let now = crate::sys::clock::unix_now();
         let Some((leaf, issuer, url)) = read_certificate(&job.certificate) else {
@@ -52,13 +67,17 @@ pub(crate) async fn run(job: Job, updated: UnboundedSender<String>) {
             } else {
                 MIN_INTERVAL
             };
-            tokio::time::sleep(wait).await;
+            forced = pause(wait, &job.now).await;
             continue;
         };
         let target = ocsp::staple_path(&job.state_dir, &leaf);
         let stored = Stored::read(&target, &leaf, &issuer, now);
-        if let Some(wait) = stored.as_ref().and_then(|s| seconds(s.due() - now)) {
-            tokio::time::sleep(wait.min(LOOK_AGAIN)).await;
+        if let Some(wait) = stored
+            .as_ref()
+            .and_then(|s| seconds(s.due() - now))
+            .filter(|_| !std::mem::take(&mut forced))
+        {
+            forced = pause(wait.min(LOOK_AGAIN), &job.now).await;
             continue;
         }
         match fetch(&url, &leaf, &issuer, stored.as_ref()).await {
@@ -85,7 +104,7 @@ pub(crate) async fn run(job: Job, updated: UnboundedSender<String>) {
                 let wait =
                     seconds(v.due(crate::sys::clock::unix_now()) - crate::sys::clock::unix_now())
                         .unwrap_or_default();
-                tokio::time::sleep(wait.max(MIN_INTERVAL)).await;
+                forced = pause(wait.max(MIN_INTERVAL), &job.now).await;
             }
             Err(e) => {
                 failures = failures.saturating_add(1);
@@ -93,7 +112,7 @@ pub(crate) async fn run(job: Job, updated: UnboundedSender<String>) {
                     .saturating_mul(1 << failures.saturating_sub(1).min(16))
                     .min(MAX_RETRY);
                 tracing::warn!(frontend = %job.frontend, %url, error = %e, retry_in = ?retry, "OCSP fetch failed; the last good response stays stapled until its nextUpdate");
-                tokio::time::sleep(retry).await;
+                forced = pause(retry, &job.now).await;
             }
         }
     }

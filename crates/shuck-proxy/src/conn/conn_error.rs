@@ -321,7 +321,9 @@ impl ConnError {
             }
             ConnError::Handshake(HandshakeError::Io(_)) => Reason::HandshakeOther,
             ConnError::Handshake(HandshakeError::Timeout(_)) => Reason::HandshakeTimeout,
-            ConnError::BackendConnect(ConnectError::Unreachable { .. }) => Reason::BackendConnect,
+            ConnError::BackendConnect(
+                ConnectError::Unreachable { .. } | ConnectError::NoneInService,
+            ) => Reason::BackendConnect,
             ConnError::BackendConnect(ConnectError::NoDescriptors(_)) => Reason::NoDescriptors,
             ConnError::BackendHeader(_) => Reason::BackendHeader,
             ConnError::NoRoute => Reason::NoRoute,

@@ -499,6 +499,14 @@ impl Metrics {
             .admin(backend_key(frontend, route, backend), &gauge);
     }
 
+    /// Forgets what an operator set for a backend no longer configured.
+    pub(crate) fn forget_backend_admin_state(&self, frontend: &str, route: &str, backend: &str) {
+        self.backend_admin_state
+            .remove(&backend_labels(frontend, route, backend));
+        self.index
+            .forget_admin(&backend_key(frontend, route, backend));
+    }
+
     /// Counts a lookup of host-name backend `name` (`ok`, `failed` or `empty`).
     pub(crate) fn dns_lookup(&self, name: &str, result: &'static str) {
         get(

@@ -130,6 +130,10 @@ impl Index {
         locked(&self.admin).insert(key, gauge.clone());
     }
 
+    pub(super) fn forget_admin(&self, key: &BackendKey) {
+        locked(&self.admin).remove(key);
+    }
+
     pub(super) fn forget_up(&self, key: &BackendKey) {
         locked(&self.up).remove(key);
     }

@@ -380,10 +380,15 @@ mod tests {
         t1[0].observe(0.003);
         m.backend_up("web", "default", "10.0.0.2:80").set(0);
         let shown = page(&m.snapshot(), &History::default());
-        assert!(shown.contains("<tr><td>default</td><td>10.0.0.1:80</td><td><span class=\"muted\">not checked</span></td><td class=\"num\">2</td><td class=\"num\">2.00 ms</td></tr>"), "{shown}");
-        assert!(shown.contains("<tr><td>default</td><td>10.0.0.2:80</td><td><b class=\"warn\">down</b></td><td class=\"num\">0</td>"), "{shown}");
+        assert!(shown.contains("<tr><td>default</td><td>10.0.0.1:80</td><td>enabled</td><td><span class=\"muted\">not checked</span></td><td class=\"num\">2</td><td class=\"num\">2.00 ms</td></tr>"), "{shown}");
+        assert!(shown.contains("<tr><td>default</td><td>10.0.0.2:80</td><td>enabled</td><td><b class=\"warn\">down</b></td><td class=\"num\">0</td>"), "{shown}");
+        // Drained by an operator.
+        m.set_backend_admin_state("web", "default", "10.0.0.2:80", 1);
+        let shown = page(&m.snapshot(), &History::default());
+        assert!(shown.contains("<tr><td>default</td><td>10.0.0.2:80</td><td><b class=\"warn\">drain</b>"), "{shown}");
+        m.forget_backend_admin_state("web", "default", "10.0.0.2:80");
         m.forget_backend_up("web", "default", "10.0.0.2:80");
         let shown = page(&m.snapshot(), &History::default());
-        assert!(shown.contains("<tr><td>default</td><td>10.0.0.2:80</td><td><span class=\"muted\">not checked</span>"), "{shown}");
+        assert!(shown.contains("<tr><td>default</td><td>10.0.0.2:80</td><td>enabled</td><td><span class=\"muted\">not checked</span>"), "{shown}");
     }
 }

@@ -345,6 +345,14 @@ impl Control {
         Ok((staged, view))
     }
 
+    /// With `ocsp = "fetch"`, has `frontend`'s staple tasks ask their responders now (each
+    /// logs what it got, and a new response is loaded as usual); whether it has any.
+    pub fn fetch_staples_now(&self, frontend: &str) -> Result<bool, ControlError> {
+        let config = self.engine.in_force();
+        Self::picked(&config.frontends, Some(frontend))?;
+        Ok(self.engine.fetch_staples_now(frontend))
+    }
+
     /// The frontend in force named `name`, if its certificates may be added to.
     fn certificate_frontend(&self, name: &str) -> Result<Frontend, ControlError> {
         let config = self.engine.in_force();
@@ -377,10 +385,11 @@ impl Control {
             let listed = a.await.map_err(|_| ControlError::WorkersGone)?;
             view.picked += listed.picked;
             closed += listed.closed;
-            let room = limit.saturating_sub(view.shown.len());
-            view.shown.extend(listed.views.into_iter().take(room));
+            view.shown.extend(listed.views);
         }
+        // Each worker sent its `limit` oldest: the oldest of them all.
         view.shown.sort_by_key(|c| std::cmp::Reverse(c.age_ms));
+        view.shown.truncate(limit);
         Ok((view, closed))
     }
 
@@ -420,30 +429,22 @@ impl Control {
             }
             BackendChange::Weight(w) => return Err(ControlError::BadWeight(w)),
         };
-        let before = self.engine.backend_states.set(key.clone(), state, weight);
-        if let Some(s) = state {
+        let (before, now) = self.engine.backend_states.set(key.clone(), state, weight);
+        if state.is_some() {
             self.metrics.set_backend_admin_state(
                 &key.frontend,
                 &key.route,
                 &key.backend,
-                s.gauge(),
+                now.state().gauge(),
             );
         }
         // Every worker rebuilds its pools before its next connection.
         self.engine.dns.touch();
-        let now = self
-            .engine
-            .backend_states
-            .all()
-            .into_iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, s)| s)
-            .unwrap_or_default();
-        let closing_after = (now.state == AdminState::Disabled
-            && before.state != AdminState::Disabled)
+        let closing_after = (now.state() == AdminState::Disabled
+            && before.state() != AdminState::Disabled)
             .then(|| self.engine.shutdown_grace());
         if let Some(grace) = closing_after {
-            tokio::spawn(self.clone().close_disabled(key.clone(), grace));
+            tokio::spawn(self.clone().close_disabled(key.clone(), now.change, grace));
         }
         Ok(BackendChanged {
             frontend: key.frontend,
@@ -455,16 +456,11 @@ impl Control {
         })
     }
 
-    /// After `grace`, closes the open connections of `key`'s backend if it is still disabled.
-    async fn close_disabled(self, key: MemberKey, grace: Duration) {
+    /// After `grace`, closes the open connections of `key`'s backend unless a later change
+    /// came first (`change`: the disable's).
+    async fn close_disabled(self, key: MemberKey, change: u64, grace: Duration) {
         tokio::time::sleep(grace).await;
-        let still = self
-            .engine
-            .backend_states
-            .all()
-            .iter()
-            .any(|(k, s)| *k == key && s.state == AdminState::Disabled);
-        if !still {
+        if self.engine.backend_states.get(&key).change != change {
             return;
         }
         let filter = ConnFilter {
@@ -503,11 +499,11 @@ impl Control {
             .filter(|(r, _)| r == route)
             .flat_map(|(_, m)| m.iter().map(|b| b.name.as_str()))
             .collect();
-        let configured: Vec<String> = pools
-            .iter()
+        // As written, so a host name without an answer yet can be drained ahead.
+        let configured: Vec<String> = Self::configured_of(fe)
+            .into_iter()
             .filter(|(r, _)| r == route)
-            .flat_map(|(_, m)| m.iter())
-            .map(|b| b.name.split('@').next().unwrap_or_default().to_string())
+            .flat_map(|(_, names)| names)
             .collect();
         if !known.contains(&backend) && !configured.iter().any(|c| c == backend) {
             return Err(ControlError::NoBackend {
@@ -525,6 +521,22 @@ impl Control {
             route: route.to_string(),
             backend: backend.to_string(),
         })
+    }
+
+    /// Each route's backends of `fe` as written, by route name.
+    fn configured_of(fe: &Frontend) -> Vec<(String, Vec<String>)> {
+        let names = |b: &crate::config::Backends| match &b.target {
+            Backend::Servers(list) => list.iter().map(|a| a.name.clone()).collect(),
+            Backend::Demo => Vec::new(),
+        };
+        let mut out = vec![(DEFAULT_ROUTE.to_string(), names(&fe.backend))];
+        out.extend(
+            fe.route
+                .0
+                .iter()
+                .map(|r| (r.name.clone(), names(&r.backend))),
+        );
+        out
     }
 
     /// Each pool of `fe` by route name, its host names standing for their addresses now.

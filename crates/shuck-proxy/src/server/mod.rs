@@ -162,7 +162,12 @@ impl Server {
         if config.state_dir.is_dir() {
             engine.backend_states.keep_in(&config.state_dir);
             for (k, s) in engine.backend_states.all() {
-                metrics.set_backend_admin_state(&k.frontend, &k.route, &k.backend, s.state.gauge());
+                metrics.set_backend_admin_state(
+                    &k.frontend,
+                    &k.route,
+                    &k.backend,
+                    s.state().gauge(),
+                );
             }
         }
         let cert_watch = cert_watch::CertWatch::new(&config);
@@ -247,10 +252,12 @@ impl Server {
                 Some(acme) => vec![acme.bundle.clone()],
                 None => tls.certs.iter().map(|c| c.path.clone()).collect(),
             };
+            let now = self.engine.staples_now(&fe.name);
             jobs.extend(files.into_iter().map(|certificate| staple_refresh::Job {
                 frontend: fe.name.clone(),
                 certificate,
                 state_dir: fe.state_dir.clone(),
+                now: now.clone(),
             }));
         }
         jobs
@@ -402,7 +409,10 @@ impl Server {
     ) -> Result<()> {
         // Before the ready file, so whoever waits on it finds the record.
         running::record(&self.config);
-        self.engine.publish(&self.config);
+        for k in self.engine.publish(&self.config) {
+            self.metrics
+                .forget_backend_admin_state(&k.frontend, &k.route, &k.backend);
+        }
         if let Some(path) = ready_file {
             write_ready_file(path, listed)?;
         }

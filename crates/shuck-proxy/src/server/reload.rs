@@ -398,7 +398,10 @@ impl Reloader {
         now.log_level.clone_from(&new.log_level);
         now.frontends = self.frontends.iter().map(|l| l.cfg.clone()).collect();
         running::record(&now);
-        self.engine.publish(&now);
+        for k in self.engine.publish(&now) {
+            self.metrics
+                .forget_backend_admin_state(&k.frontend, &k.route, &k.backend);
+        }
         Ok(notes)
     }
 

@@ -11,6 +11,7 @@ use std::ffi::OsString;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
@@ -20,6 +21,10 @@ use command_fds::{CommandFdExt, FdMapping};
 /// Which frontend and `listen` entry each inherited descriptor belongs to, in descriptor order:
 /// `<frontend name in hex>:<listen index>`, comma-separated.
 const SOCKETS_ENV: &str = "SHUCK_UPGRADE_SOCKETS";
+/// Set when the last inherited descriptor is the admin socket (`admin_socket`), to the path it
+/// is named by (the name it was bound under was a temporary one), handed over whole: the new process serves the same socket under the same name, so a failed upgrade
+/// leaves the old one's name in place and no new process has to give it its group.
+const ADMIN_ENV: &str = "SHUCK_UPGRADE_ADMIN";
 /// The old process's datagram socket, where the new one says it is ready.
 const READY_ENV: &str = "SHUCK_UPGRADE_READY";
 /// The old process's ID (this process may have lost it as its parent by the time it looks).
@@ -39,6 +44,8 @@ pub struct Socket {
 #[derive(Debug, Default)]
 pub struct Inherited {
     sockets: Vec<Socket>,
+    /// The old process's admin socket, and the path that names it.
+    admin: Option<(UnixListener, PathBuf)>,
     ready: Option<PathBuf>,
     pid_file: Option<PathBuf>,
     /// The process that started this one (the old one).
@@ -71,8 +78,18 @@ impl Inherited {
                 listener,
             });
         }
+        let admin = match std::env::var_os(ADMIN_ENV) {
+            Some(path) => {
+                let l = fds.take_unix_listener(sockets.len())?.ok_or_else(|| {
+                    io::Error::other("the inherited admin socket's descriptor is missing")
+                })?;
+                Some((l, PathBuf::from(path)))
+            }
+            None => None,
+        };
         Ok(Inherited {
             sockets,
+            admin,
             ready: std::env::var_os(READY_ENV).map(PathBuf::from),
             pid_file: None,
             parent: std::env::var(FROM_ENV)
@@ -120,6 +137,11 @@ impl Inherited {
             .partition(fits);
         self.sockets = rest;
         mine.into_iter().map(|s| s.listener).collect()
+    }
+
+    /// The old process's admin socket and the path that names it, if it handed one over.
+    pub fn take_admin(&mut self) -> Option<(UnixListener, PathBuf)> {
+        self.admin.take()
     }
 
     /// Sockets nobody took (their frontend or address is gone): closing them drops what waits in
@@ -236,6 +258,7 @@ impl Inherited {
 #[derive(Debug, Default)]
 pub struct Handover {
     sockets: Vec<Socket>,
+    admin: Option<(UnixListener, PathBuf)>,
 }
 
 impl Handover {
@@ -245,6 +268,12 @@ impl Handover {
             index,
             listener: listener.try_clone()?,
         });
+        Ok(())
+    }
+
+    /// Hands the admin socket over too, named by `path`.
+    pub fn add_admin(&mut self, listener: &UnixListener, path: &Path) -> io::Result<()> {
+        self.admin = Some((listener.try_clone()?, path.to_path_buf()));
         Ok(())
     }
 
@@ -268,11 +297,21 @@ impl Handover {
             names.push(format!("{}:{}", hex(&s.frontend), s.index));
         }
         let mut cmd = Command::new(exe);
+        cmd.env_remove(ADMIN_ENV);
+        if let Some((admin, named)) = &self.admin {
+            let child_fd = FIRST_FD + i32::try_from(mappings.len()).map_err(io::Error::other)?;
+            mappings.push(FdMapping {
+                parent_fd: admin.try_clone()?.into(),
+                child_fd,
+            });
+            cmd.env(ADMIN_ENV, named);
+        }
+        let inherited = mappings.len();
         cmd.args(args)
             .env(SOCKETS_ENV, names.join(","))
             .env(READY_ENV, &path)
             .env(FROM_ENV, std::process::id().to_string())
-            .env("LISTEN_FDS", self.sockets.len().to_string())
+            .env("LISTEN_FDS", inherited.to_string())
             .env_remove("LISTEN_PID")
             .env_remove("LISTEN_FDNAMES")
             .fd_mappings(mappings)

@@ -4,6 +4,7 @@
 //! load after (start, reload, refresh), so they outlive reloads and restarts until removed.
 //! `shuck check` shows them too.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::config::{CertFiles, Frontend};
@@ -15,20 +16,20 @@ pub(crate) fn dir_of(state_dir: &Path, frontend: &str) -> PathBuf {
     state_dir.join("certs").join(file_safe(frontend))
 }
 
-/// `name` with only letters, digits, `.`, `-` and `_` (others, and a leading dot, as `_`).
+/// `name` as a file name: letters, digits, `.`, `-` and `_` as they are, every other byte
+/// (and a leading dot) as `%XX`, so two names never share a file.
 fn file_safe(name: &str) -> String {
-    let mut s: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if s.starts_with('.') || s.is_empty() {
-        s.insert(0, '_');
+    let mut s = String::with_capacity(name.len());
+    for (i, b) in name.bytes().enumerate() {
+        let plain = b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_') || (b == b'.' && i > 0);
+        if plain {
+            s.push(char::from(b));
+        } else {
+            let _ = write!(s, "%{b:02X}");
+        }
+    }
+    if s.is_empty() {
+        s.push_str("%00");
     }
     s
 }
@@ -78,15 +79,19 @@ pub(crate) fn stage(
     let dir = dir_of(&fe.state_dir, &fe.name);
     crate::sys::state_files::ensure_private_dir(&dir)
         .map_err(|e| Error::StateDir(format!("{}: {e}", dir.display())))?;
-    // Checked where it will live, under a name no load reads (not `*.pem`).
-    let trial = dir.join(format!(".trial-{}", std::process::id()));
-    crate::sys::state_files::replace(&trial, pem, 0o600).map_err(|source| Error::CertRead {
-        path: trial.clone(),
+    // Checked where it will live, under a name of its own that no load reads (not `*.pem`).
+    let trial_error = |source| Error::CertRead {
+        path: dir.join(".trial-*"),
         source,
-    })?;
+    };
+    let mut trial = tempfile::Builder::new()
+        .prefix(".trial-")
+        .tempfile_in(&dir)
+        .map_err(trial_error)?;
+    std::io::Write::write_all(&mut trial, pem).map_err(trial_error)?;
     let provider = crate::tls::provider_for(fe);
-    let loaded = certs::load_bundle(&trial, &provider);
-    let _ = std::fs::remove_file(&trial);
+    let loaded = certs::load_bundle(trial.path(), &provider);
+    drop(trial);
     let loaded = loaded.map_err(|e| match e {
         Error::Cert { message, .. } => Error::Cert {
             path: PathBuf::from("<the PEM sent>"),
@@ -152,4 +157,34 @@ impl Staged {
 /// Whether `path` is one of the added certificates (for listings).
 pub(crate) fn is_added(state_dir: &Path, path: &str) -> bool {
     Path::new(path).starts_with(state_dir.join("certs"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::file_safe;
+
+    #[test]
+    fn names_that_differ_never_share_a_file() {
+        let names = [
+            "a/b",
+            "a b",
+            "a_b",
+            "a%2Fb",
+            ".hidden",
+            "..",
+            "www.example.com",
+            "*.example.com",
+        ];
+        let files: std::collections::BTreeSet<String> =
+            names.iter().map(|n| file_safe(n)).collect();
+        assert_eq!(files.len(), names.len(), "{files:?}");
+        assert_eq!(file_safe("www.example.com"), "www.example.com");
+        assert_eq!(file_safe("*.example.com"), "%2A.example.com");
+        assert!(
+            files
+                .iter()
+                .all(|f| !f.contains('/') && !f.starts_with('.')),
+            "{files:?}"
+        );
+    }
 }

@@ -54,17 +54,34 @@ pub(crate) struct Listed {
     pub(crate) closed: usize,
 }
 
-/// Answers [`Control::Connections`] from `worker`'s registry.
+/// Answers [`Control::Connections`] from `worker`'s registry: the `limit` oldest of those
+/// `filter` picks are described.
 fn list_connections(worker: &Worker, filter: &ConnFilter, close: bool, limit: usize) -> Listed {
     let mut listed = Listed::default();
+    // The age the `limit`-th oldest has: those at least as old are described (no string is
+    // made for the others).
+    let mut ages = Vec::new();
     worker.idle.each(|c, seen| {
         if filter.picks(c) {
-            listed.picked += 1;
-            if listed.views.len() < limit {
-                listed.views.push(ConnectionView::of(worker.id, c, seen));
-            }
+            ages.push(seen.age);
         }
     });
+    listed.picked = ages.len();
+    let oldest_shown = if limit == 0 {
+        None
+    } else if ages.len() > limit {
+        let (_, nth, _) = ages.select_nth_unstable_by(limit - 1, |a, b| b.cmp(a));
+        Some(*nth)
+    } else {
+        ages.iter().min().copied()
+    };
+    if let Some(threshold) = oldest_shown {
+        worker.idle.each(|c, seen| {
+            if listed.views.len() < limit && seen.age >= threshold && filter.picks(c) {
+                listed.views.push(ConnectionView::of(worker.id, c, seen));
+            }
+        });
+    }
     if close {
         listed.closed = worker.idle.close_where(|c| filter.picks(c));
     }

@@ -265,7 +265,6 @@ fn wants_ja4(worker: &Worker, fe: &WorkerFrontend) -> bool {
     let cfg = &fe.cfg;
     !cfg.admission.deny_ja4.is_empty()
         || worker.log_connections()
-        || worker.engine().lists_connections()
         || (cfg.proxy_protocol.send.is_some() && cfg.proxy_protocol.tlvs.ja4)
         || cfg.route.0.iter().any(|r| r.send.is_some() && r.tlvs.ja4)
 }

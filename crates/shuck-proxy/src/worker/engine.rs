@@ -36,14 +36,16 @@ pub(crate) struct Engine {
     /// `overload_threshold` in millionths.
     overload_ppm: std::sync::atomic::AtomicU32,
     expiry_warning_s: AtomicU64,
-    /// An admin socket is configured: relayed connections keep their server name for
+    /// Started with an admin socket: relayed connections keep their server name for
     /// `shuck ctl show connections`.
-    lists_connections: AtomicBool,
+    lists_connections: bool,
     /// The operator's states and weights of backends (`shuck ctl backend …`).
     pub(crate) backend_states: crate::backend::admin::AdminStates,
     /// The configuration in force (the frontends as the workers read them), for the admin
     /// socket.
     in_force: arc_swap::ArcSwap<Config>,
+    /// What wakes each `ocsp = "fetch"` frontend's staple tasks to ask the responder now.
+    staples_now: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Notify>>>,
 }
 
 /// A share (validated to 0.05–1.0) in millionths.
@@ -69,9 +71,11 @@ impl Engine {
             shutdown_grace_ms: AtomicU64::new(0),
             overload_ppm: std::sync::atomic::AtomicU32::new(1_000_000),
             expiry_warning_s: AtomicU64::new(0),
-            lists_connections: AtomicBool::new(false),
+            // As started: the socket is made once, and a reload does not change it.
+            lists_connections: c.admin_socket.is_some(),
             backend_states: crate::backend::admin::AdminStates::default(),
             in_force: arc_swap::ArcSwap::from_pointee(c.clone()),
+            staples_now: std::sync::Mutex::default(),
         };
         e.apply(c);
         Arc::new(e)
@@ -90,23 +94,47 @@ impl Engine {
             .store(millionths(c.overload_threshold), Ordering::Relaxed);
         self.expiry_warning_s
             .store(c.certificate_expiry_warning.as_secs(), Ordering::Relaxed);
-        self.lists_connections
-            .store(c.admin_socket.is_some(), Ordering::Relaxed);
     }
 
     /// Whether relayed connections keep their server name for the admin socket.
     pub(crate) fn lists_connections(&self) -> bool {
-        self.lists_connections.load(Ordering::Relaxed)
+        self.lists_connections
     }
 
-    /// Records `c` as the configuration in force (at start and after each reload).
-    pub(crate) fn publish(&self, c: &Config) {
+    /// Records `c` as the configuration in force (at start and after each reload), and
+    /// forgets the backend states of backends it no longer has; those forgotten.
+    pub(crate) fn publish(&self, c: &Config) -> Vec<crate::backend::admin::MemberKey> {
         self.in_force.store(Arc::new(c.clone()));
+        self.backend_states
+            .keep_configured(|k| crate::backend::admin::configured(c, k))
     }
 
     /// The configuration in force.
     pub(crate) fn in_force(&self) -> Arc<Config> {
         self.in_force.load_full()
+    }
+
+    /// What wakes `frontend`'s staple tasks (made on first use).
+    pub(crate) fn staples_now(&self, frontend: &str) -> Arc<tokio::sync::Notify> {
+        self.staples_now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(frontend.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Wakes `frontend`'s staple tasks to ask their responders now; whether it has any.
+    pub(crate) fn fetch_staples_now(&self, frontend: &str) -> bool {
+        let all = self
+            .staples_now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(n) = all.get(frontend) else {
+            return false;
+        };
+        n.notify_waiters();
+        true
     }
 
     /// Whether every connection gets its access-log line (`log_connections`).

@@ -99,10 +99,39 @@ pub(crate) struct Admin {
     pub(crate) asks: mpsc::UnboundedSender<Asked>,
     /// How the server was started: the configuration `check` reads.
     pub(crate) args: ServeArgs,
+    /// `reload_timeout`, `upgrade_timeout` and `upgrade_confirm` at start: how long an answer
+    /// from the signal loop is waited for.
+    pub(crate) timeouts: shuck_proxy::reload::ProcessTimeouts,
+    /// Held by a `cert` command from its change on disk to its answer: one at a time.
+    pub(crate) certificates: tokio::sync::Mutex<()>,
 }
 
-/// Serves the socket for the life of the process.
-pub(crate) async fn serve(listener: std::os::unix::net::UnixListener, admin: Arc<Admin>) {
+/// Starts serving `bound`'s socket on `rt` with `control`; the channel the signal loop reads
+/// the socket's reloads and upgrades from.
+pub(crate) fn start(
+    rt: &tokio::runtime::Runtime,
+    bound: &mut socket::Bound,
+    (control, args, timeouts): (Control, ServeArgs, shuck_proxy::reload::ProcessTimeouts),
+) -> Option<mpsc::UnboundedReceiver<Asked>> {
+    let listener = bound.listener.take()?;
+    let (asks, asked) = mpsc::unbounded_channel();
+    let admin = Admin {
+        control,
+        asks,
+        args,
+        timeouts,
+        certificates: tokio::sync::Mutex::new(()),
+    };
+    rt.spawn(serve(listener, Arc::new(admin), bound.handover.clone()));
+    Some(asked)
+}
+
+/// Serves the socket for the life of the process, or until an upgrade hands it over.
+pub(crate) async fn serve(
+    listener: std::os::unix::net::UnixListener,
+    admin: Arc<Admin>,
+    handover: Arc<socket::Handover>,
+) {
     let listener = match tokio::net::UnixListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -112,7 +141,16 @@ pub(crate) async fn serve(listener: std::os::unix::net::UnixListener, admin: Arc
     };
     let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
     loop {
-        let mut stream = match listener.accept().await {
+        let accepted = tokio::select! {
+            // First: once handed over, not one more connection is taken here.
+            biased;
+            () = handover.stop.notified() => {
+                tracing::info!("admin socket handed over to the new process");
+                return;
+            }
+            a = listener.accept() => a,
+        };
+        let mut stream = match accepted {
             Ok((s, _)) => s,
             Err(e) => {
                 // Out of descriptors, say: try again shortly rather than spin.
@@ -175,7 +213,10 @@ async fn session(stream: UnixStream, admin: &Admin) {
             },
         };
         if let Some((reply, json)) = answer.map(|r| split_json(r, &line)) {
-            if write.write_all(&encode(&reply, json)).await.is_err() {
+            // A client that does not read its answers does not hold its slot for long.
+            let sent =
+                tokio::time::timeout(LINE_WAIT, write.write_all(&encode(&reply, json))).await;
+            if !matches!(sent, Ok(Ok(()))) {
                 return;
             }
         }
@@ -234,12 +275,14 @@ fn encode(reply: &Reply, json: bool) -> Vec<u8> {
         out.push(b'\n');
         out
     } else {
-        let mut out = reply.text.clone().into_bytes();
-        if !out.ends_with(b"\n") {
-            out.push(b'\n');
+        // An empty line ends an answer: one inside it (help text) holds a space instead.
+        let mut out = String::with_capacity(reply.text.len() + 2);
+        for line in reply.text.lines() {
+            out.push_str(if line.is_empty() { " " } else { line });
+            out.push('\n');
         }
-        out.push(b'\n');
-        out
+        out.push('\n');
+        out.into_bytes()
     }
 }
 
@@ -279,10 +322,17 @@ async fn dispatch(command: CtlCommand, payload: &[u8], admin: &Admin) -> Reply {
         CtlCommand::Show(s) => show(s, c).await,
         CtlCommand::Cert(action) => certificate(action, payload, admin).await,
         CtlCommand::Ocsp(OcspAction::Refresh { frontend }) => {
-            if let Err(e) = c.certificates(Some(&frontend)) {
-                return e.into();
+            let fetching = match c.fetch_staples_now(&frontend) {
+                Ok(f) => f,
+                Err(e) => return e.into(),
+            };
+            let mut loaded = ask(admin, |tx| Asked::Refresh(frontend, tx)).await;
+            if fetching && loaded.exit == exit::OK {
+                loaded.text.push_str(
+                    "asked the OCSP responders now (ocsp = \"fetch\"): a new response is stapled once it comes; the log says what each answered\n",
+                );
             }
-            ask(admin, |tx| Asked::Refresh(frontend, tx)).await
+            loaded
         }
         CtlCommand::Backend(action) => {
             let (target, change) = match action {
@@ -383,6 +433,7 @@ async fn certificate(action: CertAction, payload: &[u8], admin: &Admin) -> Reply
         CertAction::Replace { frontend, name, .. } => (frontend, Some(name), CertChange::Replace),
         CertAction::Remove { frontend, name } => (frontend, Some(name), CertChange::Remove),
     };
+    let _one_at_a_time = admin.certificates.lock().await;
     if change != CertChange::Remove && payload.is_empty() {
         return Reply::error(
             exit::USAGE,
@@ -439,14 +490,32 @@ fn conn_filter(f: &Filter) -> Result<ConnFilter, String> {
     })
 }
 
-/// Hands `asked` to the signal loop and waits for its answer.
+/// Hands `asked` to the signal loop and waits for its answer, at most as long as the job can
+/// take (a reload queued behind another: twice `reload_timeout`; an upgrade: its start and
+/// confirmation) and a minute more.
 async fn ask(admin: &Admin, asked: impl FnOnce(oneshot::Sender<Reply>) -> Asked) -> Reply {
     let (tx, rx) = oneshot::channel();
-    if admin.asks.send(asked(tx)).is_err() {
+    let asked = asked(tx);
+    let t = admin.timeouts;
+    let bound = Duration::from_secs(60)
+        + match asked {
+            Asked::Upgrade(_) => t.upgrade + t.upgrade_confirm,
+            Asked::Reload(_) | Asked::Refresh(..) => t.reload * 2,
+        };
+    if admin.asks.send(asked).is_err() {
         return Reply::error(exit::FAILED, "the signal loop is gone (stopping?)");
     }
-    rx.await
-        .unwrap_or_else(|_| Reply::error(exit::FAILED, "no answer: the process is stopping"))
+    match tokio::time::timeout(bound, rx).await {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(_)) => Reply::error(exit::FAILED, "no answer: the process is stopping"),
+        Err(_) => Reply::error(
+            exit::FAILED,
+            &format!(
+                "no answer within {}: it may still end (the log says how)",
+                humantime::format_duration(bound)
+            ),
+        ),
+    }
 }
 
 /// `shuck check` on the file the server was started with, off the runtime (it reads files).

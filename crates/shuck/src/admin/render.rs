@@ -235,9 +235,9 @@ pub(crate) fn backend_changed(c: &BackendChanged) -> String {
         c.frontend,
         c.route,
         c.backend,
-        c.now.state.as_str(),
+        c.now.state().as_str(),
         weight(c.now.weight),
-        c.before.state.as_str(),
+        c.before.state().as_str(),
         weight(c.before.weight)
     );
     if let Some(after) = c.closing_after {

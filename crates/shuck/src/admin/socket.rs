@@ -1,11 +1,14 @@
 //! The admin socket's file: made in a directory only its owner (and root) can write, under a
-//! temporary name, given mode 0660, the serving user and `admin_group`, then renamed into
-//! place, so a client never finds it with other rights, and an upgrade's new process takes the
-//! name over from the old one (whose socket stays open, unnamed, while it drains). Removed at
-//! exit only while the name is still this process's.
+//! temporary name (created 0600 under a tight umask), given mode 0660, the serving user and
+//! `admin_group`, then renamed into place, so a client never finds it with other rights. An
+//! upgrade hands the socket itself to the new process (`upgrade::Handover::add_admin`), which
+//! serves it under the same name: a failed upgrade leaves the old process's socket as it was.
+//! Removed at exit only while the name is still this process's and was not handed over.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use nix::unistd::{Gid, Group, Uid};
 use shuck_proxy::access::Reader;
@@ -14,9 +17,37 @@ use shuck_proxy::access::Reader;
 pub(crate) struct Bound {
     /// Taken by the task that serves it.
     pub(crate) listener: Option<std::os::unix::net::UnixListener>,
-    path: PathBuf,
-    /// The socket file's inode, to tell ours from a successor's.
-    ino: u64,
+    /// The path that names it.
+    pub(crate) path: PathBuf,
+    /// The socket file's inode and device, to tell ours from another's.
+    id: (u64, u64),
+    /// Shared with the upgrade and the serving task.
+    pub(crate) handover: Arc<Handover>,
+}
+
+/// An upgrade's handover of the socket: once the new process is confirmed, this one stops
+/// accepting on it and leaves its name, which is the new process's now.
+#[derive(Debug, Default)]
+pub(crate) struct Handover {
+    handed: AtomicBool,
+    pub(crate) stop: tokio::sync::Notify,
+}
+
+impl Handover {
+    pub(crate) fn handed_over(&self) {
+        self.handed.store(true, Ordering::Relaxed);
+        // One serving task: a permit waits for it if it is not waiting now.
+        self.stop.notify_one();
+    }
+
+    pub(crate) fn is_handed_over(&self) -> bool {
+        self.handed.load(Ordering::Relaxed)
+    }
+}
+
+/// The inode and device of what `path` names now.
+fn id_of(path: &Path) -> std::io::Result<(u64, u64)> {
+    std::fs::metadata(path).map(|m| (m.ino(), m.dev()))
 }
 
 /// Refuses a directory others could write: someone who can replace the socket's name can
@@ -66,13 +97,25 @@ fn group_of(admin_group: Option<&str>, owner: &Reader) -> Result<Gid, String> {
     }
 }
 
-/// Makes the socket at `path` for `owner` (who serves after start) and `admin_group`.
+/// The socket at `path`: the one an upgrade's old process handed over (`inherited`, when it is
+/// the socket at that path), or made for `owner` (who serves after start) and `admin_group`.
 pub(crate) fn bind(
     path: &Path,
     admin_group: Option<&str>,
     owner: &Reader,
+    inherited: Option<(std::os::unix::net::UnixListener, PathBuf)>,
 ) -> Result<Bound, String> {
     let shown = path.display();
+    if let Some((l, _)) = inherited.filter(|(_, named)| named == path) {
+        l.set_nonblocking(true)
+            .map_err(|e| format!("admin_socket: {shown}: {e}"))?;
+        return Ok(Bound {
+            listener: Some(l),
+            path: path.to_path_buf(),
+            id: id_of(path).map_err(|e| format!("admin_socket: {shown}: {e}"))?,
+            handover: Arc::default(),
+        });
+    }
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -86,11 +129,20 @@ pub(crate) fn bind(
     temporary.push(format!(".{}.new", std::process::id()));
     let temporary = dir.join(temporary);
     let _ = std::fs::remove_file(&temporary);
-    let listener = std::os::unix::net::UnixListener::bind(&temporary)
-        .map_err(|e| format!("admin_socket: cannot make {}: {e}", temporary.display()))?;
+    // Nobody but this user can connect to it until its rights are given (the umask is the
+    // process's: nothing else makes files at this point of the start).
+    let umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = std::os::unix::net::UnixListener::bind(&temporary);
+    nix::sys::stat::umask(umask);
+    let listener =
+        bound.map_err(|e| format!("admin_socket: cannot make {}: {e}", temporary.display()))?;
     let named = give_rights(&temporary, owner.uid, gid)
-        .and_then(|()| std::fs::rename(&temporary, path))
-        .map_err(|e| format!("admin_socket: {shown}: {e}"));
+        .map_err(|e| {
+            format!("admin_socket: {shown}: cannot give it group {gid}: {e} (shuck must start as root, or as a member of that group)")
+        })
+        .and_then(|()| {
+            std::fs::rename(&temporary, path).map_err(|e| format!("admin_socket: {shown}: {e}"))
+        });
     if let Err(e) = named {
         let _ = std::fs::remove_file(&temporary);
         return Err(e);
@@ -98,13 +150,11 @@ pub(crate) fn bind(
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("admin_socket: {shown}: {e}"))?;
-    let ino = std::fs::metadata(path)
-        .map_err(|e| format!("admin_socket: {shown}: {e}"))?
-        .ino();
     Ok(Bound {
         listener: Some(listener),
         path: path.to_path_buf(),
-        ino,
+        id: id_of(path).map_err(|e| format!("admin_socket: {shown}: {e}"))?,
+        handover: Arc::default(),
     })
 }
 
@@ -117,10 +167,25 @@ fn give_rights(path: &Path, uid: u32, gid: Gid) -> std::io::Result<()> {
     nix::unistd::chown(path, owner, Some(gid)).map_err(std::io::Error::from)
 }
 
+/// What an upgrade hands over of `bound`: a duplicate of the socket, its path, its handover.
+pub(crate) type ForUpgrade = (std::os::unix::net::UnixListener, PathBuf, Arc<Handover>);
+
+/// `bound`'s part in an upgrade, if there is a socket.
+pub(crate) fn for_upgrade(bound: Option<&Bound>) -> Result<Option<ForUpgrade>, String> {
+    let Some(b) = bound else {
+        return Ok(None);
+    };
+    let Some(l) = &b.listener else {
+        return Ok(None);
+    };
+    let copy = l.try_clone().map_err(|e| format!("admin_socket: {e}"))?;
+    Ok(Some((copy, b.path.clone(), b.handover.clone())))
+}
+
 impl Drop for Bound {
     fn drop(&mut self) {
-        // A successor (an upgrade) may have taken the name over: its socket stays.
-        if std::fs::metadata(&self.path).is_ok_and(|m| m.ino() == self.ino) {
+        // Handed over, the name is the new process's; replaced, another's.
+        if !self.handover.is_handed_over() && id_of(&self.path).is_ok_and(|id| id == self.id) {
             let _ = std::fs::remove_file(&self.path);
         }
     }

@@ -132,6 +132,14 @@ fn a_drained_backend_gets_no_new_connection_and_its_open_one_finishes() {
             "{}",
             text(&out)
         );
+        // A connection accepted before the drain may still go to it: let those finish first.
+        let settled = served(&one) + 2;
+        within(
+            Duration::from_secs(20),
+            "requests in flight at the drain",
+            || served(&one) >= settled,
+            || shuck.log_text(),
+        );
         let at_drain = served(&two);
         let ones = served(&one);
         within(
@@ -196,6 +204,12 @@ fn a_drained_backend_gets_no_new_connection_and_its_open_one_finishes() {
     assert!(scraped.contains(&admin), "{scraped}");
     let page = super::routes::status_page(metrics);
     assert!(page.contains("<b class=\"warn\">drain</b>"), "{page}");
+    within(
+        Duration::from_secs(5),
+        "one admin command line",
+        || shuck.log_text().matches("admin command").count() >= 1,
+        || shuck.log_text(),
+    );
     assert_eq!(
         shuck.log_text().matches("admin command").count(),
         1,
@@ -260,11 +274,19 @@ fn a_disabled_backends_open_connections_close_after_the_grace() {
         text(&out)
     );
     shuck.wait_log("disabled backend: closed its open connections");
-    let on_two = ctl_json(
-        &socket,
-        &["show", "connections", "--backend", &two.addr.to_string()],
+    // Gone once their close_notify is out (bounded at a second).
+    within(
+        Duration::from_secs(5),
+        "the disabled backend's connections gone",
+        || {
+            ctl_json(
+                &socket,
+                &["show", "connections", "--backend", &two.addr.to_string()],
+            )["picked"]
+                == 0
+        },
+        || shuck.log_text(),
     );
-    assert_eq!(on_two["picked"], 0, "{on_two}");
     let on_one = ctl_json(
         &socket,
         &["show", "connections", "--backend", &one.addr.to_string()],
@@ -643,11 +665,12 @@ fn certificates_are_added_replaced_and_removed_while_serving() {
         served_cn(&pki, web, "new.test").contains("CN=web"),
         "removed, the default again"
     );
-    assert_eq!(
-        shuck.log_text().matches("admin command").count(),
-        6,
-        "{}",
-        shuck.log_text()
+    // add, add (refused), replace (refused), replace, reload, remove.
+    within(
+        Duration::from_secs(5),
+        "six admin command lines",
+        || shuck.log_text().matches("admin command").count() == 6,
+        || shuck.log_text(),
     );
 }
 
@@ -699,6 +722,33 @@ fn an_upgrade_answers_once_confirmed_and_the_socket_follows_the_new_process() {
     let _kill = KillLater(new);
     assert_ne!(new, old);
     assert_eq!(ctl_json(&socket, &["show", "limits"])["pid"], new);
+    assert!(curl_at(&pki, shuck.addrs[0], "a.test", "/", &[])
+        .status
+        .success());
+}
+
+/// An upgrade whose new process refuses the configuration fails: `shuck ctl upgrade` says so
+/// (exit 1), and the old process still answers on its socket, under its name.
+#[test]
+fn a_failed_upgrade_leaves_the_old_process_answering_on_its_socket() {
+    let pki = Pki::new();
+    let dir = socket_dir();
+    let backend = HttpBackend::start();
+    let (shuck, socket) = start(&pki, dir.path(), &[&backend], "upgrade_confirm = \"1s\"");
+    let old = shuck.pid();
+    let path = shuck.config_path();
+    let good = std::fs::read_to_string(&path).expect("config");
+    std::fs::write(&path, good.replace("listen =", "listen = [")).expect("break it");
+    let out = ctl(&socket, &["upgrade"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}\n{}",
+        text(&out),
+        shuck.log_text()
+    );
+    assert!(text(&out).contains("upgrade failed"), "{}", text(&out));
+    assert_eq!(ctl_json(&socket, &["show", "limits"])["pid"], old);
     assert!(curl_at(&pki, shuck.addrs[0], "a.test", "/", &[])
         .status
         .success());

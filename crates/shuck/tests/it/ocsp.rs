@@ -287,8 +287,9 @@ fn ocsp_file_is_stapled_checked_and_reloaded_on_sighup() {
 }
 
 /// `ocsp = "fetch"`: the response is fetched from the responder the certificate names, checked
-/// and stapled; a responder that starts forging answers leaves the last good staple in place;
-/// after a restart with the responder gone, the stored staple is served at once.
+/// and stapled; a responder that starts forging answers (asked at once by `shuck ctl ocsp
+/// refresh`, rather than a minute later) leaves the last good staple in place; after a restart
+/// with the responder gone, the stored staple is served at once.
 #[test]
 fn ocsp_fetched_is_stapled_and_a_forged_or_missing_answer_keeps_the_last_good_one() {
     let pki = Pki::new();
@@ -298,9 +299,11 @@ fn ocsp_fetched_is_stapled_and_a_forged_or_missing_answer_keeps_the_last_good_on
     let responder = Responder::start(&pki, &index, 2);
     let bundle = pki.leaf_with_ocsp("site.pem", &[NAME], SERIAL, &responder.url());
     let state = pki.dir.path().join("state");
+    let socket = pki.dir.path().join("admin.sock");
     let config = format!(
-        "state_dir = {}\n[[frontend]]\nlisten = \"127.0.0.1:0\"\ncertificates = {}\nocsp = \"fetch\"\n",
+        "state_dir = {}\nadmin_socket = {}\n[[frontend]]\nname = \"site\"\nlisten = \"127.0.0.1:0\"\ncertificates = {}\nocsp = \"fetch\"\n",
         toml_path(&state),
+        toml_path(&socket),
         toml_path(&bundle)
     );
     let shuck = Shuck::start(&config);
@@ -308,8 +311,22 @@ fn ocsp_fetched_is_stapled_and_a_forged_or_missing_answer_keeps_the_last_good_on
     assert_eq!(staple_status(shuck.addr()), "good");
 
     responder.sign_with(rogue_signer(pki.dir.path()));
-    // The next fetch comes a minute after the first.
-    let log = shuck.wait_log_within("OCSP fetch failed", Duration::from_secs(80));
+    // Without it the next fetch would come a minute after the first.
+    let asked = run_bounded(
+        Command::new(&*shuck_test_support::process::SHUCK)
+            .args(["ctl", "--socket"])
+            .arg(&socket)
+            .args(["ocsp", "refresh", "site"]),
+        b"",
+        30,
+    );
+    let said = String::from_utf8_lossy(&asked.stdout);
+    assert!(
+        asked.status.success() && said.contains("asked the OCSP responders now"),
+        "{said}{}",
+        String::from_utf8_lossy(&asked.stderr)
+    );
+    let log = shuck.wait_log_within("OCSP fetch failed", Duration::from_secs(20));
     assert!(
         log.contains("neither the issuer's nor a delegated responder's"),
         "{log}"
