@@ -385,7 +385,12 @@ mod tests {
         // Drained by an operator.
         m.set_backend_admin_state("web", "default", "10.0.0.2:80", 1);
         let shown = page(&m.snapshot(), &History::default());
-        assert!(shown.contains("<tr><td>default</td><td>10.0.0.2:80</td><td><b class=\"warn\">drain</b>"), "{shown}");
+        assert!(
+            shown.contains(
+                "<tr><td>default</td><td>10.0.0.2:80</td><td><b class=\"warn\">drain</b>"
+            ),
+            "{shown}"
+        );
         m.forget_backend_admin_state("web", "default", "10.0.0.2:80");
         m.forget_backend_up("web", "default", "10.0.0.2:80");
         let shown = page(&m.snapshot(), &History::default());

@@ -252,12 +252,11 @@ impl Server {
                 Some(acme) => vec![acme.bundle.clone()],
                 None => tls.certs.iter().map(|c| c.path.clone()).collect(),
             };
-            let now = self.engine.staples_now(&fe.name);
             jobs.extend(files.into_iter().map(|certificate| staple_refresh::Job {
                 frontend: fe.name.clone(),
                 certificate,
                 state_dir: fe.state_dir.clone(),
-                now: now.clone(),
+                now: self.engine.staples_now(&fe.name),
             }));
         }
         jobs

@@ -44,8 +44,9 @@ pub(crate) struct Engine {
     /// The configuration in force (the frontends as the workers read them), for the admin
     /// socket.
     in_force: arc_swap::ArcSwap<Config>,
-    /// What wakes each `ocsp = "fetch"` frontend's staple tasks to ask the responder now.
-    staples_now: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Notify>>>,
+    /// What wakes each `ocsp = "fetch"` frontend's staple tasks to ask the responder now, one
+    /// per task (a wake-up waits for a task that is not waiting yet).
+    staples_now: std::sync::Mutex<std::collections::HashMap<String, Vec<Arc<tokio::sync::Notify>>>>,
 }
 
 /// A share (validated to 0.05–1.0) in millionths.
@@ -114,14 +115,16 @@ impl Engine {
         self.in_force.load_full()
     }
 
-    /// What wakes `frontend`'s staple tasks (made on first use).
+    /// What wakes one of `frontend`'s staple tasks.
     pub(crate) fn staples_now(&self, frontend: &str) -> Arc<tokio::sync::Notify> {
+        let wake = Arc::new(tokio::sync::Notify::new());
         self.staples_now
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .entry(frontend.to_string())
             .or_default()
-            .clone()
+            .push(wake.clone());
+        wake
     }
 
     /// Wakes `frontend`'s staple tasks to ask their responders now; whether it has any.
@@ -130,11 +133,11 @@ impl Engine {
             .staples_now
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(n) = all.get(frontend) else {
-            return false;
-        };
-        n.notify_waiters();
-        true
+        let tasks = all.get(frontend).map(Vec::as_slice).unwrap_or_default();
+        for t in tasks {
+            t.notify_one();
+        }
+        !tasks.is_empty()
     }
 
     /// Whether every connection gets its access-log line (`log_connections`).

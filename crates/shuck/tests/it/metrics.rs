@@ -284,7 +284,7 @@ fn the_status_page_renders_in_chromium_with_the_metrics_numbers() {
     let connects = n("shuck_backend_connect_duration_seconds_count", &[]);
     assert!(
         dom.contains(&format!(
-            "<tr><td>default</td><td>{}</td><td><span class=\"muted\">not checked</span></td><td class=\"num\">{connects}</td>",
+            "<tr><td>default</td><td>{}</td><td>enabled</td><td><span class=\"muted\">not checked</span></td><td class=\"num\">{connects}</td>",
             b.addr
         )),
         "{dom}"

@@ -286,7 +286,8 @@ fn a_hung_backend_is_taken_out_by_the_health_check_and_brought_back() {
         (flaky.addr, "<b class=\"warn\">down</b>"),
         (good.addr, "up"),
     ] {
-        let row = format!("<tr><td>default</td><td>{backend}</td><td>{health}</td>");
+        let row =
+            format!("<tr><td>default</td><td>{backend}</td><td>enabled</td><td>{health}</td>");
         assert!(page.contains(&row), "{row}: {page}");
     }
     for i in 0..20 {
