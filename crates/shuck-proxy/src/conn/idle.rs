@@ -207,34 +207,27 @@ impl<T> IdleSet<T> {
 /// nobody may close early (a generic rather than an `Option`, so a relay without one stays
 /// `Send`).
 pub(crate) trait Watched {
-    /// The connection moved bytes at `now`: it is no longer idle, and a close asked of it
-    /// to free a slot is called off (an operator's is not).
-    fn touch(&self, now: Instant);
+    /// The connection moved bytes at `now` (`up` from the client, `down` from the backend,
+    /// since the last call): it is no longer idle, and a close asked of it to free a slot is
+    /// called off (an operator's is not).
+    fn touch(&self, now: Instant, up: u64, down: u64);
     /// Whether it is to close, and why; if not, `cx`'s task is woken when it is.
     fn poll_evicted(&self, cx: &Context<'_>) -> Option<Close>;
 }
 
 impl Watched for () {
-    fn touch(&self, _: Instant) {}
+    fn touch(&self, _: Instant, _: u64, _: u64) {}
     fn poll_evicted(&self, _: &Context<'_>) -> Option<Close> {
         None
     }
 }
 
-impl<T> Registration<'_, T> {
-    /// Adds bytes the connection moved (client to backend, backend to client), for a listing.
-    pub(crate) fn count(&self, up: u64, down: u64) {
-        if let Some(e) = self.set.entries.borrow_mut().get_mut(self.key) {
-            e.moved.0 += up;
-            e.moved.1 += down;
-        }
-    }
-}
-
 impl<T> Watched for Registration<'_, T> {
-    fn touch(&self, now: Instant) {
+    fn touch(&self, now: Instant, up: u64, down: u64) {
         if let Some(e) = self.set.entries.borrow_mut().get_mut(self.key) {
             e.active_at = now;
+            e.moved.0 += up;
+            e.moved.1 += down;
             if e.closing == Some(Close::Idle) {
                 e.closing = None;
             }
@@ -308,7 +301,7 @@ mod tests {
         let a = set.register(ip("192.0.2.1"), ());
         let b = set.register(ip("192.0.2.1"), ());
         tokio::time::advance(Duration::from_secs(8)).await;
-        b.touch(Instant::now());
+        b.touch(Instant::now(), 0, 0);
         let freed = set.free(2, Duration::from_secs(5));
         assert_eq!(freed.closed, 1);
         let cx = Context::from_waker(Waker::noop());
@@ -328,7 +321,7 @@ mod tests {
         assert_eq!(set.free(2, Duration::from_secs(5)).closed, 0);
         assert_eq!(set.free(3, Duration::from_secs(5)).closed, 1);
         // One of them moved a byte: no longer closing, and not idle.
-        regs[0].touch(Instant::now());
+        regs[0].touch(Instant::now(), 0, 0);
         let cx = Context::from_waker(Waker::noop());
         assert_eq!(regs[0].poll_evicted(&cx), None);
         assert_eq!(evicted(&regs), vec![1, 2]);
@@ -338,11 +331,11 @@ mod tests {
     async fn an_operator_closes_what_the_filter_picks_and_activity_does_not_call_it_off() {
         let set: IdleSet<u8> = IdleSet::default();
         let regs: Vec<_> = (0..4u8).map(|i| set.register(ip("192.0.2.1"), i)).collect();
-        regs[1].count(5, 7);
+        regs[1].touch(Instant::now(), 5, 7);
         assert_eq!(set.close_where(|i| i % 2 == 1), 2);
         // Asked again: those already closing are not counted twice.
         assert_eq!(set.close_where(|i| i % 2 == 1), 0);
-        regs[1].touch(Instant::now());
+        regs[1].touch(Instant::now(), 0, 0);
         let cx = Context::from_waker(Waker::noop());
         let closing: Vec<Option<Close>> = regs.iter().map(|r| r.poll_evicted(&cx)).collect();
         assert_eq!(

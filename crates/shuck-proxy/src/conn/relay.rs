@@ -427,11 +427,13 @@ where
         // warning, a KeyUpdate): send that now, not when the backend next has something to say.
         // Nothing to send costs nothing; a write error surfaces in the down pump.
         let _ = Pin::new(&mut *client).poll_flush(cx);
-        if up.bytes != reported.up || down.bytes != reported.down {
-            on_moved(Moved {
-                up: up.bytes - reported.up,
-                down: down.bytes - reported.down,
-            });
+        let delta = Moved {
+            up: up.bytes - reported.up,
+            down: down.bytes - reported.down,
+        };
+        let counted = delta.up != 0 || delta.down != 0;
+        if counted {
+            on_moved(delta);
             reported = Moved {
                 up: up.bytes,
                 down: down.bytes,
@@ -443,9 +445,9 @@ where
         if up.done() && down.done() {
             return Poll::Ready(write_error.take().map_or(Ok(()), Err));
         }
-        if moved {
+        if moved || counted {
             last_activity = Instant::now();
-            watched.touch(last_activity);
+            watched.touch(last_activity, delta.up, delta.down);
         }
         if let Some(why) = watched.poll_evicted(cx) {
             let in_flight = !(up.holds_nothing() && down.holds_nothing());

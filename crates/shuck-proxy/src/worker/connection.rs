@@ -508,7 +508,6 @@ async fn relay_to(
     let count = |d: Moved| {
         m.bytes_up.inc_by(d.up);
         m.bytes_down.inc_by(d.down);
-        registration.count(d.up, d.down);
     };
     // The header goes out with the client's first bytes when they have arrived, in one segment.
     let watched = (idle, registration);

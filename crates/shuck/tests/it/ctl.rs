@@ -762,3 +762,62 @@ impl Drop for KillLater {
         let _ = Command::new("kill").arg(self.0.to_string()).status();
     }
 }
+
+/// A backend's state outlives a reload and, with a `state_dir`, a restart; a reload that
+/// removes the backend forgets it, so added back later it starts enabled.
+#[test]
+fn backend_states_outlive_reloads_and_restarts_until_the_backend_goes() {
+    let pki = Pki::new();
+    let dir = socket_dir();
+    let state = socket_dir();
+    std::fs::set_permissions(
+        state.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .expect("chmod");
+    let (one, two) = (HttpBackend::start(), HttpBackend::start());
+    let more = format!("state_dir = {}", toml_path(state.path()));
+    let state_of = |socket: &Path, backend: &HttpBackend| {
+        ctl_json(socket, &["show", "backends"])
+            .as_array()
+            .expect("list")
+            .iter()
+            .find(|b| b["backend"] == backend.addr.to_string())
+            .map(|b| b["state"].clone())
+    };
+    let (shuck, socket) = start(&pki, dir.path(), &[&one, &two], &more);
+    let target = format!("web/{}", two.addr);
+    let out = ctl(&socket, &["backend", "drain", &target]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = ctl(&socket, &["reload"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(state_of(&socket, &two), Some("drain".into()));
+    let (status, _) = shuck.stop();
+    assert!(status.success());
+    let (shuck, socket) = start(&pki, dir.path(), &[&one, &two], &more);
+    assert_eq!(
+        state_of(&socket, &two),
+        Some("drain".into()),
+        "lost at restart"
+    );
+    // Served by the other one alone.
+    let before = served(&two);
+    for i in 0..4 {
+        assert!(
+            curl_at(&pki, shuck.addrs[0], "a.test", &format!("/{i}"), &[])
+                .status
+                .success()
+        );
+    }
+    assert_eq!(served(&two), before);
+    // Removed by a reload, then added back: enabled.
+    let path = shuck.config_path();
+    let both = std::fs::read_to_string(&path).expect("config");
+    let without = both.replace(&format!(", \"{}\"", two.addr), "");
+    assert_ne!(without, both);
+    std::fs::write(&path, &without).expect("config");
+    assert_eq!(ctl(&socket, &["reload"]).status.code(), Some(0));
+    std::fs::write(&path, &both).expect("config");
+    assert_eq!(ctl(&socket, &["reload"]).status.code(), Some(0));
+    assert_eq!(state_of(&socket, &two), Some("enabled".into()));
+}
