@@ -53,7 +53,7 @@ pub use global::{LogFormat, LogTarget, SyslogAddress, MAX_CONNECTIONS_LIMIT};
 pub use health::HealthCheck;
 pub use listen::Listen;
 pub use proxy::{AcceptProxy, Proxy, ProxyProtocol, ProxyTlvs};
-pub use routes::{Route, Routes};
+pub use routes::{name_matches, Route, RoutePolicy, Routes};
 pub use sessions::Resumption;
 pub use timeouts::{Timeouts, EVICTABLE_AFTER, PRESSURED_HANDSHAKE, PRESSURED_IDLE};
 pub use tls::{Alpn, Groups, RecordLayer, RecordLayerSettings, Suites, Tls, Versions};

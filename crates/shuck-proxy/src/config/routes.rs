@@ -2,6 +2,11 @@
 //! several services behind one address. A route is chosen after the handshake (so the
 //! certificate choice is unchanged), the first that matches in file order; none: the
 //! frontend's own `backend`.
+//!
+//! A route with `sni` may also carry its own TLS policy (`client_auth` with `client_ca` and
+//! `client_crl`, `protocols`, `ciphersuites`, `groups`): it applies to the handshakes whose
+//! ClientHello asks for one of its names, chosen before the handshake from the first such route
+//! in file order; other handshakes get the frontend's.
 
 use std::path::Path;
 
@@ -30,10 +35,35 @@ pub struct RawRoute {
     pub health_check: Option<super::health::RawHealthCheck>,
     pub proxy_protocol: Option<ProxyProtocol>,
     pub proxy_protocol_tlvs: Option<Vec<String>>,
+    pub client_auth: Option<super::ClientAuth>,
+    pub client_ca: Option<std::path::PathBuf>,
+    pub client_crl: Option<OneOrMany<std::path::PathBuf>>,
+    pub protocols: Option<Vec<String>>,
+    pub ciphersuites: Option<Vec<String>>,
+    pub groups: Option<Vec<String>>,
+}
+
+impl RawRoute {
+    /// Whether it sets any key of a TLS policy of its own.
+    fn has_policy(&self) -> bool {
+        self.client_auth.is_some()
+            || self.client_ca.is_some()
+            || self.client_crl.is_some()
+            || self.protocols.is_some()
+            || self.ciphersuites.is_some()
+            || self.groups.is_some()
+    }
+}
+
+/// A route's own TLS policy: the frontend's, with what the route sets in its place.
+#[derive(serde::Serialize, Debug, Clone, PartialEq)]
+pub struct RoutePolicy {
+    pub tls: super::Tls,
+    pub client_auth: super::ClientAuthSettings,
 }
 
 /// A validated route.
-#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq)]
 pub struct Route {
     /// For logs and metrics: as written, or `route1`, `route2`, … by position.
     pub name: String,
@@ -46,9 +76,20 @@ pub struct Route {
     #[serde(serialize_with = "super::ser::version")]
     pub send: Option<Version>,
     pub tlvs: ProxyTlvs,
+    /// Its own TLS policy, for handshakes asking for one of its `sni` names.
+    pub policy: Option<RoutePolicy>,
 }
 
 impl Route {
+    /// Whether a ClientHello asking for `sni` gets this route's TLS policy (it has one, and
+    /// one of its names matches).
+    pub fn policy_for(&self, sni: Option<&str>) -> Option<&RoutePolicy> {
+        let name = sni?;
+        self.policy
+            .as_ref()
+            .filter(|_| self.sni.iter().any(|p| name_matches(p, name)))
+    }
+
     /// Whether a connection that negotiated `sni` and `alpn` takes this route: every condition
     /// the route has holds.
     pub fn matches(&self, sni: Option<&str>, alpn: Option<&[u8]>) -> bool {
@@ -61,7 +102,7 @@ impl Route {
 }
 
 /// `pattern` (lower-case, maybe `*.suffix`) against a server name, case-insensitively.
-fn name_matches(pattern: &str, name: &str) -> bool {
+pub fn name_matches(pattern: &str, name: &str) -> bool {
     match pattern.strip_prefix("*.") {
         Some(suffix) => name
             .split_once('.')
@@ -71,7 +112,7 @@ fn name_matches(pattern: &str, name: &str) -> bool {
 }
 
 /// The routes of a frontend, in file order.
-#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq, Default)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Default)]
 pub struct Routes(pub Vec<Route>);
 
 /// Workers build each route's pool afresh when its backend settings change, as for the
@@ -179,6 +220,7 @@ impl RawFrontend {
             ));
         }
         let send = as_frontend.validate_send_proxy()?;
+        let policy = self.validate_route_policy(raw, &sni, base)?;
         Ok(Route {
             name,
             sni,
@@ -186,7 +228,44 @@ impl RawFrontend {
             backend,
             send: send.version,
             tlvs: send.tlvs,
+            policy,
         })
+    }
+
+    /// A route's TLS policy: validated as the frontend's keys are, the frontend's values where
+    /// the route sets none (a route's `client_auth` brings its own `client_ca`/`client_crl`).
+    fn validate_route_policy(
+        &self,
+        raw: &RawRoute,
+        sni: &[String],
+        base: Option<&Path>,
+    ) -> Result<Option<RoutePolicy>, KeyError> {
+        if !raw.has_policy() {
+            return Ok(None);
+        }
+        if sni.is_empty() {
+            return Err(key_err(
+                "sni",
+                "a route's TLS keys (client_auth, protocols, ciphersuites, groups) need sni: the policy is chosen from the ClientHello's server name, before ALPN is settled",
+            ));
+        }
+        let mut as_frontend = self.clone();
+        if raw.client_auth.is_some() || raw.client_ca.is_some() || raw.client_crl.is_some() {
+            as_frontend.client_auth = raw.client_auth;
+            as_frontend.client_ca.clone_from(&raw.client_ca);
+            as_frontend.client_crl.clone_from(&raw.client_crl);
+        }
+        let keep = |route: &Option<Vec<String>>, frontend: &Option<Vec<String>>| {
+            route.clone().or_else(|| frontend.clone())
+        };
+        as_frontend.protocols = keep(&raw.protocols, &self.protocols);
+        as_frontend.ciphersuites = keep(&raw.ciphersuites, &self.ciphersuites);
+        as_frontend.groups = keep(&raw.groups, &self.groups);
+        // A frontend with routes never serves the demo page.
+        Ok(Some(RoutePolicy {
+            tls: as_frontend.validate_tls(false)?,
+            client_auth: as_frontend.validate_client_auth(base)?,
+        }))
     }
 }
 
@@ -231,6 +310,7 @@ mod tests {
             },
             send: None,
             tlvs: ProxyTlvs::default(),
+            policy: None,
         }
     }
 

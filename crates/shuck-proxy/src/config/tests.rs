@@ -263,3 +263,30 @@ fn a_list_of_two_certificates_is_two_bundles_and_a_table_is_a_pair() {
         );
     }
 }
+
+#[test]
+fn a_routes_tls_policy_needs_sni_and_inherits_what_it_does_not_set() {
+    let route = |keys: &str| {
+        format!(
+            "[[frontend]]\nself_signed = true\nprotocols = [\"TLS1.3\"]\nbackend = \"127.0.0.1:1\"\n\
+             [[frontend.route]]\nname = \"r\"\nbackend = \"127.0.0.1:2\"\n{keys}\n"
+        )
+    };
+    let e = parse(&route("alpn = [\"h2\"]\nprotocols = [\"TLS1.2\"]")).unwrap_err();
+    assert!(e.to_string().contains("route[0].sni"), "{e}");
+    let e = parse(&route("sni = [\"a.test\"]\nclient_auth = \"required\"")).unwrap_err();
+    assert!(e.to_string().contains("route[0].client_ca"), "{e}");
+    let c = parse(&route(
+        "sni = [\"a.test\"]\nciphersuites = [\"TLS_AES_256_GCM_SHA384\"]",
+    ))
+    .unwrap();
+    let r = &c.frontends[0].route.0[0];
+    let p = r.policy.as_ref().expect("a policy");
+    // The frontend's protocols, the route's suites.
+    assert_eq!(p.tls.versions, c.frontends[0].tls.versions);
+    assert_eq!(p.tls.ciphersuites.len(), 1);
+    assert!(r.policy_for(Some("A.TEST")).is_some());
+    assert!(r.policy_for(Some("b.test")).is_none() && r.policy_for(None).is_none());
+    let plain = parse(&route("sni = [\"a.test\"]")).unwrap();
+    assert!(plain.frontends[0].route.0[0].policy.is_none());
+}

@@ -147,6 +147,38 @@ fn write_backend(s: &mut String, fe: &Frontend) {
             when.join(" and "),
             backends_text(&r.backend)
         );
+        if let Some(p) = &r.policy {
+            write_route_policy(s, fe, r, p);
+        }
+    }
+}
+
+/// A route's own TLS policy, for the handshakes asking for its names.
+fn write_route_policy(
+    s: &mut String,
+    fe: &Frontend,
+    r: &crate::config::Route,
+    p: &crate::config::RoutePolicy,
+) {
+    let mut with = fe.clone();
+    with.tls = p.tls.clone();
+    with.client_auth = p.client_auth.clone();
+    let mut policy = String::new();
+    if with.client_auth.mode == ClientAuth::None {
+        policy.push_str("client certificates: none\n");
+    }
+    write_client_auth(&mut policy, &with);
+    write_negotiated(&mut policy, &with);
+    let _ = writeln!(
+        s,
+        "    TLS for {} (before the handshake, from the ClientHello's name):",
+        r.sni.join(" ")
+    );
+    for line in policy
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("alpn:"))
+    {
+        let _ = writeln!(s, "      {}", line.trim_start());
     }
 }
 
@@ -227,7 +259,7 @@ fn write_client_auth(s: &mut String, fe: &Frontend) {
     );
 }
 
-/// SNI fallbacks, what the handshake may negotiate, and resumption.
+/// SNI fallbacks, and what the handshake may negotiate.
 fn write_tls(s: &mut String, fe: &Frontend) {
     let fallback = |f: SniFallback| match f {
         SniFallback::Default => "default certificate",
@@ -239,6 +271,11 @@ fn write_tls(s: &mut String, fe: &Frontend) {
         fallback(fe.certificates.unknown_sni),
         fallback(fe.certificates.missing_sni)
     );
+    write_negotiated(s, fe);
+}
+
+/// Protocols, cipher suites, groups and ALPN.
+fn write_negotiated(s: &mut String, fe: &Frontend) {
     let versions: Vec<&str> = fe
         .tls
         .versions

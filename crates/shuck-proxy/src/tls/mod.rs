@@ -52,6 +52,30 @@ pub(crate) struct WorkerTls {
     pub(crate) remote: Option<Arc<RemoteSessions>>,
     /// This worker's view of the ticket keys and session storage (notes what resumed).
     pub(crate) resumption: Arc<resumption::WorkerResumption>,
+    /// The routes' own TLS policies, in file order: a ClientHello asking for one of a route's
+    /// names is served with its configuration (the first that matches).
+    pub(crate) by_name: Vec<(Vec<String>, Arc<WorkerTls>)>,
+}
+
+impl WorkerTls {
+    /// The configuration a ClientHello asking for `sni` is served with.
+    pub(crate) fn for_name(&self, sni: Option<&str>) -> &WorkerTls {
+        let Some(name) = sni else {
+            return self;
+        };
+        self.by_name
+            .iter()
+            .find(|(names, _)| names.iter().any(|p| crate::config::name_matches(p, name)))
+            .map_or(self, |(_, tls)| tls)
+    }
+}
+
+/// A route's own TLS policy, loaded: its configuration template and client-certificate check.
+#[derive(Debug)]
+struct Policy {
+    sni: Vec<String>,
+    template: ServerConfig,
+    client_check: Option<Arc<client_auth::Lenient>>,
 }
 
 /// Everything TLS a frontend needs, loaded and checked once at start.
@@ -68,9 +92,12 @@ pub(crate) struct TlsContext {
     pub store: Option<Arc<SharedStore>>,
     /// What remote sessions are bound to (names, client trust) and how long they live.
     resumes: Resumes,
-    /// Digest of the client-certificate trust (mode, CA, CRLs); `None` without client_auth.
+    /// Digest of the client-certificate trust (mode, CA, CRLs; the routes' too); `None` without
+    /// client_auth anywhere.
     pub client_trust: Option<[u8; 32]>,
     client_check: Option<Arc<client_auth::Lenient>>,
+    /// The routes' own TLS policies, in file order.
+    policies: Vec<Policy>,
 }
 
 pub(crate) fn provider_for(fe: &Frontend) -> CryptoProvider {
@@ -200,36 +227,35 @@ impl TlsContext {
             unknown_sni,
             missing_sni,
         ));
-        let tls_err = |source| Error::Tls {
-            frontend: fe.name.clone(),
-            source,
-        };
-        let client_verifier = client_auth::verifier(fe, &provider)?;
-        let client_trust = client_verifier.as_ref().map(|v| v.trust_digest);
-        let builder = ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&fe.tls.versions)
-            .map_err(tls_err)?;
-        let (builder, client_check) = match client_verifier {
-            Some(v) => (
-                builder.with_client_cert_verifier(v.checks),
-                v.after_handshake,
-            ),
-            None => (builder.with_no_client_auth(), None),
-        };
-        let mut template = builder.with_cert_resolver(resolver.clone());
-        template.alpn_protocols.clone_from(&fe.tls.alpn);
-        // With shuck's record layer, shuck protects a TLS 1.3 connection's records itself after
-        // the handshake (`records`); rustls hands the traffic keys over only when this allows
-        // it. The stream reads it back to know which layer the records go to.
-        template.enable_secret_extraction =
-            fe.record_layer.layer == crate::config::RecordLayer::Shuck;
-        // Server preference: the server knows which cipher is cheap on its CPU.
-        template.ignore_client_order = true;
+        let built = server_config(fe, provider, resolver.clone())?;
+        let mut template = built.config;
+        let (mut client_trust, client_check) = (built.client_trust, built.client_check);
+        let mut policies = Vec::new();
+        for (route, policy) in fe
+            .route
+            .0
+            .iter()
+            .filter_map(|r| Some((r, r.policy.as_ref()?)))
+        {
+            let mut with = fe.clone();
+            with.tls = policy.tls.clone();
+            with.client_auth = policy.client_auth.clone();
+            let b = server_config(&with, Arc::new(provider_for(&with)), resolver.clone())?;
+            client_trust = combine_trust(client_trust, b.client_trust);
+            policies.push(Policy {
+                sni: route.sni.clone(),
+                template: b.config,
+                client_check: b.client_check,
+            });
+        }
         let domain = resumption_domain(&certs, client_trust);
         let ticketer = if fe.resumption.tickets {
             let t = ticketer_for(fe, ticketer, domain).map_err(|e| match e {
                 TicketerError::Keys(e) => e,
-                TicketerError::Tls(source) => tls_err(source),
+                TicketerError::Tls(source) => Error::Tls {
+                    frontend: fe.name.clone(),
+                    source,
+                },
             })?;
             // Stateless tickets are shared by all workers, so a resumption can land on any of
             // them; their keys are read without a lock (see tickets.rs).
@@ -248,6 +274,12 @@ impl TlsContext {
             ),
         };
         template.session_storage = sessions.clone();
+        // The same ticket keys and sessions: rustls resumes a session only for the server name
+        // it was made for, and a name always gets the same policy.
+        for p in &mut policies {
+            p.template.ticketer = template.ticketer.clone();
+            p.template.session_storage = sessions.clone();
+        }
         let want = fe.session_store.as_ref().map(|s| Target {
             url: s.url.clone(),
             shown: s.url_for_display(),
@@ -276,6 +308,7 @@ impl TlsContext {
             resumes,
             client_trust,
             client_check,
+            policies,
         })
     }
 
@@ -283,9 +316,7 @@ impl TlsContext {
     /// worker's choice), the frontend's shared ticket keys and session cache, and with a remote
     /// store the worker's own side of it (connection, queue, slot).
     pub(crate) fn worker_config(&self, worker: usize) -> Arc<WorkerTls> {
-        let mut c = self.template.clone();
-        let resolver = Arc::new(WorkerResolver::new(self.resolver.clone()));
-        c.cert_resolver = resolver.clone();
+        // One side of the remote store per worker, whichever policy a handshake gets.
         let remote = self.store.as_ref().map(|store| {
             Arc::new(RemoteSessions::new(
                 self.sessions.clone(),
@@ -293,6 +324,30 @@ impl TlsContext {
                 &self.resumes,
             ))
         });
+        let by_name = self
+            .policies
+            .iter()
+            .map(|p| {
+                let tls =
+                    self.worker_config_of(&p.template, p.client_check.clone(), remote.clone());
+                (p.sni.clone(), Arc::new(tls))
+            })
+            .collect();
+        let mut main = self.worker_config_of(&self.template, self.client_check.clone(), remote);
+        main.by_name = by_name;
+        Arc::new(main)
+    }
+
+    /// A worker's configuration made from `template`, with its side of the remote store.
+    fn worker_config_of(
+        &self,
+        template: &ServerConfig,
+        client_check: Option<Arc<client_auth::Lenient>>,
+        remote: Option<Arc<RemoteSessions>>,
+    ) -> WorkerTls {
+        let mut c = template.clone();
+        let resolver = Arc::new(WorkerResolver::new(self.resolver.clone()));
+        c.cert_resolver = resolver.clone();
         if let Some(r) = &remote {
             c.session_storage = r.clone();
             if !self.resumes.tickets {
@@ -307,14 +362,75 @@ impl TlsContext {
         ));
         c.ticketer = resumption.clone();
         c.session_storage = resumption.clone();
-        Arc::new(WorkerTls {
+        WorkerTls {
             config: Arc::new(c),
             resolver,
-            client_check: self.client_check.clone(),
+            client_check,
             remote,
             resumption,
-        })
+            by_name: Vec::new(),
+        }
     }
+}
+
+/// A configuration template built for `fe`'s TLS settings and client authentication, over the
+/// frontend's certificates (`resolver`), without ticket keys or session storage yet.
+struct Built {
+    config: ServerConfig,
+    client_trust: Option<[u8; 32]>,
+    client_check: Option<Arc<client_auth::Lenient>>,
+}
+
+fn server_config(
+    fe: &Frontend,
+    provider: Arc<CryptoProvider>,
+    resolver: Arc<SniResolver>,
+) -> Result<Built> {
+    let tls_err = |source| Error::Tls {
+        frontend: fe.name.clone(),
+        source,
+    };
+    let client_verifier = client_auth::verifier(fe, &provider)?;
+    let client_trust = client_verifier.as_ref().map(|v| v.trust_digest);
+    let builder = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&fe.tls.versions)
+        .map_err(tls_err)?;
+    let (builder, client_check) = match client_verifier {
+        Some(v) => (
+            builder.with_client_cert_verifier(v.checks),
+            v.after_handshake,
+        ),
+        None => (builder.with_no_client_auth(), None),
+    };
+    let mut config = builder.with_cert_resolver(resolver);
+    config.alpn_protocols.clone_from(&fe.tls.alpn);
+    // With shuck's record layer, shuck protects a TLS 1.3 connection's records itself after
+    // the handshake (`records`); rustls hands the traffic keys over only when this allows
+    // it. The stream reads it back to know which layer the records go to.
+    config.enable_secret_extraction = fe.record_layer.layer == crate::config::RecordLayer::Shuck;
+    // Server preference: the server knows which cipher is cheap on its CPU.
+    config.ignore_client_order = true;
+    Ok(Built {
+        config,
+        client_trust,
+        client_check,
+    })
+}
+
+/// One digest for the frontend's client-certificate trust and a route's: either changing
+/// invalidates the sessions made under the trust before.
+fn combine_trust(a: Option<[u8; 32]>, b: Option<[u8; 32]>) -> Option<[u8; 32]> {
+    let (a, b) = match (a, b) {
+        (x, None) => return x,
+        (None, y) => ([0u8; 32], y.unwrap_or_default()),
+        (Some(x), Some(y)) => (x, y),
+    };
+    let mut digest = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    digest.update(&a);
+    digest.update(&b);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.finish().as_ref());
+    Some(out)
 }
 
 enum TicketerError {

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shuck_test_support::clients::{curl, s_client, sum, wait_metric};
+use shuck_test_support::clients::{curl, curl_at, s_client, sum, wait_metric};
 use shuck_test_support::configs::{Config, Frontend};
 use shuck_test_support::pki::{toml_path, Key, Pki};
 use shuck_test_support::process::{HttpBackend, Shuck};
@@ -594,5 +594,74 @@ fn a_crl_that_does_not_load_is_reported_by_the_watcher() {
     assert!(
         !curl_with_cert(&pki, &shuck, &revoked).status.success(),
         "the previous CRL still applies"
+    );
+}
+
+/// One listener, a TLS policy per name: `admin.test` requires a client certificate and
+/// `www.test` does not; `legacy.test` takes a TLS 1.2 client the frontend (TLS 1.3 only) refuses
+/// with `protocol_version` on `www.test`; `shuck check` prints each route's policy.
+#[test]
+fn routes_have_their_own_tls_policy_chosen_by_the_name_asked_for() {
+    let pki = Pki::new();
+    let cert = pki.leaf(
+        "multi.pem",
+        "multi",
+        &["www.test", "admin.test", "legacy.test"],
+        Key::EcdsaP256,
+    );
+    let client = pki.leaf("client.pem", "client one", &[], Key::EcdsaP256);
+    let (www, admin, legacy) = (
+        HttpBackend::start(),
+        HttpBackend::start(),
+        HttpBackend::start(),
+    );
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n\
+         protocols = [\"TLS1.3\"]\n\
+         [[frontend.route]]\nname = \"admin\"\nsni = [\"admin.test\"]\nbackend = \"{}\"\n\
+         client_auth = \"required\"\nclient_ca = {}\n\
+         [[frontend.route]]\nname = \"legacy\"\nsni = [\"legacy.test\"]\nbackend = \"{}\"\n\
+         protocols = [\"TLS1.2\", \"TLS1.3\"]\n",
+        www.addr,
+        toml_path(&cert),
+        admin.addr,
+        toml_path(&pki.ca_path()),
+        legacy.addr
+    ));
+    let web = shuck.addr();
+    let with_cert = ["--cert", client.to_str().expect("path")];
+    let get = |name: &str, extra: &[&str]| curl_at(&pki, web, name, "/", extra);
+    let plain = get("www.test", &[]);
+    assert!(plain.status.success(), "{}", shuck.log_text());
+    assert!(String::from_utf8_lossy(&plain.stdout).starts_with("backend got:"));
+    assert!(
+        !get("admin.test", &[]).status.success(),
+        "admin.test served without a certificate"
+    );
+    let mutual = get("admin.test", &with_cert);
+    assert!(mutual.status.success(), "{}", shuck.log_text());
+    assert_eq!(admin.served.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let (ok, out) = s_client(&pki, web, Some("legacy.test"), &["-tls1_2"]);
+    assert!(ok, "TLS 1.2 on legacy.test: {out}");
+    assert!(out.contains("TLSv1.2"), "{out}");
+    let (ok, out) = s_client(&pki, web, Some("www.test"), &["-tls1_2"]);
+    assert!(!ok, "TLS 1.2 on www.test served: {out}");
+    assert!(out.contains("alert protocol version"), "{out}");
+    let check = shuck_test_support::process::run_bounded(
+        std::process::Command::new(&*shuck_test_support::process::SHUCK)
+            .args(["check", "--config"])
+            .arg(shuck.config_path()),
+        b"",
+        30,
+    );
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success(), "{said}");
+    assert!(
+        said.contains("TLS for admin.test") && said.contains("client certificates: required"),
+        "{said}"
+    );
+    assert!(
+        said.contains("TLS for legacy.test") && said.contains("protocols: TLS1.2, TLS1.3"),
+        "{said}"
     );
 }

@@ -62,6 +62,8 @@ pub(crate) async fn finish(
         tcp,
         received,
     } = *hello;
+    // A route's own TLS policy when the ClientHello asks for one of its names.
+    let tls = tls.for_name(accepted.client_hello().server_name());
     let sni = keep_sni
         .then(|| accepted.client_hello().server_name().map(Box::from))
         .flatten();
