@@ -219,6 +219,12 @@ fn rows(f: &Files) -> Vec<Row> {
             Applied,
         ),
         frontend(
+            "backend_tls",
+            String::new(),
+            "backend_tls = { verify = \"none\" }".into(),
+            Applied,
+        ),
+        frontend(
             "backend_policy",
             String::new(),
             "backend_policy = \"least_connections\"".into(),

@@ -227,6 +227,7 @@ mod tests {
                 error_limit,
             }),
             dns_refresh: None,
+            tls: None,
         };
         Verdicts::default()
             .shared("web", "default", &backends, &members)

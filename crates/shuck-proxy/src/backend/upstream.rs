@@ -1,5 +1,5 @@
 //! The connection to a backend: TCP, or a Unix socket (a Varnish, an app server on the same
-//! host). The relay sees one stream type either way.
+//! host), either of them in TLS (`backend_tls`). The relay sees one stream type every way.
 
 use std::io;
 use std::pin::Pin;
@@ -12,6 +12,8 @@ use tokio::net::{TcpStream, UnixStream};
 pub(crate) enum Upstream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// Boxed: rustls' client state is large, and only backends in TLS carry it.
+    Tls(Box<tokio_rustls::client::TlsStream<Upstream>>),
 }
 
 impl Upstream {
@@ -20,6 +22,36 @@ impl Upstream {
         match self {
             Upstream::Tcp(s) => Some(s),
             Upstream::Unix(_) => None,
+            Upstream::Tls(s) => s.get_ref().0.tcp(),
+        }
+    }
+
+    /// This connection in TLS to `name` with `config`: `first` (a PROXY header) goes before the
+    /// handshake, in the clear, as HAProxy sends it; the whole within `within`.
+    pub(crate) async fn into_tls(
+        mut self,
+        first: Option<&[u8]>,
+        (config, name): (
+            std::sync::Arc<rustls::ClientConfig>,
+            rustls::pki_types::ServerName<'static>,
+        ),
+        within: std::time::Duration,
+    ) -> io::Result<Upstream> {
+        use tokio::io::AsyncWriteExt;
+        let handshake = async {
+            if let Some(bytes) = first {
+                self.write_all(bytes).await?;
+            }
+            tokio_rustls::TlsConnector::from(config)
+                .connect(name, self)
+                .await
+        };
+        match tokio::time::timeout(within, handshake).await {
+            Ok(r) => Ok(Upstream::Tls(Box::new(r?))),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("TLS handshake with the backend not done within {within:?}"),
+            )),
         }
     }
 }
@@ -33,6 +65,7 @@ impl AsyncRead for Upstream {
         match self.get_mut() {
             Upstream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Upstream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            Upstream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -46,6 +79,7 @@ impl AsyncWrite for Upstream {
         match self.get_mut() {
             Upstream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Upstream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            Upstream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -57,6 +91,7 @@ impl AsyncWrite for Upstream {
         match self.get_mut() {
             Upstream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Upstream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Upstream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -64,6 +99,7 @@ impl AsyncWrite for Upstream {
         match self {
             Upstream::Tcp(s) => s.is_write_vectored(),
             Upstream::Unix(s) => s.is_write_vectored(),
+            Upstream::Tls(s) => s.is_write_vectored(),
         }
     }
 
@@ -71,6 +107,7 @@ impl AsyncWrite for Upstream {
         match self.get_mut() {
             Upstream::Tcp(s) => Pin::new(s).poll_flush(cx),
             Upstream::Unix(s) => Pin::new(s).poll_flush(cx),
+            Upstream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
@@ -78,6 +115,7 @@ impl AsyncWrite for Upstream {
         match self.get_mut() {
             Upstream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Upstream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            Upstream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }

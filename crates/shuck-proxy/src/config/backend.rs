@@ -144,6 +144,8 @@ pub struct Backends {
     /// between [`MIN_DNS_REFRESH`] and [`MAX_TTL_REFRESH`]).
     #[serde(serialize_with = "super::ser::opt_duration")]
     pub dns_refresh: Option<Duration>,
+    /// TLS to these backends (`backend_tls`), if any.
+    pub tls: Option<super::backend_tls::BackendTls>,
 }
 
 /// The shortest `dns_refresh`, and the floor under a TTL.
@@ -242,6 +244,10 @@ impl RawFrontend {
             cooldown,
             health_check,
             dns_refresh: self.validate_dns_refresh()?,
+            tls: match &self.backend_tls {
+                None => None,
+                Some(raw) => Some(raw.validate(base)?),
+            },
         })
     }
 

@@ -54,6 +54,13 @@ fn keys_at(path: &str) -> Option<&'static [&'static str]> {
             serde_introspect::<super::backend::WeightedBackend>()
         }
         "frontend.certificates" => CERT_PAIR_KEYS,
+        "frontend.backend_tls" | "frontend.route.backend_tls" => {
+            serde_introspect::<super::backend_tls::RawBackendTls>()
+        }
+        "frontend.backend_tls.client_certificate"
+        | "frontend.route.backend_tls.client_certificate" => {
+            serde_introspect::<super::backend_tls::RawCertPair>()
+        }
         _ => return None,
     })
 }

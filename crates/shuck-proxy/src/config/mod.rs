@@ -23,6 +23,7 @@ pub use sessions::{SessionStoreSettings, TicketKeyFiles, TicketKeyFormat};
 mod acme;
 mod admission;
 pub mod backend;
+pub mod backend_tls;
 mod certificates;
 mod client_auth;
 pub mod frontend;
@@ -181,6 +182,7 @@ pub struct RawFrontend {
     pub per_client_table: Option<usize>,
     #[serde(default, rename = "route")]
     pub routes: Vec<routes::RawRoute>,
+    pub backend_tls: Option<backend_tls::RawBackendTls>,
 }
 
 /// Defaults, in one place so docs/configuration.md can be checked against them.

@@ -41,6 +41,7 @@ pub struct RawRoute {
     pub protocols: Option<Vec<String>>,
     pub ciphersuites: Option<Vec<String>>,
     pub groups: Option<Vec<String>>,
+    pub backend_tls: Option<super::backend_tls::RawBackendTls>,
 }
 
 impl RawRoute {
@@ -208,6 +209,7 @@ impl RawFrontend {
             .clone()
             .or_else(|| self.health_check.clone());
         as_frontend.proxy_protocol = raw.proxy_protocol.or(self.proxy_protocol);
+        as_frontend.backend_tls = raw.backend_tls.clone().or_else(|| self.backend_tls.clone());
         as_frontend.proxy_protocol_tlvs = raw
             .proxy_protocol_tlvs
             .clone()
@@ -307,6 +309,7 @@ mod tests {
                 cooldown: std::time::Duration::from_secs(1),
                 health_check: None,
                 dns_refresh: None,
+                tls: None,
             },
             send: None,
             tlvs: ProxyTlvs::default(),

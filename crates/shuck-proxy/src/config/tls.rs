@@ -90,6 +90,9 @@ impl PartialEq for Versions {
     }
 }
 
+// By version number: a total equality.
+impl Eq for Versions {}
+
 impl PartialEq for Groups {
     fn eq(&self, other: &Self) -> bool {
         self.0

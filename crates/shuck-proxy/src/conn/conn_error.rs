@@ -18,6 +18,10 @@ pub(crate) enum ConnError {
     Handshake(#[from] HandshakeError),
     #[error("{0}")]
     BackendConnect(#[from] ConnectError),
+    /// The TLS handshake with the backend failed (`backend_tls`): its certificate did not
+    /// verify, it refused ours, or it does not speak TLS.
+    #[error("TLS to the backend: {0}")]
+    BackendTls(std::io::Error),
     #[error("PROXY header too large (client certificate?): {0}")]
     BackendHeader(#[from] EncodeError),
     #[error("{0}")]
@@ -100,6 +104,8 @@ reasons! {
     HandshakeClientCertificate,
     HandshakeOther,
     BackendConnect,
+    /// The TLS handshake with the backend failed.
+    BackendTls,
     /// No route matched and the frontend has no backend of its own.
     NoRoute,
     /// Out of descriptors for the backend connection: ours, not the backend's, problem.
@@ -175,6 +181,7 @@ impl Reason {
             Reason::HandshakeClientCertificate => "handshake_client_certificate",
             Reason::HandshakeOther => "handshake_other",
             Reason::BackendConnect => "backend_connect",
+            Reason::BackendTls => "backend_tls",
             Reason::NoRoute => "no_route",
             Reason::NoDescriptors => "no_descriptors",
             Reason::BackendHeader => "backend_proxy_header",
@@ -220,6 +227,7 @@ impl Reason {
             Reason::HandshakeClientCertificate => Some((HandshakeFailures, "client_certificate")),
             Reason::HandshakeOther => Some((HandshakeFailures, "other")),
             Reason::BackendConnect => Some((BackendErrors, "connect")),
+            Reason::BackendTls => Some((BackendErrors, "tls")),
             Reason::NoRoute => Some((BackendErrors, "no_route")),
             Reason::NoDescriptors => Some((CountedIn::ResourceErrors, "descriptors")),
             Reason::BackendHeader => Some((BackendErrors, "proxy_header")),
@@ -261,7 +269,7 @@ impl Reason {
             | Reason::ProxyClosed
             | Reason::ProxyHealthCheck => "CR",
             Reason::HandshakeTimeout | Reason::ProxyTimeout => "cR",
-            Reason::BackendConnect | Reason::NoRoute => "SC",
+            Reason::BackendConnect | Reason::BackendTls | Reason::NoRoute => "SC",
             Reason::NoDescriptors => "RC",
             Reason::BackendHeader => "IC",
             Reason::BackendRelay => "SD",
@@ -283,6 +291,7 @@ impl Reason {
             Reason::HandshakeAbandoned => "client closed before sending a ClientHello",
             Reason::HandshakeClientAbort => "client closed during the TLS handshake",
             Reason::BackendConnect => "closing client connection: backend unavailable",
+            Reason::BackendTls => "closing client connection: TLS to the backend failed",
             Reason::NoRoute => "closing client connection: no route for its server name and ALPN",
             Reason::NoDescriptors => {
                 "closing client connection: out of descriptors (raise the open-files limit)"
@@ -326,6 +335,7 @@ impl ConnError {
             ) => Reason::BackendConnect,
             ConnError::BackendConnect(ConnectError::NoDescriptors(_)) => Reason::NoDescriptors,
             ConnError::BackendHeader(_) => Reason::BackendHeader,
+            ConnError::BackendTls(_) => Reason::BackendTls,
             ConnError::NoRoute => Reason::NoRoute,
             ConnError::Relay(RelayError::Backend(_) | RelayError::BackendAborted(_)) => {
                 Reason::BackendRelay

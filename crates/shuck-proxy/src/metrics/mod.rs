@@ -153,10 +153,12 @@ pub(crate) struct BackendErrorCounts {
     pub relay: Counter,
     /// PROXY headers that could not be sent to it.
     pub proxy_header: Counter,
+    /// TLS handshakes with it that failed (`backend_tls`).
+    pub tls: Counter,
 }
 
 /// The kinds a backend is counted under, as labels.
-const BACKEND_ERROR_KINDS: [&str; 3] = ["connect", "relay", "proxy_header"];
+const BACKEND_ERROR_KINDS: [&str; 4] = ["connect", "relay", "proxy_header", "tls"];
 
 impl BackendConnects {
     /// One histogram per backend, in the order given (at start and reload, not per connection:
@@ -207,12 +209,13 @@ impl BackendConnects {
     ) -> Vec<BackendErrorCounts> {
         names
             .map(|b| {
-                let [connect, relay, proxy_header] =
+                let [connect, relay, proxy_header, tls] =
                     BACKEND_ERROR_KINDS.map(|k| get(&self.errors, &self.error_labels(route, b, k)));
                 BackendErrorCounts {
                     connect,
                     relay,
                     proxy_header,
+                    tls,
                 }
             })
             .collect()

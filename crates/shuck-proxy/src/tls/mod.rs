@@ -2,6 +2,7 @@
 //! for each frontend.
 
 pub(crate) mod added;
+pub(crate) mod backend_tls;
 pub(crate) mod certs;
 pub(crate) mod client_auth;
 pub(crate) mod handshake;
@@ -55,9 +56,20 @@ pub(crate) struct WorkerTls {
     /// The routes' own TLS policies, in file order: a ClientHello asking for one of a route's
     /// names is served with its configuration (the first that matches).
     pub(crate) by_name: Vec<(Vec<String>, Arc<WorkerTls>)>,
+    /// TLS to the backends, by route (`default`: the frontend's own), with this worker's own
+    /// session cache.
+    pub(crate) backend_tls: Vec<(String, Arc<rustls::ClientConfig>)>,
 }
 
 impl WorkerTls {
+    /// The client configuration for `route`'s backends, when they are reached in TLS.
+    pub(crate) fn backend_client(&self, route: &str) -> Option<Arc<rustls::ClientConfig>> {
+        self.backend_tls
+            .iter()
+            .find(|(r, _)| r == route)
+            .map(|(_, c)| c.clone())
+    }
+
     /// The configuration a ClientHello asking for `sni` is served with.
     pub(crate) fn for_name(&self, sni: Option<&str>) -> &WorkerTls {
         let Some(name) = sni else {
@@ -98,6 +110,8 @@ pub(crate) struct TlsContext {
     client_check: Option<Arc<client_auth::Lenient>>,
     /// The routes' own TLS policies, in file order.
     policies: Vec<Policy>,
+    /// TLS to the backends, by route (`default`: the frontend's own).
+    backend_tls: Vec<(String, Arc<rustls::ClientConfig>)>,
 }
 
 pub(crate) fn provider_for(fe: &Frontend) -> CryptoProvider {
@@ -309,6 +323,7 @@ impl TlsContext {
             client_trust,
             client_check,
             policies,
+            backend_tls: backend_clients(fe)?,
         })
     }
 
@@ -335,6 +350,11 @@ impl TlsContext {
             .collect();
         let mut main = self.worker_config_of(&self.template, self.client_check.clone(), remote);
         main.by_name = by_name;
+        main.backend_tls = self
+            .backend_tls
+            .iter()
+            .map(|(route, c)| (route.clone(), backend_tls::for_worker(c)))
+            .collect();
         Arc::new(main)
     }
 
@@ -369,8 +389,25 @@ impl TlsContext {
             remote,
             resumption,
             by_name: Vec::new(),
+            backend_tls: Vec::new(),
         }
     }
+}
+
+/// The client configuration of each set of backends `fe` reaches in TLS, by route.
+fn backend_clients(fe: &Frontend) -> Result<Vec<(String, Arc<rustls::ClientConfig>)>> {
+    let sets = std::iter::once(("default", &fe.backend))
+        .chain(fe.route.0.iter().map(|r| (r.name.as_str(), &r.backend)));
+    let mut out = Vec::new();
+    for (route, backends) in sets {
+        if let Some(settings) = &backends.tls {
+            out.push((
+                route.to_string(),
+                backend_tls::client_config(&fe.name, settings)?,
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// A configuration template built for `fe`'s TLS settings and client authentication, over the

@@ -18,6 +18,7 @@ use tokio::net::TcpStream;
 use crate::backend::{ConnectError, Lease, Upstream};
 use crate::certs::acme;
 use crate::certs::acme::challenge::Challenges;
+use crate::config::backend_tls::{BackendTls, ServerName as TlsName};
 use crate::config::Route;
 use crate::conn::backend_header::{self, UniqueId};
 use crate::conn::conn_error::ConnError;
@@ -38,6 +39,7 @@ use crate::worker::access_log::{record_end, AccessRecord};
 use crate::worker::admission::Admitted;
 use crate::worker::listing::{Alpn, ConnInfo};
 use crate::worker::{Worker, WorkerFrontend, WorkerPool};
+use rustls::pki_types::ServerName;
 
 /// Serves one accepted connection to its end.
 pub(crate) async fn handle(
@@ -309,7 +311,19 @@ fn keeps_sni(worker: &Worker, fe: &WorkerFrontend) -> bool {
         || !cfg.route.0.is_empty()
         || worker.log_connections()
         || worker.engine().lists_connections()
+        || asks_backends_for_the_clients_name(cfg)
         || (cfg.proxy_protocol.send.is_some() && cfg.proxy_protocol.tlvs.authority)
+}
+
+/// Whether some backends are asked, in TLS, for the name the client asked for.
+fn asks_backends_for_the_clients_name(cfg: &crate::config::Frontend) -> bool {
+    std::iter::once(&cfg.backend)
+        .chain(cfg.route.0.iter().map(|r| &r.backend))
+        .any(|b| {
+            b.tls
+                .as_ref()
+                .is_some_and(|t| t.server_name == TlsName::Client)
+        })
 }
 
 /// The stages after the handshake: the backend (or the demo page), the PROXY header, the relay.
@@ -350,6 +364,28 @@ async fn serve_negotiated<'a>(
                 c.proxy_header.inc();
             }
         })?;
+    // In TLS to the backend (`backend_tls`): the PROXY header first, in the clear.
+    let backends = route.map_or(&cfg.backend, |r| &r.backend);
+    let (upstream, prefix) = match &backends.tls {
+        None => (upstream, prefix),
+        Some(settings) => {
+            let route_name = route.map_or("default", |r| r.name.as_str());
+            let to = (route_name, settings, lease.name(), backends.connect_timeout);
+            let wrapped = Box::pin(backend_tls(fe, to, upstream, prefix, hs.sni.as_deref())).await;
+            match wrapped {
+                Ok(up) => (up, None),
+                Err(e) => {
+                    if let Some(c) = pool.errors.get(lease.index()) {
+                        c.tls.inc();
+                    }
+                    lease.seen(crate::backend::health::Seen::Failed);
+                    let _ =
+                        tokio::time::timeout(cfg.timeouts.handshake, hs.stream.shutdown()).await;
+                    return Err(ConnError::BackendTls(e));
+                }
+            }
+        }
+    };
     listed.sni = hs.sni.take();
     let idle = trace.timeouts(fe).idle;
     let source = idle::source_of(arrival.client.ip(), cfg.admission.client_prefixes());
@@ -367,6 +403,53 @@ async fn serve_negotiated<'a>(
     trace.moved = moved;
     drop(lease);
     Ok(res?)
+}
+
+/// The backend connection `upstream` in TLS as `settings` say (`route`'s client
+/// configuration, this worker's), the PROXY header `prefix` sent before the handshake.
+async fn backend_tls(
+    fe: &WorkerFrontend,
+    (route, settings, backend, within): (&str, &BackendTls, &str, Duration),
+    upstream: Upstream,
+    prefix: Option<(PooledBuf, usize)>,
+    client_sni: Option<&str>,
+) -> std::io::Result<Upstream> {
+    let config = fe.tls.load().backend_client(route).ok_or_else(|| {
+        std::io::Error::other("no TLS client configuration for these backends (reload pending)")
+    })?;
+    let name = backend_server_name(settings, client_sni, backend).ok_or_else(|| {
+        std::io::Error::other(format!(
+            "no server name to ask {backend} for: set backend_tls.server_name"
+        ))
+    })?;
+    let first = prefix.as_ref().map(|(buf, len)| &buf.bytes()[..*len]);
+    upstream.into_tls(first, (config, name), within).await
+}
+
+/// The name the backend is asked for: `server_name`, the client's (`client`), else the backend's
+/// own host (its address when it is one).
+fn backend_server_name(
+    settings: &BackendTls,
+    client_sni: Option<&str>,
+    backend: &str,
+) -> Option<ServerName<'static>> {
+    let own = || {
+        // `host:port`, `host:port@address` (a name's address), `[v6]:port`, `unix:/path`.
+        let written = backend.split('@').next().unwrap_or(backend);
+        let host = match written.parse::<SocketAddr>() {
+            Ok(a) => return Some(ServerName::IpAddress(a.ip().into())),
+            Err(_) if written.starts_with("unix:") => "localhost",
+            Err(_) => written.rsplit_once(':').map_or(written, |(h, _)| h),
+        };
+        ServerName::try_from(host.to_string()).ok()
+    };
+    match &settings.server_name {
+        TlsName::Fixed(n) => ServerName::try_from(n.clone()).ok(),
+        TlsName::Client => client_sni
+            .and_then(|n| ServerName::try_from(n.to_string()).ok())
+            .or_else(own),
+        TlsName::Backend => own(),
+    }
 }
 
 /// What the admin socket shows of the connection while it relays (`worker::listing`); the

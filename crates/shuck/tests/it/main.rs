@@ -4,6 +4,7 @@
 mod accept_proxy;
 mod acme;
 mod admission;
+mod backend_tls;
 #[cfg(feature = "bench")]
 mod bench;
 mod cert_layouts;

@@ -1,0 +1,165 @@
+//! TLS to the backends (`backend_tls`) against `openssl s_server` as the backend: it checks
+//! shuck's client certificate (`-Verify`), shuck checks its certificate and name; sessions
+//! to it resume (its `-www` page says `Reused`); a backend whose certificate is from another
+//! CA, or one that wants a client certificate shuck has none of, is refused and counted.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use shuck_test_support::clients::{curl_at, scrape, sum};
+use shuck_test_support::pki::{toml_path, Key, Pki};
+use shuck_test_support::process::{wait_for, Shuck};
+
+/// `openssl s_server -www` on a free port, killed on drop.
+struct SServer {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl SServer {
+    /// With certificate bundle `cert`; `verify_ca`: require a client certificate from it.
+    fn start(cert: &std::path::Path, verify_ca: Option<&std::path::Path>) -> SServer {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let mut cmd = Command::new("openssl");
+        cmd.args(["s_server", "-www", "-accept"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("-cert")
+            .arg(cert)
+            .arg("-key")
+            .arg(cert);
+        if let Some(ca) = verify_ca {
+            cmd.args(["-Verify", "1", "-verify_return_error", "-CAfile"])
+                .arg(ca);
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("openssl s_server");
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        wait_for(
+            "openssl s_server listening",
+            Duration::from_secs(10),
+            || TcpStream::connect(addr).is_ok(),
+        );
+        SServer { child, addr }
+    }
+}
+
+impl Drop for SServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A shuck with one frontend in front of `backend` with `backend_tls = { tls }`.
+fn shuck_to(pki: &Pki, backend: SocketAddr, tls: &str) -> Shuck {
+    let cert = pki.leaf("front.pem", "front", &["www.test"], Key::EcdsaP256);
+    Shuck::start(&format!(
+        "workers = 1\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\n\
+         listen = \"127.0.0.1:0\"\nbackend = \"{backend}\"\ncertificates = {}\nbackend_tls = {{ {tls} }}\n",
+        toml_path(&cert)
+    ))
+}
+
+fn tls_errors(shuck: &Shuck) -> i64 {
+    sum(
+        &scrape(shuck.addrs[1]),
+        "shuck_backend_errors_total",
+        &["kind=\"tls\""],
+    )
+}
+
+#[test]
+fn a_verified_backend_that_checks_shucks_certificate_is_served_and_resumed() {
+    let pki = Pki::new();
+    let backend_cert = pki.leaf("api.pem", "api", &["api.internal"], Key::EcdsaP256);
+    let ours = pki.leaf("to-backend.pem", "shuck", &[], Key::EcdsaP256);
+    let backend = SServer::start(&backend_cert, Some(&pki.ca_path()));
+    let shuck = shuck_to(
+        &pki,
+        backend.addr,
+        &format!(
+            "ca = {}, server_name = \"api.internal\", client_certificate = {{ cert = {} }}",
+            toml_path(&pki.ca_path()),
+            toml_path(&ours)
+        ),
+    );
+    let web = shuck.addrs[0];
+    let first = curl_at(&pki, web, "www.test", "/", &[]);
+    let page = String::from_utf8_lossy(&first.stdout);
+    assert!(first.status.success(), "{page}\n{}", shuck.log_text());
+    // s_server's page: the session, and the client certificate it checked.
+    assert!(page.contains("New, TLSv1.3"), "{page}");
+    assert!(
+        page.contains("CN=shuck") || page.contains("CN = shuck"),
+        "{page}"
+    );
+    let second = curl_at(&pki, web, "www.test", "/", &[]);
+    let page = String::from_utf8_lossy(&second.stdout);
+    assert!(page.contains("Reused, TLSv1.3"), "resumed: {page}");
+    assert_eq!(tls_errors(&shuck), 0);
+}
+
+#[test]
+fn a_backend_from_another_ca_or_wanting_a_certificate_shuck_lacks_is_refused_and_counted() {
+    let pki = Pki::new();
+    let stranger = Pki::new();
+    let foreign = stranger.leaf("api.pem", "api", &["api.internal"], Key::EcdsaP256);
+    let backend = SServer::start(&foreign, None);
+    let shuck = shuck_to(
+        &pki,
+        backend.addr,
+        &format!(
+            "ca = {}, server_name = \"api.internal\"",
+            toml_path(&pki.ca_path())
+        ),
+    );
+    let out = curl_at(&pki, shuck.addrs[0], "www.test", "/", &[]);
+    assert!(
+        !out.status.success(),
+        "served through a backend from another CA"
+    );
+    assert_eq!(tls_errors(&shuck), 1, "{}", shuck.log_text());
+    assert!(
+        shuck.log_text().contains("backend_tls"),
+        "{}",
+        shuck.log_text()
+    );
+    drop(shuck);
+
+    let ours = pki.leaf("api2.pem", "api", &["api.internal"], Key::EcdsaP256);
+    let strict = SServer::start(&ours, Some(&pki.ca_path()));
+    let shuck = shuck_to(
+        &pki,
+        strict.addr,
+        &format!(
+            "ca = {}, server_name = \"api.internal\"",
+            toml_path(&pki.ca_path())
+        ),
+    );
+    let out = curl_at(&pki, shuck.addrs[0], "www.test", "/", &[]);
+    assert!(
+        !out.status.success(),
+        "served without the certificate the backend wants"
+    );
+    // A wrong name is refused too: the certificate names api.internal, not other.internal.
+    drop(shuck);
+    let shuck = shuck_to(
+        &pki,
+        strict.addr,
+        &format!(
+            "ca = {}, server_name = \"other.internal\"",
+            toml_path(&pki.ca_path())
+        ),
+    );
+    let out = curl_at(&pki, shuck.addrs[0], "www.test", "/", &[]);
+    assert!(!out.status.success(), "served a backend under another name");
+    assert_eq!(tls_errors(&shuck), 1, "{}", shuck.log_text());
+}
