@@ -163,3 +163,23 @@ fn a_backend_from_another_ca_or_wanting_a_certificate_shuck_lacks_is_refused_and
     assert!(!out.status.success(), "served a backend under another name");
     assert_eq!(tls_errors(&shuck), 1, "{}", shuck.log_text());
 }
+
+/// `verify = "none"`: a backend whose certificate nothing vouches for is still reached in TLS
+/// (encrypted, not authenticated), the client's name asked for with `server_name = "client"`.
+#[test]
+fn verify_none_reaches_an_unvouched_backend_in_tls() {
+    let pki = Pki::new();
+    let stranger = Pki::new();
+    let foreign = stranger.leaf("any.pem", "any", &["whatever.internal"], Key::EcdsaP256);
+    let backend = SServer::start(&foreign, None);
+    let shuck = shuck_to(
+        &pki,
+        backend.addr,
+        "verify = \"none\", server_name = \"client\"",
+    );
+    let out = curl_at(&pki, shuck.addrs[0], "www.test", "/", &[]);
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{page}\n{}", shuck.log_text());
+    assert!(page.contains("TLSv1.3"), "{page}");
+    assert_eq!(tls_errors(&shuck), 0);
+}
