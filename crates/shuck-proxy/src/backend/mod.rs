@@ -10,7 +10,7 @@ pub(crate) mod health;
 pub(crate) mod policy;
 mod upstream;
 
-pub(crate) use upstream::Upstream;
+pub(crate) use upstream::{TlsToBackendError, Upstream};
 
 use std::cell::Cell;
 use std::io;

@@ -36,7 +36,7 @@ impl Upstream {
             rustls::pki_types::ServerName<'static>,
         ),
         within: std::time::Duration,
-    ) -> io::Result<Upstream> {
+    ) -> Result<Upstream, TlsToBackendError> {
         use tokio::io::AsyncWriteExt;
         let handshake = async {
             if let Some(bytes) = first {
@@ -47,13 +47,26 @@ impl Upstream {
                 .await
         };
         match tokio::time::timeout(within, handshake).await {
-            Ok(r) => Ok(Upstream::Tls(Box::new(r?))),
-            Err(_) => Err(io::Error::new(
+            Ok(r) => Ok(Upstream::Tls(Box::new(
+                r.map_err(TlsToBackendError::Handshake)?,
+            ))),
+            Err(_) => Err(TlsToBackendError::Handshake(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("TLS handshake with the backend not done within {within:?}"),
-            )),
+            ))),
         }
     }
+}
+
+/// Why a backend connection could not be put in TLS.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TlsToBackendError {
+    /// This side's: no client configuration for these backends yet, no name to ask for.
+    #[error("{0}")]
+    Local(String),
+    /// The handshake (its certificate, ours, its answer or its time).
+    #[error("{0}")]
+    Handshake(io::Error),
 }
 
 impl AsyncRead for Upstream {
@@ -65,7 +78,14 @@ impl AsyncRead for Upstream {
         match self.get_mut() {
             Upstream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Upstream::Unix(s) => Pin::new(s).poll_read(cx, buf),
-            Upstream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            // A backend that closes without close_notify (many do) has ended its answer, as
+            // nginx and HAProxy take it: the end, not a reset passed on to the client.
+            Upstream::Tls(s) => match Pin::new(s.as_mut()).poll_read(cx, buf) {
+                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    Poll::Ready(Ok(()))
+                }
+                other => other,
+            },
         }
     }
 }

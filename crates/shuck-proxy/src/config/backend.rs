@@ -237,6 +237,17 @@ impl RawFrontend {
             Some(_) if matches!(backend, Backend::Demo) => None,
             Some(raw) => Some(raw.validate()?),
         };
+        let tls = match &self.backend_tls {
+            None => None,
+            Some(raw) => Some(raw.validate(base)?),
+        };
+        if tls.is_some() && health_check.as_ref().is_some_and(|h| h.http.is_some()) {
+            // The checks speak plain HTTP: to a TLS backend every check would fail.
+            return Err(key_err(
+                "health_check",
+                "http checks are sent without TLS, and backend_tls is set: leave http out (the checks then connect only)",
+            ));
+        }
         Ok(Backends {
             target: backend,
             policy: self.backend_policy.unwrap_or_default(),
@@ -244,10 +255,7 @@ impl RawFrontend {
             cooldown,
             health_check,
             dns_refresh: self.validate_dns_refresh()?,
-            tls: match &self.backend_tls {
-                None => None,
-                Some(raw) => Some(raw.validate(base)?),
-            },
+            tls,
         })
     }
 

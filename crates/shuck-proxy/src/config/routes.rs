@@ -86,6 +86,7 @@ impl Route {
     /// one of its names matches).
     pub fn policy_for(&self, sni: Option<&str>) -> Option<&RoutePolicy> {
         let name = sni?;
+        let name = name.strip_suffix('.').unwrap_or(name);
         self.policy
             .as_ref()
             .filter(|_| self.sni.iter().any(|p| name_matches(p, name)))
@@ -94,6 +95,8 @@ impl Route {
     /// Whether a connection that negotiated `sni` and `alpn` takes this route: every condition
     /// the route has holds.
     pub fn matches(&self, sni: Option<&str>, alpn: Option<&[u8]>) -> bool {
+        // One trailing dot is the same name (as the certificate and the TLS policy see it).
+        let sni = sni.map(|n| n.strip_suffix('.').unwrap_or(n));
         let sni_ok = self.sni.is_empty()
             || sni.is_some_and(|name| self.sni.iter().any(|p| name_matches(p, name)));
         let alpn_ok = self.alpn.is_empty()

@@ -21,7 +21,7 @@ pub(crate) enum ConnError {
     /// The TLS handshake with the backend failed (`backend_tls`): its certificate did not
     /// verify, it refused ours, or it does not speak TLS.
     #[error("TLS to the backend: {0}")]
-    BackendTls(std::io::Error),
+    BackendTls(crate::backend::TlsToBackendError),
     #[error("PROXY header too large (client certificate?): {0}")]
     BackendHeader(#[from] EncodeError),
     #[error("{0}")]
@@ -29,6 +29,10 @@ pub(crate) enum ConnError {
     /// The frontend has routes, none matched, and it has no backend of its own.
     #[error("no route matches the negotiated server name and ALPN, and the frontend has no backend of its own")]
     NoRoute,
+    /// The route the connection takes has another TLS policy than its handshake had (an
+    /// earlier route without one, or with another, takes a name a later policy route covers).
+    #[error("the route taken has another TLS policy than the handshake had: refused")]
+    PolicyMismatch,
     /// Refused by the frontend's admission rules (`allow`, `deny`, `per_client`, `deny_ja4`).
     #[error("{0}")]
     Refused(#[from] Refusal),
@@ -108,6 +112,8 @@ reasons! {
     BackendTls,
     /// No route matched and the frontend has no backend of its own.
     NoRoute,
+    /// The route taken has another TLS policy than the handshake had.
+    PolicyMismatch,
     /// Out of descriptors for the backend connection: ours, not the backend's, problem.
     NoDescriptors,
     /// The PROXY header for the backend could not be built.
@@ -183,6 +189,7 @@ impl Reason {
             Reason::BackendConnect => "backend_connect",
             Reason::BackendTls => "backend_tls",
             Reason::NoRoute => "no_route",
+            Reason::PolicyMismatch => "policy_mismatch",
             Reason::NoDescriptors => "no_descriptors",
             Reason::BackendHeader => "backend_proxy_header",
             Reason::BackendRelay => "backend_relay",
@@ -229,6 +236,7 @@ impl Reason {
             Reason::BackendConnect => Some((BackendErrors, "connect")),
             Reason::BackendTls => Some((BackendErrors, "tls")),
             Reason::NoRoute => Some((BackendErrors, "no_route")),
+            Reason::PolicyMismatch => Some((BackendErrors, "policy_mismatch")),
             Reason::NoDescriptors => Some((CountedIn::ResourceErrors, "descriptors")),
             Reason::BackendHeader => Some((BackendErrors, "proxy_header")),
             Reason::BackendRelay => Some((BackendErrors, "relay")),
@@ -293,6 +301,9 @@ impl Reason {
             Reason::BackendConnect => "closing client connection: backend unavailable",
             Reason::BackendTls => "closing client connection: TLS to the backend failed",
             Reason::NoRoute => "closing client connection: no route for its server name and ALPN",
+            Reason::PolicyMismatch => {
+                "closing client connection: its route has another TLS policy than its handshake had"
+            }
             Reason::NoDescriptors => {
                 "closing client connection: out of descriptors (raise the open-files limit)"
             }
@@ -337,6 +348,7 @@ impl ConnError {
             ConnError::BackendHeader(_) => Reason::BackendHeader,
             ConnError::BackendTls(_) => Reason::BackendTls,
             ConnError::NoRoute => Reason::NoRoute,
+            ConnError::PolicyMismatch => Reason::PolicyMismatch,
             ConnError::Relay(RelayError::Backend(_) | RelayError::BackendAborted(_)) => {
                 Reason::BackendRelay
             }

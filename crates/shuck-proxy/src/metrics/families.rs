@@ -34,7 +34,7 @@ pub(super) fn register_connection_families(registry: &mut Registry, m: &Metrics)
     );
     registry.register(
         "backend_errors",
-        "Backend failures: no backend reachable (connect), error while relaying (relay), PROXY header not built (proxy_header)",
+        "Backend failures: no backend reachable (connect), error while relaying (relay), PROXY header not built (proxy_header), TLS handshake with it failed (tls); per frontend: no route (no_route), the route's TLS policy not the handshake's (policy_mismatch)",
         m.backend_errors.clone(),
     );
     registry.register(

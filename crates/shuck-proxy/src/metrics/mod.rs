@@ -413,8 +413,9 @@ impl Metrics {
                     get(&self.handshake_failures, &with("reason", label))
                 }
                 // Counted per backend (`BackendErrorCounts`) where there is one; these, for the
-                // status page, are exported only for what has none (no route).
-                CountedIn::BackendErrors if label == "no_route" => {
+                // status page, are exported only for what has none (no route, a route whose
+                // TLS policy is not the handshake's).
+                CountedIn::BackendErrors if matches!(label, "no_route" | "policy_mismatch") => {
                     get(&self.backend_errors, &with("kind", label))
                 }
                 CountedIn::BackendErrors => Counter::default(),

@@ -268,9 +268,28 @@ fn watched_of(fe: &Frontend) -> Watched {
     if let Some(t) = &fe.resumption.ticket_keys {
         w.files.extend(t.paths.iter().map(|p| (p.clone(), CAP)));
     }
-    // CA bundles and CRLs are read up to the larger cap (a large CA's CRL runs to megabytes).
-    let trust = fe.client_auth.ca.iter().chain(&fe.client_auth.crls);
-    w.files.extend(trust.map(|p| (p.clone(), LARGE_CAP)));
+    // CA bundles and CRLs are read up to the larger cap (a large CA's CRL runs to megabytes):
+    // the frontend's, and those of the routes' own policies.
+    let policies = fe.route.0.iter().filter_map(|r| r.policy.as_ref());
+    let auths = std::iter::once(&fe.client_auth).chain(policies.map(|p| &p.client_auth));
+    for a in auths {
+        let trust = a.ca.iter().chain(&a.crls);
+        w.files.extend(trust.map(|p| (p.clone(), LARGE_CAP)));
+    }
+    // TLS to the backends: its CA bundle, and the client certificate and key.
+    let backends = std::iter::once(&fe.backend).chain(fe.route.0.iter().map(|r| &r.backend));
+    for t in backends.filter_map(|b| b.tls.as_ref()) {
+        w.files.extend(t.ca.iter().map(|p| (p.clone(), LARGE_CAP)));
+        if let Some(c) = &t.client_certificate {
+            w.files.push((
+                c.key.clone().unwrap_or_else(|| certs::key_beside(&c.cert)),
+                CAP,
+            ));
+            w.files.push((c.cert.clone(), CAP));
+        }
+    }
+    w.files.sort();
+    w.files.dedup();
     w
 }
 

@@ -60,35 +60,41 @@ pub(crate) fn for_worker(template: &ClientConfig) -> Arc<ClientConfig> {
 /// The CAs of `ca`, else the system's.
 fn roots(ca: Option<&Path>) -> Result<rustls::RootCertStore> {
     let mut roots = rustls::RootCertStore::empty();
-    match ca {
-        Some(path) => {
-            let bytes = crate::sys::files::read_capped(path, crate::sys::files::LARGE_CAP)
-                .map_err(|source| Error::CertRead {
-                    path: path.to_path_buf(),
-                    source,
-                })?;
-            let bad = |message: String| Error::Cert {
+    let Some(path) = ca else {
+        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        if roots.is_empty() {
+            return Err(Error::Cert {
+                path: "<the system's CA store>".into(),
+                message: "no CA certificate found to verify the backends with: set backend_tls.ca"
+                    .into(),
+            });
+        }
+        return Ok(roots);
+    };
+    let bytes =
+        crate::sys::files::read_capped(path, crate::sys::files::LARGE_CAP).map_err(|source| {
+            Error::CertRead {
                 path: path.to_path_buf(),
-                message,
-            };
-            for cert in CertificateDer::pem_slice_iter(&bytes) {
-                let cert = cert.map_err(|e| {
-                    bad(format!(
-                        "unreadable PEM certificate: {}",
-                        certs::pem_problem(&e)
-                    ))
-                })?;
-                roots
-                    .add(cert)
-                    .map_err(|e| bad(format!("not a CA certificate rustls can use: {e}")))?;
+                source,
             }
-            if roots.is_empty() {
-                return Err(bad("no certificate in the backend CA bundle".into()));
-            }
-        }
-        None => {
-            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        }
+        })?;
+    let bad = |message: String| Error::Cert {
+        path: path.to_path_buf(),
+        message,
+    };
+    for cert in CertificateDer::pem_slice_iter(&bytes) {
+        let cert = cert.map_err(|e| {
+            bad(format!(
+                "unreadable PEM certificate: {}",
+                certs::pem_problem(&e)
+            ))
+        })?;
+        roots
+            .add(cert)
+            .map_err(|e| bad(format!("not a CA certificate rustls can use: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(bad("no certificate in the backend CA bundle".into()));
     }
     Ok(roots)
 }

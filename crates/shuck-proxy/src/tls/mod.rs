@@ -56,6 +56,12 @@ pub(crate) struct WorkerTls {
     /// The routes' own TLS policies, in file order: a ClientHello asking for one of a route's
     /// names is served with its configuration (the first that matches).
     pub(crate) by_name: Vec<(Vec<String>, Arc<WorkerTls>)>,
+    /// Whose policy this is: the route's place in the frontend's `route` list; `None`: the
+    /// frontend's.
+    pub(crate) policy: Option<usize>,
+    /// `client_auth = "required"`: a handshake without a client certificate is refused, a
+    /// resumed one too (rustls does not ask again when it resumes).
+    pub(crate) requires_client_cert: bool,
     /// TLS to the backends, by route (`default`: the frontend's own), with this worker's own
     /// session cache.
     pub(crate) backend_tls: Vec<(String, Arc<rustls::ClientConfig>)>,
@@ -75,6 +81,8 @@ impl WorkerTls {
         let Some(name) = sni else {
             return self;
         };
+        // As the certificate is chosen: one trailing dot is the same name.
+        let name = name.strip_suffix('.').unwrap_or(name);
         self.by_name
             .iter()
             .find(|(names, _)| names.iter().any(|p| crate::config::name_matches(p, name)))
@@ -85,9 +93,12 @@ impl WorkerTls {
 /// A route's own TLS policy, loaded: its configuration template and client-certificate check.
 #[derive(Debug)]
 struct Policy {
+    /// The route's place in the frontend's `route` list.
+    route: usize,
     sni: Vec<String>,
     template: ServerConfig,
     client_check: Option<Arc<client_auth::Lenient>>,
+    required: bool,
 }
 
 /// Everything TLS a frontend needs, loaded and checked once at start.
@@ -110,6 +121,8 @@ pub(crate) struct TlsContext {
     client_check: Option<Arc<client_auth::Lenient>>,
     /// The routes' own TLS policies, in file order.
     policies: Vec<Policy>,
+    /// The frontend's `client_auth = "required"`.
+    requires_client_cert: bool,
     /// TLS to the backends, by route (`default`: the frontend's own).
     backend_tls: Vec<(String, Arc<rustls::ClientConfig>)>,
 }
@@ -243,25 +256,12 @@ impl TlsContext {
         ));
         let built = server_config(fe, provider, resolver.clone())?;
         let mut template = built.config;
-        let (mut client_trust, client_check) = (built.client_trust, built.client_check);
-        let mut policies = Vec::new();
-        for (route, policy) in fe
-            .route
-            .0
-            .iter()
-            .filter_map(|r| Some((r, r.policy.as_ref()?)))
-        {
-            let mut with = fe.clone();
-            with.tls = policy.tls.clone();
-            with.client_auth = policy.client_auth.clone();
-            let b = server_config(&with, Arc::new(provider_for(&with)), resolver.clone())?;
-            client_trust = combine_trust(client_trust, b.client_trust);
-            policies.push(Policy {
-                sni: route.sni.clone(),
-                template: b.config,
-                client_check: b.client_check,
-            });
-        }
+        let client_check = built.client_check;
+        // The trust of every policy and which names get it: a change to either (a CA, a CRL,
+        // a name moved to a route that asks for certificates, routes reordered) must invalidate
+        // the sessions made before, which rustls resumes without asking for a certificate.
+        let (mut policies, trust) = route_policies(fe, &resolver, Trust::new(built.client_trust))?;
+        let client_trust = trust.digest();
         let domain = resumption_domain(&certs, client_trust);
         let ticketer = if fe.resumption.tickets {
             let t = ticketer_for(fe, ticketer, domain).map_err(|e| match e {
@@ -323,6 +323,7 @@ impl TlsContext {
             client_trust,
             client_check,
             policies,
+            requires_client_cert: fe.client_auth.mode == crate::config::ClientAuth::Required,
             backend_tls: backend_clients(fe)?,
         })
     }
@@ -343,13 +344,16 @@ impl TlsContext {
             .policies
             .iter()
             .map(|p| {
-                let tls =
+                let mut tls =
                     self.worker_config_of(&p.template, p.client_check.clone(), remote.clone());
+                tls.policy = Some(p.route);
+                tls.requires_client_cert = p.required;
                 (p.sni.clone(), Arc::new(tls))
             })
             .collect();
         let mut main = self.worker_config_of(&self.template, self.client_check.clone(), remote);
         main.by_name = by_name;
+        main.requires_client_cert = self.requires_client_cert;
         main.backend_tls = self
             .backend_tls
             .iter()
@@ -389,6 +393,8 @@ impl TlsContext {
             remote,
             resumption,
             by_name: Vec::new(),
+            policy: None,
+            requires_client_cert: false,
             backend_tls: Vec::new(),
         }
     }
@@ -408,6 +414,33 @@ fn backend_clients(fe: &Frontend) -> Result<Vec<(String, Arc<rustls::ClientConfi
         }
     }
     Ok(out)
+}
+
+/// The routes' own TLS policies, loaded over the frontend's certificates, their trust added.
+fn route_policies(
+    fe: &Frontend,
+    resolver: &Arc<SniResolver>,
+    mut trust: Trust,
+) -> Result<(Vec<Policy>, Trust)> {
+    let mut policies = Vec::new();
+    for (i, route) in fe.route.0.iter().enumerate() {
+        let Some(policy) = &route.policy else {
+            continue;
+        };
+        let mut with = fe.clone();
+        with.tls = policy.tls.clone();
+        with.client_auth = policy.client_auth.clone();
+        let b = server_config(&with, Arc::new(provider_for(&with)), resolver.clone())?;
+        trust.add(&route.sni, b.client_trust);
+        policies.push(Policy {
+            route: i,
+            sni: route.sni.clone(),
+            template: b.config,
+            client_check: b.client_check,
+            required: policy.client_auth.mode == crate::config::ClientAuth::Required,
+        });
+    }
+    Ok((policies, trust))
 }
 
 /// A configuration template built for `fe`'s TLS settings and client authentication, over the
@@ -454,20 +487,49 @@ fn server_config(
     })
 }
 
-/// One digest for the frontend's client-certificate trust and a route's: either changing
-/// invalidates the sessions made under the trust before.
-fn combine_trust(a: Option<[u8; 32]>, b: Option<[u8; 32]>) -> Option<[u8; 32]> {
-    let (a, b) = match (a, b) {
-        (x, None) => return x,
-        (None, y) => ([0u8; 32], y.unwrap_or_default()),
-        (Some(x), Some(y)) => (x, y),
-    };
-    let mut digest = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
-    digest.update(&a);
-    digest.update(&b);
-    let mut out = [0u8; 32];
-    out.copy_from_slice(digest.finish().as_ref());
-    Some(out)
+/// The client-certificate trust of a frontend and its routes' policies, and which names each
+/// policy takes, as one digest; `None` when nothing asks for client certificates.
+struct Trust {
+    digest: aws_lc_rs::digest::Context,
+    any: bool,
+}
+
+impl Trust {
+    fn new(frontend: Option<[u8; 32]>) -> Trust {
+        let mut t = Trust {
+            digest: aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256),
+            any: false,
+        };
+        t.trust(frontend);
+        t
+    }
+
+    fn trust(&mut self, t: Option<[u8; 32]>) {
+        match t {
+            Some(d) => {
+                self.any = true;
+                self.digest.update(b"trust");
+                self.digest.update(&d);
+            }
+            None => self.digest.update(b"none"),
+        }
+    }
+
+    /// A route's policy, after those before it: its names and its trust.
+    fn add(&mut self, names: &[String], t: Option<[u8; 32]>) {
+        self.digest.update(b"route");
+        for n in names {
+            self.digest.update(n.as_bytes());
+            self.digest.update(b"\0");
+        }
+        self.trust(t);
+    }
+
+    fn digest(self) -> Option<[u8; 32]> {
+        let mut out = [0u8; 32];
+        out.copy_from_slice(self.digest.finish().as_ref());
+        self.any.then_some(out)
+    }
 }
 
 enum TicketerError {

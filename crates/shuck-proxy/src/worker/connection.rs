@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::backend::{ConnectError, Lease, Upstream};
+use crate::backend::{ConnectError, Lease, TlsToBackendError, Upstream};
 use crate::certs::acme;
 use crate::certs::acme::challenge::Challenges;
 use crate::config::backend_tls::{BackendTls, ServerName as TlsName};
@@ -350,6 +350,17 @@ async fn serve_negotiated<'a>(
         }
         Destination::Backends { route, pool } => (route, pool),
     };
+    // The route must carry the TLS policy the handshake was made under: a route without a
+    // policy of its own (the frontend's) or with another one must not receive a connection
+    // whose handshake a later route's policy let through (or the other way round).
+    let routes = &cfg.route.0;
+    let taken = route
+        .and_then(|r| routes.iter().position(|x| std::ptr::eq(x, r)))
+        .filter(|&i| routes[i].policy.is_some());
+    if taken != hs.policy {
+        let _ = tokio::time::timeout(cfg.timeouts.handshake, hs.stream.shutdown()).await;
+        return Err(ConnError::PolicyMismatch);
+    }
     trace.route = route;
     let connect = connect_backend(pool, &mut hs.stream, cfg.timeouts.handshake);
     let (upstream, lease) = Box::pin(connect).await?;
@@ -378,7 +389,13 @@ async fn serve_negotiated<'a>(
                     if let Some(c) = pool.errors.get(lease.index()) {
                         c.tls.inc();
                     }
-                    lease.seen(crate::backend::health::Seen::Failed);
+                    // Against the backend only when it is its own fault: not this side's, and
+                    // not a name a client chose (which any client could make fail).
+                    let backends_fault = matches!(e, TlsToBackendError::Handshake(_))
+                        && settings.server_name != TlsName::Client;
+                    if backends_fault {
+                        lease.seen(crate::backend::health::Seen::Failed);
+                    }
                     let _ =
                         tokio::time::timeout(cfg.timeouts.handshake, hs.stream.shutdown()).await;
                     return Err(ConnError::BackendTls(e));
@@ -413,12 +430,14 @@ async fn backend_tls(
     upstream: Upstream,
     prefix: Option<(PooledBuf, usize)>,
     client_sni: Option<&str>,
-) -> std::io::Result<Upstream> {
+) -> Result<Upstream, TlsToBackendError> {
     let config = fe.tls.load().backend_client(route).ok_or_else(|| {
-        std::io::Error::other("no TLS client configuration for these backends (reload pending)")
+        TlsToBackendError::Local(
+            "no TLS client configuration for these backends (reload pending)".into(),
+        )
     })?;
     let name = backend_server_name(settings, client_sni, backend).ok_or_else(|| {
-        std::io::Error::other(format!(
+        TlsToBackendError::Local(format!(
             "no server name to ask {backend} for: set backend_tls.server_name"
         ))
     })?;

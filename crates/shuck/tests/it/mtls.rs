@@ -665,3 +665,84 @@ fn routes_have_their_own_tls_policy_chosen_by_the_name_asked_for() {
         "{said}"
     );
 }
+
+/// A route without a policy of its own before a later route whose policy covers the same
+/// name: the handshake gets the later route's (no certificate asked for), the connection
+/// would go to the earlier route's backend: refused (`policy_mismatch`), never served
+/// without the frontend's required certificate.
+#[test]
+fn a_connection_whose_route_has_another_tls_policy_than_its_handshake_is_refused() {
+    let pki = Pki::new();
+    let cert = pki.leaf("m.pem", "m", &["admin.test", "www.test"], Key::EcdsaP256);
+    let (admin, public) = (HttpBackend::start(), HttpBackend::start());
+    let shuck = Shuck::start(&format!(
+        "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\
+         certificates = {}\nclient_auth = \"required\"\nclient_ca = {}\n\
+         [[frontend.route]]\nname = \"admin\"\nsni = [\"admin.test\"]\nbackend = \"{}\"\n\
+         [[frontend.route]]\nname = \"public\"\nsni = [\"*.test\"]\nbackend = \"{}\"\nclient_auth = \"none\"\n",
+        toml_path(&cert),
+        toml_path(&pki.ca_path()),
+        admin.addr,
+        public.addr
+    ));
+    let web = shuck.addrs[0];
+    assert!(curl_at(&pki, web, "www.test", "/", &[]).status.success());
+    let out = curl_at(&pki, web, "admin.test", "/", &[]);
+    assert!(
+        !out.status.success(),
+        "admin.test served without the required certificate"
+    );
+    assert_eq!(admin.served.load(std::sync::atomic::Ordering::Relaxed), 0);
+    let metrics = wait_metric(
+        shuck.addrs[1],
+        "shuck_backend_errors_total",
+        &["kind=\"policy_mismatch\""],
+        1,
+    );
+    assert_eq!(
+        sum(
+            &metrics,
+            "shuck_backend_errors_total",
+            &["kind=\"policy_mismatch\""]
+        ),
+        1,
+        "{metrics}"
+    );
+}
+
+/// A reload that makes a name require a client certificate: a session made before, without
+/// one, does not let the client back in.
+#[test]
+fn a_session_made_before_a_name_required_a_certificate_does_not_resume_past_it() {
+    let pki = Pki::new();
+    let cert = pki.leaf("r.pem", "r", &["www.test"], Key::EcdsaP256);
+    let backend = HttpBackend::start();
+    let shuck = Shuck::start(&format!(
+        "[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n",
+        backend.addr,
+        toml_path(&cert)
+    ));
+    let web = shuck.addr();
+    let sess = pki.dir.path().join("before.sess");
+    let sess = sess.to_str().expect("path");
+    let (ok, out) = s_client(&pki, web, Some("www.test"), &["-sess_out", sess]);
+    assert!(ok, "{out}");
+    let (ok, out) = s_client(&pki, web, Some("www.test"), &["-sess_in", sess]);
+    assert!(
+        ok && out.contains("Reused"),
+        "the session resumes before the reload: {out}"
+    );
+    let path = shuck.config_path();
+    let text = std::fs::read_to_string(&path).expect("config");
+    let stricter = format!(
+        "{text}[[frontend.route]]\nname = \"locked\"\nsni = [\"www.test\"]\nbackend = \"{}\"\n\
+         client_auth = \"required\"\nclient_ca = {}\n",
+        backend.addr,
+        toml_path(&pki.ca_path())
+    );
+    std::fs::write(&path, stricter).expect("config");
+    shuck.signal("HUP");
+    shuck.wait_log("reloaded certificates and configuration");
+    let (ok, out) = s_client(&pki, web, Some("www.test"), &["-sess_in", sess]);
+    assert!(!ok, "resumed past the certificate now required: {out}");
+}

@@ -38,6 +38,9 @@ pub(crate) struct Negotiated {
     pub(crate) client_cert: ClientCert,
     /// What found the session, when the handshake resumed one.
     pub(crate) resumed_by: Option<Mechanism>,
+    /// Whose TLS policy the handshake had: a route's place in the frontend's `route` list, or
+    /// `None` for the frontend's. The route the connection takes must have the same.
+    pub(crate) policy: Option<usize>,
 }
 
 impl Negotiated {
@@ -124,6 +127,12 @@ pub(crate) async fn finish(
         Err(_) => return Err(HandshakeError::Timeout(deadline.within)),
     }
     let conn = stream.conn();
+    // rustls does not ask for a certificate again when it resumes: a session made without
+    // one (before a reload made this name require one) must not pass for one made with it.
+    let uncertified = conn.is_some_and(|c| c.peer_certificates().is_none());
+    if tls.requires_client_cert && uncertified {
+        return Err(HandshakeError::Tls(rustls::Error::NoCertificatesPresented));
+    }
     let client_cert = conn.map_or(ClientCert::Absent, |c| {
         ClientCert::of(c, tls.client_check.as_deref())
     });
@@ -134,6 +143,7 @@ pub(crate) async fn finish(
         served,
         client_cert,
         resumed_by,
+        policy: tls.policy,
     })
 }
 
