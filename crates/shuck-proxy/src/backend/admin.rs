@@ -93,10 +93,7 @@ impl MemberKey {
     fn names(&self, frontend: &str, route: &str, member: &str) -> bool {
         self.frontend == frontend
             && self.route == route
-            && (member == self.backend
-                || member
-                    .strip_prefix(self.backend.as_str())
-                    .is_some_and(|rest| rest.starts_with('@')))
+            && super::dns::stands_for(&self.backend, member)
     }
 }
 

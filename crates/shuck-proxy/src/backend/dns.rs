@@ -148,6 +148,16 @@ impl Directory {
     }
 }
 
+/// Whether the pool member `member` is the backend `written` (as the configuration writes it)
+/// or one of the addresses a host name stands for (`name@address`, as [`Directory::members`]
+/// names them).
+pub(crate) fn stands_for(written: &str, member: &str) -> bool {
+    member == written
+        || member
+            .strip_prefix(written)
+            .is_some_and(|rest| rest.starts_with('@'))
+}
+
 /// Why an address a DNS answer names is not made a member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refused {

@@ -167,9 +167,7 @@ impl Index {
             };
             // A host name's setting applies to each of its addresses (`name@address`).
             for ((r, b), backend) in &mut f.backends {
-                let is = b == named
-                    || b.strip_prefix(named.as_str())
-                        .is_some_and(|rest| rest.starts_with('@'));
+                let is = crate::backend::dns::stands_for(named, b);
                 if r == route && is && (backend.admin == 0 || b == named) {
                     backend.admin = g.get();
                 }

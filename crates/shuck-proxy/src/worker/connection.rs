@@ -303,27 +303,23 @@ async fn fetch_fleet_challenge(challenges: &Challenges, fe: &WorkerFrontend, rea
     challenges.adopt(&name, material.as_deref(), &provider);
 }
 
-/// Whether anything will show the client's server name: the demo page, a connection log line,
-/// a PROXY header's authority.
+/// Whether anything will show the client's server name: the demo page, a route's match, a
+/// connection log line, the admin socket's listing, the name asked of a TLS backend, a PROXY
+/// header's authority.
 fn keeps_sni(worker: &Worker, fe: &WorkerFrontend) -> bool {
     let cfg = &fe.cfg;
+    // With routes the name is kept anyway: only the frontend's own backends remain to ask.
+    let asked_of_backend = |b: &crate::config::Backends| {
+        b.tls
+            .as_ref()
+            .is_some_and(|t| t.server_name == TlsName::Client)
+    };
     fe.backends.is_none()
         || !cfg.route.0.is_empty()
         || worker.log_connections()
         || worker.engine().lists_connections()
-        || asks_backends_for_the_clients_name(cfg)
+        || asked_of_backend(&cfg.backend)
         || (cfg.proxy_protocol.send.is_some() && cfg.proxy_protocol.tlvs.authority)
-}
-
-/// Whether some backends are asked, in TLS, for the name the client asked for.
-fn asks_backends_for_the_clients_name(cfg: &crate::config::Frontend) -> bool {
-    std::iter::once(&cfg.backend)
-        .chain(cfg.route.0.iter().map(|r| &r.backend))
-        .any(|b| {
-            b.tls
-                .as_ref()
-                .is_some_and(|t| t.server_name == TlsName::Client)
-        })
 }
 
 /// The stages after the handshake: the backend (or the demo page), the PROXY header, the relay.

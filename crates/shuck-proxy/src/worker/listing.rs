@@ -84,14 +84,6 @@ pub struct ConnFilter {
     pub backend: Option<String>,
 }
 
-/// Whether the pool member `member` is the backend `wanted` or one of its addresses.
-fn is_backend(member: &str, wanted: &str) -> bool {
-    member == wanted
-        || member
-            .strip_prefix(wanted)
-            .is_some_and(|rest| rest.starts_with('@'))
-}
-
 impl ConnFilter {
     pub(crate) fn picks(&self, c: &ConnInfo) -> bool {
         let client = c.client.ip().to_canonical();
@@ -107,7 +99,7 @@ impl ConnFilter {
             && self.backend.as_ref().is_none_or(|b| {
                 c.pool
                     .name_of(usize::from(c.backend))
-                    .is_some_and(|m| is_backend(m, b))
+                    .is_some_and(|m| crate::backend::dns::stands_for(b, m))
             })
     }
 }
