@@ -44,6 +44,11 @@ impl Peer {
         std::fs::read_to_string(self.dir.path().join(file)).unwrap_or_default()
     }
 
+    /// The file `name` the peer writes in its directory (an access log), empty if none yet.
+    pub fn file_text(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default()
+    }
+
     /// Log and configuration, for assertion messages.
     pub fn describe(&self) -> String {
         format!(
@@ -286,46 +291,84 @@ backend fleet
 }
 
 /// nginx as a backend: `listen ... proxy_protocol`, answering with the PROXY header's addresses.
-/// Single process in the foreground, with every path it writes inside the temporary directory.
 pub fn nginx_echo(ip: IpAddr) -> Peer {
     let bin = require("nginx", "nginx-light");
     spawn("nginx", ip, &|addr, dir| {
-        let d = dir.display();
-        let conf = format!(
-            "daemon off;
+        let http = format!(
+            "    access_log off;
+    server {{
+        listen {addr} proxy_protocol;
+        default_type text/plain;
+        return 200 \"{NGINX_ECHO}\";
+    }}
+"
+        );
+        nginx(&bin, dir, &http)
+    })
+}
+
+/// nginx as a TLS backend (`listen … ssl proxy_protocol`: the PROXY header, then TLS, as HAProxy
+/// and shuck send them) with certificate bundle `cert`, requiring a client certificate from
+/// `client_ca`. It answers with what it saw (`reused=` its session reuse, `verify=` and `dn=` the
+/// client certificate, `addr=` the PROXY header's client) and logs every request, `/healthz`
+/// too, the same way in `access.log` (`Peer::file_text`).
+pub fn nginx_tls_backend(ip: IpAddr, cert: &Path, client_ca: &Path) -> Peer {
+    let bin = require("nginx", "nginx-light");
+    spawn("nginx", ip, &|addr, dir| {
+        let (d, cert, ca) = (dir.display(), cert.display(), client_ca.display());
+        let said = "uri=$request_uri reused=$ssl_session_reused verify=$ssl_client_verify \
+                    dn=$ssl_client_s_dn addr=$proxy_protocol_addr";
+        let http = format!(
+            "    log_format said \"{said}\";
+    access_log {d}/access.log said;
+    ssl_session_cache shared:backend:1m;
+    server {{
+        listen {addr} ssl proxy_protocol;
+        ssl_certificate {cert};
+        ssl_certificate_key {cert};
+        ssl_client_certificate {ca};
+        ssl_verify_client on;
+        default_type text/plain;
+        return 200 \"{said}\\n\";
+    }}
+"
+        );
+        nginx(&bin, dir, &http)
+    })
+}
+
+/// nginx (`bin`) in the foreground as a single process, with `http` as its http block and every
+/// path it writes inside `dir`.
+fn nginx(bin: &Path, dir: &Path, http: &str) -> Command {
+    let d = dir.display();
+    let conf = format!(
+        "daemon off;
 master_process off;
 worker_processes 1;
 pid {d}/nginx.pid;
 error_log {d}/nginx.log info;
 events {{ worker_connections 64; }}
 http {{
-    access_log off;
     client_body_temp_path {d}/body;
     proxy_temp_path {d}/proxy;
     fastcgi_temp_path {d}/fastcgi;
     uwsgi_temp_path {d}/uwsgi;
     scgi_temp_path {d}/scgi;
-    server {{
-        listen {addr} proxy_protocol;
-        default_type text/plain;
-        return 200 \"{NGINX_ECHO}\";
-    }}
-}}
+{http}}}
 "
-        );
-        let path = dir.join("nginx.conf");
-        std::fs::write(&path, conf).expect("write nginx.conf");
-        let mut c = Command::new(&bin);
-        // -p and -e keep nginx off /usr/share/nginx and /var/log/nginx even before it has
-        // read the configuration.
-        c.arg("-p")
-            .arg(dir)
-            .arg("-e")
-            .arg(dir.join("nginx.log"))
-            .arg("-c")
-            .arg(&path);
-        c
-    })
+    );
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).expect("write nginx.conf");
+    let mut c = Command::new(bin);
+    // -p and -e keep nginx off /usr/share/nginx and /var/log/nginx even before it has read the
+    // configuration.
+    c.arg("-p")
+        .arg(dir)
+        .arg("-e")
+        .arg(dir.join("nginx.log"))
+        .arg("-c")
+        .arg(&path);
+    c
 }
 
 /// The `key=value` words of an echo body. Values may be empty (HAProxy prints an absent TLV

@@ -72,7 +72,7 @@ impl Setting {
 /// A backend as commands name it: frontend, route (`default`: the frontend's own backends),
 /// and the backend as the configuration writes it (a host name stands for each of its
 /// addresses; `name@address` for one of them).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub(crate) struct MemberKey {
     pub(crate) frontend: String,
     pub(crate) route: String,

@@ -106,6 +106,8 @@ pub(crate) struct SetKey {
     route: String,
     members: Vec<BackendAddr>,
     check: Option<HealthCheck>,
+    /// Checks go in TLS as the connections do.
+    tls: Option<crate::config::backend_tls::BackendTls>,
 }
 
 impl SetKey {
@@ -120,6 +122,7 @@ impl SetKey {
             route: route.to_string(),
             members: members.to_vec(),
             check: backends.health_check.clone(),
+            tls: backends.tls.clone(),
         }
     }
 

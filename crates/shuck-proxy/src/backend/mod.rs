@@ -8,6 +8,7 @@ mod connect;
 pub(crate) mod dns;
 pub(crate) mod health;
 pub(crate) mod policy;
+pub(crate) mod tls_state;
 mod upstream;
 
 pub(crate) use upstream::{TlsToBackendError, Upstream};

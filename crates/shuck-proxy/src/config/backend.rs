@@ -241,13 +241,6 @@ impl RawFrontend {
             None => None,
             Some(raw) => Some(raw.validate(base)?),
         };
-        if tls.is_some() && health_check.as_ref().is_some_and(|h| h.http.is_some()) {
-            // The checks speak plain HTTP: to a TLS backend every check would fail.
-            return Err(key_err(
-                "health_check",
-                "http checks are sent without TLS, and backend_tls is set: leave http out (the checks then connect only)",
-            ));
-        }
         Ok(Backends {
             target: backend,
             policy: self.backend_policy.unwrap_or_default(),

@@ -30,7 +30,7 @@ pub struct RawCertPair {
 }
 
 /// Whether the backend's certificate is checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verify {
     /// Its chain up to `ca` (or the system's roots) and the name it is asked for.
@@ -40,7 +40,7 @@ pub enum Verify {
 }
 
 /// The name the backend is asked for (SNI) and its certificate is checked against.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ServerName {
     /// The backend's own host name (its address for an IP backend): the default.
@@ -52,7 +52,7 @@ pub enum ServerName {
 }
 
 /// `backend_tls`, validated.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct BackendTls {
     /// The CA bundle the backend's chain must reach; `None`: the system's roots.
     pub ca: Option<PathBuf>,

@@ -63,7 +63,7 @@ impl From<PathBuf> for CertEntry {
 /// Where one certificate comes from: `cert` (a PEM chain, leaf first; or a directory) and the
 /// file of its key when that is apart (`None`: in the bundle itself, or in `<bundle>.key`
 /// beside it, as HAProxy looks for it).
-#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CertFiles {
     pub cert: PathBuf,
     pub key: Option<PathBuf>,

@@ -93,6 +93,15 @@ impl PartialEq for Versions {
 // By version number: a total equality.
 impl Eq for Versions {}
 
+// By version number, as compared.
+impl std::hash::Hash for Versions {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        for v in &self.0 {
+            u16::from(v.version).hash(state);
+        }
+    }
+}
+
 impl PartialEq for Groups {
     fn eq(&self, other: &Self) -> bool {
         self.0

@@ -81,6 +81,10 @@ impl Checkers {
                 continue;
             };
             let set = Set {
+                tls: backends
+                    .tls
+                    .as_ref()
+                    .map(|settings| TlsCheck::load(frontend, settings)),
                 frontend: frontend.clone(),
                 route: route.clone(),
                 addrs: addrs.clone(),
@@ -165,6 +169,30 @@ struct Set {
     send: Option<Version>,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
+    /// With `backend_tls`: checks go in TLS, as the connections do (an `Err`: its files could
+    /// not be loaded, which the checks say instead of judging the backends).
+    tls: Option<Result<TlsCheck, String>>,
+}
+
+/// How a checker puts its checks in TLS: the set's client configuration, with a session cache
+/// of its own (the checks resume as the workers' connections do), and the settings.
+struct TlsCheck {
+    config: Arc<rustls::ClientConfig>,
+    settings: crate::config::backend_tls::BackendTls,
+}
+
+impl TlsCheck {
+    fn load(
+        frontend: &str,
+        settings: &crate::config::backend_tls::BackendTls,
+    ) -> Result<TlsCheck, String> {
+        let template = crate::tls::backend_tls::client_config(frontend, settings)
+            .map_err(|e| format!("backend_tls: {e}"))?;
+        Ok(TlsCheck {
+            config: crate::tls::backend_tls::for_worker(&template),
+            settings: settings.clone(),
+        })
+    }
 }
 
 impl Set {
@@ -285,7 +313,15 @@ impl Set {
         let mut checks = tokio::task::JoinSet::new();
         for (i, b) in self.addrs.iter().enumerate() {
             let (b, check, send) = (b.clone(), self.check.clone(), self.send);
-            checks.spawn(async move { (i, probe(&b, &check, send).await) });
+            let tls = match &self.tls {
+                None => None,
+                Some(Ok(t)) => Some((t.config.clone(), t.settings.clone())),
+                Some(Err(why)) => {
+                    checks.spawn(std::future::ready((i, Err(Failure::Local(why.clone())))));
+                    continue;
+                }
+            };
+            checks.spawn(async move { (i, probe(&b, &check, send, tls).await) });
         }
         // A check that did not finish (its task failed) counts as failed.
         let mut out: Vec<Result<(), Failure>> =
@@ -316,9 +352,17 @@ impl std::fmt::Display for Failure {
     }
 }
 
-/// One check of one backend: a connect, and with `http` a request whose status line must carry
-/// `expect_status`, all within `timeout`.
-async fn probe(b: &BackendAddr, check: &HealthCheck, send: Option<Version>) -> Result<(), Failure> {
+/// One check of one backend: a connect, in `tls` its handshake, and with `http` a request whose
+/// status line must carry `expect_status`, all within `timeout`.
+async fn probe(
+    b: &BackendAddr,
+    check: &HealthCheck,
+    send: Option<Version>,
+    tls: Option<(
+        Arc<rustls::ClientConfig>,
+        crate::config::backend_tls::BackendTls,
+    )>,
+) -> Result<(), Failure> {
     let deadline = tokio::time::Instant::now() + check.timeout;
     let stream = match tokio::time::timeout_at(deadline, connect_to(&b.addr)).await {
         Ok(Ok(s)) => s,
@@ -331,6 +375,21 @@ async fn probe(b: &BackendAddr, check: &HealthCheck, send: Option<Version>) -> R
                 "no answer within {:?}",
                 check.timeout
             )))
+        }
+    };
+    let (stream, send) = match tls {
+        None => (stream, send),
+        Some((config, settings)) => {
+            let name = crate::tls::backend_tls::server_name(&settings, None, &b.name)
+                .ok_or_else(|| Failure::Local(format!("no server name to ask {} for", b.name)))?;
+            let first = send.map(local_header);
+            let within = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let stream = stream
+                .into_tls(first, (config, name), within)
+                .await
+                .map_err(|e| Failure::Backend(format!("TLS: {e}")))?;
+            // The PROXY header went before the handshake.
+            (stream, None)
         }
     };
     converse(stream, b, check, send, deadline)

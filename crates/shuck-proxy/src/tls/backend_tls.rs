@@ -3,6 +3,7 @@
 //! a worker), and the per-worker copy each worker resumes its backend sessions with (its own
 //! in-memory cache: no lock shared by the workers).
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -13,7 +14,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
-use crate::config::backend_tls::{BackendTls, Verify};
+use crate::config::backend_tls::{BackendTls, ServerName as TlsName, Verify};
 use crate::error::{Error, Result};
 use crate::tls::certs;
 
@@ -55,6 +56,32 @@ pub(crate) fn for_worker(template: &ClientConfig) -> Arc<ClientConfig> {
     let mut c = template.clone();
     c.resumption = Resumption::in_memory_sessions(SESSIONS_PER_WORKER);
     Arc::new(c)
+}
+
+/// The name the backend is asked for: `server_name`, the client's (`client`), else the backend's
+/// own host (its address when it is one).
+pub(crate) fn server_name(
+    settings: &BackendTls,
+    client_sni: Option<&str>,
+    backend: &str,
+) -> Option<ServerName<'static>> {
+    let own = || {
+        // `host:port`, `host:port@address` (a name's address), `[v6]:port`, `unix:/path`.
+        let written = backend.split('@').next().unwrap_or(backend);
+        let host = match written.parse::<SocketAddr>() {
+            Ok(a) => return Some(ServerName::IpAddress(a.ip().into())),
+            Err(_) if written.starts_with("unix:") => "localhost",
+            Err(_) => written.rsplit_once(':').map_or(written, |(h, _)| h),
+        };
+        ServerName::try_from(host.to_string()).ok()
+    };
+    match &settings.server_name {
+        TlsName::Fixed(n) => ServerName::try_from(n.clone()).ok(),
+        TlsName::Client => client_sni
+            .and_then(|n| ServerName::try_from(n.to_string()).ok())
+            .or_else(own),
+        TlsName::Backend => own(),
+    }
 }
 
 /// The CAs of `ca`, else the system's.

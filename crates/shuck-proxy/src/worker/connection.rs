@@ -39,7 +39,6 @@ use crate::worker::access_log::{record_end, AccessRecord};
 use crate::worker::admission::Admitted;
 use crate::worker::listing::{Alpn, ConnInfo};
 use crate::worker::{Worker, WorkerFrontend, WorkerPool};
-use rustls::pki_types::ServerName;
 
 /// Serves one accepted connection to its end.
 pub(crate) async fn handle(
@@ -379,8 +378,12 @@ async fn serve_negotiated<'a>(
             let route_name = route.map_or("default", |r| r.name.as_str());
             let to = (route_name, settings, lease.name(), backends.connect_timeout);
             let wrapped = Box::pin(backend_tls(fe, to, upstream, prefix, hs.sni.as_deref())).await;
+            let state = pool.tls_states.get(lease.index());
             match wrapped {
-                Ok(up) => (up, None),
+                Ok(up) => {
+                    state.inspect(|s| s.worked());
+                    (up, None)
+                }
                 Err(e) => {
                     if let Some(c) = pool.errors.get(lease.index()) {
                         c.tls.inc();
@@ -391,6 +394,7 @@ async fn serve_negotiated<'a>(
                         && settings.server_name != TlsName::Client;
                     if backends_fault {
                         lease.seen(crate::backend::health::Seen::Failed);
+                        state.inspect(|s| s.failed(&e));
                     }
                     let _ =
                         tokio::time::timeout(cfg.timeouts.handshake, hs.stream.shutdown()).await;
@@ -432,39 +436,14 @@ async fn backend_tls(
             "no TLS client configuration for these backends (reload pending)".into(),
         )
     })?;
-    let name = backend_server_name(settings, client_sni, backend).ok_or_else(|| {
-        TlsToBackendError::Local(format!(
-            "no server name to ask {backend} for: set backend_tls.server_name"
-        ))
-    })?;
+    let name =
+        crate::tls::backend_tls::server_name(settings, client_sni, backend).ok_or_else(|| {
+            TlsToBackendError::Local(format!(
+                "no server name to ask {backend} for: set backend_tls.server_name"
+            ))
+        })?;
     let first = prefix.as_ref().map(|(buf, len)| &buf.bytes()[..*len]);
     upstream.into_tls(first, (config, name), within).await
-}
-
-/// The name the backend is asked for: `server_name`, the client's (`client`), else the backend's
-/// own host (its address when it is one).
-fn backend_server_name(
-    settings: &BackendTls,
-    client_sni: Option<&str>,
-    backend: &str,
-) -> Option<ServerName<'static>> {
-    let own = || {
-        // `host:port`, `host:port@address` (a name's address), `[v6]:port`, `unix:/path`.
-        let written = backend.split('@').next().unwrap_or(backend);
-        let host = match written.parse::<SocketAddr>() {
-            Ok(a) => return Some(ServerName::IpAddress(a.ip().into())),
-            Err(_) if written.starts_with("unix:") => "localhost",
-            Err(_) => written.rsplit_once(':').map_or(written, |(h, _)| h),
-        };
-        ServerName::try_from(host.to_string()).ok()
-    };
-    match &settings.server_name {
-        TlsName::Fixed(n) => ServerName::try_from(n.clone()).ok(),
-        TlsName::Client => client_sni
-            .and_then(|n| ServerName::try_from(n.to_string()).ok())
-            .or_else(own),
-        TlsName::Backend => own(),
-    }
 }
 
 /// What the admin socket shows of the connection while it relays (`worker::listing`); the

@@ -41,6 +41,8 @@ pub(crate) struct Engine {
     lists_connections: bool,
     /// The operator's states and weights of backends (`shuck ctl backend …`).
     pub(crate) backend_states: crate::backend::admin::AdminStates,
+    /// Whether TLS to each backend works (`backend_tls`), said once per change.
+    pub(crate) backend_tls_states: crate::backend::tls_state::TlsStates,
     /// The configuration in force (the frontends as the workers read them), for the admin
     /// socket.
     in_force: arc_swap::ArcSwap<Config>,
@@ -75,6 +77,7 @@ impl Engine {
             // As started: the socket is made once, and a reload does not change it.
             lists_connections: c.admin_socket.is_some(),
             backend_states: crate::backend::admin::AdminStates::default(),
+            backend_tls_states: crate::backend::tls_state::TlsStates::default(),
             in_force: arc_swap::ArcSwap::from_pointee(c.clone()),
             staples_now: std::sync::Mutex::default(),
         };
@@ -106,6 +109,8 @@ impl Engine {
     /// forgets the backend states of backends it no longer has; those forgotten.
     pub(crate) fn publish(&self, c: &Config) -> Vec<crate::backend::admin::MemberKey> {
         self.in_force.store(Arc::new(c.clone()));
+        self.backend_tls_states
+            .keep_only(|k| crate::backend::admin::configured(c, k));
         self.backend_states
             .keep_configured(|k| crate::backend::admin::configured(c, k))
     }

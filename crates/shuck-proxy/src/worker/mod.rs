@@ -183,6 +183,8 @@ pub(crate) struct WorkerPool {
     pub(crate) connect_times: Vec<crate::metrics::ConnectTime>,
     /// Each backend's error counters, in the same order.
     pub(crate) errors: Vec<crate::metrics::BackendErrorCounts>,
+    /// With `backend_tls`: whether TLS to each works, in the same order (else empty).
+    pub(crate) tls_states: Vec<Arc<crate::backend::tls_state::TlsState>>,
     /// What the pool was built from: the backends, host names standing for their addresses,
     /// with the operator's weights.
     members: Rc<[BackendAddr]>,
@@ -240,6 +242,14 @@ fn pool_for(
         errors: metrics
             .backend_connects()
             .errors_for(route, members.iter().map(|b| b.name.as_str())),
+        tls_states: match backends.tls {
+            Some(_) => engine.backend_tls_states.of(
+                frontend,
+                route,
+                members.iter().map(|b| b.name.as_str()),
+            ),
+            None => Vec::new(),
+        },
         members: members.into(),
         out,
     })

@@ -1,13 +1,16 @@
 //! TLS to the backends (`backend_tls`) against `openssl s_server` as the backend: it checks
 //! shuck's client certificate (`-Verify`), shuck checks its certificate and name; sessions
 //! to it resume (its `-www` page says `Reused`); a backend whose certificate is from another
-//! CA, or one that wants a client certificate shuck has none of, is refused and counted.
+//! CA, or one that wants a client certificate shuck has none of, is refused and counted. nginx
+//! as a backend requiring a client certificate behind a PROXY header sees shuck's certificate,
+//! resumed sessions and health checks in TLS.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use shuck_test_support::clients::{curl_at, scrape, sum};
+use shuck_test_support::peers::nginx_tls_backend;
 use shuck_test_support::pki::{toml_path, Key, Pki};
 use shuck_test_support::process::{wait_for, Shuck};
 
@@ -121,14 +124,37 @@ fn a_backend_from_another_ca_or_wanting_a_certificate_shuck_lacks_is_refused_and
             toml_path(&pki.ca_path())
         ),
     );
-    let out = curl_at(&pki, shuck.addrs[0], "www.test", "/", &[]);
-    assert!(
-        !out.status.success(),
-        "served through a backend from another CA"
+    for _ in 0..3 {
+        let out = curl_at(&pki, shuck.addrs[0], "www.test", "/", &[]);
+        assert!(
+            !out.status.success(),
+            "served through a backend from another CA"
+        );
+    }
+    assert_eq!(tls_errors(&shuck), 3, "{}", shuck.log_text());
+    // Written by the log thread: waited for. Three failures, one line saying TLS fails.
+    shuck.wait_log_count("reason=\"backend_tls\"", 3);
+    let failing = "TLS to the backend fails";
+    assert_eq!(
+        shuck.log_text().matches(failing).count(),
+        1,
+        "{}",
+        shuck.log_text()
     );
-    assert_eq!(tls_errors(&shuck), 1, "{}", shuck.log_text());
-    // Written by the log thread: waited for.
-    shuck.wait_log("reason=\"backend_tls\"");
+    // Trusting its CA (a reload): served, and one line saying it works again.
+    let trusting = std::fs::read_to_string(shuck.config_path())
+        .unwrap()
+        .replace(&toml_path(&pki.ca_path()), &toml_path(&stranger.ca_path()));
+    std::fs::write(shuck.config_path(), trusting).unwrap();
+    shuck.signal("HUP");
+    shuck.wait_log("reloaded");
+    for _ in 0..2 {
+        let out = curl_at(&pki, shuck.addrs[0], "www.test", "/", &[]);
+        assert!(out.status.success(), "{}", shuck.log_text());
+    }
+    let log = shuck.wait_log("TLS to the backend works again");
+    assert_eq!(log.matches("works again").count(), 1, "{log}");
+    assert_eq!(log.matches(failing).count(), 1, "{log}");
     drop(shuck);
 
     let ours = pki.leaf("api2.pem", "api", &["api.internal"], Key::EcdsaP256);
@@ -178,5 +204,73 @@ fn verify_none_reaches_an_unvouched_backend_in_tls() {
     let page = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{page}\n{}", shuck.log_text());
     assert!(page.contains("TLSv1.3"), "{page}");
+    assert_eq!(tls_errors(&shuck), 0);
+}
+
+/// nginx (`ssl_verify_client on`, `listen … ssl proxy_protocol`) behind shuck: the PROXY header
+/// before the handshake, shuck's client certificate verified by nginx, the second connection
+/// resumed as nginx sees it, and the health checks' HTTP requests made in TLS (resumed too).
+#[test]
+fn nginx_wanting_a_client_certificate_sees_it_resumed_and_checked_in_tls() {
+    let pki = Pki::new();
+    let backend_cert = pki.leaf("api.pem", "api", &["api.internal"], Key::EcdsaP256);
+    let ours = pki.leaf("to-backend.pem", "shuck", &[], Key::EcdsaP256);
+    let nginx = nginx_tls_backend([127, 0, 0, 1].into(), &backend_cert, &pki.ca_path());
+    let cert = pki.leaf("front.pem", "front", &["www.test"], Key::EcdsaP256);
+    // No TLV: nginx 1.22 reads at most 107 bytes of PROXY header before a TLS handshake.
+    let shuck = Shuck::start(&format!(
+        "workers = 1\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\n\
+         listen = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\nproxy_protocol = \"v2\"\nproxy_protocol_tlvs = []\n\
+         health_check = {{ interval = \"200ms\", timeout = \"200ms\", http = \"GET /healthz\", rise = 1 }}\n\
+         backend_tls = {{ ca = {}, server_name = \"api.internal\", client_certificate = {{ cert = {} }} }}\n",
+        nginx.addr,
+        toml_path(&cert),
+        toml_path(&pki.ca_path()),
+        toml_path(&ours)
+    ));
+    let said: Vec<String> = (0..2)
+        .map(|_| {
+            let out = curl_at(&pki, shuck.addrs[0], "www.test", "/", &[]);
+            let body = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "{body}\n{}\n{}",
+                shuck.log_text(),
+                nginx.describe()
+            );
+            body
+        })
+        .collect();
+    for body in &said {
+        assert!(body.contains("verify=SUCCESS"), "{body}");
+        assert!(body.contains("CN=shuck"), "{body}");
+        assert!(
+            body.contains("addr=127.0.0.1"),
+            "the PROXY header's client: {body}"
+        );
+    }
+    assert!(said[1].contains("reused=r"), "resumed: {said:?}");
+    // Three checks in TLS: every one verified, the later ones resumed.
+    let checks = || {
+        let log = nginx.file_text("access.log");
+        log.lines()
+            .filter(|l| l.contains("uri=/healthz"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    wait_for("three health checks", Duration::from_secs(20), || {
+        checks().len() >= 3
+    });
+    let checks = checks();
+    assert!(
+        checks.iter().all(|l| l.contains("verify=SUCCESS")),
+        "{checks:?}"
+    );
+    assert!(
+        checks[1..].iter().any(|l| l.contains("reused=r")),
+        "{checks:?}"
+    );
+    let up = sum(&scrape(shuck.addrs[1]), "shuck_backend_up", &[]);
+    assert_eq!(up, 1);
     assert_eq!(tls_errors(&shuck), 0);
 }
