@@ -18,9 +18,6 @@ use crate::config::backend_tls::{BackendTls, ServerName as TlsName, Verify};
 use crate::error::{Error, Result};
 use crate::tls::certs;
 
-/// Sessions each worker keeps per backend set (TLS 1.3 tickets and TLS 1.2 IDs).
-const SESSIONS_PER_WORKER: usize = 256;
-
 /// `settings` as a rustls client configuration, for the frontend `frontend`.
 pub(crate) fn client_config(frontend: &str, settings: &BackendTls) -> Result<Arc<ClientConfig>> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -54,7 +51,7 @@ pub(crate) fn client_config(frontend: &str, settings: &BackendTls) -> Result<Arc
 /// `template` with a session cache of the worker's own.
 pub(crate) fn for_worker(template: &ClientConfig) -> Arc<ClientConfig> {
     let mut c = template.clone();
-    c.resumption = Resumption::in_memory_sessions(SESSIONS_PER_WORKER);
+    c.resumption = Resumption::store(Arc::new(super::backend_sessions::BackendSessions::default()));
     Arc::new(c)
 }
 

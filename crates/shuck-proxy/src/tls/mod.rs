@@ -2,6 +2,7 @@
 //! for each frontend.
 
 pub(crate) mod added;
+mod backend_sessions;
 pub(crate) mod backend_tls;
 pub(crate) mod certs;
 pub(crate) mod client_auth;
