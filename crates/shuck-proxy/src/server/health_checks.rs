@@ -84,7 +84,7 @@ impl Checkers {
                 tls: backends
                     .tls
                     .as_ref()
-                    .map(|settings| TlsCheck::load(frontend, settings)),
+                    .map(|t| super::health_tls::TlsSource::new(frontend, t, check)),
                 frontend: frontend.clone(),
                 route: route.clone(),
                 addrs: addrs.clone(),
@@ -169,30 +169,8 @@ struct Set {
     send: Option<Version>,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
-    /// With `backend_tls`: checks go in TLS, as the connections do (an `Err`: its files could
-    /// not be loaded, which the checks say instead of judging the backends).
-    tls: Option<Result<TlsCheck, String>>,
-}
-
-/// How a checker puts its checks in TLS: the set's client configuration, with a session cache
-/// of its own (the checks resume as the workers' connections do), and the settings.
-struct TlsCheck {
-    config: Arc<rustls::ClientConfig>,
-    settings: crate::config::backend_tls::BackendTls,
-}
-
-impl TlsCheck {
-    fn load(
-        frontend: &str,
-        settings: &crate::config::backend_tls::BackendTls,
-    ) -> Result<TlsCheck, String> {
-        let template = crate::tls::backend_tls::client_config(frontend, settings)
-            .map_err(|e| format!("backend_tls: {e}"))?;
-        Ok(TlsCheck {
-            config: crate::tls::backend_tls::for_worker(&template),
-            settings: settings.clone(),
-        })
-    }
+    /// With `backend_tls`: checks go in TLS, as the connections do.
+    tls: Option<super::health_tls::TlsSource>,
 }
 
 impl Set {
@@ -200,7 +178,7 @@ impl Set {
     /// `fall`: one log line and a gauge change per change of state. With `observe`, traffic may
     /// also take a backend out between checks (`Health::seen`): that is said here too, at once,
     /// and `rise` is counted from the next check.
-    async fn run(self) {
+    async fn run(mut self) {
         let gauges: Vec<_> = self
             .addrs
             .iter()
@@ -235,7 +213,9 @@ impl Set {
             let fresh = self.note_taken_out(&mut was_up, &mut streak, &gauges);
             for (i, result) in results.into_iter().enumerate() {
                 // A check this host could not make says nothing of the backend.
-                if fresh.contains(&i) || matches!(result, Err(Failure::Local(_))) {
+                if fresh.contains(&i)
+                    || matches!(result, Err(Failure::Local(_) | Failure::Unloaded(_)))
+                {
                     continue;
                 }
                 let up = self.health.is_up(i);
@@ -309,18 +289,18 @@ impl Set {
 
     /// One check of every backend, at once (a task each, ended with the checker's task), in
     /// the backends' order.
-    async fn probe_all(&self) -> Vec<Result<(), Failure>> {
+    async fn probe_all(&mut self) -> Vec<Result<(), Failure>> {
+        let tls = match &mut self.tls {
+            None => None,
+            Some(source) => match source.current(&self.route).await {
+                Ok(t) => Some(t),
+                // Said by `current`; the backends keep their verdicts.
+                Err(why) => return vec![Err(Failure::Unloaded(why)); self.addrs.len()],
+            },
+        };
         let mut checks = tokio::task::JoinSet::new();
         for (i, b) in self.addrs.iter().enumerate() {
-            let (b, check, send) = (b.clone(), self.check.clone(), self.send);
-            let tls = match &self.tls {
-                None => None,
-                Some(Ok(t)) => Some((t.config.clone(), t.settings.clone())),
-                Some(Err(why)) => {
-                    checks.spawn(std::future::ready((i, Err(Failure::Local(why.clone())))));
-                    continue;
-                }
-            };
+            let (b, check, send, tls) = (b.clone(), self.check.clone(), self.send, tls.clone());
             checks.spawn(async move { (i, probe(&b, &check, send, tls).await) });
         }
         // A check that did not finish (its task failed) counts as failed.
@@ -342,12 +322,16 @@ enum Failure {
     Backend(String),
     /// This process's: no descriptor for the check's socket. Not the backend's fault.
     Local(String),
+    /// This process's: its `backend_tls` files cannot be loaded. Not the backend's fault.
+    Unloaded(String),
 }
 
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::Backend(why) | Failure::Local(why) => f.write_str(why),
+            Failure::Backend(why) | Failure::Local(why) | Failure::Unloaded(why) => {
+                f.write_str(why)
+            }
         }
     }
 }
@@ -358,10 +342,7 @@ async fn probe(
     b: &BackendAddr,
     check: &HealthCheck,
     send: Option<Version>,
-    tls: Option<(
-        Arc<rustls::ClientConfig>,
-        crate::config::backend_tls::BackendTls,
-    )>,
+    tls: Option<super::health_tls::TlsCheck>,
 ) -> Result<(), Failure> {
     let deadline = tokio::time::Instant::now() + check.timeout;
     let stream = match tokio::time::timeout_at(deadline, connect_to(&b.addr)).await {
@@ -379,13 +360,14 @@ async fn probe(
     };
     let (stream, send) = match tls {
         None => (stream, send),
-        Some((config, settings)) => {
-            let name = crate::tls::backend_tls::server_name(&settings, None, &b.name)
+        Some(tls) => {
+            let name = tls
+                .server_name(&b.name)
                 .ok_or_else(|| Failure::Local(format!("no server name to ask {} for", b.name)))?;
             let first = send.map(local_header);
             let within = deadline.saturating_duration_since(tokio::time::Instant::now());
             let stream = stream
-                .into_tls(first, (config, name), within)
+                .into_tls(first, (tls.config, name), within)
                 .await
                 .map_err(|e| Failure::Backend(format!("TLS: {e}")))?;
             // The PROXY header went before the handshake.

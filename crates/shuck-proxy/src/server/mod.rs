@@ -10,6 +10,7 @@ pub mod control;
 mod dns_follow;
 mod fd_budget;
 pub(crate) mod health_checks;
+mod health_tls;
 pub mod reload;
 pub mod running;
 

@@ -27,10 +27,13 @@ struct ServerData {
     tls13: VecDeque<Tls13ClientSessionValue>,
 }
 
-/// The sessions of one worker, by backend name.
+/// The sessions of one worker, by backend name, and the names in the order they came.
 #[derive(Default)]
 pub(crate) struct BackendSessions {
-    servers: Mutex<HashMap<ServerName<'static>, ServerData>>,
+    servers: Mutex<(
+        HashMap<ServerName<'static>, ServerData>,
+        VecDeque<ServerName<'static>>,
+    )>,
 }
 
 impl std::fmt::Debug for BackendSessions {
@@ -41,13 +44,18 @@ impl std::fmt::Debug for BackendSessions {
 }
 
 impl BackendSessions {
-    /// `edit` on `name`'s data, made when new (an arbitrary other name forgotten when full).
+    /// `edit` on `name`'s data, made when new (the name that came first forgotten when full,
+    /// as rustls' own cache does).
     fn edit(&self, name: ServerName<'static>, edit: impl FnOnce(&mut ServerData)) {
-        let mut servers = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
-        if !servers.contains_key(&name) && servers.len() >= SERVERS {
-            if let Some(any) = servers.keys().next().cloned() {
-                servers.remove(&any);
+        let mut guard = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
+        let (servers, order) = &mut *guard;
+        if !servers.contains_key(&name) {
+            if servers.len() >= SERVERS {
+                if let Some(oldest) = order.pop_front() {
+                    servers.remove(&oldest);
+                }
             }
+            order.push_back(name.clone());
         }
         edit(servers.entry(name).or_default());
     }
@@ -57,8 +65,8 @@ impl BackendSessions {
         name: &ServerName<'static>,
         read: impl FnOnce(&mut ServerData) -> T,
     ) -> Option<T> {
-        let mut servers = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
-        servers.get_mut(name).map(read)
+        let mut guard = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
+        guard.0.get_mut(name).map(read)
     }
 }
 

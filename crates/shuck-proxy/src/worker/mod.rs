@@ -248,7 +248,10 @@ fn pool_for(
                 route,
                 members.iter().map(|b| b.name.as_str()),
             ),
-            None => Vec::new(),
+            // Forgets the route's flags: TLS added again starts from working.
+            None => engine
+                .backend_tls_states
+                .of(frontend, route, std::iter::empty()),
         },
         members: members.into(),
         out,

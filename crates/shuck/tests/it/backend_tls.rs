@@ -148,10 +148,20 @@ fn a_backend_from_another_ca_or_wanting_a_certificate_shuck_lacks_is_refused_and
     std::fs::write(shuck.config_path(), trusting).unwrap();
     shuck.signal("HUP");
     shuck.wait_log("reloaded");
-    for _ in 0..2 {
-        let out = curl_at(&pki, shuck.addrs[0], "www.test", "/", &[]);
-        assert!(out.status.success(), "{}", shuck.log_text());
-    }
+    // Said once no handshake failed for 10 s (a flapping backend stays failing).
+    wait_for(
+        "TLS to the backend works again",
+        Duration::from_secs(30),
+        || {
+            let out = curl_at(&pki, shuck.addrs[0], "www.test", "/", &[]);
+            assert!(out.status.success(), "{}", shuck.log_text());
+            let said = shuck.log_text().contains("works again");
+            if !said {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            said
+        },
+    );
     let log = shuck.wait_log("TLS to the backend works again");
     assert_eq!(log.matches("works again").count(), 1, "{log}");
     assert_eq!(log.matches(failing).count(), 1, "{log}");
@@ -209,7 +219,7 @@ fn verify_none_reaches_an_unvouched_backend_in_tls() {
 
 /// nginx (`ssl_verify_client on`, `listen … ssl proxy_protocol`) behind shuck: the PROXY header
 /// before the handshake, shuck's client certificate verified by nginx, the second connection
-/// resumed as nginx sees it, and the health checks' HTTP requests made in TLS (resumed too).
+/// resumed as nginx sees it, and the health checks' HTTP requests made in TLS.
 #[test]
 fn nginx_wanting_a_client_certificate_sees_it_resumed_and_checked_in_tls() {
     let pki = Pki::new();
@@ -221,7 +231,7 @@ fn nginx_wanting_a_client_certificate_sees_it_resumed_and_checked_in_tls() {
     let shuck = Shuck::start(&format!(
         "workers = 1\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\n\
          listen = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\nproxy_protocol = \"v2\"\nproxy_protocol_tlvs = []\n\
-         health_check = {{ interval = \"200ms\", timeout = \"200ms\", http = \"GET /healthz\", rise = 1 }}\n\
+         health_check = {{ interval = \"1s\", timeout = \"1s\", http = \"GET /healthz\", rise = 1 }}\n\
          backend_tls = {{ ca = {}, server_name = \"api.internal\", client_certificate = {{ cert = {} }} }}\n",
         nginx.addr,
         toml_path(&cert),
@@ -250,7 +260,8 @@ fn nginx_wanting_a_client_certificate_sees_it_resumed_and_checked_in_tls() {
         );
     }
     assert!(said[1].contains("reused=r"), "resumed: {said:?}");
-    // Three checks in TLS: every one verified, the later ones resumed.
+    // Three checks in TLS, each a full handshake verified by nginx (checks do not resume, so
+    // each sees the backend's certificate).
     let checks = || {
         let log = nginx.file_text("access.log");
         log.lines()
@@ -266,10 +277,7 @@ fn nginx_wanting_a_client_certificate_sees_it_resumed_and_checked_in_tls() {
         checks.iter().all(|l| l.contains("verify=SUCCESS")),
         "{checks:?}"
     );
-    assert!(
-        checks[1..].iter().any(|l| l.contains("reused=r")),
-        "{checks:?}"
-    );
+    assert!(checks.iter().all(|l| l.contains("reused=.")), "{checks:?}");
     let up = sum(&scrape(shuck.addrs[1]), "shuck_backend_up", &[]);
     assert_eq!(up, 1);
     assert_eq!(tls_errors(&shuck), 0);
