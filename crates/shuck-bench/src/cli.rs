@@ -477,9 +477,18 @@ pub struct SpeedArgs {
     /// 0.1 s per measurement instead of 1 s (done in a few seconds; figures less steady).
     #[arg(long)]
     pub quick: bool,
-    /// The server's key type, for the prediction.
-    #[arg(long, value_enum, default_value = "p256")]
-    pub key: speed::KeyType,
+    /// The server's key type, for the prediction: rsa2048, rsa3072, rsa4096, p256, p384,
+    /// ed25519; or a key in a PKCS#11 token by URI (RFC 7512, e.g.
+    /// "pkcs11:token=edge;object=web?pin-source=file:/etc/shuck/pin"), measured against the
+    /// cores: its signatures per second and latency beside one core's for the same key type.
+    #[arg(long, default_value = "p256", value_parser = parse_key, value_name = "TYPE|PKCS11-URI")]
+    pub key: KeyArg,
+    /// The PKCS#11 module for a token key whose URI names none (module-path).
+    #[arg(long, value_name = "PATH")]
+    pub pkcs11_module: Option<PathBuf>,
+    /// Sessions signing at once with a token key (default: the cores the prediction is for).
+    #[arg(long, value_name = "N")]
+    pub token_sessions: Option<usize>,
     /// Take the key type from the private key in this PEM (a shuck certificate bundle).
     #[arg(long, value_name = "PEM", conflicts_with = "key")]
     pub cert: Option<PathBuf>,
@@ -503,24 +512,64 @@ pub struct SpeedArgs {
     pub json: bool,
 }
 
+/// `--key`: a key type, or a token key by PKCS#11 URI.
+#[derive(Debug, Clone)]
+pub enum KeyArg {
+    Type(speed::KeyType),
+    Token(Box<shuck_proxy::pkcs11_uri::Pkcs11Uri>),
+}
+
+fn parse_key(s: &str) -> Result<KeyArg, String> {
+    use clap::ValueEnum as _;
+    if shuck_proxy::pkcs11_uri::Pkcs11Uri::is_uri(s) {
+        return shuck_proxy::pkcs11_uri::Pkcs11Uri::parse(s)
+            .map(|u| KeyArg::Token(Box::new(u)))
+            .map_err(|e| format!("the PKCS#11 URI {e}"));
+    }
+    speed::KeyType::from_str(s, true).map(KeyArg::Type).map_err(|_| {
+        format!("{s:?} is none of rsa2048, rsa3072, rsa4096, p256, p384, ed25519, nor a pkcs11: URI")
+    })
+}
+
 pub fn run_speed(a: &SpeedArgs) -> Result<(), BenchError> {
-    let r = speed_report(a)?;
+    let (r, token) = speed_report(a)?;
     if a.json {
+        let both = serde_json::json!({ "speed": r, "token": token });
+        let plain = if token.is_some() {
+            both
+        } else {
+            serde_json::json!(r)
+        };
         println!(
             "{}",
-            serde_json::to_string_pretty(&r).expect("plain data serialises")
+            serde_json::to_string_pretty(&plain).expect("plain data serialises")
         );
     } else {
         print!("{}", speed::text(&r));
+        if let Some(t) = &token {
+            print!("{}", crate::speed_token::text(t, r.prediction.cores));
+        }
     }
     Ok(())
 }
 
 /// Measures and predicts as `a` says and returns the report `shuck speed` prints.
-pub fn speed_report(a: &SpeedArgs) -> Result<speed::SpeedReport, BenchError> {
+pub fn speed_report(
+    a: &SpeedArgs,
+) -> Result<(speed::SpeedReport, Option<crate::speed_token::TokenReport>), BenchError> {
+    // A token key is opened first: a wrong PIN or a missing object stops before measuring.
+    let token = match &a.key {
+        KeyArg::Type(_) => None,
+        KeyArg::Token(uri) => Some(crate::speed_token::open(uri, a.pkcs11_module.as_deref())?),
+    };
+    let key = match (&a.key, &token) {
+        (_, Some(t)) => crate::speed_token::key_type_of(t.kind)?,
+        (KeyArg::Type(k), None) => *k,
+        (KeyArg::Token(_), None) => speed::KeyType::P256,
+    };
     let mut o = speed::SpeedOptions {
         quick: a.quick,
-        key: a.key,
+        key,
         kx: a.kx,
         cipher: a.cipher,
         cores: a
@@ -539,11 +588,22 @@ pub fn speed_report(a: &SpeedArgs) -> Result<speed::SpeedReport, BenchError> {
     let measured = speed::measure(o.quick)?;
     let prediction = speed::predict(&measured, &o);
     let comparison = bench.as_ref().map(|b| speed::compare(b, &prediction));
-    Ok(speed::SpeedReport {
-        measured,
-        prediction,
-        comparison,
-    })
+    let token = match &token {
+        None => None,
+        Some(t) => {
+            let budget = Duration::from_millis(if o.quick { 200 } else { 1000 });
+            let sessions = a.token_sessions.unwrap_or(o.cores).max(1);
+            Some(crate::speed_token::measure(t, sessions, budget, &measured)?)
+        }
+    };
+    Ok((
+        speed::SpeedReport {
+            measured,
+            prediction,
+            comparison,
+        },
+        token,
+    ))
 }
 
 /// `--source`: addresses separated by commas, or an IPv4 range `FIRST-LAST`.

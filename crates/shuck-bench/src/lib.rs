@@ -18,4 +18,5 @@ pub mod load;
 pub mod plot;
 pub mod procfs;
 pub mod speed;
+pub mod speed_token;
 pub mod tls;

@@ -23,7 +23,7 @@ mod worker;
 
 // The lasting public paths, wherever the modules live.
 pub use obs::logging;
-pub use proto::proxy_protocol;
+pub use proto::{pkcs11_uri, proxy_protocol};
 pub use server::{bindings, check, control, reload, running};
 pub use sys::{access, notify, pid_file, upgrade};
 
@@ -38,4 +38,5 @@ pub use error::{Error, Result};
 pub use metrics::{set_build_info, BuildInfo};
 /// A new random ticket key as a key file holds it (`shuck ticket-key`).
 pub use sessions::ticket_keys::generate as new_ticket_key;
+pub use tls::pkcs11;
 pub use tls::stream::ktls::kernel_has_tls;

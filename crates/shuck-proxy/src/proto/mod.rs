@@ -3,5 +3,6 @@
 
 pub(crate) mod hello_fields;
 pub(crate) mod ja4;
+pub mod pkcs11_uri;
 pub mod proxy_protocol;
 pub(crate) mod tls_params;

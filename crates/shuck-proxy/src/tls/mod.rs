@@ -7,6 +7,7 @@ pub(crate) mod backend_tls;
 pub(crate) mod certs;
 pub(crate) mod client_auth;
 pub(crate) mod handshake;
+pub mod pkcs11;
 pub(crate) mod sni;
 pub(crate) mod stream;
 

@@ -21,6 +21,7 @@ mod metrics_series;
 mod mtls;
 mod ocsp;
 mod peers;
+mod pkcs11;
 mod relay;
 mod reliability;
 mod robustness;
