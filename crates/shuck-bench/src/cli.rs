@@ -481,8 +481,9 @@ pub struct SpeedArgs {
     /// ed25519; or a key in a PKCS#11 token by URI (RFC 7512, e.g.
     /// "pkcs11:token=edge;object=web?pin-source=file:/etc/shuck/pin"), measured against the
     /// cores: its signatures per second and latency beside one core's for the same key type.
-    #[arg(long, default_value = "p256", value_parser = parse_key, value_name = "TYPE|PKCS11-URI")]
-    pub key: KeyArg,
+    // A String, read by `parse_key`: clap would print a refused value whole, PIN included.
+    #[arg(long, default_value = "p256", value_name = "TYPE|PKCS11-URI")]
+    pub key: String,
     /// The PKCS#11 module for a token key whose URI names none (module-path).
     #[arg(long, value_name = "PATH")]
     pub pkcs11_module: Option<PathBuf>,
@@ -519,16 +520,25 @@ pub enum KeyArg {
     Token(Box<shuck_proxy::pkcs11_uri::Pkcs11Uri>),
 }
 
-fn parse_key(s: &str) -> Result<KeyArg, String> {
+/// `--key`, whose errors never show a URI's PIN.
+fn parse_key(s: &str) -> Result<KeyArg, BenchError> {
     use clap::ValueEnum as _;
+    let bad = |reason: String| BenchError::Option {
+        flag: "--key",
+        reason,
+    };
     if shuck_proxy::pkcs11_uri::Pkcs11Uri::is_uri(s) {
         return shuck_proxy::pkcs11_uri::Pkcs11Uri::parse(s)
             .map(|u| KeyArg::Token(Box::new(u)))
-            .map_err(|e| format!("the PKCS#11 URI {e}"));
+            .map_err(|e| bad(format!("the PKCS#11 URI {e}")));
     }
-    speed::KeyType::from_str(s, true).map(KeyArg::Type).map_err(|_| {
-        format!("{s:?} is none of rsa2048, rsa3072, rsa4096, p256, p384, ed25519, nor a pkcs11: URI")
-    })
+    speed::KeyType::from_str(s, true)
+        .map(KeyArg::Type)
+        .map_err(|_| {
+            bad(format!(
+                "{s:?} is none of rsa2048, rsa3072, rsa4096, p256, p384, ed25519, nor a pkcs11: URI"
+            ))
+        })
 }
 
 pub fn run_speed(a: &SpeedArgs) -> Result<(), BenchError> {
@@ -558,11 +568,12 @@ pub fn speed_report(
     a: &SpeedArgs,
 ) -> Result<(speed::SpeedReport, Option<crate::speed_token::TokenReport>), BenchError> {
     // A token key is opened first: a wrong PIN or a missing object stops before measuring.
-    let token = match &a.key {
+    let key_arg = parse_key(&a.key)?;
+    let token = match &key_arg {
         KeyArg::Type(_) => None,
         KeyArg::Token(uri) => Some(crate::speed_token::open(uri, a.pkcs11_module.as_deref())?),
     };
-    let key = match (&a.key, &token) {
+    let key = match (&key_arg, &token) {
         (_, Some(t)) => crate::speed_token::key_type_of(t.kind)?,
         (KeyArg::Type(k), None) => *k,
         (KeyArg::Token(_), None) => speed::KeyType::P256,

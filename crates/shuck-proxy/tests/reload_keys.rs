@@ -177,6 +177,13 @@ fn rows(f: &Files) -> Vec<Row> {
             Applied,
         ),
         global("watch_certificates", "", "watch_certificates = false", Applied),
+        global(
+            "pkcs11_module",
+            "",
+            "pkcs11_module = \"/usr/lib/softhsm/libsofthsm2.so\"",
+            Applied,
+        ),
+        global("pkcs11_signers", "", "pkcs11_signers = 4", Applied),
         global("metrics_per_worker", "", "metrics_per_worker = true", Applied),
         global("admin_socket", "", "admin_socket = \"/run/shuck/a.sock\"", Restart),
         global(

@@ -78,6 +78,20 @@ impl Pki {
         self.leaf_with_serial(file, cn, names, key, None)
     }
 
+    /// Writes `<file>` holding a leaf for a key held elsewhere (a PKCS#11 token), given by its
+    /// SubjectPublicKeyInfo in DER, and this CA: the chain alone, no key. ECDSA P-256, P-384 or RSA.
+    pub fn leaf_for_public_key(&self, file: &str, names: &[&str], spki: &[u8]) -> PathBuf {
+        let key = ForeignKey::from_spki(spki);
+        let mut p =
+            CertificateParams::new(names.iter().map(|s| (*s).to_string()).collect::<Vec<_>>())
+                .expect("leaf params");
+        p.distinguished_name.push(DnType::CommonName, names[0]);
+        let cert = p.signed_by(&key, &self.issuer()).expect("sign leaf");
+        let path = self.path(file);
+        std::fs::write(&path, format!("{}{}", cert.pem(), self.ca.pem())).expect("write chain");
+        path
+    }
+
     /// A client certificate (no names) with a known serial number, for CRL tests.
     pub fn client(&self, file: &str, cn: &str, serial: u64) -> PathBuf {
         self.leaf_with_serial(file, cn, &[], Key::EcdsaP256, Some(serial))
@@ -281,4 +295,54 @@ pub fn client_config(pki: &Pki) -> rustls::ClientConfig {
     .expect("versions")
     .with_root_certificates(roots)
     .with_no_client_auth()
+}
+
+/// A public key whose private half rcgen never sees: the subjectPublicKey bits of a
+/// SubjectPublicKeyInfo and its algorithm.
+struct ForeignKey {
+    bits: Vec<u8>,
+    alg: &'static SignatureAlgorithm,
+}
+
+impl ForeignKey {
+    fn from_spki(spki: &[u8]) -> ForeignKey {
+        const RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
+        const P384: &[u8] = &[0x2b, 0x81, 0x04, 0x00, 0x22];
+        /// The contents of the DER element at the start of `der`, and what follows it.
+        fn take(der: &[u8]) -> (&[u8], &[u8]) {
+            let (len, head) = match der[1] {
+                n if n < 0x80 => (usize::from(n), 2),
+                0x81 => (usize::from(der[2]), 3),
+                0x82 => ((usize::from(der[2]) << 8) | usize::from(der[3]), 4),
+                other => panic!("DER length form {other:#x}"),
+            };
+            (&der[head..head + len], &der[head + len..])
+        }
+        let (body, _) = take(spki);
+        let (alg, rest) = take(body);
+        let (bits, _) = take(rest);
+        // rsaEncryption, secp384r1; anything else here is taken for EC P-256.
+        let has = |oid: &[u8]| alg.windows(oid.len()).any(|w| w == oid);
+        let alg: &'static SignatureAlgorithm = if has(RSA) {
+            &rcgen::PKCS_RSA_SHA256
+        } else if has(P384) {
+            &rcgen::PKCS_ECDSA_P384_SHA384
+        } else {
+            &rcgen::PKCS_ECDSA_P256_SHA256
+        };
+        ForeignKey {
+            bits: bits[1..].to_vec(),
+            alg,
+        }
+    }
+}
+
+impl rcgen::PublicKeyData for ForeignKey {
+    fn der_bytes(&self) -> &[u8] {
+        &self.bits
+    }
+
+    fn algorithm(&self) -> &'static SignatureAlgorithm {
+        self.alg
+    }
 }

@@ -14,19 +14,14 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use super::admin::MemberKey;
+use crate::sys::clock::monotonic_ms as now_ms;
 
 /// How long a failing member must go without a failure before a success says it works.
 const QUIET: Duration = Duration::from_secs(10);
-
-/// Milliseconds since the first call: a clock an atomic can hold.
-fn now_ms() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    u64::try_from(START.get_or_init(Instant::now).elapsed().as_millis()).unwrap_or(u64::MAX)
-}
 
 /// One member's flag and names, for its lines.
 #[derive(Debug)]

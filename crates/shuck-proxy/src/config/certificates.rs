@@ -8,6 +8,8 @@ use serde::Deserialize;
 use super::acme::Acme;
 use super::section::{OnChange, Section};
 use super::{key_err, resolve_path, KeyError, OneOrMany, RawFrontend};
+use crate::proto::pkcs11_uri::Pkcs11Uri;
+use serde::Serialize as _;
 
 #[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
 pub enum CertSource {
@@ -66,7 +68,43 @@ impl From<PathBuf> for CertEntry {
 #[derive(serde::Serialize, Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CertFiles {
     pub cert: PathBuf,
+    /// A file, or a key in a PKCS#11 token by URI (`pkcs11:…`, kept as written; shown without
+    /// its PIN).
+    #[serde(serialize_with = "key_shown")]
     pub key: Option<PathBuf>,
+}
+
+impl CertFiles {
+    /// The key's PKCS#11 URI, when it is in a token.
+    pub fn token_key(&self) -> Option<&str> {
+        let text = self.key.as_deref()?.to_str()?;
+        Pkcs11Uri::is_uri(text).then_some(text)
+    }
+}
+
+/// A key as `shuck check` and the reload report show it: a token URI without its PIN.
+#[expect(
+    clippy::ref_option,
+    reason = "serde's serialize_with hands the field over by reference"
+)]
+fn key_shown<S: serde::Serializer>(key: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+    match key.as_deref().and_then(|k| k.to_str()) {
+        Some(text) if Pkcs11Uri::is_uri(text) => match Pkcs11Uri::parse(text) {
+            Ok(uri) => s.serialize_some(&uri.redacted()),
+            Err(_) => s.serialize_some("pkcs11:(unreadable)"),
+        },
+        _ => key.serialize(s),
+    }
+}
+
+/// Where keys in PKCS#11 tokens are reached from (`pkcs11_module`, `pkcs11_signers`): the same
+/// for every frontend, copied into each one's certificates.
+#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Pkcs11Settings {
+    /// The module for URIs that name none.
+    pub module: Option<PathBuf>,
+    /// Signer threads (each with its own session) per token key.
+    pub signers: usize,
 }
 
 /// Where OCSP staples come from (`ocsp`).
@@ -98,6 +136,8 @@ pub struct Certificates {
     pub source: CertSource,
     pub unknown_sni: SniFallback,
     pub missing_sni: SniFallback,
+    /// For keys in tokens (the global `pkcs11_*` keys).
+    pub pkcs11: Pkcs11Settings,
 }
 
 /// Files are read again on every reload, whether their names changed or not.
@@ -126,10 +166,18 @@ impl RawFrontend {
                 },
                 CertEntry::Pair(pair) => CertFiles {
                     cert: resolve_path(base, pair.cert),
-                    key: Some(resolve_path(base, pair.key)),
+                    // A token's URI is no path: kept as written.
+                    key: Some(match pair.key.to_str() {
+                        Some(k) if Pkcs11Uri::is_uri(k) => pair.key,
+                        _ => resolve_path(base, pair.key),
+                    }),
                 },
             })
             .collect();
+        for key in paths.iter().filter_map(CertFiles::token_key) {
+            Pkcs11Uri::parse(key)
+                .map_err(|e| key_err("certificates", format!("key: the PKCS#11 URI {e}")))?;
+        }
         if let Some(acme) = &self.acme {
             if !paths.is_empty() || self.self_signed.unwrap_or(false) {
                 return Err(key_err(
@@ -142,6 +190,7 @@ impl RawFrontend {
                 source: CertSource::Acme,
                 unknown_sni: self.unknown_sni.unwrap_or(SniFallback::Default),
                 missing_sni: self.missing_sni.unwrap_or(SniFallback::Default),
+                pkcs11: Pkcs11Settings::default(),
             };
             return Ok((certs, Some(Box::new(acme))));
         }
@@ -170,7 +219,29 @@ impl RawFrontend {
             source,
             unknown_sni: self.unknown_sni.unwrap_or(SniFallback::Default),
             missing_sni: self.missing_sni.unwrap_or(SniFallback::Default),
+            pkcs11: Pkcs11Settings::default(),
         };
         Ok((certs, None))
+    }
+}
+
+impl Certificates {
+    /// Takes the process's `settings` for keys in tokens; every token key must then have a
+    /// module, its URI's `module-path` or `pkcs11_module`.
+    pub(super) fn with_pkcs11(&mut self, settings: &Pkcs11Settings) -> Result<(), KeyError> {
+        self.pkcs11 = settings.clone();
+        let CertSource::Files { paths, .. } = &self.source else {
+            return Ok(());
+        };
+        for key in paths.iter().filter_map(CertFiles::token_key) {
+            let names_module = Pkcs11Uri::parse(key).is_ok_and(|u| u.module_path.is_some());
+            if !names_module && settings.module.is_none() {
+                return Err(key_err(
+                    "certificates",
+                    "a key in a PKCS#11 token needs a module: set pkcs11_module, or module-path in its URI",
+                ));
+            }
+        }
+        Ok(())
     }
 }

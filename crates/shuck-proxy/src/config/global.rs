@@ -283,6 +283,7 @@ impl RawConfig {
                 .clone()
                 .map(|p| super::resolve_path(base, p)),
             admin_group: self.admin_group.clone(),
+            pkcs11: self.pkcs11(base)?,
             state_dir: self.state_dir.clone().map_or_else(
                 || PathBuf::from(super::acme::STATE_DIR),
                 |p| super::resolve_path(base, p),
@@ -293,6 +294,24 @@ impl RawConfig {
 }
 
 impl RawConfig {
+    /// `pkcs11_module` and `pkcs11_signers`.
+    fn pkcs11(&self, base: Option<&Path>) -> Result<super::certificates::Pkcs11Settings, KeyError> {
+        let signers = self.pkcs11_signers.unwrap_or(2);
+        if !(1..=64).contains(&signers) {
+            return Err(key_err(
+                "pkcs11_signers",
+                format!("{signers}: from 1 to 64 signer threads per token key"),
+            ));
+        }
+        Ok(super::certificates::Pkcs11Settings {
+            module: self
+                .pkcs11_module
+                .clone()
+                .map(|p| super::resolve_path(base, p)),
+            signers,
+        })
+    }
+
     /// Keys that mean nothing alone: `group` without `user`, `admin_group` without
     /// `admin_socket`.
     fn check_companion_keys(&self) -> Result<(), KeyError> {
@@ -453,6 +472,12 @@ pub const GLOBAL_KEYS: &[GlobalKey] = &[
     // The socket is made once, at start, with the privileges to give it its group.
     key("admin_socket", Applies::Restart, Recorded::Yes, |c| {
         format!("{:?}", c.admin_socket)
+    }),
+    key("pkcs11_module", Applies::Reload, Recorded::Yes, |c| {
+        format!("{:?}", c.pkcs11.module)
+    }),
+    key("pkcs11_signers", Applies::Reload, Recorded::Yes, |c| {
+        c.pkcs11.signers.to_string()
     }),
     key("admin_group", Applies::Restart, Recorded::Yes, |c| {
         format!("{:?}", c.admin_group)

@@ -45,7 +45,7 @@ pub use acme::{Acme, AcmeKey, AcmeStore, Eab, UntilIssued};
 pub use admission::{Admission, HandshakeRate, NetList, PerClient};
 pub use backend::{Backend, BackendAddr, BackendPolicy, Backends, Target, MAX_BACKENDS};
 pub use certificates::{
-    CertEntry, CertFiles, CertPair, CertSource, Certificates, OcspMode, SniFallback,
+    CertEntry, CertFiles, CertPair, CertSource, Certificates, OcspMode, Pkcs11Settings, SniFallback,
 };
 pub use client_auth::{ClientAuth, ClientAuthSettings};
 pub use frontend::{AcmeSettings, Frontend, OnChange, Section, SectionChange};
@@ -123,6 +123,8 @@ pub struct RawConfig {
     pub metrics_per_worker: Option<bool>,
     pub admin_socket: Option<PathBuf>,
     pub admin_group: Option<String>,
+    pub pkcs11_module: Option<PathBuf>,
+    pub pkcs11_signers: Option<usize>,
     #[serde(default, rename = "frontend")]
     pub frontends: Vec<RawFrontend>,
 }
@@ -267,6 +269,8 @@ pub struct Config {
     pub admin_socket: Option<PathBuf>,
     /// The group that may use it besides the user shuck runs as.
     pub admin_group: Option<String>,
+    /// Where keys in PKCS#11 tokens are reached from.
+    pub pkcs11: Pkcs11Settings,
     pub frontends: Vec<Frontend>,
 }
 
@@ -375,8 +379,11 @@ impl RawConfig {
                     format!("{name:?} is used twice"),
                 ));
             }
-            let fe = raw
+            let mut fe = raw
                 .validate(&name, base, &config.state_dir)
+                .map_err(|e| e.in_frontend(&name))?;
+            fe.certificates
+                .with_pkcs11(&config.pkcs11)
                 .map_err(|e| e.in_frontend(&name))?;
             listen::check_not_shared(&fe, frontends).map_err(|e| e.in_frontend(&name))?;
             frontends.push(fe);

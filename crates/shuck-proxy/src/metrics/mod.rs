@@ -17,6 +17,7 @@ mod http;
 pub(crate) mod ja4_top;
 mod merge;
 mod pending;
+mod pkcs11;
 mod process;
 mod snapshot;
 mod status;
@@ -336,6 +337,7 @@ impl Metrics {
             m.acme_fleet.clone(),
         );
         registry.register_collector(Box::new(ja4_top::Ja4TopCollector(m.ja4_top.clone())));
+        registry.register_collector(Box::new(pkcs11::Pkcs11Collector));
         registry.register(
             "connections_limit",
             "max_connections in force: connections the process serves at once (after the open-files limit's clamp), beside shuck_connections_active",

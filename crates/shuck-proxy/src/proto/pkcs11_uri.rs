@@ -52,14 +52,16 @@ impl std::fmt::Debug for Pkcs11Uri {
 pub enum UriError {
     #[error("does not start with \"pkcs11:\"")]
     Scheme,
-    #[error("{0:?} is not name=value")]
-    NotAttribute(String),
+    #[error("has an attribute that is not name=value (a character of a value not %-encoded?)")]
+    NotAttribute,
     #[error("unknown attribute {0:?}")]
     Unknown(String),
     #[error("attribute {0:?} given twice")]
     Twice(String),
-    #[error("bad percent-encoding in {0:?}")]
+    #[error("bad %-encoding in the value of {0:?}")]
     Percent(String),
+    #[error("{0:?} is not supported: {1}")]
+    Unsupported(String, &'static str),
     #[error("slot-id {0:?} is not a number")]
     SlotId(String),
     #[error("type={0:?}: only private keys are served from a token")]
@@ -93,8 +95,8 @@ impl Pkcs11Uri {
 
     fn path_attribute(&mut self, attr: &str) -> Result<(), UriError> {
         let (name, raw) = split(attr)?;
-        let value = decode(raw)?;
-        let text = || String::from_utf8(value.clone()).map_err(|_| UriError::Percent(attr.into()));
+        let value = decode(raw).map_err(|()| UriError::Percent(name.into()))?;
+        let text = || String::from_utf8(value.clone()).map_err(|_| UriError::Percent(name.into()));
         match name {
             "token" => set(&mut self.token, text()?, name),
             "manufacturer" => set(&mut self.manufacturer, text()?, name),
@@ -111,23 +113,46 @@ impl Pkcs11Uri {
                 "private" => Ok(()),
                 other => Err(UriError::Type(other.into())),
             },
-            // What the module says of itself: nothing to select a key by here.
-            "library-manufacturer" | "library-description" | "library-version" => Ok(()),
+            "slot-manufacturer"
+            | "slot-description"
+            | "library-manufacturer"
+            | "library-description"
+            | "library-version" => Err(UriError::Unsupported(
+                name.into(),
+                "name the token by token=, serial= or slot-id=",
+            )),
             other => Err(UriError::Unknown(other.into())),
         }
     }
 
     fn query_attribute(&mut self, attr: &str) -> Result<(), UriError> {
         let (name, raw) = split(attr)?;
-        let value = String::from_utf8(decode(raw)?).map_err(|_| UriError::Percent(attr.into()))?;
+        let value = decode(raw)
+            .ok()
+            .and_then(|v| String::from_utf8(v).ok())
+            .ok_or_else(|| UriError::Percent(name.into()))?;
         match name {
             "pin-value" => set(&mut self.pin, Pin::Value(value), name),
-            // RFC 7512 allows a URI or a path; shuck reads files only.
+            // RFC 7512 allows a URI or a path; shuck reads local files only: file:///p,
+            // file:/p or /p.
             "pin-source" => {
-                let path = value.strip_prefix("file:").unwrap_or(&value);
+                let path = value
+                    .strip_prefix("file://")
+                    .or_else(|| value.strip_prefix("file:"))
+                    .unwrap_or(&value);
+                if !path.starts_with('/') {
+                    return Err(UriError::Unsupported(
+                        name.into(),
+                        "give a local file by its absolute path (file:/etc/shuck/pin)",
+                    ));
+                }
                 set(&mut self.pin, Pin::File(PathBuf::from(path)), name)
             }
             "module-path" => set(&mut self.module_path, PathBuf::from(value), name),
+            "module-name" => Err(UriError::Unsupported(
+                name.into(),
+                "give the module by module-path or pkcs11_module",
+            )),
             other => Err(UriError::Unknown(other.into())),
         }
     }
@@ -168,8 +193,8 @@ impl Pkcs11Uri {
 }
 
 fn split(attr: &str) -> Result<(&str, &str), UriError> {
-    attr.split_once('=')
-        .ok_or_else(|| UriError::NotAttribute(attr.into()))
+    // The text itself is not shown: it may be part of a PIN.
+    attr.split_once('=').ok_or(UriError::NotAttribute)
 }
 
 fn set<T>(slot: &mut Option<T>, value: T, name: &str) -> Result<(), UriError> {
@@ -180,8 +205,8 @@ fn set<T>(slot: &mut Option<T>, value: T, name: &str) -> Result<(), UriError> {
     Ok(())
 }
 
-/// `%XX` sequences as bytes, the rest as it is.
-fn decode(raw: &str) -> Result<Vec<u8>, UriError> {
+/// `%XX` sequences (two hex digits) as bytes, the rest as it is.
+fn decode(raw: &str) -> Result<Vec<u8>, ()> {
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -189,8 +214,9 @@ fn decode(raw: &str) -> Result<Vec<u8>, UriError> {
         if bytes[i] == b'%' {
             let hex = raw
                 .get(i + 1..i + 3)
+                .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| UriError::Percent(raw.into()))?;
+                .ok_or(())?;
             out.push(hex);
             i += 3;
         } else {
@@ -252,7 +278,25 @@ mod tests {
             e("pkcs11:object=a;type=cert"),
             UriError::Type("cert".into())
         );
-        assert_eq!(e("pkcs11:object=a%2"), UriError::Percent("a%2".into()));
+        assert_eq!(e("pkcs11:object=a%2"), UriError::Percent("object".into()));
+        assert_eq!(e("pkcs11:object=a%+f"), UriError::Percent("object".into()));
+        // Nothing of a value shows in an error: it may be a PIN.
+        let pin = e("pkcs11:object=a?pin-value=12&34");
+        assert_eq!(pin, UriError::NotAttribute);
+        assert!(!pin.to_string().contains("34"));
+        assert!(!e("pkcs11:object=a?pin-value=1%zz")
+            .to_string()
+            .contains("zz"));
+        assert!(matches!(
+            e("pkcs11:object=a;slot-description=x"),
+            UriError::Unsupported(..)
+        ));
+        assert!(matches!(
+            e("pkcs11:object=a?pin-source=file://host/p"),
+            UriError::Unsupported(..)
+        ));
+        let f = Pkcs11Uri::parse("pkcs11:object=a?pin-source=file:///etc/pin").unwrap();
+        assert_eq!(f.pin, Some(Pin::File("/etc/pin".into())));
         assert_eq!(e("pkcs11:object=a;slot-id=x"), UriError::SlotId("x".into()));
         assert_eq!(
             e("pkcs11:object=a?pin-value=1&pin-source=/p"),

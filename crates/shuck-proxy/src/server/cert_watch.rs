@@ -220,7 +220,7 @@ fn loads(fe: &Frontend) -> crate::error::Result<()> {
     let provider = crate::tls::provider_for(fe);
     if let CertSource::Files { paths, .. } = &fe.certificates.source {
         for files in certs::expand_paths(paths)? {
-            certs::load_certificate(&files, &provider)?;
+            certs::load_certificate_in(&files, &provider, &fe.certificates.pkcs11)?;
         }
     }
     // The client CA and CRLs, and the ticket keys, as the refresh will read them: a set that
@@ -256,11 +256,16 @@ fn watched_of(fe: &Frontend) -> Watched {
             .flat_map(|d| entries(d))
             .filter(|p| p.is_file());
         w.files.extend(listed.map(|f| (f, CAP)));
-        for CertFiles { cert, key } in certs::expand_paths(paths).unwrap_or_default() {
+        for files in certs::expand_paths(paths).unwrap_or_default() {
+            // A key in a token has no file to watch.
+            let in_token = files.token_key().is_some();
+            let CertFiles { cert, key } = files;
             let mut ocsp = cert.clone().into_os_string();
             ocsp.push(".ocsp");
-            w.files
-                .push((key.unwrap_or_else(|| certs::key_beside(&cert)), CAP));
+            if !in_token {
+                w.files
+                    .push((key.unwrap_or_else(|| certs::key_beside(&cert)), CAP));
+            }
             w.files.push((PathBuf::from(ocsp), CAP));
             w.files.push((cert, CAP));
         }

@@ -430,6 +430,8 @@ impl Reloader {
         s.overload_threshold = new.overload_threshold;
         s.watch_certificates = new.watch_certificates;
         s.metrics_per_worker = new.metrics_per_worker;
+        // Each frontend's certificates carry a copy, loaded with them.
+        s.pkcs11.clone_from(&new.pkcs11);
     }
 
     /// The settings in force as new connections get them, rendered as `running.toml` renders

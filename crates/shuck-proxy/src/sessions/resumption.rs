@@ -67,6 +67,12 @@ impl WorkerResumption {
         }
     }
 
+    /// A view of the same tickets and sessions with notes of its own, for one handshake
+    /// processed off its worker (`tls::handshake`), whose notes must not mix with the worker's.
+    pub(crate) fn fresh(&self) -> WorkerResumption {
+        WorkerResumption::new(self.tickets.clone(), self.sessions.clone())
+    }
+
     /// Runs `f` (rustls going on with a handshake, which issues the TLS 1.3 tickets once the
     /// client's Finished is in), issuing one ticket at most when the handshake `resumed`. That
     /// is what OpenSSL's servers do (nginx, HAProxy, hitch): after a full handshake rustls'

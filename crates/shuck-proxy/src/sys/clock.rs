@@ -1,4 +1,5 @@
-//! Wall-clock time as certificates, OCSP responses and renewals count it.
+//! Wall-clock time as certificates, OCSP responses and renewals count it, and a monotonic
+//! clock an atomic can hold.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -8,4 +9,12 @@ pub(crate) fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Milliseconds on a monotonic clock that starts at the first call: for times kept in atomics
+/// (when a backend last failed), compared with each other only.
+pub(crate) fn monotonic_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = START.get_or_init(std::time::Instant::now);
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
 }

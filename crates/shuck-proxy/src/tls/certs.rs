@@ -12,7 +12,7 @@ use rustls::sign::CertifiedKey;
 use rustls::SignatureAlgorithm;
 
 use crate::certs::x509::{PublicKeyKind, X509};
-use crate::config::CertFiles;
+use crate::config::{CertFiles, Pkcs11Settings};
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +62,9 @@ pub(crate) struct LoadedCert {
     pub staple: Option<crate::certs::ocsp::Verified>,
     /// Its files (or their directories) that others than their owner may write, as warnings.
     pub writable_by_others: Vec<String>,
+    /// Its key is in a PKCS#11 token: handshakes that may sign with it are made off the
+    /// worker (`tls::handshake`).
+    pub in_token: bool,
 }
 
 /// Algorithms of a certificate shuck serves, as text for backends.
@@ -184,6 +187,15 @@ pub(crate) fn pem_problem(e: &rustls::pki_types::pem::Error) -> String {
 /// private key from `files.key`, or else from the bundle itself, or else from `<bundle>.key`
 /// beside it (HAProxy's rule).
 pub(crate) fn load_certificate(files: &CertFiles, provider: &CryptoProvider) -> Result<LoadedCert> {
+    load_certificate_in(files, provider, &Pkcs11Settings::default())
+}
+
+/// Like [`load_certificate`], a key in a PKCS#11 token reached with `pkcs11`.
+pub(crate) fn load_certificate_in(
+    files: &CertFiles,
+    provider: &CryptoProvider,
+    pkcs11: &Pkcs11Settings,
+) -> Result<LoadedCert> {
     let path = files.cert.as_path();
     let bytes = read(path)?;
     let bad = |message: String| Error::Cert {
@@ -198,6 +210,12 @@ pub(crate) fn load_certificate(files: &CertFiles, provider: &CryptoProvider) -> 
             "no certificate found (expected '-----BEGIN CERTIFICATE-----' blocks, leaf first)"
                 .into(),
         ));
+    }
+    if let Some(uri) = files.token_key() {
+        let key = token_key(path, uri, pkcs11)?;
+        let mut loaded = from_parts(path, chain, key, provider)?;
+        loaded.writable_by_others = crate::sys::files::writable_by_others(path);
+        return Ok(loaded);
     }
     let beside = key_beside(path);
     let mut writable = crate::sys::files::writable_by_others(path);
@@ -219,7 +237,7 @@ pub(crate) fn load_certificate(files: &CertFiles, provider: &CryptoProvider) -> 
             }
         },
     };
-    let mut loaded = from_parts(path, chain, key, provider)?;
+    let mut loaded = from_parts(path, chain, KeyFrom::Der(key), provider)?;
     writable.sort();
     writable.dedup();
     loaded.writable_by_others = writable;
@@ -283,10 +301,33 @@ fn effective_gid() -> Option<u32> {
 }
 
 /// Builds a checked `LoadedCert` from DER parts (shared by files and the self-signed generator).
+/// Where a certificate's private key is: in memory, or in a token (its signer pool's key, and
+/// its URI without the PIN).
+pub(crate) enum KeyFrom {
+    Der(PrivateKeyDer<'static>),
+    Token(Arc<dyn rustls::sign::SigningKey>, String),
+}
+
+/// The key `uri` names in its token, with signer threads started for it.
+fn token_key(cert: &Path, uri: &str, pkcs11: &Pkcs11Settings) -> Result<KeyFrom> {
+    let bad = |message: String| Error::Cert {
+        path: cert.to_path_buf(),
+        message,
+    };
+    let parsed = crate::proto::pkcs11_uri::Pkcs11Uri::parse(uri)
+        .map_err(|e| bad(format!("key: the PKCS#11 URI {e}")))?;
+    let key = super::pkcs11::TokenKey::open(&parsed, pkcs11.module.as_deref())
+        .map_err(|e| bad(e.to_string()))?;
+    let signers = pkcs11.signers.max(1);
+    let pool = super::pkcs11::SignerPool::start(Arc::new(key), signers, 64 * signers)
+        .map_err(|e| bad(e.to_string()))?;
+    Ok(KeyFrom::Token(pool.signing_key(), parsed.redacted()))
+}
+
 pub(crate) fn from_parts(
     path: &Path,
     chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
+    key: KeyFrom,
     provider: &CryptoProvider,
 ) -> Result<LoadedCert> {
     let bad = |message: String| Error::Cert {
@@ -343,10 +384,16 @@ pub(crate) fn from_parts(
     let (_, not_after) = leaf.validity();
     drop(parsed);
 
-    let signing_key = provider
-        .key_provider
-        .load_private_key(key)
-        .map_err(|e| bad(format!("private key cannot be used: {e}")))?;
+    let (signing_key, token) = match key {
+        KeyFrom::Der(key) => (
+            provider
+                .key_provider
+                .load_private_key(key)
+                .map_err(|e| bad(format!("private key cannot be used: {e}")))?,
+            None,
+        ),
+        KeyFrom::Token(key, uri) => (key, Some(uri)),
+    };
     let key_kind = match signing_key.algorithm() {
         SignatureAlgorithm::RSA => KeyKind::Rsa { bits: key_bits },
         SignatureAlgorithm::ECDSA => KeyKind::Ecdsa { bits: key_bits },
@@ -358,9 +405,13 @@ pub(crate) fn from_parts(
     match certified.keys_match() {
         Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
         Err(_) => {
-            return Err(bad(
-                "private key does not match the certificate (first certificate in the file)".into(),
-            ))
+            return Err(bad(match &token {
+                Some(uri) => format!(
+                    "the key in the token ({uri}) does not match the certificate (first certificate in the file)"
+                ),
+                None => "private key does not match the certificate (first certificate in the file)"
+                    .into(),
+            }))
         }
     }
     let key_alg = match key_kind {
@@ -379,6 +430,7 @@ pub(crate) fn from_parts(
         served: Arc::new(ServedCert { sig_alg, key_alg }),
         staple: None,
         writable_by_others: Vec::new(),
+        in_token: token.is_some(),
     })
 }
 
@@ -409,7 +461,12 @@ pub(crate) fn self_signed(provider: &CryptoProvider) -> Result<LoadedCert> {
         *made = Some((std::time::Instant::now(), cert.clone(), key.clone_key()));
         (cert, key)
     };
-    from_parts(Path::new("<self-signed>"), vec![cert], key, provider)
+    from_parts(
+        Path::new("<self-signed>"),
+        vec![cert],
+        KeyFrom::Der(key),
+        provider,
+    )
 }
 
 /// What an ACME frontend serves until its first certificate is issued: self-signed for its
@@ -430,7 +487,7 @@ fn generated(
     provider: &CryptoProvider,
 ) -> Result<LoadedCert> {
     let (cert, key) = generate(names, common_name)?;
-    from_parts(Path::new(shown_as), vec![cert], key, provider)
+    from_parts(Path::new(shown_as), vec![cert], KeyFrom::Der(key), provider)
 }
 
 /// A new self-signed certificate and key (ECDSA P-256, 90 days) for `names`.

@@ -78,6 +78,31 @@ impl WorkerTls {
             .map(|(_, c)| c.clone())
     }
 
+    /// Whether a handshake for `sni` may sign with a key in a PKCS#11 token, and must then be
+    /// processed off the worker (see `handshake::finish`).
+    pub(crate) fn signs_in_token(&self, sni: Option<&str>) -> bool {
+        self.resolver.tables().may_sign_in_token(sni)
+    }
+
+    /// This configuration with a resolver and a resumption view of one handshake's own: the
+    /// worker's note what the one handshake it processes at a time chose and found, and a
+    /// handshake processed on another thread would mix its notes with theirs. A copy of the
+    /// configuration per such handshake: made only for keys in tokens, whose signature costs
+    /// far more.
+    pub(crate) fn offloaded(&self) -> Offloaded {
+        let mut c = (*self.config).clone();
+        let resolver = Arc::new(WorkerResolver::new(self.resolver.tables().clone()));
+        c.cert_resolver = resolver.clone();
+        let resumption = Arc::new(self.resumption.fresh());
+        c.ticketer = resumption.clone();
+        c.session_storage = resumption.clone();
+        Offloaded {
+            config: Arc::new(c),
+            resolver,
+            resumption,
+        }
+    }
+
     /// The configuration a ClientHello asking for `sni` is served with.
     pub(crate) fn for_name(&self, sni: Option<&str>) -> &WorkerTls {
         let Some(name) = sni else {
@@ -90,6 +115,13 @@ impl WorkerTls {
             .find(|(names, _)| names.iter().any(|p| crate::config::name_matches(p, name)))
             .map_or(self, |(_, tls)| tls)
     }
+}
+
+/// One handshake's configuration, resolver and resumption view (see [`WorkerTls::offloaded`]).
+pub(crate) struct Offloaded {
+    pub(crate) config: Arc<ServerConfig>,
+    pub(crate) resolver: Arc<WorkerResolver>,
+    pub(crate) resumption: Arc<resumption::WorkerResumption>,
 }
 
 /// A route's own TLS policy, loaded: its configuration template and client-certificate check.
@@ -236,7 +268,11 @@ impl TlsContext {
             (CertSource::Files { paths, default }, None) => {
                 let mut paths = paths.clone();
                 paths.extend(added::bundles(fe));
-                file_certificates(&paths, default.as_deref(), &provider)?
+                file_certificates(
+                    &paths,
+                    (default.as_deref(), &fe.certificates.pkcs11),
+                    &provider,
+                )?
             }
         };
         let mut certs = certs;
@@ -590,13 +626,13 @@ fn resumption_domain(certs: &[LoadedCert], client_trust: Option<[u8; 32]>) -> [u
 /// (the first without one).
 fn file_certificates(
     paths: &[crate::config::CertFiles],
-    default: Option<&std::path::Path>,
+    (default, pkcs11): (Option<&std::path::Path>, &crate::config::Pkcs11Settings),
     provider: &Arc<CryptoProvider>,
 ) -> Result<(Vec<LoadedCert>, usize)> {
     let files = certs::expand_paths(paths)?;
     let loaded = files
         .iter()
-        .map(|f| certs::load_certificate(f, provider))
+        .map(|f| certs::load_certificate_in(f, provider, pkcs11))
         .collect::<Result<Vec<_>>>()?;
     let index = match default {
         None => 0,

@@ -25,6 +25,8 @@ pub(crate) struct SniResolver {
     missing_sni: SniFallback,
     /// By certified-key address: what to tell backends about each certificate.
     served: HashMap<usize, Arc<ServedCert>>,
+    /// The certified keys (by address) whose private key is in a PKCS#11 token.
+    in_token: std::collections::HashSet<usize>,
 }
 
 impl SniResolver {
@@ -75,6 +77,11 @@ impl SniResolver {
             .iter()
             .map(|c| (Arc::as_ptr(&c.certified) as usize, c.served.clone()))
             .collect();
+        let in_token = certs
+            .iter()
+            .filter(|c| c.in_token)
+            .map(|c| Arc::as_ptr(&c.certified) as usize)
+            .collect();
         SniResolver {
             exact,
             wildcard,
@@ -82,7 +89,18 @@ impl SniResolver {
             unknown_sni,
             missing_sni,
             served,
+            in_token,
         }
+    }
+
+    /// Whether a handshake for `server_name` may sign with a key in a token: one of the
+    /// certificates that could serve it has its key there.
+    pub(crate) fn may_sign_in_token(&self, server_name: Option<&str>) -> bool {
+        !self.in_token.is_empty()
+            && self.candidates(server_name).is_some_and(|c| {
+                c.iter()
+                    .any(|k| self.in_token.contains(&(Arc::as_ptr(k) as usize)))
+            })
     }
 
     /// The candidates for a server name, or `None` when nothing matches.
@@ -157,6 +175,11 @@ impl WorkerResolver {
             tables,
             chosen: Mutex::new(Choice::NotAsked),
         }
+    }
+
+    /// The shared tables this resolver chooses from.
+    pub(crate) fn tables(&self) -> &Arc<SniResolver> {
+        &self.tables
     }
 
     fn note(&self) -> std::sync::MutexGuard<'_, Choice> {

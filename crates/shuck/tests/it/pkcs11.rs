@@ -1,17 +1,14 @@
 //! Keys in a PKCS#11 token, against a real SoftHSM2 token initialised here with
-//! `softhsm2-util` and keys generated in it by OpenSC's `pkcs11-tool`: the signer pool's
-//! signatures verify under the public key read from the token (ECDSA P-256, RSA-PSS and
-//! PKCS#1 v1.5); `shuck speed --key pkcs11:…` measures the token against the cores; a wrong
-//! PIN and a missing object are one clear error naming the URI without its PIN.
+//! `softhsm2-util` and keys generated in it by OpenSC's `pkcs11-tool`, whose export of each
+//! public key the test CA certifies: shuck serves with the keys only in the token (curl and
+//! `openssl s_client` verify its signatures: ECDSA P-256 and P-384, RSA-PSS, PKCS#1 v1.5, TLS
+//! 1.3 and 1.2); resumed handshakes are not held behind a slow token; `shuck check` refuses a
+//! wrong PIN, a missing key, a mismatch or a missing module in one line without the PIN;
+//! `shuck speed --key pkcs11:…` measures the token against the cores.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 
-use rustls::pki_types::SubjectPublicKeyInfoDer;
-use rustls::SignatureScheme;
-use shuck_proxy::pkcs11::{SignerPool, TokenKey};
-use shuck_proxy::pkcs11_uri::Pkcs11Uri;
 use shuck_test_support::peers::require;
 use shuck_test_support::process::run_bounded;
 
@@ -26,6 +23,11 @@ struct Token {
 
 impl Token {
     fn new() -> Token {
+        Token::with_keys(&[("EC:prime256v1", "web", "01"), ("rsa:2048", "rsa", "02")])
+    }
+
+    /// A token with the keys `(type, label, id)`, as `pkcs11-tool --keypairgen` takes them.
+    fn with_keys(keys: &[(&str, &str, &str)]) -> Token {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir(dir.path().join("tokens")).expect("token directory");
         let conf = dir.path().join("softhsm2.conf");
@@ -37,6 +39,7 @@ impl Token {
             ),
         )
         .expect("softhsm2.conf");
+        std::fs::write(dir.path().join("pin"), "1234\n").expect("PIN file");
         let t = Token { dir };
         t.run(
             require("softhsm2-util", "softhsm2"),
@@ -51,28 +54,108 @@ impl Token {
                 "5678",
             ],
         );
-        for (kind, label, id) in [("EC:prime256v1", "web", "01"), ("rsa:2048", "rsa", "02")] {
-            t.run(
-                require("pkcs11-tool", "opensc"),
-                &[
-                    "--module",
-                    MODULE,
-                    "--token-label",
-                    "edge",
-                    "--login",
-                    "--pin",
-                    "1234",
-                    "--keypairgen",
-                    "--key-type",
-                    kind,
-                    "--label",
-                    label,
-                    "--id",
-                    id,
-                ],
-            );
+        for (kind, label, id) in keys {
+            t.logged_in(&[
+                "--keypairgen",
+                "--key-type",
+                kind,
+                "--label",
+                label,
+                "--id",
+                id,
+            ]);
         }
         t
+    }
+
+    /// `pkcs11-tool` logged in to the token with `args`.
+    fn logged_in(&self, args: &[&str]) {
+        let mut all = vec![
+            "--module",
+            MODULE,
+            "--token-label",
+            "edge",
+            "--login",
+            "--pin",
+            "1234",
+        ];
+        all.extend_from_slice(args);
+        self.run(require("pkcs11-tool", "opensc"), &all);
+    }
+
+    /// The public key of `label`, as pkcs11-tool reads it: a SubjectPublicKeyInfo in DER.
+    fn public_key(&self, label: &str) -> Vec<u8> {
+        let out = self.dir.path().join(format!("{label}.pub.der"));
+        self.run(
+            require("pkcs11-tool", "opensc"),
+            &[
+                "--module",
+                MODULE,
+                "--token-label",
+                "edge",
+                "--read-object",
+                "--type",
+                "pubkey",
+                "--label",
+                label,
+                "--output-file",
+                out.to_str().expect("UTF-8 path"),
+            ],
+        );
+        std::fs::read(out).expect("public key")
+    }
+
+    /// Imports an ECDSA P-384 key made by OpenSSL as `label` (this pkcs11-tool cannot export
+    /// the public half of a P-384 key it generates); its public key, as OpenSSL writes it.
+    fn import_p384(&self, label: &str, id: &str) -> Vec<u8> {
+        let d = self.dir.path();
+        let (key, public) = (
+            d.join(format!("{label}.key.der")),
+            d.join(format!("{label}.pub.der")),
+        );
+        let openssl = |args: &[&str]| {
+            let out = run_bounded(Command::new("openssl").args(args), b"", 30);
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let (k, p) = (
+            key.to_str().expect("UTF-8"),
+            public.to_str().expect("UTF-8"),
+        );
+        openssl(&[
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-384",
+            "-outform",
+            "DER",
+            "-out",
+            k,
+        ]);
+        openssl(&[
+            "pkey", "-inform", "DER", "-in", k, "-pubout", "-outform", "DER", "-out", p,
+        ]);
+        for (file, kind) in [(k, "privkey"), (p, "pubkey")] {
+            self.logged_in(&[
+                "--write-object",
+                file,
+                "--type",
+                kind,
+                "--label",
+                label,
+                "--id",
+                id,
+            ]);
+        }
+        std::fs::read(public).expect("public key")
+    }
+
+    fn pin_file(&self) -> PathBuf {
+        self.dir.path().join("pin")
     }
 
     fn conf(&self) -> PathBuf {
@@ -104,77 +187,6 @@ impl Token {
             b"",
             120,
         )
-    }
-}
-
-/// Checks `sig` with rustls' own verifiers (aws-lc-rs) against the key in `spki`.
-fn verify(spki: &SubjectPublicKeyInfoDer<'_>, scheme: SignatureScheme, msg: &[u8], sig: &[u8]) {
-    let algs = rustls::crypto::aws_lc_rs::default_provider().signature_verification_algorithms;
-    let (_, verifiers) = algs
-        .mapping
-        .iter()
-        .find(|(s, _)| *s == scheme)
-        .expect("a verifier for the scheme");
-    let key = subject_public_key(spki);
-    assert!(
-        verifiers
-            .iter()
-            .any(|v| v.verify_signature(key, msg, sig).is_ok()),
-        "{scheme:?} does not verify"
-    );
-}
-
-/// The subjectPublicKey bits of a SubjectPublicKeyInfo (`SEQUENCE { alg SEQUENCE, BIT STRING }`).
-fn subject_public_key<'a>(spki: &'a SubjectPublicKeyInfoDer<'_>) -> &'a [u8] {
-    /// The tag's contents and what follows them.
-    fn take(der: &[u8]) -> (&[u8], &[u8]) {
-        let (len, head) = match der[1] {
-            n if n < 0x80 => (usize::from(n), 2),
-            0x81 => (usize::from(der[2]), 3),
-            0x82 => (usize::from(der[2]) << 8 | usize::from(der[3]), 4),
-            other => panic!("length form {other:#x}"),
-        };
-        (&der[head..head + len], &der[head + len..])
-    }
-    let (body, _) = take(spki.as_ref());
-    let (_, rest) = take(body);
-    let (bits, _) = take(rest);
-    &bits[1..]
-}
-
-#[test]
-fn token_signatures_verify_under_the_public_key_read_from_the_token() {
-    let token = Token::new();
-    // The module reads SOFTHSM2_CONF when this process loads it, here, first.
-    std::env::set_var("SOFTHSM2_CONF", token.conf());
-    let msg = b"a TLS 1.3 CertificateVerify's content, or near enough";
-    for (object, schemes) in [
-        ("web", &[SignatureScheme::ECDSA_NISTP256_SHA256][..]),
-        (
-            "rsa",
-            &[
-                SignatureScheme::RSA_PSS_SHA256,
-                SignatureScheme::RSA_PKCS1_SHA256,
-                SignatureScheme::RSA_PSS_SHA384,
-            ][..],
-        ),
-    ] {
-        let uri =
-            Pkcs11Uri::parse(&format!("pkcs11:token=edge;object={object}?pin-value=1234")).unwrap();
-        let key = Arc::new(TokenKey::open(&uri, Some(Path::new(MODULE))).expect("token key"));
-        let pool = SignerPool::start(key.clone(), 2, 8).expect("signers");
-        for scheme in schemes {
-            let sig = pool.sign(*scheme, msg).expect("signed");
-            verify(&key.public_key, *scheme, msg, &sig);
-        }
-        // rustls picks the first scheme the client offers that the key makes.
-        let signing = pool.signing_key();
-        let chosen = signing
-            .choose_scheme(&[SignatureScheme::ED25519, schemes[0]])
-            .expect("a scheme");
-        assert_eq!(chosen.scheme(), schemes[0]);
-        verify(&key.public_key, schemes[0], msg, &chosen.sign(msg).unwrap());
-        assert_eq!(pool.waiting(), 0);
     }
 }
 
@@ -241,12 +253,273 @@ fn speed_measures_the_token_against_the_cores_and_refuses_a_wrong_pin_in_one_lin
             "pkcs11:token=elsewhere;object=web?pin-value=1234",
             "no token matches",
         ),
+        // A misspelt URI: its error shows nothing of the PIN.
+        (
+            "pkcs11:token=edge;object=web?pin-value=12%zz34",
+            "bad %-encoding",
+        ),
+        (
+            "pkcs11:token=edge;object=web?pin-value=12&34",
+            "not name=value",
+        ),
     ] {
         let out = token.speed(&["--quick", "--pkcs11-module", MODULE, "--key", uri]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{uri}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert!(err.contains(says), "{uri}: {err}");
+        assert!(
+            !err.contains("9999") && !err.contains("1234") && !err.contains("34"),
+            "{err}"
+        );
+    }
+}
+
+/// A shuck serving `certs` (TOML entries) with its keys in `token`, one worker, the demo page.
+fn serve_from(token: &Token, certs: &str, globals: &str) -> shuck_test_support::process::Shuck {
+    shuck_test_support::process::Shuck::with()
+        .config(&format!(
+            "workers = 1\nmetrics_listen = \"127.0.0.1:0\"\npkcs11_module = \"{MODULE}\"\n{globals}\n\
+             [[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\ncertificates = [{certs}]\n"
+        ))
+        .env("SOFTHSM2_CONF", token.conf().to_str().expect("UTF-8 path"))
+        .run()
+}
+
+/// A certificate entry whose key is `object` in the token, its PIN from a file.
+fn entry(cert: &Path, token: &Token, object: &str) -> String {
+    format!(
+        "{{ cert = {}, key = \"pkcs11:token=edge;object={object}?pin-source=file:{}\" }}",
+        shuck_test_support::pki::toml_path(cert),
+        token.pin_file().display()
+    )
+}
+
+#[test]
+fn a_frontend_serves_with_keys_only_in_the_token() {
+    let token = Token::new();
+    let pki = shuck_test_support::pki::Pki::new();
+    let web = pki.leaf_for_public_key("web.pem", &["www.test"], &token.public_key("web"));
+    let rsa = pki.leaf_for_public_key("rsa.pem", &["rsa.test"], &token.public_key("rsa"));
+    let p384 =
+        pki.leaf_for_public_key("p384.pem", &["p384.test"], &token.import_p384("p384", "03"));
+    let certs = format!(
+        "{}, {}, {{ cert = {}, key = \"pkcs11:token=edge;object=rsa?pin-value=1234\" }}",
+        entry(&web, &token, "web"),
+        entry(&p384, &token, "p384"),
+        shuck_test_support::pki::toml_path(&rsa)
+    );
+    let shuck = serve_from(&token, &certs, "");
+    let addr = shuck.addrs[0];
+    // ECDSA in TLS 1.3 and 1.2; RSA-PSS in TLS 1.3, PKCS#1 v1.5 in TLS 1.2.
+    for (name, extra) in [
+        ("www.test", &["--tlsv1.3"][..]),
+        ("www.test", &["--tlsv1.2", "--tls-max", "1.2"][..]),
+        ("rsa.test", &["--tlsv1.3"][..]),
+        ("p384.test", &["--tlsv1.3"][..]),
+    ] {
+        let out = shuck_test_support::clients::curl_at(&pki, addr, name, "/", extra);
+        assert!(
+            out.status.success(),
+            "{name} {extra:?}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            shuck.log_text()
+        );
+    }
+    // The demo page answers (the helper's `ok` wants an echo backend).
+    let (_, text) = shuck_test_support::clients::s_client(
+        &pki,
+        addr,
+        Some("rsa.test"),
+        &["-tls1_2", "-sigalgs", "RSA+SHA256"],
+    );
+    assert!(
+        text.contains("Verification: OK") && text.contains("protocol: TLSv1.2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Peer signature type: RSA\n") || text.contains("Peer signature type: RSA\r"),
+        "PKCS#1: {text}"
+    );
+    let metrics = shuck_test_support::clients::scrape(shuck.addrs[1]);
+    let signed = shuck_test_support::clients::sum(
+        &metrics,
+        "shuck_pkcs11_signatures_total",
+        &["result=\"ok\""],
+    );
+    assert!(signed >= 5, "{metrics}");
+    assert!(
+        metrics.contains("key=\"pkcs11:token=edge;object=rsa\",result=\"ok\"} 2"),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("1234") && !shuck.log_text().contains("1234"));
+    // shuck check logs in too, and shows the key without its PIN.
+    let out = run_bounded(
+        Command::new(env!("CARGO_BIN_EXE_shuck"))
+            .args(["check", "--config"])
+            .arg(shuck.config_path())
+            .env("SOFTHSM2_CONF", token.conf()),
+        b"",
+        60,
+    );
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(!said.contains("1234"), "{said}");
+}
+
+#[test]
+fn a_wrong_pin_a_missing_key_a_mismatch_or_no_module_stop_check_with_one_line() {
+    let token = Token::new();
+    let pki = shuck_test_support::pki::Pki::new();
+    let web = pki.leaf_for_public_key("web.pem", &["www.test"], &token.public_key("web"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = [
+        (
+            format!(
+                "{{ cert = {}, key = \"pkcs11:token=edge;object=web?pin-value=9999\" }}",
+                shuck_test_support::pki::toml_path(&web)
+            ),
+            format!("pkcs11_module = \"{MODULE}\""),
+            "refused the PIN",
+        ),
+        (
+            entry(&web, &token, "gone"),
+            format!("pkcs11_module = \"{MODULE}\""),
+            "no private key matches",
+        ),
+        (
+            entry(&web, &token, "rsa"),
+            format!("pkcs11_module = \"{MODULE}\""),
+            "does not match the certificate",
+        ),
+        (
+            entry(&web, &token, "web"),
+            "pkcs11_module = \"/nonexistent/libnothing.so\"".to_string(),
+            "cannot load the PKCS#11 module",
+        ),
+        (entry(&web, &token, "web"), String::new(), "needs a module"),
+    ];
+    for (i, (certs, globals, says)) in cases.iter().enumerate() {
+        let cfg = dir.path().join(format!("{i}.toml"));
+        std::fs::write(
+            &cfg,
+            format!("{globals}\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\ncertificates = [{certs}]\n"),
+        )
+        .expect("config");
+        let out = run_bounded(
+            Command::new(env!("CARGO_BIN_EXE_shuck"))
+                .args(["check", "--config"])
+                .arg(&cfg)
+                .env("SOFTHSM2_CONF", token.conf()),
+            b"",
+            60,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{says}: accepted");
+        assert!(err.contains(says), "{says}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert!(!err.contains("9999") && !err.contains("1234"), "{err}");
     }
+}
+
+/// While an RSA-4096 key in SoftHSM signs for a queue of full handshakes on one signer thread,
+/// the same worker resumes other clients' sessions for that name: they finish while full
+/// handshakes still wait, instead of behind them.
+#[test]
+fn resumed_handshakes_are_not_held_behind_a_slow_token() {
+    use std::sync::Arc as StdArc;
+    use std::time::{Duration, Instant};
+    let token = Token::with_keys(&[("rsa:4096", "slow", "09")]);
+    let pki = shuck_test_support::pki::Pki::new();
+    let slow = pki.leaf_for_public_key("slow.pem", &["slow.test"], &token.public_key("slow"));
+    let shuck = serve_from(&token, &entry(&slow, &token, "slow"), "pkcs11_signers = 1");
+    let addr = shuck.addrs[0];
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let roots = {
+        let mut r = rustls::RootCertStore::empty();
+        let pem = std::fs::read(pki.ca_path()).expect("CA");
+        for c in
+            <rustls::pki_types::CertificateDer as rustls::pki_types::pem::PemObject>::pem_slice_iter(
+                &pem,
+            )
+        {
+            r.add(c.expect("CA PEM")).expect("CA");
+        }
+        StdArc::new(r)
+    };
+    let config = |resume: bool| {
+        let mut c = rustls::ClientConfig::builder()
+            .with_root_certificates(roots.clone())
+            .with_no_client_auth();
+        if !resume {
+            c.resumption = rustls::client::Resumption::disabled();
+        }
+        StdArc::new(c)
+    };
+    let returning = config(true);
+    rt.block_on(async {
+        // Sessions to resume later (each TLS 1.3 ticket is used once).
+        for _ in 0..3 {
+            visit(addr, returning.clone()).await;
+        }
+        let started = Instant::now();
+        let full: Vec<_> = (0..24)
+            .map(|_| tokio::spawn(visit(addr, config(false))))
+            .collect();
+        // Until the token has a queue (no sleep: the signers' own gauge says).
+        let metrics = shuck.addrs[1];
+        let queued = tokio::task::spawn_blocking(move || {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let m = shuck_test_support::clients::scrape(metrics);
+                let depth = shuck_test_support::clients::sum(&m, "shuck_pkcs11_queue_depth", &[]);
+                if depth >= 4 || Instant::now() > deadline {
+                    return depth;
+                }
+            }
+        })
+        .await
+        .expect("scrape");
+        assert!(queued >= 4, "no queue formed at the token");
+        let mut resumed_done = Duration::ZERO;
+        for _ in 0..2 {
+            assert!(visit(addr, returning.clone()).await, "not resumed");
+            resumed_done = started.elapsed();
+        }
+        let mut last_full = Duration::ZERO;
+        for f in full {
+            f.await.expect("full handshake");
+            last_full = last_full.max(started.elapsed());
+        }
+        assert!(
+            resumed_done < last_full,
+            "resumed handshakes done at {resumed_done:?}, the full ones at {last_full:?}: held behind the token"
+        );
+    });
+}
+
+// One handshake, the demo page read; whether it resumed.
+async fn visit(addr: std::net::SocketAddr, config: std::sync::Arc<rustls::ClientConfig>) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("slow.test").expect("name");
+    let mut tls = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .expect("handshake");
+    tls.write_all(b"GET / HTTP/1.0\r\nHost: slow.test\r\n\r\n")
+        .await
+        .expect("request");
+    let mut page = Vec::new();
+    let _ = tls.read_to_end(&mut page).await;
+    assert!(
+        page.starts_with(b"HTTP/1."),
+        "{}",
+        String::from_utf8_lossy(&page)
+    );
+    tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
 }

@@ -16,12 +16,12 @@ use tokio::io::AsyncWriteExt;
 use tokio_rustls::StartHandshake;
 
 use crate::proto::tls_params as params;
-use crate::sessions::remote::Prefetched;
-use crate::sessions::resumption::Mechanism;
+use crate::sessions::remote::{Prefetched, RemoteSessions};
+use crate::sessions::resumption::{Mechanism, WorkerResumption};
 use crate::sys::load::HandshakeLoad;
 use crate::tls::certs::ServedCert;
 use crate::tls::client_auth::Lenient;
-use crate::tls::sni::Choice;
+use crate::tls::sni::{Choice, WorkerResolver};
 use crate::tls::stream::TlsStream;
 use crate::tls::WorkerTls;
 use error::{refusal, Deadline, HandshakeError};
@@ -70,22 +70,50 @@ pub(crate) async fn finish(
     let sni = keep_sni
         .then(|| accepted.client_hello().server_name().map(Box::from))
         .flatten();
+    // A key in a token signs on a signer thread, which may take milliseconds: the ClientHello
+    // that may need it is processed off the worker, with notes of its own.
+    let offload = tls
+        .signs_in_token(accepted.client_hello().server_name())
+        .then(|| tls.offloaded());
     drop(accepted);
-    let mut stream = Box::new(
-        TlsStream::new(tcp, tls.config.clone(), &received).map_err(HandshakeError::from_io)?,
-    );
+    let config = offload
+        .as_ref()
+        .map_or_else(|| tls.config.clone(), |o| o.config.clone());
+    let stream = Box::new(TlsStream::new(tcp, config, &received).map_err(HandshakeError::from_io)?);
     drop(received);
-    // rustls processes the ClientHello inside this call: it chooses the certificate (the
-    // worker's resolver notes it) and looks the session up (the remote store's slot holds what
-    // the ClientHello stage fetched).
-    let mut process = || {
-        tls.resumption
-            .noted_during(|| tls.resolver.choice_during(|| stream.process_received()))
+    let (mut stream, ((processed, choice), found)) = match &offload {
+        None => {
+            let mut stream = stream;
+            let out = process_hello(
+                &mut stream,
+                (&tls.resolver, &tls.resumption),
+                tls.remote.as_deref(),
+                prefetched,
+            );
+            (stream, out)
+        }
+        Some(o) => {
+            let (resolver, resumption) = (o.resolver.clone(), o.resumption.clone());
+            let remote = tls.remote.clone();
+            let off = tokio::task::spawn_blocking(move || {
+                let mut stream = stream;
+                let out = process_hello(
+                    &mut stream,
+                    (&resolver, &resumption),
+                    remote.as_deref(),
+                    prefetched,
+                );
+                (stream, out)
+            });
+            // Bounded by the handshake's deadline; a signature that comes later finds its
+            // connection gone.
+            match tokio::time::timeout_at(deadline.at, off).await {
+                Ok(done) => done.map_err(|e| HandshakeError::from_io(io::Error::other(e)))?,
+                Err(_) => return Err(HandshakeError::Timeout(deadline.within)),
+            }
+        }
     };
-    let ((processed, choice), found) = match &tls.remote {
-        Some(remote) => remote.during(prefetched, process),
-        None => process(),
-    };
+    let resumption = offload.as_ref().map_or(&tls.resumption, |o| &o.resumption);
     // After the expensive step (the hello processed, the signature made): the worker's load.
     load.0.tick(std::time::Instant::now(), load.1);
     let served = match choice {
@@ -111,8 +139,7 @@ pub(crate) async fn finish(
         // this connection's tickets alone.
         poll_fn(|cx| {
             let resumed = stream.conn().is_some_and(resumed);
-            tls.resumption
-                .tickets_during(resumed, || stream.poll_handshake(cx))
+            resumption.tickets_during(resumed, || stream.poll_handshake(cx))
         })
         .await
     };
@@ -145,6 +172,23 @@ pub(crate) async fn finish(
         resumed_by,
         policy: tls.policy,
     })
+}
+
+/// rustls processes the ClientHello inside this call: it chooses the certificate (`resolver`
+/// notes it), looks the session up (the remote store's slot holds what the ClientHello stage
+/// fetched; `resumption` notes what found it) and signs, for a full handshake.
+fn process_hello(
+    stream: &mut TlsStream,
+    (resolver, resumption): (&WorkerResolver, &WorkerResumption),
+    remote: Option<&RemoteSessions>,
+    prefetched: Option<Prefetched>,
+) -> ((io::Result<()>, Choice), Option<Mechanism>) {
+    let mut process =
+        || resumption.noted_during(|| resolver.choice_during(|| stream.process_received()));
+    match remote {
+        Some(remote) => remote.during(prefetched, process),
+        None => process(),
+    }
 }
 
 /// Writes `bytes` to the client's socket, outside TLS.

@@ -18,14 +18,43 @@ pub(super) fn ecdsa_signature(raw: &[u8]) -> Option<Vec<u8>> {
     Some(two_integers(r, s))
 }
 
-/// The contents of a DER OCTET STRING (how tokens give CKA_EC_POINT), or the bytes as they
-/// are when they are not one (some tokens give the point bare).
-pub(super) fn octet_string_contents(der: &[u8]) -> &[u8] {
-    match der {
-        [0x04, len, rest @ ..] if usize::from(*len) == rest.len() && *len < 0x80 => rest,
-        [0x04, 0x81, len, rest @ ..] if usize::from(*len) == rest.len() => rest,
-        _ => der,
-    }
+/// The uncompressed point of `len` bytes in a token's CKA_EC_POINT: a DER OCTET STRING around
+/// it (what PKCS#11 says), or the point bare (what some tokens give). Told apart by length, so
+/// a bare point whose first coordinate byte looks like a length is not misread.
+pub(super) fn ec_point(der: &[u8], len: usize) -> Option<&[u8]> {
+    let point = if der.len() == len {
+        der
+    } else {
+        match der {
+            [0x04, l, rest @ ..] if *l < 0x80 && usize::from(*l) == rest.len() => rest,
+            [0x04, 0x81, l, rest @ ..] if usize::from(*l) == rest.len() => rest,
+            _ => return None,
+        }
+    };
+    (point.len() == len && point[0] == 0x04).then_some(point)
+}
+
+/// The subjectPublicKey bits of a SubjectPublicKeyInfo (`SEQUENCE { alg, BIT STRING }`).
+pub(super) fn spki_bits(spki: &[u8]) -> Option<&[u8]> {
+    let (body, _) = element(spki)?;
+    let (_, rest) = element(body)?;
+    let (bits, _) = element(rest)?;
+    bits.split_first().map(|(_, b)| b)
+}
+
+/// The contents of the DER element at the start of `der`, and what follows it.
+fn element(der: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (len, head) = match *der.get(1)? {
+        n if n < 0x80 => (usize::from(n), 2usize),
+        0x81 => (usize::from(*der.get(2)?), 3),
+        0x82 => (
+            (usize::from(*der.get(2)?) << 8) | usize::from(*der.get(3)?),
+            4,
+        ),
+        _ => return None,
+    };
+    let end = len.checked_add(head)?;
+    Some((der.get(head..end)?, der.get(end..)?))
 }
 
 fn integer(unsigned: &[u8]) -> Vec<u8> {
@@ -75,9 +104,23 @@ mod tests {
             [0x30, 7, 2, 1, 1, 2, 2, 0, 0xff]
         );
         assert!(ecdsa_signature(&[1, 2, 3]).is_none());
+        let spki =
+            rustls::sign::public_key_to_spki(&rustls::pki_types::alg_id::ECDSA_P256, [4u8; 65]);
+        assert_eq!(spki_bits(spki.as_ref()), Some(&[4u8; 65][..]));
+        assert_eq!(spki_bits(&[0x30, 5, 1]), None);
         let long = tagged(0x30, &[0u8; 200]);
         assert_eq!(&long[..3], &[0x30, 0x81, 200]);
-        assert_eq!(octet_string_contents(&[4, 2, 9, 9]), &[9, 9]);
-        assert_eq!(octet_string_contents(&[9, 9]), &[9, 9]);
+        // P-256: 65 bytes, wrapped (67) or bare, even when its second byte reads as a length.
+        let mut bare = vec![4u8; 65];
+        bare[1] = 0x3f;
+        assert_eq!(ec_point(&bare, 65), Some(&bare[..]));
+        let mut wrapped = vec![4u8, 65];
+        wrapped.extend_from_slice(&bare);
+        assert_eq!(ec_point(&wrapped, 65), Some(&bare[..]));
+        assert_eq!(ec_point(&bare[..64], 65), None);
+        let p384 = vec![4u8; 97];
+        let mut w384 = vec![4u8, 97];
+        w384.extend_from_slice(&p384);
+        assert_eq!(ec_point(&w384, 97), Some(&p384[..]));
     }
 }

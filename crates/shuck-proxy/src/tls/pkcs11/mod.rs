@@ -5,8 +5,10 @@
 //! through a bounded queue.
 
 mod der;
+mod sign;
 pub mod signer;
 mod token;
 
-pub use signer::{SignError, SignerPool, TokenSpeed};
-pub use token::{KeyKind, Pkcs11Error, TokenKey};
+pub use sign::KeyKind;
+pub use signer::{all_stats, SignError, SignResult, SignStats, SignerPool, TokenSpeed};
+pub use token::{Pkcs11Error, TokenKey};

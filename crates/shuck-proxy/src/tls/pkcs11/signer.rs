@@ -4,21 +4,19 @@
 //! keep up); a token that stops answering fails the signatures asked of it after a bound.
 //! Also `TokenSpeed`: the token's signatures per second and latency, for `shuck speed`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use cryptoki::mechanism::rsa::{PkcsMgfType, PkcsPssParams};
-use cryptoki::mechanism::{Mechanism, MechanismType};
 use cryptoki::object::ObjectHandle;
 use cryptoki::session::Session;
 use rustls::pki_types::SubjectPublicKeyInfoDer;
 use rustls::sign::{Signer, SigningKey};
 use rustls::{SignatureAlgorithm, SignatureScheme};
 
-use super::der;
-use super::token::{KeyKind, Pkcs11Error, TokenKey};
+use super::sign::{schemes, sign_with, KeyKind};
+use super::token::{Pkcs11Error, TokenKey};
 
 /// How long a signature may take before the handshake waiting for it fails.
 const SIGN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,13 +38,16 @@ struct Job {
     scheme: SignatureScheme,
     message: Vec<u8>,
     reply: mpsc::Sender<Result<Vec<u8>, String>>,
+    /// When the asker gives up: a job still queued then is not signed (the token's time goes
+    /// to the handshakes still waiting).
+    deadline: Instant,
 }
 
 /// Signer threads for one key, and the queue to them.
 pub struct SignerPool {
     key: Arc<TokenKey>,
     queue: SyncSender<Job>,
-    waiting: Arc<AtomicUsize>,
+    stats: Arc<SignStats>,
     capacity: usize,
 }
 
@@ -56,10 +57,112 @@ impl std::fmt::Debug for SignerPool {
     }
 }
 
+/// What became of the signatures asked of one key (by its URI without the PIN), for the
+/// metrics: shared by every pool of that key (a reload makes a new one while the old one
+/// finishes), kept for the process's life (the keys configured are few).
+#[derive(Debug)]
+pub struct SignStats {
+    /// The key's URI, without its PIN.
+    pub key: String,
+    /// By `SignResult`, in its order.
+    pub results: [AtomicU64; 4],
+    /// Asked and not answered yet, across its pools.
+    pub waiting: AtomicUsize,
+    /// Seconds from the ask to the answer, for signatures made.
+    pub latency: prometheus_client::metrics::histogram::Histogram,
+    failing: AtomicBool,
+}
+
+/// What a signature came to, as the metrics label it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignResult {
+    Ok = 0,
+    Failed = 1,
+    QueueFull = 2,
+    Timeout = 3,
+}
+
+impl SignResult {
+    pub const ALL: [SignResult; 4] = [
+        SignResult::Ok,
+        SignResult::Failed,
+        SignResult::QueueFull,
+        SignResult::Timeout,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SignResult::Ok => "ok",
+            SignResult::Failed => "failed",
+            SignResult::QueueFull => "queue_full",
+            SignResult::Timeout => "timeout",
+        }
+    }
+}
+
+impl SignStats {
+    fn count(&self, r: SignResult) {
+        self.results[r as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One line when the key starts failing and one when it signs again, however many
+    /// handshakes between.
+    fn note(&self, outcome: &Result<Vec<u8>, SignError>) {
+        match outcome {
+            Ok(_) => {
+                if self.failing.load(Ordering::Relaxed)
+                    && self.failing.swap(false, Ordering::Relaxed)
+                {
+                    tracing::info!(key = %self.key, "the token key signs again");
+                }
+            }
+            // A full queue is load, not a fault of the token.
+            Err(SignError::QueueFull(_)) => {}
+            Err(e) => {
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(key = %self.key, error = %e, "the token key fails to sign; said again once it signs");
+                }
+            }
+        }
+    }
+}
+
+/// Every key's stats, by URI.
+fn stats_of(key: &str) -> Arc<SignStats> {
+    let mut all = registry().lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(s) = all.iter().find(|s| s.key == key) {
+        return s.clone();
+    }
+    let s = Arc::new(SignStats {
+        key: key.to_string(),
+        results: Default::default(),
+        waiting: AtomicUsize::new(0),
+        latency: prometheus_client::metrics::histogram::Histogram::new([
+            0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+        ]),
+        failing: AtomicBool::new(false),
+    });
+    all.push(s.clone());
+    s
+}
+
+fn registry() -> &'static Mutex<Vec<Arc<SignStats>>> {
+    static ALL: std::sync::OnceLock<Mutex<Vec<Arc<SignStats>>>> = std::sync::OnceLock::new();
+    ALL.get_or_init(Mutex::default)
+}
+
+/// The stats of every token key this process has used, for `/metrics`.
+pub fn all_stats() -> Vec<Arc<SignStats>> {
+    registry()
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
 impl SignerPool {
     /// `threads` signer threads for `key`, each opening its session now (so a bad PIN or a
     /// missing object is an error here, not at the first handshake), and a queue of
-    /// `capacity`.
+    /// `capacity`. The threads end once the pool is dropped.
     pub fn start(
         key: Arc<TokenKey>,
         threads: usize,
@@ -67,14 +170,13 @@ impl SignerPool {
     ) -> Result<Arc<SignerPool>, Pkcs11Error> {
         let (queue, jobs) = mpsc::sync_channel::<Job>(capacity);
         let jobs = Arc::new(Mutex::new(jobs));
-        let waiting = Arc::new(AtomicUsize::new(0));
+        let stats = stats_of(&key.name());
         for i in 0..threads.max(1) {
-            let (session, handle) = key.session()?;
-            let (jobs, waiting) = (jobs.clone(), waiting.clone());
-            let kind = key.kind;
+            let session = key.session()?;
+            let (jobs, mine) = (jobs.clone(), key.clone());
             std::thread::Builder::new()
                 .name(format!("shuck-signer-{i}"))
-                .spawn(move || serve(&session, handle, kind, &jobs, &waiting))
+                .spawn(move || serve(session, &mine, &jobs))
                 .map_err(|e| Pkcs11Error::Unsupported {
                     uri: key.name(),
                     what: format!("cannot start a signer thread: {e}"),
@@ -83,41 +185,56 @@ impl SignerPool {
         Ok(Arc::new(SignerPool {
             key,
             queue,
-            waiting,
+            stats,
             capacity,
         }))
     }
 
     /// The key's signature of `message` under `scheme`, waiting for a signer thread.
     pub fn sign(&self, scheme: SignatureScheme, message: &[u8]) -> Result<Vec<u8>, SignError> {
+        let asked = Instant::now();
+        let outcome = self.sign_counted(scheme, message);
+        let result = match &outcome {
+            Ok(_) => {
+                self.stats.latency.observe(asked.elapsed().as_secs_f64());
+                SignResult::Ok
+            }
+            Err(SignError::QueueFull(_)) => SignResult::QueueFull,
+            Err(SignError::Timeout(_)) => SignResult::Timeout,
+            Err(_) => SignResult::Failed,
+        };
+        self.stats.count(result);
+        self.stats.note(&outcome);
+        outcome
+    }
+
+    fn sign_counted(&self, scheme: SignatureScheme, message: &[u8]) -> Result<Vec<u8>, SignError> {
         let (reply, answer) = mpsc::channel();
         let job = Job {
             scheme,
             message: message.to_vec(),
             reply,
+            deadline: Instant::now() + SIGN_TIMEOUT,
         };
-        self.waiting.fetch_add(1, Ordering::Relaxed);
         match self.queue.try_send(job) {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) => {
-                self.waiting.fetch_sub(1, Ordering::Relaxed);
-                return Err(SignError::QueueFull(self.capacity));
-            }
-            Err(TrySendError::Disconnected(_)) => {
-                self.waiting.fetch_sub(1, Ordering::Relaxed);
-                return Err(SignError::NoSigner);
-            }
+            Err(TrySendError::Full(_)) => return Err(SignError::QueueFull(self.capacity)),
+            Err(TrySendError::Disconnected(_)) => return Err(SignError::NoSigner),
         }
-        match answer.recv_timeout(SIGN_TIMEOUT) {
+        // Waiting from the ask to the answer (or the giving up).
+        self.stats.waiting.fetch_add(1, Ordering::Relaxed);
+        let answered = answer.recv_timeout(SIGN_TIMEOUT);
+        self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
+        match answered {
             Ok(r) => r.map_err(SignError::Token),
             Err(mpsc::RecvTimeoutError::Timeout) => Err(SignError::Timeout(SIGN_TIMEOUT)),
             Err(mpsc::RecvTimeoutError::Disconnected) => Err(SignError::NoSigner),
         }
     }
 
-    /// Signatures asked for and not answered yet.
+    /// Signatures of this key asked for and not answered yet, across its pools.
     pub fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Relaxed)
+        self.stats.waiting.load(Ordering::Relaxed)
     }
 
     /// The key as rustls signs with it.
@@ -126,14 +243,16 @@ impl SignerPool {
     }
 }
 
-/// A signer thread: one job at a time from the shared queue, until the pool is dropped.
-fn serve(
-    session: &Session,
-    key: ObjectHandle,
-    kind: KeyKind,
-    jobs: &Mutex<Receiver<Job>>,
-    waiting: &AtomicUsize,
-) {
+/// A signer thread: one job at a time from the shared queue, until the pool is dropped. A
+/// session the token no longer knows (it was reset, removed, restarted) is opened again before
+/// the next job, at most once a second, so a token that comes back is used again without a
+/// restart.
+fn serve(first: (Session, ObjectHandle), key: &TokenKey, jobs: &Mutex<Receiver<Job>>) {
+    let mut session = Some(first);
+    // When a session was last opened (`None`: open one at the next job).
+    let mut last_try: Option<Instant> = Some(Instant::now());
+    // The token refused the PIN: trying again would lock it. Until a reload makes a new pool.
+    let mut pin_refused = false;
     loop {
         let job = {
             let jobs = jobs.lock().unwrap_or_else(PoisonError::into_inner);
@@ -142,74 +261,35 @@ fn serve(
         let Ok(job) = job else {
             return;
         };
-        let signed = sign_with(session, key, kind, job.scheme, &job.message);
-        waiting.fetch_sub(1, Ordering::Relaxed);
+        if Instant::now() >= job.deadline {
+            let _ = job.reply.send(Err("given up before its turn".to_string()));
+            continue;
+        }
+        let may_try = last_try.is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
+        if session.is_none() && !pin_refused && may_try {
+            last_try = Some(Instant::now());
+            session = match key.session() {
+                Ok(s) => Some(s),
+                Err(Pkcs11Error::Login { .. }) => {
+                    pin_refused = true;
+                    None
+                }
+                Err(_) => None,
+            };
+        }
+        let signed = match &session {
+            Some((s, handle)) => sign_with(s, *handle, key.kind, job.scheme, &job.message),
+            None if pin_refused => Err("the token refused the PIN (reload to try again)".into()),
+            None => Err("no session with the token (opening one failed)".to_string()),
+        };
+        if signed.is_err() && session.is_some() {
+            // Whatever went wrong, the next job starts from a new session: cheap for a token
+            // that is fine, the way back for one that was reset.
+            session = None;
+            last_try = None;
+        }
         // The asker may have given up (timed out): nothing to do then.
         let _ = job.reply.send(signed);
-    }
-}
-
-/// One signature in `session`: the token hashes for RSA; for ECDSA shuck hashes (CKM_ECDSA is
-/// the mechanism every token has) and puts the token's r‖s into DER.
-fn sign_with(
-    session: &Session,
-    key: ObjectHandle,
-    kind: KeyKind,
-    scheme: SignatureScheme,
-    message: &[u8],
-) -> Result<Vec<u8>, String> {
-    use aws_lc_rs::digest;
-    let pss = |hash_alg, mgf, s_len: u64| PkcsPssParams {
-        hash_alg,
-        mgf,
-        s_len: s_len.into(),
-    };
-    let signed = match (kind, scheme) {
-        (KeyKind::Rsa { .. }, SignatureScheme::RSA_PKCS1_SHA256) => {
-            session.sign(&Mechanism::Sha256RsaPkcs, key, message)
-        }
-        (KeyKind::Rsa { .. }, SignatureScheme::RSA_PKCS1_SHA384) => {
-            session.sign(&Mechanism::Sha384RsaPkcs, key, message)
-        }
-        (KeyKind::Rsa { .. }, SignatureScheme::RSA_PSS_SHA256) => session.sign(
-            &Mechanism::Sha256RsaPkcsPss(pss(MechanismType::SHA256, PkcsMgfType::MGF1_SHA256, 32)),
-            key,
-            message,
-        ),
-        (KeyKind::Rsa { .. }, SignatureScheme::RSA_PSS_SHA384) => session.sign(
-            &Mechanism::Sha384RsaPkcsPss(pss(MechanismType::SHA384, PkcsMgfType::MGF1_SHA384, 48)),
-            key,
-            message,
-        ),
-        (KeyKind::EcP256, SignatureScheme::ECDSA_NISTP256_SHA256) => {
-            let hash = digest::digest(&digest::SHA256, message);
-            return ecdsa(session.sign(&Mechanism::Ecdsa, key, hash.as_ref()));
-        }
-        (KeyKind::EcP384, SignatureScheme::ECDSA_NISTP384_SHA384) => {
-            let hash = digest::digest(&digest::SHA384, message);
-            return ecdsa(session.sign(&Mechanism::Ecdsa, key, hash.as_ref()));
-        }
-        (kind, scheme) => return Err(format!("{scheme:?} is not made with a {kind:?} key")),
-    };
-    signed.map_err(|e| e.to_string())
-}
-
-fn ecdsa(raw: cryptoki::error::Result<Vec<u8>>) -> Result<Vec<u8>, String> {
-    let raw = raw.map_err(|e| e.to_string())?;
-    der::ecdsa_signature(&raw).ok_or_else(|| "the token's ECDSA signature is malformed".into())
-}
-
-/// The schemes a key of `kind` signs, in shuck's order of preference.
-fn schemes(kind: KeyKind) -> &'static [SignatureScheme] {
-    match kind {
-        KeyKind::Rsa { .. } => &[
-            SignatureScheme::RSA_PSS_SHA256,
-            SignatureScheme::RSA_PSS_SHA384,
-            SignatureScheme::RSA_PKCS1_SHA256,
-            SignatureScheme::RSA_PKCS1_SHA384,
-        ],
-        KeyKind::EcP256 => &[SignatureScheme::ECDSA_NISTP256_SHA256],
-        KeyKind::EcP384 => &[SignatureScheme::ECDSA_NISTP384_SHA384],
     }
 }
 

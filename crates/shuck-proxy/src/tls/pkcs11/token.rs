@@ -14,6 +14,7 @@ use cryptoki::types::AuthPin;
 use rustls::pki_types::{alg_id, SubjectPublicKeyInfoDer};
 
 use super::der;
+use super::sign::{self, KeyKind};
 use crate::proto::pkcs11_uri::{Pin, Pkcs11Uri};
 
 /// Why a token key could not be used. Each names the URI (without its PIN).
@@ -49,14 +50,6 @@ pub enum Pkcs11Error {
         doing: &'static str,
         source: CkError,
     },
-}
-
-/// The key's algorithm, as far as TLS cares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyKind {
-    Rsa { bits: usize },
-    EcP256,
-    EcP384,
 }
 
 /// A key in a token, found and checked: what a signer session needs to reach it again.
@@ -100,27 +93,38 @@ impl TokenKey {
             None => None,
             Some(Pin::Value(v)) => Some(AuthPin::new(v.clone())),
             Some(Pin::File(path)) => {
-                let text =
+                let mut text =
                     std::fs::read_to_string(path).map_err(|source| Pkcs11Error::PinFile {
                         uri: shown.clone(),
                         path: path.clone(),
                         source,
                     })?;
-                Some(AuthPin::new(
-                    text.trim_end_matches(['\r', '\n']).to_string(),
-                ))
+                text.truncate(text.trim_end_matches(['\r', '\n']).len());
+                // Moved, not copied: the secret's only copy is wiped when it goes.
+                Some(AuthPin::new(text))
             }
         };
+        // The key keeps its URI for messages, without the PIN.
+        let mut named = uri.clone();
+        named.pin = None;
         let mut key = TokenKey {
             ctx,
             slot,
-            uri: uri.clone(),
+            uri: named,
             pin,
             kind: KeyKind::EcP256,
             public_key: SubjectPublicKeyInfoDer::from(Vec::new()),
         };
         let (session, handle) = key.session()?;
         (key.kind, key.public_key) = key.public_half(&session, handle)?;
+        // The public key object found beside the private one must be its other half: one
+        // signature, checked, says so.
+        sign::check_pair((key.kind, &key.public_key), &session, handle).map_err(|what| {
+            Pkcs11Error::Unsupported {
+                uri: key.name(),
+                what,
+            }
+        })?;
         Ok(key)
     }
 
@@ -216,6 +220,12 @@ impl TokenKey {
                         _ => {}
                     }
                 }
+                if n.is_empty() || e.is_empty() {
+                    return Err(unsupported(
+                        "an RSA key whose modulus or public exponent the token does not show"
+                            .into(),
+                    ));
+                }
                 let bits = n.iter().skip_while(|&&b| b == 0).count() * 8;
                 if !(2048..=8192).contains(&bits) {
                     return Err(unsupported(format!(
@@ -236,9 +246,9 @@ impl TokenKey {
                         _ => None,
                     })
                     .unwrap_or_default();
-                let (kind, alg) = match params.as_slice() {
-                    P256 => (KeyKind::EcP256, &alg_id::ECDSA_P256),
-                    P384 => (KeyKind::EcP384, &alg_id::ECDSA_P384),
+                let (kind, alg, point_len) = match params.as_slice() {
+                    P256 => (KeyKind::EcP256, &alg_id::ECDSA_P256, 65),
+                    P384 => (KeyKind::EcP384, &alg_id::ECDSA_P384, 97),
                     _ => {
                         return Err(unsupported(
                             "an EC key on a curve other than P-256 or P-384".into(),
@@ -257,8 +267,12 @@ impl TokenKey {
                         _ => None,
                     })
                     .unwrap_or_default();
-                let spki =
-                    rustls::sign::public_key_to_spki(alg, der::octet_string_contents(&point));
+                let point = der::ec_point(&point, point_len).ok_or_else(|| {
+                    unsupported(
+                        "the token's public key is not an uncompressed point on its curve".into(),
+                    )
+                })?;
+                let spki = rustls::sign::public_key_to_spki(alg, point);
                 Ok((kind, spki))
             }
             _ => Err(unsupported("a key that is neither RSA nor EC".into())),
@@ -270,16 +284,26 @@ impl TokenKey {
 /// C_Initialize per process).
 fn loaded(path: &Path) -> Result<Pkcs11, CkError> {
     static MODULES: OnceLock<Mutex<HashMap<PathBuf, Pkcs11>>> = OnceLock::new();
+    // One library under two names (a link, a relative path) is one module.
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let mut modules = MODULES
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    if let Some(m) = modules.get(path) {
+    if let Some(m) = modules.get(&path) {
         return Ok(m.clone());
     }
-    let ctx = Pkcs11::new(path)?;
-    ctx.initialize(CInitializeArgs::OsThreads)?;
-    modules.insert(path.to_path_buf(), ctx.clone());
+    let ctx = Pkcs11::new(&path)?;
+    match ctx.initialize(CInitializeArgs::OsThreads) {
+        Ok(()) | Err(CkError::Pkcs11(RvError::CryptokiAlreadyInitialized, _)) => {}
+        Err(e) => {
+            // Dropping a context finalises the library, which would end the sessions of
+            // whoever else in the process initialised it: never dropped.
+            std::mem::forget(ctx);
+            return Err(e);
+        }
+    }
+    modules.insert(path, ctx.clone());
     Ok(ctx)
 }
 
@@ -294,6 +318,7 @@ fn find_slot(ctx: &Pkcs11, uri: &Pkcs11Uri) -> Result<Slot, Pkcs11Error> {
             source,
         })?;
     let mut present = Vec::new();
+    let mut found = Vec::new();
     for slot in slots {
         let Ok(info) = ctx.get_token_info(slot) else {
             continue;
@@ -307,9 +332,23 @@ fn find_slot(ctx: &Pkcs11, uri: &Pkcs11Uri) -> Result<Slot, Pkcs11Error> {
             && same(&uri.model, info.model())
             && uri.slot_id.is_none_or(|id| id == slot.id())
         {
-            return Ok(slot);
+            found.push(slot);
         }
         present.push(format!("{:?}", info.label().trim_end()));
+    }
+    match found.as_slice() {
+        [one] => return Ok(*one),
+        [] => {}
+        _ => {
+            return Err(Pkcs11Error::Unsupported {
+                uri: shown,
+                what: format!(
+                    "{} tokens match ({}): name one with token=, serial= or slot-id=",
+                    found.len(),
+                    present.join(", ")
+                ),
+            })
+        }
     }
     Err(Pkcs11Error::NoToken {
         uri: shown,
