@@ -3,9 +3,12 @@
 //! public key the test CA certifies: shuck serves with the keys only in the token (curl and
 //! `openssl s_client` verify its signatures: ECDSA P-256 and P-384, RSA-PSS, PKCS#1 v1.5, TLS
 //! 1.3 and 1.2); resumed handshakes are not held behind a slow token; `shuck check` refuses a
-//! wrong PIN, a missing key, a mismatch or a missing module in one line without the PIN;
-//! `shuck speed --key pkcs11:…` measures the token against the cores.
+//! wrong PIN, a missing key, a mismatch or a missing module in one line without the PIN; a
+//! token served by `p11-kit server` (a network HSM's shape) that stops answering fails full
+//! handshakes, not resumptions, and is used again once it answers; `shuck speed --key
+//! pkcs11:…` measures the token against the cores.
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -522,4 +525,112 @@ async fn visit(addr: std::net::SocketAddr, config: std::sync::Arc<rustls::Client
         String::from_utf8_lossy(&page)
     );
     tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
+}
+
+/// p11-kit's client module, which reaches a token another process serves (`p11-kit server`):
+/// a network HSM's shape, whose server the test can stop and start again.
+fn p11_kit_client() -> PathBuf {
+    std::fs::read_dir("/usr/lib")
+        .expect("/usr/lib")
+        .filter_map(Result::ok)
+        .map(|d| d.path().join("pkcs11/p11-kit-client.so"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("p11-kit-client.so not found: install p11-kit-modules"))
+}
+
+/// A token behind `p11-kit server`, stopped (SIGSTOP: it no longer answers) and continued:
+/// full handshakes fail after the signature's 5 s while resumptions go on, one line says the
+/// key fails and one that it signs again, with no restart.
+#[test]
+fn a_token_that_stops_answering_fails_full_handshakes_until_it_answers_again() {
+    let token = Token::new();
+    let pki = shuck_test_support::pki::Pki::new();
+    let web = pki.leaf_for_public_key("web.pem", &["www.test"], &token.public_key("web"));
+    let socket = token.dir.path().join("p11.sock");
+    // Its own process group: the server hands each client to a p11-kit-remote child, and
+    // stopping the token is stopping them all.
+    let server = Group(
+        Command::new(require("p11-kit", "p11-kit"))
+            .process_group(0)
+            .args(["server", "-f", "--provider", MODULE, "-n"])
+            .arg(&socket)
+            .arg("pkcs11:token=edge")
+            .env("SOFTHSM2_CONF", token.conf())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("p11-kit server"),
+    );
+    shuck_test_support::process::wait_for(
+        "p11-kit's socket",
+        std::time::Duration::from_secs(10),
+        || socket.exists(),
+    );
+    let shuck = shuck_test_support::process::Shuck::with()
+        .config(&format!(
+            "workers = 1\nmetrics_listen = \"127.0.0.1:0\"\npkcs11_module = \"{}\"\n\
+             [[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\ncertificates = [{}]\n",
+            p11_kit_client().display(),
+            entry(&web, &token, "web")
+        ))
+        .env(
+            "P11_KIT_SERVER_ADDRESS",
+            &format!("unix:path={}", socket.display()),
+        )
+        .run();
+    let addr = shuck.addrs[0];
+    let session = token.dir.path().join("session.pem");
+    let s_client = |args: &[&str]| {
+        let (_, text) = shuck_test_support::clients::s_client(&pki, addr, Some("www.test"), args);
+        text
+    };
+    let first = s_client(&["-tls1_2", "-sess_out", session.to_str().expect("UTF-8")]);
+    assert!(
+        first.contains("New, TLSv1.2"),
+        "{first}\n{}",
+        shuck.log_text()
+    );
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, "--", &format!("-{}", server.0.id())])
+            .status()
+            .expect("kill");
+        assert!(ok.success());
+    };
+    signal("-STOP");
+    let stopped = shuck_test_support::clients::curl_at(&pki, addr, "www.test", "/", &[]);
+    assert!(
+        !stopped.status.success(),
+        "served while the token did not answer"
+    );
+    // No signature needed: resumed while the token is stopped.
+    let resumed = s_client(&["-tls1_2", "-sess_in", session.to_str().expect("UTF-8")]);
+    assert!(resumed.contains("Reused, TLSv1.2"), "{resumed}");
+    shuck.wait_log("the token key fails to sign");
+    let m = shuck_test_support::clients::scrape(shuck.addrs[1]);
+    assert!(
+        shuck_test_support::clients::sum(
+            &m,
+            "shuck_pkcs11_signatures_total",
+            &["result=\"timeout\""]
+        ) >= 1,
+        "{m}"
+    );
+    signal("-CONT");
+    let back = shuck_test_support::clients::curl_at(&pki, addr, "www.test", "/", &[]);
+    assert!(back.status.success(), "{}", shuck.log_text());
+    let log = shuck.wait_log("the token key signs again");
+    assert_eq!(log.matches("fails to sign").count(), 1, "{log}");
+}
+
+/// A process group, killed on drop (a test that fails while it is stopped leaves nothing).
+struct Group(std::process::Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .status();
+        let _ = self.0.wait();
+    }
 }
