@@ -105,6 +105,20 @@ impl RawBackendTls {
             None => params::default_versions(),
             Some(list) => params::parse_versions(list).map_err(|m| bad("versions", m))?,
         };
+        // A client certificate's key is signed with by the connection's own thread: a token's
+        // would stall the worker. (The URI is not shown: it may hold a PIN.)
+        let in_token = |p: &PathBuf| {
+            p.to_str()
+                .is_some_and(crate::proto::pkcs11_uri::Pkcs11Uri::is_uri)
+        };
+        if let Some(c) = &self.client_certificate {
+            if in_token(&c.cert) || c.key.as_ref().is_some_and(in_token) {
+                return Err(bad(
+                    "client_certificate",
+                    "a key in a PKCS#11 token is not supported here yet: give a key file".into(),
+                ));
+            }
+        }
         Ok(BackendTls {
             ca: self.ca.clone().map(|p| resolve_path(base, p)),
             verify,

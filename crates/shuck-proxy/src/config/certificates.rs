@@ -131,14 +131,26 @@ pub enum SniFallback {
 }
 
 /// `certificates`, `self_signed`, `default_certificate`, `unknown_sni`, `missing_sni`.
-#[derive(serde::Serialize, Debug, Clone, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone)]
 pub struct Certificates {
     pub source: CertSource,
     pub unknown_sni: SniFallback,
     pub missing_sni: SniFallback,
-    /// For keys in tokens (the global `pkcs11_*` keys).
+    /// For keys in tokens (the global `pkcs11_*` keys, shown and compared as those: a change
+    /// is not a change of every frontend's certificates; each load takes the settings anew).
+    #[serde(skip)]
     pub pkcs11: Pkcs11Settings,
 }
+
+impl PartialEq for Certificates {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+            && self.unknown_sni == other.unknown_sni
+            && self.missing_sni == other.missing_sni
+    }
+}
+
+impl Eq for Certificates {}
 
 /// Files are read again on every reload, whether their names changed or not.
 impl Section for Certificates {

@@ -53,6 +53,20 @@ pub(crate) struct Resumes {
 }
 
 impl RemoteSessions {
+    /// The same storage with a slot of its own, for one handshake processed off its worker:
+    /// the worker's slot holds the session of the one handshake it processes at a time.
+    pub(crate) fn with_own_slot(&self) -> RemoteSessions {
+        RemoteSessions {
+            local: self.local.clone(),
+            store: self.store.clone(),
+            prefix: self.prefix.clone(),
+            lifetime: self.lifetime,
+            tls13: self.tls13,
+            tickets: self.tickets,
+            slot: Mutex::new(None),
+        }
+    }
+
     pub(crate) fn new(local: Arc<SessionCache>, store: Arc<WorkerStore>, r: &Resumes) -> Self {
         let mut prefix = b"shuck:".to_vec();
         prefix.extend(hex(&r.domain[..16]));

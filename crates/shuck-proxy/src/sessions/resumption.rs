@@ -69,8 +69,15 @@ impl WorkerResumption {
 
     /// A view of the same tickets and sessions with notes of its own, for one handshake
     /// processed off its worker (`tls::handshake`), whose notes must not mix with the worker's.
-    pub(crate) fn fresh(&self) -> WorkerResumption {
-        WorkerResumption::new(self.tickets.clone(), self.sessions.clone())
+    /// With `sessions`, when given: the storage's own copy for that handshake.
+    pub(crate) fn fresh(
+        &self,
+        sessions: Option<Arc<dyn StoresServerSessions>>,
+    ) -> WorkerResumption {
+        WorkerResumption::new(
+            self.tickets.clone(),
+            sessions.unwrap_or_else(|| self.sessions.clone()),
+        )
     }
 
     /// Runs `f` (rustls going on with a handshake, which issues the TLS 1.3 tickets once the

@@ -93,13 +93,19 @@ impl WorkerTls {
         let mut c = (*self.config).clone();
         let resolver = Arc::new(WorkerResolver::new(self.resolver.tables().clone()));
         c.cert_resolver = resolver.clone();
-        let resumption = Arc::new(self.resumption.fresh());
+        // The remote store's slot too: the prefetched session is this handshake's.
+        let remote = self.remote.as_ref().map(|r| Arc::new(r.with_own_slot()));
+        let sessions = remote
+            .clone()
+            .map(|r| r as Arc<dyn rustls::server::StoresServerSessions>);
+        let resumption = Arc::new(self.resumption.fresh(sessions));
         c.ticketer = resumption.clone();
         c.session_storage = resumption.clone();
         Offloaded {
             config: Arc::new(c),
             resolver,
             resumption,
+            remote,
         }
     }
 
@@ -122,6 +128,7 @@ pub(crate) struct Offloaded {
     pub(crate) config: Arc<ServerConfig>,
     pub(crate) resolver: Arc<WorkerResolver>,
     pub(crate) resumption: Arc<resumption::WorkerResumption>,
+    pub(crate) remote: Option<Arc<RemoteSessions>>,
 }
 
 /// A route's own TLS policy, loaded: its configuration template and client-certificate check.

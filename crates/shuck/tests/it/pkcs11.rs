@@ -17,7 +17,7 @@ use shuck_test_support::process::run_bounded;
 
 const MODULE: &str = "/usr/lib/softhsm/libsofthsm2.so";
 
-/// A SoftHSM2 token labelled `edge` (user PIN 1234) in a directory of its own, with an ECDSA
+/// A SoftHSM2 token labelled `edge` (user PIN `pin-8253`, which nothing else prints) in a directory of its own, with an ECDSA
 /// P-256 key `web` and an RSA-2048 key `rsa`. SOFTHSM2_CONF points every user of the module in
 /// this process (and the commands run with `env`) at it.
 struct Token {
@@ -42,7 +42,7 @@ impl Token {
             ),
         )
         .expect("softhsm2.conf");
-        std::fs::write(dir.path().join("pin"), "1234\n").expect("PIN file");
+        std::fs::write(dir.path().join("pin"), "pin-8253\n").expect("PIN file");
         let t = Token { dir };
         t.run(
             require("softhsm2-util", "softhsm2"),
@@ -52,7 +52,7 @@ impl Token {
                 "--label",
                 "edge",
                 "--pin",
-                "1234",
+                "pin-8253",
                 "--so-pin",
                 "5678",
             ],
@@ -80,7 +80,7 @@ impl Token {
             "edge",
             "--login",
             "--pin",
-            "1234",
+            "pin-8253",
         ];
         all.extend_from_slice(args);
         self.run(require("pkcs11-tool", "opensc"), &all);
@@ -204,7 +204,7 @@ fn speed_measures_the_token_against_the_cores_and_refuses_a_wrong_pin_in_one_lin
         "--pkcs11-module",
         MODULE,
         "--key",
-        "pkcs11:token=edge;object=web?pin-value=1234",
+        "pkcs11:token=edge;object=web?pin-value=pin-8253",
     ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -221,7 +221,7 @@ fn speed_measures_the_token_against_the_cores_and_refuses_a_wrong_pin_in_one_lin
     }
     assert!(t["cpu_sign_per_core"].as_f64().unwrap() > 0.0, "{v}");
     assert!(t["cores_equal"].as_f64().unwrap() > 0.0, "{v}");
-    assert!(!text.contains("1234"), "the PIN in the output: {text}");
+    assert!(!text.contains("pin-8253"), "the PIN in the output: {text}");
     // The prediction is for the token key's type.
     assert_eq!(v["speed"]["prediction"]["key"], "p256", "{v}");
 
@@ -229,7 +229,7 @@ fn speed_measures_the_token_against_the_cores_and_refuses_a_wrong_pin_in_one_lin
     let out = token.speed(&[
         "--quick",
         "--key",
-        &format!("pkcs11:token=edge;object=rsa?pin-value=1234&module-path={MODULE}"),
+        &format!("pkcs11:token=edge;object=rsa?pin-value=pin-8253&module-path={MODULE}"),
     ]);
     let words = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -245,24 +245,24 @@ fn speed_measures_the_token_against_the_cores_and_refuses_a_wrong_pin_in_one_lin
 
     for (uri, says) in [
         (
-            "pkcs11:token=edge;object=web?pin-value=9999",
+            "pkcs11:token=edge;object=web?pin-value=wrong-pin",
             "refused the PIN",
         ),
         (
-            "pkcs11:token=edge;object=nothing?pin-value=1234",
+            "pkcs11:token=edge;object=nothing?pin-value=pin-8253",
             "no private key matches",
         ),
         (
-            "pkcs11:token=elsewhere;object=web?pin-value=1234",
+            "pkcs11:token=elsewhere;object=web?pin-value=pin-8253",
             "no token matches",
         ),
         // A misspelt URI: its error shows nothing of the PIN.
         (
-            "pkcs11:token=edge;object=web?pin-value=12%zz34",
+            "pkcs11:token=edge;object=web?pin-value=pin-8%zz253",
             "bad %-encoding",
         ),
         (
-            "pkcs11:token=edge;object=web?pin-value=12&34",
+            "pkcs11:token=edge;object=web?pin-value=pin-8&253",
             "not name=value",
         ),
     ] {
@@ -272,7 +272,7 @@ fn speed_measures_the_token_against_the_cores_and_refuses_a_wrong_pin_in_one_lin
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert!(err.contains(says), "{uri}: {err}");
         assert!(
-            !err.contains("9999") && !err.contains("1234") && !err.contains("34"),
+            !err.contains("wrong-pin") && !err.contains("pin-8253") && !err.contains("253"),
             "{err}"
         );
     }
@@ -307,7 +307,7 @@ fn a_frontend_serves_with_keys_only_in_the_token() {
     let p384 =
         pki.leaf_for_public_key("p384.pem", &["p384.test"], &token.import_p384("p384", "03"));
     let certs = format!(
-        "{}, {}, {{ cert = {}, key = \"pkcs11:token=edge;object=rsa?pin-value=1234\" }}",
+        "{}, {}, {{ cert = {}, key = \"pkcs11:token=edge;object=rsa?pin-value=pin-8253\" }}",
         entry(&web, &token, "web"),
         entry(&p384, &token, "p384"),
         shuck_test_support::pki::toml_path(&rsa)
@@ -329,6 +329,25 @@ fn a_frontend_serves_with_keys_only_in_the_token() {
             shuck.log_text()
         );
     }
+    // A HelloRetryRequest first (the client's only key share is X448, which shuck does not
+    // take): the second ClientHello, where the signature is made, is processed off the worker
+    // as the first was.
+    let (_, text) = shuck_test_support::clients::s_client(
+        &pki,
+        addr,
+        Some("www.test"),
+        &["-tls1_3", "-groups", "X448:X25519", "-msg"],
+    );
+    assert!(
+        text.contains("Verification: OK") && text.contains("protocol: TLSv1.3"),
+        "{text}"
+    );
+    // OpenSSL's -msg shows the retry request as a ServerHello before a second ClientHello.
+    assert_eq!(
+        text.matches("], ClientHello").count(),
+        2,
+        "no HelloRetryRequest: {text}"
+    );
     // The demo page answers (the helper's `ok` wants an echo backend).
     let (_, text) = shuck_test_support::clients::s_client(
         &pki,
@@ -350,12 +369,12 @@ fn a_frontend_serves_with_keys_only_in_the_token() {
         "shuck_pkcs11_signatures_total",
         &["result=\"ok\""],
     );
-    assert!(signed >= 5, "{metrics}");
+    assert!(signed >= 6, "{metrics}");
     assert!(
         metrics.contains("key=\"pkcs11:token=edge;object=rsa\",result=\"ok\"} 2"),
         "{metrics}"
     );
-    assert!(!metrics.contains("1234") && !shuck.log_text().contains("1234"));
+    assert!(!metrics.contains("pin-8253") && !shuck.log_text().contains("pin-8253"));
     // shuck check logs in too, and shows the key without its PIN.
     let out = run_bounded(
         Command::new(env!("CARGO_BIN_EXE_shuck"))
@@ -371,7 +390,7 @@ fn a_frontend_serves_with_keys_only_in_the_token() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{said}");
-    assert!(!said.contains("1234"), "{said}");
+    assert!(!said.contains("pin-8253"), "{said}");
 }
 
 #[test]
@@ -383,7 +402,7 @@ fn a_wrong_pin_a_missing_key_a_mismatch_or_no_module_stop_check_with_one_line() 
     let cases = [
         (
             format!(
-                "{{ cert = {}, key = \"pkcs11:token=edge;object=web?pin-value=9999\" }}",
+                "{{ cert = {}, key = \"pkcs11:token=edge;object=web?pin-value=wrong-pin\" }}",
                 shuck_test_support::pki::toml_path(&web)
             ),
             format!("pkcs11_module = \"{MODULE}\""),
@@ -425,96 +444,116 @@ fn a_wrong_pin_a_missing_key_a_mismatch_or_no_module_stop_check_with_one_line() 
         assert!(!out.status.success(), "{says}: accepted");
         assert!(err.contains(says), "{says}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
-        assert!(!err.contains("9999") && !err.contains("1234"), "{err}");
+        assert!(
+            !err.contains("wrong-pin") && !err.contains("pin-8253"),
+            "{err}"
+        );
     }
 }
 
 /// While an RSA-4096 key in SoftHSM signs for a queue of full handshakes on one signer thread,
-/// the same worker resumes other clients' sessions for that name: they finish while full
-/// handshakes still wait, instead of behind them.
+/// the same worker goes on: it resumes other clients' sessions for that name (processed off the
+/// worker too, without a signature) and makes full handshakes for a name whose key is in a file
+/// (processed on the worker itself, which would wait behind the token if the token's
+/// handshakes held it); all finish while full handshakes still wait at the token.
 #[test]
 fn resumed_handshakes_are_not_held_behind_a_slow_token() {
-    use std::sync::Arc as StdArc;
     use std::time::{Duration, Instant};
     let token = Token::with_keys(&[("rsa:4096", "slow", "09")]);
     let pki = shuck_test_support::pki::Pki::new();
     let slow = pki.leaf_for_public_key("slow.pem", &["slow.test"], &token.public_key("slow"));
-    let shuck = serve_from(&token, &entry(&slow, &token, "slow"), "pkcs11_signers = 1");
+    let fast = pki.leaf(
+        "fast.pem",
+        "fast",
+        &["fast.test"],
+        shuck_test_support::pki::Key::EcdsaP256,
+    );
+    let certs = format!(
+        "{}, {}",
+        entry(&slow, &token, "slow"),
+        shuck_test_support::pki::toml_path(&fast)
+    );
+    let shuck = serve_from(&token, &certs, "pkcs11_signers = 1");
     let addr = shuck.addrs[0];
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let roots = {
-        let mut r = rustls::RootCertStore::empty();
-        let pem = std::fs::read(pki.ca_path()).expect("CA");
-        for c in
-            <rustls::pki_types::CertificateDer as rustls::pki_types::pem::PemObject>::pem_slice_iter(
-                &pem,
-            )
-        {
-            r.add(c.expect("CA PEM")).expect("CA");
-        }
-        StdArc::new(r)
-    };
-    let config = |resume: bool| {
-        let mut c = rustls::ClientConfig::builder()
-            .with_root_certificates(roots.clone())
-            .with_no_client_auth();
-        if !resume {
-            c.resumption = rustls::client::Resumption::disabled();
-        }
-        StdArc::new(c)
-    };
+    let config = |resume: bool| client_config(&pki, resume);
     let returning = config(true);
     rt.block_on(async {
         // Sessions to resume later (each TLS 1.3 ticket is used once).
         for _ in 0..3 {
-            visit(addr, returning.clone()).await;
+            visit(addr, "slow.test", returning.clone()).await;
         }
         let started = Instant::now();
-        let full: Vec<_> = (0..24)
-            .map(|_| tokio::spawn(visit(addr, config(false))))
+        let full: Vec<_> = (0..48)
+            .map(|_| tokio::spawn(visit(addr, "slow.test", config(false))))
             .collect();
-        // Until the token has a queue (no sleep: the signers' own gauge says).
+        // Until the token has a queue (the signers' own gauge says).
         let metrics = shuck.addrs[1];
         let queued = tokio::task::spawn_blocking(move || {
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {
                 let m = shuck_test_support::clients::scrape(metrics);
                 let depth = shuck_test_support::clients::sum(&m, "shuck_pkcs11_queue_depth", &[]);
-                if depth >= 4 || Instant::now() > deadline {
+                if depth >= 8 || Instant::now() > deadline {
                     return depth;
                 }
+                std::thread::sleep(Duration::from_millis(10));
             }
         })
         .await
         .expect("scrape");
-        assert!(queued >= 4, "no queue formed at the token");
-        let mut resumed_done = Duration::ZERO;
+        assert!(queued >= 8, "no queue formed at the token");
         for _ in 0..2 {
-            assert!(visit(addr, returning.clone()).await, "not resumed");
-            resumed_done = started.elapsed();
+            assert!(visit(addr, "slow.test", returning.clone()).await, "not resumed");
+            assert!(!visit(addr, "fast.test", config(false)).await);
         }
+        let others_done = started.elapsed();
         let mut last_full = Duration::ZERO;
         for f in full {
             f.await.expect("full handshake");
             last_full = last_full.max(started.elapsed());
         }
         assert!(
-            resumed_done < last_full,
-            "resumed handshakes done at {resumed_done:?}, the full ones at {last_full:?}: held behind the token"
+            others_done < last_full,
+            "resumed and file-key handshakes done at {others_done:?}, the token's full ones at {last_full:?}: held behind the token"
         );
     });
 }
 
-// One handshake, the demo page read; whether it resumed.
-async fn visit(addr: std::net::SocketAddr, config: std::sync::Arc<rustls::ClientConfig>) -> bool {
+/// A client trusting the test CA, resuming or not.
+fn client_config(
+    pki: &shuck_test_support::pki::Pki,
+    resume: bool,
+) -> std::sync::Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(pki.ca_path()).expect("CA");
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+        roots.add(c.expect("CA PEM")).expect("CA");
+    }
+    let mut c = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    if !resume {
+        c.resumption = rustls::client::Resumption::disabled();
+    }
+    std::sync::Arc::new(c)
+}
+
+/// One handshake for `host`, the demo page read; whether it resumed.
+async fn visit(
+    addr: std::net::SocketAddr,
+    host: &'static str,
+    config: std::sync::Arc<rustls::ClientConfig>,
+) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let name = rustls::pki_types::ServerName::try_from("slow.test").expect("name");
+    let name = rustls::pki_types::ServerName::try_from(host).expect("name");
     let mut tls = tokio_rustls::TlsConnector::from(config)
         .connect(name, tcp)
         .await
         .expect("handshake");
-    tls.write_all(b"GET / HTTP/1.0\r\nHost: slow.test\r\n\r\n")
+    tls.write_all(format!("GET / HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
         .await
         .expect("request");
     let mut page = Vec::new();

@@ -94,21 +94,19 @@ pub(crate) async fn finish(
         }
         Some(o) => {
             let (resolver, resumption) = (o.resolver.clone(), o.resumption.clone());
-            let remote = tls.remote.clone();
-            let off = tokio::task::spawn_blocking(move || {
-                let mut stream = stream;
-                let out = process_hello(
-                    &mut stream,
+            let remote = o.remote.clone();
+            let off = off_worker(stream, move |stream| {
+                process_hello(
+                    stream,
                     (&resolver, &resumption),
                     remote.as_deref(),
                     prefetched,
-                );
-                (stream, out)
+                )
             });
             // Bounded by the handshake's deadline; a signature that comes later finds its
             // connection gone.
             match tokio::time::timeout_at(deadline.at, off).await {
-                Ok(done) => done.map_err(|e| HandshakeError::from_io(io::Error::other(e)))?,
+                Ok(done) => done.map_err(HandshakeError::from_io)?,
                 Err(_) => return Err(HandshakeError::Timeout(deadline.within)),
             }
         }
@@ -133,26 +131,38 @@ pub(crate) async fn finish(
             return Err(HandshakeError::NoCertificate);
         }
     };
-    let handshake = async {
-        processed?;
+    let off_resumption = offload.as_ref().map(|o| o.resumption.clone());
+    // Owns the stream and gives it back (a timeout drops it with the connection).
+    let handshake = async move {
+        if let Err(e) = processed {
+            return Ok((stream, Err(e)));
+        }
+        // A token key may still sign (after a HelloRetryRequest, the second ClientHello is
+        // where rustls does): every record processed off the worker too.
+        if let Some(r) = off_resumption {
+            return finish_off_worker(stream, r).await;
+        }
         // Each poll is one synchronous call, so the ticket limit of a resumption applies to
         // this connection's tickets alone.
-        poll_fn(|cx| {
+        let done = poll_fn(|cx| {
             let resumed = stream.conn().is_some_and(resumed);
             resumption.tickets_during(resumed, || stream.poll_handshake(cx))
         })
-        .await
+        .await;
+        Ok((stream, done))
     };
-    match tokio::time::timeout_at(deadline.at, handshake).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
+    let stream = match tokio::time::timeout_at(deadline.at, handshake).await {
+        Ok(Ok((stream, Ok(())))) => stream,
+        Ok(Ok((mut stream, Err(e)))) => {
             // rustls' alert when the hello itself was refused (a later error's alert was sent
             // as it happened, as far as the socket took it).
             let _ = tokio::time::timeout_at(deadline.at, stream.send_pending()).await;
             return Err(HandshakeError::from_io(e));
         }
+        // The stream was lost off the worker (the task failed).
+        Ok(Err(e)) => return Err(HandshakeError::from_io(e)),
         Err(_) => return Err(HandshakeError::Timeout(deadline.within)),
-    }
+    };
     let conn = stream.conn();
     // rustls does not ask for a certificate again when it resumes: a session made without
     // one (before a reload made this name require one) must not pass for one made with it.
@@ -188,6 +198,60 @@ fn process_hello(
     match remote {
         Some(remote) => remote.during(prefetched, process),
         None => process(),
+    }
+}
+
+/// `f` on `stream` on the worker's blocking pool, and the stream back. The stream's socket is
+/// not touched there: only what it received is processed.
+async fn off_worker<T: Send + 'static>(
+    mut stream: Box<TlsStream>,
+    f: impl FnOnce(&mut TlsStream) -> T + Send + 'static,
+) -> io::Result<(Box<TlsStream>, T)> {
+    tokio::task::spawn_blocking(move || {
+        let out = f(&mut stream);
+        (stream, out)
+    })
+    .await
+    .map_err(io::Error::other)
+}
+
+/// The rest of a handshake processed off the worker: the flight sent, the client's read (on
+/// the worker), then processed off it, until the handshake is over. Like `poll_handshake`,
+/// TLS 1.2's last flight leaves now and TLS 1.3's tickets stay queued for the first answer.
+async fn finish_off_worker(
+    mut stream: Box<TlsStream>,
+    resumption: Arc<WorkerResumption>,
+) -> io::Result<(Box<TlsStream>, io::Result<()>)> {
+    loop {
+        if stream.handshake_done() {
+            let tls13 = stream
+                .conn()
+                .is_some_and(|c| c.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3));
+            let sent = if tls13 {
+                Ok(())
+            } else {
+                stream.send_pending().await
+            };
+            return Ok((stream, sent));
+        }
+        if let Err(e) = stream.send_pending().await {
+            return Ok((stream, Err(e)));
+        }
+        match stream.receive().await {
+            Ok(0) => return Ok((stream, Err(io::ErrorKind::UnexpectedEof.into()))),
+            Ok(_) => {}
+            Err(e) => return Ok((stream, Err(e))),
+        }
+        let resumption = resumption.clone();
+        let (back, processed) = off_worker(stream, move |s| {
+            let was_resumed = s.conn().is_some_and(resumed);
+            resumption.tickets_during(was_resumed, || s.process_received())
+        })
+        .await?;
+        stream = back;
+        if let Err(e) = processed {
+            return Ok((stream, Err(e)));
+        }
     }
 }
 

@@ -170,13 +170,15 @@ impl SignerPool {
     ) -> Result<Arc<SignerPool>, Pkcs11Error> {
         let (queue, jobs) = mpsc::sync_channel::<Job>(capacity);
         let jobs = Arc::new(Mutex::new(jobs));
+        // Once the token refuses the PIN, no thread of the pool tries it again.
+        let pin_refused = Arc::new(AtomicBool::new(false));
         let stats = stats_of(&key.name());
         for i in 0..threads.max(1) {
             let session = key.session()?;
-            let (jobs, mine) = (jobs.clone(), key.clone());
+            let (jobs, mine, refused) = (jobs.clone(), key.clone(), pin_refused.clone());
             std::thread::Builder::new()
                 .name(format!("shuck-signer-{i}"))
-                .spawn(move || serve(session, &mine, &jobs))
+                .spawn(move || serve(session, &mine, &jobs, &refused))
                 .map_err(|e| Pkcs11Error::Unsupported {
                     uri: key.name(),
                     what: format!("cannot start a signer thread: {e}"),
@@ -247,12 +249,15 @@ impl SignerPool {
 /// session the token no longer knows (it was reset, removed, restarted) is opened again before
 /// the next job, at most once a second, so a token that comes back is used again without a
 /// restart.
-fn serve(first: (Session, ObjectHandle), key: &TokenKey, jobs: &Mutex<Receiver<Job>>) {
+fn serve(
+    first: (Session, ObjectHandle),
+    key: &TokenKey,
+    jobs: &Mutex<Receiver<Job>>,
+    pin_refused: &AtomicBool,
+) {
     let mut session = Some(first);
     // When a session was last opened (`None`: open one at the next job).
     let mut last_try: Option<Instant> = Some(Instant::now());
-    // The token refused the PIN: trying again would lock it. Until a reload makes a new pool.
-    let mut pin_refused = false;
     loop {
         let job = {
             let jobs = jobs.lock().unwrap_or_else(PoisonError::into_inner);
@@ -266,12 +271,14 @@ fn serve(first: (Session, ObjectHandle), key: &TokenKey, jobs: &Mutex<Receiver<J
             continue;
         }
         let may_try = last_try.is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
-        if session.is_none() && !pin_refused && may_try {
+        let refused = pin_refused.load(Ordering::Relaxed);
+        if session.is_none() && !refused && may_try {
             last_try = Some(Instant::now());
             session = match key.session() {
                 Ok(s) => Some(s),
+                // Trying again would count towards locking the PIN: not until a reload.
                 Err(Pkcs11Error::Login { .. }) => {
-                    pin_refused = true;
+                    pin_refused.store(true, Ordering::Relaxed);
                     None
                 }
                 Err(_) => None,
@@ -279,7 +286,9 @@ fn serve(first: (Session, ObjectHandle), key: &TokenKey, jobs: &Mutex<Receiver<J
         }
         let signed = match &session {
             Some((s, handle)) => sign_with(s, *handle, key.kind, job.scheme, &job.message),
-            None if pin_refused => Err("the token refused the PIN (reload to try again)".into()),
+            None if pin_refused.load(Ordering::Relaxed) => {
+                Err("the token refused the PIN (reload to try again)".into())
+            }
             None => Err("no session with the token (opening one failed)".to_string()),
         };
         if signed.is_err() && session.is_some() {

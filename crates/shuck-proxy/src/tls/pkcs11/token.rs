@@ -143,12 +143,24 @@ impl TokenKey {
             match session.login(UserType::User, Some(pin)) {
                 // Logged in is a state of the token for the whole process, not per session.
                 Ok(()) | Err(CkError::Pkcs11(RvError::UserAlreadyLoggedIn, _)) => {}
-                Err(source) => {
+                // The PIN itself: trying it again would count towards locking it.
+                Err(
+                    source @ CkError::Pkcs11(
+                        RvError::PinIncorrect
+                        | RvError::PinLocked
+                        | RvError::PinExpired
+                        | RvError::PinInvalid
+                        | RvError::PinLenRange,
+                        _,
+                    ),
+                ) => {
                     return Err(Pkcs11Error::Login {
                         uri: self.name(),
                         source,
                     })
                 }
+                // The token's trouble (gone, restarting): worth trying again later.
+                Err(e) => return Err(self.token_err("logging in", e)),
             }
         }
         let handle = self.find(&session, ObjectClass::PRIVATE_KEY)?;

@@ -267,6 +267,17 @@ impl TlsStream {
         poll_fn(|cx| self.poll_send(cx)).await
     }
 
+    /// Reads what the socket has into the receive queue, without processing it. `0`: the peer
+    /// closed TCP.
+    pub(crate) async fn receive(&mut self) -> io::Result<usize> {
+        poll_fn(|cx| self.poll_fill(cx)).await
+    }
+
+    /// Whether the handshake is over (or rustls no longer has the connection).
+    pub(crate) fn handshake_done(&self) -> bool {
+        self.conn().is_none_or(|c| !c.is_handshaking())
+    }
+
     /// One poll towards the end of the handshake. The server's last TLS 1.3 messages (session
     /// tickets, which no client waits for) stay queued: they leave with the first answer, or
     /// before the stream waits for the client.
