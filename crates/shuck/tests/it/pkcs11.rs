@@ -673,3 +673,55 @@ impl Drop for Group {
         let _ = self.0.wait();
     }
 }
+
+/// A reload opens the keys again: a changed URI serves the other key (and its certificate);
+/// `shuck check` refuses one with a wrong PIN while the running process goes on serving.
+#[test]
+fn a_reload_serves_the_key_a_changed_uri_names_and_check_refuses_a_wrong_pin() {
+    let token = Token::with_keys(&[
+        ("EC:prime256v1", "web", "01"),
+        ("EC:prime256v1", "web2", "05"),
+    ]);
+    let pki = shuck_test_support::pki::Pki::new();
+    let one = pki.leaf_for_public_key("one.pem", &["one.test"], &token.public_key("web"));
+    let two = pki.leaf_for_public_key("two.pem", &["two.test"], &token.public_key("web2"));
+    let shuck = serve_from(&token, &entry(&one, &token, "web"), "");
+    let addr = shuck.addrs[0];
+    let curl = |name: &str| shuck_test_support::clients::curl_at(&pki, addr, name, "/", &[]);
+    assert!(curl("one.test").status.success(), "{}", shuck.log_text());
+    assert!(
+        !curl("two.test").status.success(),
+        "two.test served before the reload"
+    );
+    let config = std::fs::read_to_string(shuck.config_path()).expect("config");
+    let changed = config.replace(&entry(&one, &token, "web"), &entry(&two, &token, "web2"));
+    assert_ne!(changed, config);
+    std::fs::write(shuck.config_path(), &changed).expect("config");
+    shuck.signal("HUP");
+    shuck.wait_log("reloaded");
+    assert!(curl("two.test").status.success(), "{}", shuck.log_text());
+    // A wrong PIN: PKCS#11 keeps one login per process and token, so the running process,
+    // logged in, does not see it (the reload goes on with the session it has); `shuck check`,
+    // a process of its own, does, naming the URI without the PIN.
+    let wrong = changed.replace(
+        &format!("pin-source=file:{}", token.pin_file().display()),
+        "pin-value=wrong-pin",
+    );
+    assert_ne!(wrong, changed);
+    std::fs::write(shuck.config_path(), &wrong).expect("config");
+    let out = run_bounded(
+        Command::new(env!("CARGO_BIN_EXE_shuck"))
+            .args(["check", "--config"])
+            .arg(shuck.config_path())
+            .env("SOFTHSM2_CONF", token.conf()),
+        b"",
+        60,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("refused the PIN"),
+        "{err}"
+    );
+    assert!(!err.contains("wrong-pin"), "{err}");
+    assert!(curl("two.test").status.success(), "{}", shuck.log_text());
+}
