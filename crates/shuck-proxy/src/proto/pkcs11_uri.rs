@@ -73,7 +73,11 @@ pub enum UriError {
 impl Pkcs11Uri {
     /// Parses `text`.
     pub fn parse(text: &str) -> Result<Pkcs11Uri, UriError> {
-        let rest = text.strip_prefix("pkcs11:").ok_or(UriError::Scheme)?;
+        // The scheme is case-blind (RFC 3986).
+        if !Pkcs11Uri::is_uri(text) {
+            return Err(UriError::Scheme);
+        }
+        let rest = &text["pkcs11:".len()..];
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         let mut uri = Pkcs11Uri::default();
         for attr in path.split(';').filter(|a| !a.is_empty()) {
@@ -90,7 +94,8 @@ impl Pkcs11Uri {
 
     /// Whether `text` is meant as a PKCS#11 URI (rather than a file name).
     pub fn is_uri(text: &str) -> bool {
-        text.starts_with("pkcs11:")
+        text.get(.."pkcs11:".len())
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("pkcs11:"))
     }
 
     fn path_attribute(&mut self, attr: &str) -> Result<(), UriError> {
@@ -268,6 +273,7 @@ mod tests {
     fn what_could_select_the_wrong_key_is_refused() {
         let e = |t: &str| Pkcs11Uri::parse(t).unwrap_err();
         assert_eq!(e("file:/x"), UriError::Scheme);
+        assert!(Pkcs11Uri::parse("PKCS11:object=a").is_ok());
         assert_eq!(e("pkcs11:token=a"), UriError::NoObject);
         assert_eq!(e("pkcs11:objekt=a"), UriError::Unknown("objekt".into()));
         assert_eq!(

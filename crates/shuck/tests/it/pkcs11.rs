@@ -484,7 +484,7 @@ fn resumed_handshakes_are_not_held_behind_a_slow_token() {
             visit(addr, "slow.test", returning.clone()).await;
         }
         let started = Instant::now();
-        let full: Vec<_> = (0..48)
+        let full: Vec<_> = (0..32)
             .map(|_| tokio::spawn(visit(addr, "slow.test", config(false))))
             .collect();
         // Until the token has a queue (the signers' own gauge says).
