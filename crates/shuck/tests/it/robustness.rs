@@ -484,10 +484,9 @@ fn backend_reset_closes_only_that_connection() {
 fn backends_fail_over_and_rotate() {
     let pki = Pki::new();
     let (b1, b2) = (HttpBackend::start(), HttpBackend::start());
-    let dead = TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr");
+    // Port 1, where nothing listens: a port freed by a listener dropped here could be taken by
+    // another test's server meanwhile, which would answer as a backend that is not dead.
+    let dead: SocketAddr = ([127, 0, 0, 1], 1).into();
     let shuck = Shuck::start(&config(
         &pki,
         &[(
