@@ -25,6 +25,8 @@ const EXCEPTIONS: &[(&str, &str, &str)] = &[
     ("store/transport.rs", "CONFIG", "written once: the system's CA roots, read at the first rediss:// connection"),
     ("tls/certs.rs", "MADE", "the self-signed certificate: one per process, kept across reloads"),
     ("tls/pkcs11/token.rs", "MODULES", "PKCS#11 allows one C_Initialize per module per process: the loaded modules are the process's"),
+    ("tls/pkcs11/signer.rs", "IN_MODULE", "the signer threads inside a token's module, for the process's exit (a module's teardown is the process's)"),
+    ("tls/pkcs11/signer.rs", "EXITING", "the process is exiting: no signer thread enters a token's module again"),
     ("tls/pkcs11/signer.rs", "ALL", "each token key's signature counts, across the pools reloads make for the same key, read by /metrics"),
     ("tls/stream/records/differential/pair.rs", "FIXED", "test and fuzzing builds only: a fixed random source"),
     ("tls/stream/records/differential/pair.rs", "FIXED_X25519", "test and fuzzing builds only: a fixed key share"),

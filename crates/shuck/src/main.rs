@@ -68,6 +68,8 @@ fn main() -> ExitCode {
         }
         Command::Man { out } => man_pages(out.as_deref()),
     };
+    // A token's module must not be torn down at exit under a signer thread.
+    shuck_proxy::pkcs11::quiesce(std::time::Duration::from_secs(2));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

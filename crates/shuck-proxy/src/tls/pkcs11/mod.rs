@@ -10,5 +10,5 @@ pub mod signer;
 mod token;
 
 pub use sign::KeyKind;
-pub use signer::{all_stats, SignError, SignResult, SignStats, SignerPool, TokenSpeed};
+pub use signer::{all_stats, quiesce, SignError, SignResult, SignStats, SignerPool, TokenSpeed};
 pub use token::{Pkcs11Error, TokenKey};

@@ -245,6 +245,31 @@ impl SignerPool {
     }
 }
 
+/// Signer threads inside a call into a token's module, and whether the process is exiting:
+/// a module's own teardown at exit (SoftHSM's static destructors) must not run while a signer
+/// thread is in it, or the process crashes on its way out. See [`quiesce`].
+static IN_MODULE: AtomicUsize = AtomicUsize::new(0);
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Runs `call` into the module unless the process is exiting (`None` then).
+fn in_module<T>(call: impl FnOnce() -> T) -> Option<T> {
+    // Counted first, then the flag read: `quiesce` sets the flag, then waits for the count.
+    IN_MODULE.fetch_add(1, Ordering::SeqCst);
+    let out = (!EXITING.load(Ordering::SeqCst)).then(call);
+    IN_MODULE.fetch_sub(1, Ordering::SeqCst);
+    out
+}
+
+/// Before the process exits: no signer thread enters a token's module from now on, and the
+/// ones inside get up to `within` to come out.
+pub fn quiesce(within: Duration) {
+    EXITING.store(true, Ordering::SeqCst);
+    let until = Instant::now() + within;
+    while IN_MODULE.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A signer thread: one job at a time from the shared queue, until the pool is dropped. A
 /// session the token no longer knows (it was reset, removed, restarted) is opened again before
 /// the next job, at most once a second, so a token that comes back is used again without a
@@ -264,6 +289,7 @@ fn serve(
             jobs.recv()
         };
         let Ok(job) = job else {
+            close(session);
             return;
         };
         if Instant::now() >= job.deadline {
@@ -274,7 +300,7 @@ fn serve(
         let refused = pin_refused.load(Ordering::Relaxed);
         if session.is_none() && !refused && may_try {
             last_try = Some(Instant::now());
-            session = match key.session() {
+            session = match in_module(|| key.session()).unwrap_or(Err(Pkcs11Error::Exiting)) {
                 Ok(s) => Some(s),
                 // Trying again would count towards locking the PIN: not until a reload.
                 Err(Pkcs11Error::Login { .. }) => {
@@ -285,7 +311,10 @@ fn serve(
             };
         }
         let signed = match &session {
-            Some((s, handle)) => sign_with(s, *handle, key.kind, job.scheme, &job.message),
+            Some((s, handle)) => {
+                in_module(|| sign_with(s, *handle, key.kind, job.scheme, &job.message))
+                    .unwrap_or_else(|| Err("the process is exiting".into()))
+            }
             None if pin_refused.load(Ordering::Relaxed) => {
                 Err("the token refused the PIN (reload to try again)".into())
             }
@@ -294,11 +323,23 @@ fn serve(
         if signed.is_err() && session.is_some() {
             // Whatever went wrong, the next job starts from a new session: cheap for a token
             // that is fine, the way back for one that was reset.
-            session = None;
+            close(session.take());
             last_try = None;
         }
         // The asker may have given up (timed out): nothing to do then.
         let _ = job.reply.send(signed);
+    }
+}
+
+/// Closes a session (dropping it calls C_CloseSession), unless the process is exiting: then it
+/// is left to the exit.
+fn close(session: Option<(Session, ObjectHandle)>) {
+    let Some((s, _)) = session else {
+        return;
+    };
+    let mut s = Some(s);
+    if in_module(|| drop(s.take())).is_none() {
+        std::mem::forget(s);
     }
 }
 

@@ -44,6 +44,8 @@ pub enum Pkcs11Error {
     ManyKeys { uri: String, n: usize },
     #[error("{uri}: {what}")]
     Unsupported { uri: String, what: String },
+    #[error("the process is exiting")]
+    Exiting,
     #[error("{uri}: {doing}: {source}")]
     Token {
         uri: String,
