@@ -180,6 +180,18 @@ impl Token {
         );
     }
 
+    /// `shuck check --config config`, pointed at this token.
+    fn check(&self, config: impl AsRef<std::ffi::OsStr>) -> std::process::Output {
+        run_bounded(
+            Command::new(env!("CARGO_BIN_EXE_shuck"))
+                .args(["check", "--config"])
+                .arg(config)
+                .env("SOFTHSM2_CONF", self.conf()),
+            b"",
+            60,
+        )
+    }
+
     /// `shuck speed` with `args`, pointed at this token.
     fn speed(&self, args: &[&str]) -> std::process::Output {
         run_bounded(
@@ -376,14 +388,7 @@ fn a_frontend_serves_with_keys_only_in_the_token() {
     );
     assert!(!metrics.contains("pin-8253") && !shuck.log_text().contains("pin-8253"));
     // shuck check logs in too, and shows the key without its PIN.
-    let out = run_bounded(
-        Command::new(env!("CARGO_BIN_EXE_shuck"))
-            .args(["check", "--config"])
-            .arg(shuck.config_path())
-            .env("SOFTHSM2_CONF", token.conf()),
-        b"",
-        60,
-    );
+    let out = token.check(shuck.config_path());
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -432,14 +437,7 @@ fn a_wrong_pin_a_missing_key_a_mismatch_or_no_module_stop_check_with_one_line() 
             format!("{globals}\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\ncertificates = [{certs}]\n"),
         )
         .expect("config");
-        let out = run_bounded(
-            Command::new(env!("CARGO_BIN_EXE_shuck"))
-                .args(["check", "--config"])
-                .arg(&cfg)
-                .env("SOFTHSM2_CONF", token.conf()),
-            b"",
-            60,
-        );
+        let out = token.check(&cfg);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{says}: accepted");
         assert!(err.contains(says), "{says}: {err}");
@@ -709,14 +707,7 @@ fn a_reload_serves_the_key_a_changed_uri_names_and_check_refuses_a_wrong_pin() {
     );
     assert_ne!(wrong, changed);
     std::fs::write(shuck.config_path(), &wrong).expect("config");
-    let out = run_bounded(
-        Command::new(env!("CARGO_BIN_EXE_shuck"))
-            .args(["check", "--config"])
-            .arg(shuck.config_path())
-            .env("SOFTHSM2_CONF", token.conf()),
-        b"",
-        60,
-    );
+    let out = token.check(shuck.config_path());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && err.contains("refused the PIN"),
