@@ -103,8 +103,8 @@ pub(crate) async fn finish(
                     prefetched,
                 )
             });
-            // Bounded by the handshake's deadline; a signature that comes later finds its
-            // connection gone.
+            // Bounded by the handshake's deadline: past it the handshake has failed, and the
+            // blocking task, which owns the stream, closes the connection when it ends.
             match tokio::time::timeout_at(deadline.at, off).await {
                 Ok(done) => done.map_err(HandshakeError::from_io)?,
                 Err(_) => return Err(HandshakeError::Timeout(deadline.within)),
