@@ -4,11 +4,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{Resumption, Tls12Resumption};
-use rustls::crypto::{self, CryptoProvider};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::crypto;
+use rustls::pki_types::CertificateDer;
+use rustls::{ClientConfig, RootCertStore};
 
 use crate::BenchError;
 
@@ -107,7 +106,9 @@ impl ClientTls {
         let mut base = if o.insecure {
             builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+                .with_custom_certificate_verifier(Arc::new(shuck_proxy::AnyServerCertificate::new(
+                    provider,
+                )))
                 .with_no_client_auth()
         } else {
             builder
@@ -204,56 +205,6 @@ fn roots(ca: Option<&PathBuf>) -> Result<RootCertStore, BenchError> {
         });
     }
     Ok(store)
-}
-
-/// `--insecure`: accepts any certificate but still checks the handshake signature, so the
-/// client does the same public-key work as a verifying one would, minus the chain.
-#[derive(Debug)]
-struct AnyCertificate(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 #[cfg(test)]

@@ -38,5 +38,6 @@ pub use error::{Error, Result};
 pub use metrics::{set_build_info, BuildInfo};
 /// A new random ticket key as a key file holds it (`shuck ticket-key`).
 pub use sessions::ticket_keys::generate as new_ticket_key;
+pub use tls::backend_tls::AnyServerCertificate;
 pub use tls::pkcs11;
 pub use tls::stream::ktls::kernel_has_tls;

@@ -31,7 +31,9 @@ pub(crate) fn client_config(frontend: &str, settings: &BackendTls) -> Result<Arc
         Verify::Full => builder.with_root_certificates(roots(settings.ca.as_deref())?),
         Verify::None => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify(provider.clone()))),
+            .with_custom_certificate_verifier(Arc::new(AnyServerCertificate::new(
+                provider.clone(),
+            ))),
     };
     let mut config = match &settings.client_certificate {
         None => builder.with_no_client_auth(),
@@ -137,12 +139,20 @@ impl ResolvesClientCert for OneCertificate {
     }
 }
 
-/// `verify = "none"`: any certificate is taken (its signatures on the handshake are still
-/// checked, so the connection is at least encrypted to the holder of that key).
+/// Any server certificate is taken, its signatures on the handshake still checked (so the
+/// connection is at least encrypted to the holder of that key, and a client does the same
+/// public-key work a verifying one would, minus the chain): `backend_tls.verify = "none"`, and
+/// `shuck bench --insecure`.
 #[derive(Debug)]
-struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+pub struct AnyServerCertificate(Arc<rustls::crypto::CryptoProvider>);
 
-impl ServerCertVerifier for NoVerify {
+impl AnyServerCertificate {
+    pub fn new(provider: Arc<rustls::crypto::CryptoProvider>) -> AnyServerCertificate {
+        AnyServerCertificate(provider)
+    }
+}
+
+impl ServerCertVerifier for AnyServerCertificate {
     fn verify_server_cert(
         &self,
         _: &CertificateDer<'_>,
