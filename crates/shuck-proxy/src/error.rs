@@ -84,6 +84,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Listener {
     Frontend(String),
     Metrics,
+    /// A `[[redirect]]` listener (plain HTTP).
+    Redirect,
 }
 
 impl std::fmt::Display for Listener {
@@ -91,6 +93,7 @@ impl std::fmt::Display for Listener {
         match self {
             Listener::Frontend(name) => write!(f, "frontend {name:?}"),
             Listener::Metrics => f.write_str("metrics_listen"),
+            Listener::Redirect => f.write_str("redirect.listen"),
         }
     }
 }
@@ -101,6 +104,7 @@ impl Listener {
         match self {
             Listener::Frontend(_) => "To replace a running shuck, send it SIGUSR2 (an upgrade in place), or start the new one with --takeover to share the address until the old one stops",
             Listener::Metrics => "metrics_listen is never shared, even with --takeover: give this instance another one, or stop the process that has it",
+            Listener::Redirect => "a plain-HTTP port is never shared (a web server may have it): stop whoever listens there, or give [[redirect]] another address",
         }
     }
 }

@@ -33,6 +33,32 @@ pub enum UntilIssued {
     Refuse,
 }
 
+/// How the CA validates that shuck answers for a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+pub enum Challenge {
+    /// RFC 8737: a certificate shown on the frontend's own listener (port 443).
+    #[default]
+    #[serde(rename = "tls-alpn-01")]
+    TlsAlpn01,
+    /// RFC 8555 §8.3: a file served on port 80 by a `[[redirect]]` listener.
+    #[serde(rename = "http-01")]
+    Http01,
+    /// RFC 8555 §8.4: a TXT record written by dynamic update (`dns_update`); wildcards too.
+    #[serde(rename = "dns-01")]
+    Dns01,
+}
+
+impl Challenge {
+    /// As the CA names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Challenge::TlsAlpn01 => "tls-alpn-01",
+            Challenge::Http01 => "http-01",
+            Challenge::Dns01 => "dns-01",
+        }
+    }
+}
+
 /// `acme` as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,6 +74,8 @@ pub struct RawAcme {
     pub eab_kid: Option<String>,
     /// ...and the file holding its HMAC key (base64url, as CAs hand it out).
     pub eab_hmac_key_file: Option<PathBuf>,
+    pub challenge: Option<Challenge>,
+    pub dns_update: Option<super::dns_update::RawDnsUpdate>,
 }
 
 /// External account binding: what a CA that requires it gave with the account.
@@ -95,6 +123,30 @@ pub struct Acme {
     pub dir: PathBuf,
     /// The certificate bundle this frontend serves once one is issued (chain, then key).
     pub bundle: PathBuf,
+    pub challenge: Challenge,
+    /// Where DNS-01 records are written (with `challenge = "dns-01"` only).
+    pub dns_update: Option<super::DnsUpdate>,
+    /// Certificates ordered at the first handshake for names allowed by the operator's
+    /// endpoint (the frontend's `on_demand`); `names` may then be empty.
+    pub on_demand: Option<super::OnDemand>,
+}
+
+impl Acme {
+    /// The settings of the on-demand certificate for `name`: its own bundle, beside the
+    /// frontend's (`<state_dir>/acme/on-demand/<frontend>/<name>.pem`).
+    #[must_use]
+    pub fn for_name(&self, frontend: &str, name: &str) -> Acme {
+        Acme {
+            names: vec![name.to_string()],
+            bundle: self
+                .dir
+                .join("on-demand")
+                .join(file_stem(frontend))
+                .join(format!("{}.pem", file_stem(name))),
+            on_demand: None,
+            ..self.clone()
+        }
+    }
 }
 
 impl RawAcme {
@@ -103,6 +155,7 @@ impl RawAcme {
         frontend: &str,
         base: Option<&Path>,
         state_dir: &Path,
+        on_demand: Option<super::OnDemand>,
     ) -> Result<Acme, KeyError> {
         let directory = self
             .directory
@@ -126,16 +179,47 @@ impl RawAcme {
             ));
         }
         let names = self.names.clone().unwrap_or_default();
-        if names.is_empty() {
+        if names.is_empty() && on_demand.is_none() {
             return Err(key_err(
                 "acme.names",
                 "missing: the DNS names to order a certificate for",
             ));
         }
+        let challenge = self.challenge.unwrap_or_default();
         let names = names
             .iter()
-            .map(|n| dns_name(n).map_err(|m| key_err("acme.names", m)))
+            .map(|n| dns_name(n, challenge).map_err(|m| key_err("acme.names", m)))
             .collect::<Result<Vec<_>, _>>()?;
+        let dns_update = match (&self.dns_update, challenge) {
+            (Some(d), Challenge::Dns01) => Some(d.validate(base)?),
+            (None, Challenge::Dns01) => {
+                return Err(key_err(
+                    "acme.dns_update",
+                    "missing: challenge = \"dns-01\" writes its records by dynamic update to this server",
+                ))
+            }
+            (Some(_), _) => {
+                return Err(key_err(
+                    "acme.dns_update",
+                    "only with challenge = \"dns-01\"",
+                ))
+            }
+            (None, _) => None,
+        };
+        if let Some(d) = &dns_update {
+            if let Some(n) = names
+                .iter()
+                .find(|n| !super::dns_update::in_zone(n, &d.zone))
+            {
+                return Err(key_err(
+                    "acme.names",
+                    format!(
+                        "{n:?} is not in the zone {:?} that dns_update writes to",
+                        d.zone
+                    ),
+                ));
+            }
+        }
         let eab = match (&self.eab_kid, &self.eab_hmac_key_file) {
             (None, None) => None,
             (Some(kid), Some(file)) if !kid.is_empty() => Some(Eab {
@@ -164,6 +248,9 @@ impl RawAcme {
             store: None,
             dir,
             bundle,
+            challenge,
+            dns_update,
+            on_demand,
         })
     }
 }
@@ -228,17 +315,21 @@ pub(super) fn check_names_unique(frontends: &[super::Frontend]) -> Result<(), Ke
     Ok(())
 }
 
-/// A name a CA can validate with TLS-ALPN-01: a DNS name, no wildcard (those need DNS-01).
-fn dns_name(name: &str) -> Result<String, String> {
+/// A name a CA can validate with `challenge`: a DNS name; a wildcard only with DNS-01.
+fn dns_name(name: &str, challenge: Challenge) -> Result<String, String> {
     let lower = name.trim_end_matches('.').to_ascii_lowercase();
-    if lower.starts_with("*.") {
-        return Err(format!(
-            "{name:?}: a wildcard needs the DNS-01 challenge, which shuck does not answer"
-        ));
-    }
-    let ok = rustls::pki_types::ServerName::try_from(lower.as_str())
+    let bare = match lower.strip_prefix("*.") {
+        Some(_) if challenge != Challenge::Dns01 => {
+            return Err(format!(
+                "{name:?}: a wildcard needs challenge = \"dns-01\" (the CA validates it by a TXT record)"
+            ));
+        }
+        Some(rest) => rest,
+        None => lower.as_str(),
+    };
+    let ok = rustls::pki_types::ServerName::try_from(bare)
         .is_ok_and(|n| matches!(n, rustls::pki_types::ServerName::DnsName(_)));
-    if !ok || !lower.contains('.') && lower != "localhost" {
+    if !ok || !bare.contains('.') && bare != "localhost" {
         return Err(format!("{name:?} is not a DNS name"));
     }
     Ok(lower)
@@ -266,12 +357,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_are_dns_names_without_wildcards() {
-        assert_eq!(dns_name("Shop.Example.COM.").unwrap(), "shop.example.com");
-        assert!(dns_name("*.example.com").unwrap_err().contains("DNS-01"));
-        assert!(dns_name("127.0.0.1").is_err());
-        assert!(dns_name("no spaces.example").is_err());
-        assert!(dns_name("intranet").is_err());
+    fn names_are_dns_names_with_wildcards_only_for_dns_01() {
+        let tls = Challenge::TlsAlpn01;
+        assert_eq!(
+            dns_name("Shop.Example.COM.", tls).unwrap(),
+            "shop.example.com"
+        );
+        assert!(dns_name("*.example.com", tls)
+            .unwrap_err()
+            .contains("dns-01"));
+        assert!(dns_name("*.example.com", Challenge::Http01).is_err());
+        assert_eq!(
+            dns_name("*.Example.com", Challenge::Dns01).unwrap(),
+            "*.example.com"
+        );
+        assert!(dns_name("*.*.example.com", Challenge::Dns01).is_err());
+        assert!(dns_name("127.0.0.1", tls).is_err());
+        assert!(dns_name("no spaces.example", tls).is_err());
+        assert!(dns_name("intranet", tls).is_err());
     }
 
     #[test]

@@ -197,7 +197,12 @@ impl RawFrontend {
                     "cannot be combined with certificates or self_signed: choose one",
                 ));
             }
-            let acme = acme.validate(name, base, state_dir)?;
+            let on_demand = self
+                .on_demand
+                .as_ref()
+                .map(super::on_demand::RawOnDemand::validate)
+                .transpose()?;
+            let acme = acme.validate(name, base, state_dir, on_demand)?;
             let certs = Certificates {
                 source: CertSource::Acme,
                 unknown_sni: self.unknown_sni.unwrap_or(SniFallback::Default),
@@ -205,6 +210,12 @@ impl RawFrontend {
                 pkcs11: Pkcs11Settings::default(),
             };
             return Ok((certs, Some(Box::new(acme))));
+        }
+        if self.on_demand.is_some() {
+            return Err(key_err(
+                "on_demand",
+                "needs acme (the CA, account and challenge the certificates are ordered with)",
+            ));
         }
         let source =
             match (self.self_signed.unwrap_or(false), paths.is_empty()) {

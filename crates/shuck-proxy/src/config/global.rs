@@ -284,16 +284,22 @@ impl RawConfig {
                 .map(|p| super::resolve_path(base, p)),
             admin_group: self.admin_group.clone(),
             pkcs11: self.pkcs11(base)?,
-            state_dir: self.state_dir.clone().map_or_else(
-                || PathBuf::from(super::acme::STATE_DIR),
-                |p| super::resolve_path(base, p),
-            ),
+            redirect: Vec::new(),
+            state_dir: self.state_dir(base),
             frontends: Vec::new(),
         })
     }
 }
 
 impl RawConfig {
+    /// `state_dir`, or its default.
+    fn state_dir(&self, base: Option<&Path>) -> PathBuf {
+        self.state_dir.clone().map_or_else(
+            || PathBuf::from(super::acme::STATE_DIR),
+            |p| super::resolve_path(base, p),
+        )
+    }
+
     /// `pkcs11_module` and `pkcs11_signers`.
     fn pkcs11(&self, base: Option<&Path>) -> Result<super::certificates::Pkcs11Settings, KeyError> {
         let signers = self.pkcs11_signers.unwrap_or(2);
@@ -434,6 +440,9 @@ pub const GLOBAL_KEYS: &[GlobalKey] = &[
     ),
     key("metrics_listen", Applies::Restart, Recorded::Yes, |c| {
         format!("{:?}", c.metrics_listen)
+    }),
+    key("redirect", Applies::Restart, Recorded::Yes, |c| {
+        format!("{:?}", c.redirect)
     }),
     key(
         "certificate_expiry_warning",

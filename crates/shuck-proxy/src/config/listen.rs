@@ -88,7 +88,7 @@ pub(super) fn check_not_shared(fe: &Frontend, earlier: &[Frontend]) -> Result<()
 /// The addresses one `listen` entry stands for: an `IP:port`, or `*:port` and `:port` (as in
 /// HAProxy's `bind`) for every address, IPv4's `0.0.0.0` and, where the host has IPv6,
 /// `[::]` (IPv6 only, so the two do not clash).
-fn listen_addresses(entry: &str) -> Result<Vec<SocketAddr>, KeyError> {
+pub(super) fn listen_addresses(entry: &str) -> Result<Vec<SocketAddr>, KeyError> {
     let bad = || {
         key_err(
             "listen",

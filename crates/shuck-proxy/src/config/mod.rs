@@ -26,13 +26,16 @@ pub mod backend;
 pub mod backend_tls;
 mod certificates;
 mod client_auth;
+mod dns_update;
 pub mod frontend;
 pub mod global;
 pub mod health;
 mod keys;
 mod listen;
 pub mod log_template;
+mod on_demand;
 mod proxy;
+mod redirect;
 pub mod routes;
 mod section;
 mod ser;
@@ -41,19 +44,22 @@ mod timeouts;
 mod tls;
 
 pub use crate::proto::tls_params::OPENSSL_TLS12_SUITES;
-pub use acme::{Acme, AcmeKey, AcmeStore, Eab, UntilIssued};
+pub use acme::{Acme, AcmeKey, AcmeStore, Challenge, Eab, UntilIssued};
 pub use admission::{Admission, HandshakeRate, NetList, PerClient};
 pub use backend::{Backend, BackendAddr, BackendPolicy, Backends, Target, MAX_BACKENDS};
 pub use certificates::{
     CertEntry, CertFiles, CertPair, CertSource, Certificates, OcspMode, Pkcs11Settings, SniFallback,
 };
 pub use client_auth::{ClientAuth, ClientAuthSettings};
+pub use dns_update::DnsUpdate;
 pub use frontend::{AcmeSettings, Frontend, OnChange, Section, SectionChange};
 pub use global::ConnectionLogFormat;
 pub use global::{LogFormat, LogTarget, SyslogAddress, MAX_CONNECTIONS_LIMIT};
 pub use health::HealthCheck;
 pub use listen::Listen;
+pub use on_demand::OnDemand;
 pub use proxy::{AcceptProxy, Proxy, ProxyProtocol, ProxyTlvs};
+pub use redirect::{Redirect, UnknownHost};
 pub use routes::{name_matches, Route, RoutePolicy, Routes};
 pub use sessions::Resumption;
 pub use timeouts::{Timeouts, EVICTABLE_AFTER, PRESSURED_HANDSHAKE, PRESSURED_IDLE};
@@ -125,6 +131,8 @@ pub struct RawConfig {
     pub admin_group: Option<String>,
     pub pkcs11_module: Option<PathBuf>,
     pub pkcs11_signers: Option<usize>,
+    #[serde(default)]
+    pub redirect: Vec<redirect::RawRedirect>,
     #[serde(default, rename = "frontend")]
     pub frontends: Vec<RawFrontend>,
 }
@@ -139,6 +147,7 @@ pub struct RawFrontend {
     pub certificates: Option<OneOrMany<CertEntry>>,
     pub self_signed: Option<bool>,
     pub acme: Option<acme::RawAcme>,
+    pub on_demand: Option<on_demand::RawOnDemand>,
     pub ocsp: Option<OcspMode>,
     pub default_certificate: Option<PathBuf>,
     pub unknown_sni: Option<SniFallback>,
@@ -271,6 +280,8 @@ pub struct Config {
     pub admin_group: Option<String>,
     /// Where keys in PKCS#11 tokens are reached from.
     pub pkcs11: Pkcs11Settings,
+    /// Plain-HTTP listeners: redirects to HTTPS and ACME HTTP-01 answers.
+    pub redirect: Vec<Redirect>,
     pub frontends: Vec<Frontend>,
 }
 
@@ -389,6 +400,14 @@ impl RawConfig {
             frontends.push(fe);
         }
         global::check_metrics_listen_free(config.metrics_listen, &config.frontends)?;
+        config.redirect = self
+            .redirect
+            .iter()
+            .enumerate()
+            .map(|(i, r)| r.validate(i))
+            .collect::<Result<_, _>>()?;
+        redirect::check_addresses_free(&config)?;
+        redirect::check_http01_answered(&config)?;
         acme::check_names_unique(&config.frontends)?;
         Ok(config)
     }

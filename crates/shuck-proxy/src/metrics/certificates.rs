@@ -127,6 +127,16 @@ impl CertificateGauges {
         served.insert(frontend.to_string(), records);
     }
 
+    /// Whether any certificate served now names `host` (lower case).
+    pub(super) fn serves(&self, host: &str) -> bool {
+        let parent = host.split_once('.').map(|(_, p)| p);
+        self.served_now().values().flatten().any(|r| {
+            r.names
+                .iter()
+                .any(|n| n == host || (n.strip_prefix("*.").is_some_and(|p| Some(p) == parent)))
+        })
+    }
+
     /// What each frontend serves now.
     pub(super) fn served(&self) -> std::collections::BTreeMap<String, Vec<CertRecord>> {
         self.served_now().clone()

@@ -96,6 +96,9 @@ pub(crate) struct Metrics {
     endpoint_evicted: Counter,
     /// `shuck_acme_fleet_events_total{frontend,event}`.
     acme_fleet: Family<Labels, Counter>,
+    /// `shuck_redirect_requests_total{listener,outcome}`.
+    redirect_requests: Family<Labels, Counter>,
+
     /// Each worker's most frequent JA4 fingerprints per frontend.
     ja4_top: std::sync::Arc<ja4_top::Ja4Top>,
     /// `metrics_per_worker`.
@@ -317,6 +320,8 @@ impl Metrics {
             index: snapshot::Index::default(),
             endpoint_evicted: Counter::default(),
             acme_fleet: Family::default(),
+            redirect_requests: Family::default(),
+
             ja4_top: std::sync::Arc::default(),
             per_worker: std::sync::atomic::AtomicBool::new(false),
             connection_limit: Gauge::default(),
@@ -335,6 +340,11 @@ impl Metrics {
             "acme_fleet_events",
             "What a fleet's ACME waited for or refused, by event: lease_wait (a wait for the host holding the lease, or the fleet's back-off, began), lease_taken_over (a lease no host of the fleet wrote, or one past its time), ordered_alone, notification_dropped (beyond one a second), value_refused (a store value not sealed by the fleet, or past its expiry)",
             m.acme_fleet.clone(),
+        );
+        registry.register(
+            "redirect_requests",
+            "Requests on the plain-HTTP listeners, by listener and outcome: redirected, unknown_host (421, or sent to unknown_host), challenge (an ACME HTTP-01 answer), challenge_unknown (404: no such challenge pending here or in the fleet's store), bad_request, busy (503: too many store lookups at once), timeout (no whole request within 10 s), too_many (closed at once: 1024 connections open)",
+            m.redirect_requests.clone(),
         );
         registry.register_collector(Box::new(ja4_top::Ja4TopCollector(m.ja4_top.clone())));
         registry.register_collector(Box::new(pkcs11::Pkcs11Collector));
@@ -549,6 +559,24 @@ impl Metrics {
             notifications_dropped: c("notification_dropped"),
             values_refused: c("value_refused"),
         }
+    }
+
+    /// Counts one request on the plain-HTTP listener at `listener`.
+    pub(crate) fn redirect_request(&self, listener: &str, outcome: &str) {
+        get(
+            &self.redirect_requests,
+            &vec![
+                ("listener", listener.to_string()),
+                ("outcome", outcome.to_string()),
+            ],
+        )
+        .inc();
+    }
+
+    /// Whether a certificate some frontend serves now names `host` (exactly, or by a
+    /// one-label wildcard).
+    pub(crate) fn serves_name(&self, host: &str) -> bool {
+        self.certificates.serves(host)
     }
 
     /// Counts changed certificate files of `frontend` that were not loaded.

@@ -54,10 +54,14 @@ pub struct Bindings {
     next_key: u64,
     /// The metrics endpoint's socket, handed over on upgrade like the others.
     metrics: Option<TcpListener>,
+    /// The `[[redirect]]` listeners' sockets, in configuration order, handed over likewise.
+    redirects: Vec<TcpListener>,
 }
 
 /// The handover name of the metrics endpoint's socket (no frontend has listen index `usize::MAX`).
 pub(crate) const METRICS: &str = "metrics";
+/// The handover name of the `[[redirect]]` listeners' sockets (indexed in configuration order).
+pub(crate) const REDIRECT: &str = "redirect";
 
 impl Bindings {
     /// No addresses yet; one control channel per worker (the receivers go to the workers).
@@ -68,6 +72,7 @@ impl Bindings {
             live: Vec::new(),
             next_key: 0,
             metrics: None,
+            redirects: Vec::new(),
         };
         (bindings, receivers)
     }
@@ -200,6 +205,15 @@ impl Bindings {
         Ok(())
     }
 
+    /// Keeps a duplicate of each `[[redirect]]` listener's socket for an upgrade.
+    pub(crate) fn set_redirects(&mut self, sockets: &[(usize, TcpListener)]) -> io::Result<()> {
+        self.redirects = sockets
+            .iter()
+            .map(|(_, s)| s.try_clone())
+            .collect::<io::Result<_>>()?;
+        Ok(())
+    }
+
     /// Duplicates of every socket in use, for a new process (`kill -USR2`).
     pub fn handover(&self) -> io::Result<Handover> {
         let mut h = Handover::default();
@@ -211,6 +225,9 @@ impl Bindings {
         if let Some(m) = &self.metrics {
             h.add(METRICS, usize::MAX, m)?;
         }
+        for (i, r) in self.redirects.iter().enumerate() {
+            h.add(REDIRECT, i, r)?;
+        }
         Ok(h)
     }
 
@@ -221,6 +238,7 @@ impl Bindings {
             b.sockets.clear();
         }
         self.metrics = None;
+        self.redirects.clear();
     }
 
     /// Sets each address's `defer_accept` and `backlog` from its frontend in `frontends` (both

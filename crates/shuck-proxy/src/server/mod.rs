@@ -11,6 +11,7 @@ mod dns_follow;
 mod fd_budget;
 pub(crate) mod health_checks;
 mod health_tls;
+mod redirect;
 pub mod reload;
 pub mod running;
 
@@ -48,6 +49,8 @@ pub struct Server {
     control: Vec<UnboundedReceiver<Control>>,
     metrics: Arc<Metrics>,
     metrics_listener: Option<std::net::TcpListener>,
+    /// The `[[redirect]]` listeners' sockets, with the index of their section.
+    redirect_listeners: Vec<(usize, std::net::TcpListener)>,
     fd_limit: u64,
     /// `max_connections` as the descriptors can serve it; a reload changes it in place.
     limit: Arc<limits::ConnectionLimit>,
@@ -151,6 +154,10 @@ impl Server {
                 .set_metrics(l)
                 .map_err(|source| Error::Worker { worker: 0, source })?;
         }
+        let redirect_listeners = redirect::bind(&config, inherited)?;
+        bindings
+            .set_redirects(&redirect_listeners)
+            .map_err(|source| Error::Worker { worker: 0, source })?;
         if inherited.leftover() > 0 {
             tracing::warn!(sockets = inherited.leftover(), "listening sockets handed over for addresses no longer configured are closed (connections waiting in them are dropped)");
             inherited.close_leftovers();
@@ -181,6 +188,7 @@ impl Server {
             control,
             metrics: Arc::new(metrics),
             metrics_listener,
+            redirect_listeners,
             fd_limit,
             limit,
             watch: backend_watch::BackendWatch::new(engine.clone()),
@@ -308,8 +316,14 @@ impl Server {
         );
         let (stop, workers) = self.start_workers()?;
         let _metrics_task = self.serve_metrics(rt, metrics_addr)?;
+        let redirects = self.serve_redirects(rt)?;
         self.start_tasks(rt);
-        let listed: Vec<SocketAddr> = bound.iter().map(|(_, a)| *a).chain(metrics_addr).collect();
+        let listed: Vec<SocketAddr> = bound
+            .iter()
+            .map(|(_, a)| *a)
+            .chain(redirects.iter().map(|(a, _)| *a))
+            .chain(metrics_addr)
+            .collect();
         self.announce_ready(rt, ready_file, &listed, bound.len())?;
         rt.block_on(shutdown);
         self.drain(rt, &stop, workers, force);
@@ -384,6 +398,39 @@ impl Server {
         })))
     }
 
+    /// The `[[redirect]]` listeners on the main runtime, each address with its task (aborted
+    /// when dropped: at the end of `run`).
+    fn serve_redirects(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+    ) -> Result<Vec<(SocketAddr, AbortOnDrop)>> {
+        let _guard = rt.enter();
+        let sections: Vec<Arc<redirect::Shared>> = self
+            .config
+            .redirect
+            .iter()
+            .map(|r| {
+                Arc::new(redirect::Shared::new(
+                    r.clone(),
+                    self.engine.clone(),
+                    self.metrics.clone(),
+                ))
+            })
+            .collect();
+        let mut tasks = Vec::new();
+        for (i, l) in std::mem::take(&mut self.redirect_listeners) {
+            let addr = l
+                .local_addr()
+                .map_err(|source| Error::Worker { worker: 0, source })?;
+            let l = tokio::net::TcpListener::from_std(l)
+                .map_err(|source| Error::bind(addr, Listener::Redirect, source))?;
+            tracing::info!(%addr, "redirecting http://{addr}/ to HTTPS");
+            let task = rt.spawn(redirect::serve(l, sections[i].clone()));
+            tasks.push((addr, AbortOnDrop(task)));
+        }
+        Ok(tasks)
+    }
+
     /// The main runtime's own tasks: the expiry warning, staples, ACME renewals.
     fn start_tasks(&mut self, rt: &tokio::runtime::Runtime) {
         let announce = &self.renewed.announce;
@@ -456,6 +503,15 @@ impl Server {
                 () = force => tracing::warn!("second stop signal: exiting without waiting for open connections"),
             }
         });
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -32,6 +32,8 @@ pub(crate) struct Challenges {
     /// validator's connection (`adopt`): replaced at every fetch, removed when the store has
     /// none, so one order's challenge never answers the next one's validation.
     fetched: Table,
+    /// The HTTP-01 answers of this process's orders, for the plain-HTTP listener.
+    pub(crate) http: Arc<super::http01::HttpAnswers>,
 }
 
 /// Whether `name` (an SNI, or the identifier of a CA's authorization) is one of `names`, the

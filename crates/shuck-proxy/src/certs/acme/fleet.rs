@@ -166,15 +166,14 @@ impl Fleet {
             .await;
     }
 
-    /// Publishes a challenge for the fleet's hosts; what was stored, to withdraw it by.
+    /// Publishes a challenge under `key` (`challenge_key`, or `http01::store_key`) for the
+    /// fleet's hosts; what was stored, to withdraw it by.
     pub(crate) async fn publish_challenge(
         &self,
-        name: &str,
+        key: &str,
         material: &[u8],
     ) -> Result<Vec<u8>, String> {
-        self.store
-            .put_sealed(&challenge_key(name), material, CHALLENGE_TTL)
-            .await
+        self.store.put_sealed(key, material, CHALLENGE_TTL).await
     }
 
     /// The issue time of the newest certificate the fleet has stored, when the store holds a
@@ -206,8 +205,8 @@ impl Fleet {
             .await;
     }
 
-    /// Withdraws a published challenge, unless another order has replaced it since.
-    pub(crate) async fn withdraw_challenge(&self, name: &str, stored: &[u8]) {
-        let _ = self.store.delete_if(&challenge_key(name), stored).await;
+    /// Withdraws a challenge published under `key`, unless another order has replaced it since.
+    pub(crate) async fn withdraw_challenge(&self, key: &str, stored: &[u8]) {
+        let _ = self.store.delete_if(key, stored).await;
     }
 }

@@ -1,11 +1,14 @@
 //! Certificates from an ACME CA (RFC 8555): the challenge answered on the frontend's own
-//! listener (TLS-ALPN-01, RFC 8737, in `challenge`), the order (`order`), the state directory
+//! listener (TLS-ALPN-01, RFC 8737, in `challenge`), on port 80 (HTTP-01, `http01`, served by
+//! `server::redirect`) or in the DNS (DNS-01 by dynamic update, `dns01`), the order (`order`), the state directory
 //! (`state`) and the renewal schedule (`renewal`), which runs on the main thread's runtime and
 //! says when a frontend's certificate changed, for the server to load it into every worker.
 
 mod ari;
 pub(crate) mod challenge;
+mod dns01;
 pub(crate) mod fleet;
+pub(crate) mod http01;
 mod order;
 pub(crate) mod renewal;
 pub(crate) mod state;
@@ -30,6 +33,15 @@ pub(crate) enum AcmeError {
     Account { path: PathBuf, message: String },
     #[error("cannot make a key or request: {0}")]
     Key(#[from] rcgen::Error),
+    /// A DNS server refused the update, did not answer, or never showed the record.
+    #[error("DNS server {server}: {message}")]
+    Dns {
+        server: std::net::SocketAddr,
+        message: String,
+    },
+    /// The TSIG key file is not one (the message never holds the secret).
+    #[error("{}: {message}", path.display())]
+    TsigKey { path: PathBuf, message: String },
     #[error("cannot make the challenge certificate: {0}")]
     Challenge(String),
     #[error("{0}")]

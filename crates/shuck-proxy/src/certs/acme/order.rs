@@ -1,5 +1,5 @@
 //! One certificate order (RFC 8555 §7.4) with instant-acme: the account (stored, or created and
-//! stored), the order, a TLS-ALPN-01 challenge per pending authorization, finalization with a CSR
+//! stored), the order, a challenge of the configured type per pending authorization, finalization with a CSR
 //! for a key shuck generates, and the chain written with that key to the state directory.
 
 use std::sync::Arc;
@@ -13,8 +13,9 @@ use rcgen::{CertificateParams, DistinguishedName, KeyPair};
 
 use super::challenge::{Challenges, Published};
 use super::fleet::Fleet;
-use super::{state, AcmeError};
-use crate::config::{Acme, AcmeKey};
+use super::http01::{self, HttpPublished};
+use super::{dns01, state, AcmeError};
+use crate::config::{Acme, AcmeKey, Challenge};
 
 /// How long an order may take from ready challenges to a certificate (validation included).
 const ORDER_PATIENCE: Duration = Duration::from_secs(90);
@@ -40,67 +41,34 @@ pub(super) async fn obtain(
         new = new.replaces(old);
     }
     let mut order = account.new_order(&new).await?;
-    let provider = rustls::crypto::aws_lc_rs::default_provider();
-    // Kept until the order is decided: the CA's validators may connect more than once.
-    let mut published: Vec<(Published, Option<Vec<u8>>)> = Vec::new();
-    let mut authorizations = order.authorizations();
-    while let Some(authz) = authorizations.next().await {
-        let mut authz = authz?;
-        match authz.status {
-            AuthorizationStatus::Pending => {}
-            AuthorizationStatus::Valid => continue,
-            other => return Err(AcmeError::Refused(format!("authorization is {other:?}"))),
+    // Kept until the order is decided: the CA's validators may ask more than once.
+    let mut placed: Vec<Placed> = Vec::new();
+    let prepared = prepare_challenges(&mut order, challenges, acme, fleet, &mut placed).await;
+    let status = match prepared {
+        Ok(()) => {
+            let patience = RetryPolicy::new()
+                .initial_delay(Duration::from_millis(250))
+                .timeout(ORDER_PATIENCE);
+            Some(order.poll_ready(&patience).await)
         }
-        let mut ch = authz
-            .challenge(ChallengeType::TlsAlpn01)
-            .ok_or_else(|| AcmeError::Refused("the CA offers no tls-alpn-01 challenge".into()))?;
-        let name = ch.identifier().to_string();
-        if !super::challenge::is_ordered(&acme.names, &name) {
-            // A CA answering for a name the order did not ask for would have the fleet serve
-            // challenge certificates for it (and replace another frontend's pending one).
-            return Err(AcmeError::Refused(format!(
-                "the CA's authorization is for {name:?}, which this order did not ask for (names: {})",
-                acme.names.join(", ")
-            )));
+        Err(e) => {
+            withdraw(placed, acme, fleet).await;
+            return Err(e);
         }
-        let digest = ch.key_authorization().digest();
-        let p = challenges.publish(&name, digest.as_ref(), &provider)?;
-        let shared = match fleet {
-            Some(f) => Some(
-                f.publish_challenge(p.name(), &p.material().encode())
-                    .await
-                    .map_err(|e| {
-                        AcmeError::Refused(format!(
-                            "cannot publish the challenge to the fleet's store: {e}"
-                        ))
-                    })?,
-            ),
-            None => None,
-        };
-        published.push((p, shared));
-        ch.set_ready().await?;
-    }
-    let patience = RetryPolicy::new()
-        .initial_delay(Duration::from_millis(250))
-        .timeout(ORDER_PATIENCE);
-    let status = order.poll_ready(&patience).await;
-    if let Some(f) = fleet {
-        for (p, shared) in &published {
-            if let Some(stored) = shared {
-                f.withdraw_challenge(p.name(), stored).await;
-            }
-        }
-    }
-    if status? != OrderStatus::Ready {
+    };
+    withdraw(placed, acme, fleet).await;
+    if status.transpose()? != Some(OrderStatus::Ready) {
         return Err(AcmeError::Refused(why_invalid(&mut order).await));
     }
-    drop(published);
     // RSA key generation takes a while: off the main thread's runtime (metrics, signals).
     let (names, kind) = (acme.names.clone(), acme.key);
     let (csr, key) = tokio::task::spawn_blocking(move || request(&names, kind))
         .await
         .map_err(|e| AcmeError::Internal(format!("key generation task lost: {e}")))??;
     order.finalize_csr(&csr).await?;
+    let patience = RetryPolicy::new()
+        .initial_delay(Duration::from_millis(250))
+        .timeout(ORDER_PATIENCE);
     let chain = order.poll_certificate(&patience).await?;
     let mut bundle = chain.into_bytes();
     if !bundle.ends_with(b"\n") {
@@ -109,6 +77,152 @@ pub(super) async fn obtain(
     bundle.extend_from_slice(key.serialize_pem().as_bytes());
     state::write_private(&acme.bundle, &bundle)?;
     Ok(bundle)
+}
+
+/// One challenge put where the CA looks, until the order is decided.
+enum Placed {
+    /// A TLS-ALPN-01 certificate (withdrawn when dropped), and what the fleet's store holds.
+    Alpn(Published, Option<Vec<u8>>),
+    /// An HTTP-01 answer (withdrawn when dropped), its token, and what the fleet's store holds.
+    Http {
+        _answer: HttpPublished,
+        token: String,
+        stored: Option<Vec<u8>>,
+    },
+    /// A DNS-01 TXT record: the name it is for and its value.
+    Dns(String, String),
+}
+
+/// Puts each pending authorization's challenge where the CA looks (for DNS-01, seen on every
+/// authoritative server first) and tells the CA it is ready; `placed` gathers what to take
+/// back, also when this fails half way.
+async fn prepare_challenges(
+    order: &mut instant_acme::Order,
+    challenges: &Arc<Challenges>,
+    acme: &Acme,
+    fleet: Option<&Fleet>,
+    placed: &mut Vec<Placed>,
+) -> Result<(), AcmeError> {
+    let kind = match acme.challenge {
+        Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+        Challenge::Http01 => ChallengeType::Http01,
+        Challenge::Dns01 => ChallengeType::Dns01,
+    };
+    let mut authorizations = order.authorizations();
+    while let Some(authz) = authorizations.next().await {
+        let mut authz = authz?;
+        match authz.status {
+            AuthorizationStatus::Pending => {}
+            AuthorizationStatus::Valid => continue,
+            other => return Err(AcmeError::Refused(format!("authorization is {other:?}"))),
+        }
+        let mut ch = authz.challenge(kind.clone()).ok_or_else(|| {
+            AcmeError::Refused(format!(
+                "the CA offers no {} challenge",
+                acme.challenge.as_str()
+            ))
+        })?;
+        let name = ch.identifier().to_string();
+        if !super::challenge::is_ordered(&acme.names, &name) {
+            // A CA answering for a name the order did not ask for would have the fleet serve
+            // challenges for it (and replace another frontend's pending one).
+            return Err(AcmeError::Refused(format!(
+                "the CA's authorization is for {name:?}, which this order did not ask for (names: {})",
+                acme.names.join(", ")
+            )));
+        }
+        let key_authorization = ch.key_authorization();
+        match acme.challenge {
+            Challenge::TlsAlpn01 => {
+                let provider = rustls::crypto::aws_lc_rs::default_provider();
+                let p =
+                    challenges.publish(&name, key_authorization.digest().as_ref(), &provider)?;
+                let key = super::fleet::challenge_key(p.name());
+                let shared = share_challenge(fleet, &key, &p.material().encode()).await?;
+                placed.push(Placed::Alpn(p, shared));
+            }
+            Challenge::Http01 => {
+                let token = ch.token.clone();
+                let answer = key_authorization.as_str();
+                let p = challenges.http.publish(&token, answer);
+                let shared =
+                    share_challenge(fleet, &http01::store_key(&token), answer.as_bytes()).await?;
+                placed.push(Placed::Http {
+                    _answer: p,
+                    token,
+                    stored: shared,
+                });
+            }
+            Challenge::Dns01 => {
+                let update = dns_update(acme)?;
+                let value = key_authorization.dns_value();
+                dns01::add(update, &name, &value).await?;
+                placed.push(Placed::Dns(name.clone(), value.clone()));
+                dns01::await_propagation(update, &name, &value).await?;
+            }
+        }
+        ch.set_ready().await?;
+    }
+    Ok(())
+}
+
+fn dns_update(acme: &Acme) -> Result<&crate::config::DnsUpdate, AcmeError> {
+    acme.dns_update
+        .as_ref()
+        .ok_or_else(|| AcmeError::Internal("dns-01 without dns_update".into()))
+}
+
+/// Publishes a challenge in the fleet's store, when there is a fleet; what was stored.
+async fn share_challenge(
+    fleet: Option<&Fleet>,
+    key: &str,
+    material: &[u8],
+) -> Result<Option<Vec<u8>>, AcmeError> {
+    let Some(f) = fleet else {
+        return Ok(None);
+    };
+    f.publish_challenge(key, material)
+        .await
+        .map(Some)
+        .map_err(|e| {
+            AcmeError::Refused(format!(
+                "cannot publish the challenge to the fleet's store: {e}"
+            ))
+        })
+}
+
+/// Takes back every challenge placed: the fleet's copies, the DNS records (a record that
+/// cannot be removed is said, once; the order goes on), the local answers (by dropping).
+async fn withdraw(placed: Vec<Placed>, acme: &Acme, fleet: Option<&Fleet>) {
+    for p in placed {
+        match p {
+            Placed::Alpn(p, Some(stored)) => {
+                if let Some(f) = fleet {
+                    f.withdraw_challenge(&super::fleet::challenge_key(p.name()), &stored)
+                        .await;
+                }
+            }
+            Placed::Http {
+                token,
+                stored: Some(stored),
+                ..
+            } => {
+                if let Some(f) = fleet {
+                    f.withdraw_challenge(&http01::store_key(&token), &stored)
+                        .await;
+                }
+            }
+            Placed::Dns(name, value) => {
+                let Ok(update) = dns_update(acme) else {
+                    continue;
+                };
+                if let Err(e) = dns01::remove(update, &name, &value).await {
+                    tracing::warn!(name = %name, error = %e, "cannot remove the DNS-01 challenge record");
+                }
+            }
+            Placed::Alpn(_, None) | Placed::Http { stored: None, .. } => {}
+        }
+    }
 }
 
 /// The account for the directory: the fleet's (when there is a fleet and it has one), else the

@@ -39,7 +39,7 @@ impl Drop for Killed {
 /// pebble and its DNS server, for one test; the directory at `directory`, issued certificates
 /// chaining to `root` (fetched from pebble's management interface).
 struct Pebble {
-    _dns: Killed,
+    _dns: Option<Killed>,
     _server: Killed,
     directory: String,
     root: PathBuf,
@@ -55,27 +55,28 @@ impl Pebble {
 
     /// The same, requiring external account binding with the key `eab` (ID, base64url key).
     fn start_with(pki: &Pki, tls_port: u16, validity: u64, eab: Option<(&str, &str)>) -> Pebble {
-        let challtestsrv = require("pebble-challtestsrv", "pebble");
+        Self::start_spec(
+            pki,
+            &Spec {
+                tls_port,
+                validity,
+                eab,
+                ..Spec::default()
+            },
+        )
+    }
+
+    /// pebble as `spec` says; names resolve through pebble-challtestsrv (127.0.0.1 for all)
+    /// unless `spec.dns` names a DNS server of the test's.
+    fn start_spec(pki: &Pki, spec: &Spec<'_>) -> Pebble {
         let pebble = require("pebble", "pebble");
         let dir = pki.dir.path();
-        let dns = format!("127.0.0.1:{}", free_udp_port());
-        let dns_child = Command::new(challtestsrv)
-            .args([
-                "-dns01",
-                &dns,
-                "-http01",
-                "",
-                "-https01",
-                "",
-                "-tlsalpn01",
-                "",
-            ])
-            .args(["-management", &format!("127.0.0.1:{}", free_tcp_port())])
-            .args(["-defaultIPv6", "", "-defaultIPv4", "127.0.0.1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start pebble-challtestsrv");
+        let (dns, dns_child) = if let Some(server) = &spec.dns {
+            (server.clone(), None)
+        } else {
+            let dns = format!("127.0.0.1:{}", free_udp_port());
+            (dns.clone(), Some(challtestsrv(&dns)))
+        };
         // pebble's HTTPS certificate, from the test CA; the same bundle holds chain and key.
         let tls = pki.leaf(
             "pebble.pem",
@@ -89,10 +90,10 @@ impl Pebble {
             "listenAddress": format!("127.0.0.1:{listen}"),
             "managementListenAddress": format!("127.0.0.1:{management}"),
             "certificate": tls, "privateKey": tls,
-            "httpPort": free_tcp_port(), "tlsPort": tls_port,
-            "ocspResponderURL": "", "externalAccountBindingRequired": eab.is_some(),
-            "externalAccountMACKeys": eab.map(|(kid, key)| serde_json::json!({ kid: key })),
-            "certificateValidityPeriod": validity,
+            "httpPort": spec.http_port.unwrap_or_else(free_tcp_port), "tlsPort": spec.tls_port,
+            "ocspResponderURL": "", "externalAccountBindingRequired": spec.eab.is_some(),
+            "externalAccountMACKeys": spec.eab.map(|(kid, key)| serde_json::json!({ kid: key })),
+            "certificateValidityPeriod": spec.validity,
         }});
         std::fs::write(&config, json.to_string()).expect("pebble config");
         let log = dir.join("pebble.log");
@@ -108,7 +109,7 @@ impl Pebble {
             .stderr(out)
             .spawn()
             .expect("start pebble");
-        let (dns, pebble) = (Killed(dns_child), Killed(child));
+        let (dns, pebble) = (dns_child.map(Killed), Killed(child));
         wait_tcp(&format!("127.0.0.1:{management}"), &log);
         let root = dir.join("pebble-root.pem");
         let out = run_bounded(
@@ -138,6 +139,39 @@ impl Pebble {
     fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+}
+
+/// What a test's pebble validates on and how long its certificates last.
+#[derive(Default)]
+struct Spec<'a> {
+    /// Where TLS-ALPN-01 and HTTP-01 validations connect (on the name's address).
+    tls_port: u16,
+    http_port: Option<u16>,
+    validity: u64,
+    eab: Option<(&'a str, &'a str)>,
+    /// The DNS server pebble asks (`IP:port`), instead of a pebble-challtestsrv of its own.
+    dns: Option<String>,
+}
+
+/// pebble-challtestsrv as a DNS server alone, answering 127.0.0.1 for every name.
+fn challtestsrv(dns: &str) -> Child {
+    Command::new(require("pebble-challtestsrv", "pebble"))
+        .args([
+            "-dns01",
+            dns,
+            "-http01",
+            "",
+            "-https01",
+            "",
+            "-tlsalpn01",
+            "",
+        ])
+        .args(["-management", &format!("127.0.0.1:{}", free_tcp_port())])
+        .args(["-defaultIPv6", "", "-defaultIPv4", "127.0.0.1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start pebble-challtestsrv")
 }
 
 fn wait_tcp(addr: &str, log: &Path) {
@@ -583,4 +617,5 @@ fn acme_external_account_binding_is_sent_when_the_ca_requires_it() {
     assert!(ok, "{err}\n{}", with.log_text());
 }
 
+mod challenges;
 mod trust;
