@@ -98,6 +98,8 @@ pub(crate) struct Metrics {
     acme_fleet: Family<Labels, Counter>,
     /// `shuck_redirect_requests_total{listener,outcome}`.
     redirect_requests: Family<Labels, Counter>,
+    /// `shuck_on_demand_events_total{frontend,event}`.
+    on_demand: Family<Labels, Counter>,
 
     /// Each worker's most frequent JA4 fingerprints per frontend.
     ja4_top: std::sync::Arc<ja4_top::Ja4Top>,
@@ -321,6 +323,7 @@ impl Metrics {
             endpoint_evicted: Counter::default(),
             acme_fleet: Family::default(),
             redirect_requests: Family::default(),
+            on_demand: Family::default(),
 
             ja4_top: std::sync::Arc::default(),
             per_worker: std::sync::atomic::AtomicBool::new(false),
@@ -345,6 +348,11 @@ impl Metrics {
             "redirect_requests",
             "Requests on the plain-HTTP listeners, by listener and outcome: redirected, unknown_host (421, or sent to unknown_host), challenge (an ACME HTTP-01 answer), challenge_unknown (404: no such challenge pending here or in the fleet's store), bad_request, busy (503: too many store lookups at once), timeout (no whole request within 10 s), too_many (closed at once: 1024 connections open)",
             m.redirect_requests.clone(),
+        );
+        registry.register(
+            "on_demand_events",
+            "On-demand certificates, by frontend and event: allowed and refused (the ask endpoint's answers; a refusal is kept a minute), ask_failed (no answer, or 5xx), ordered, issued (loaded to serve, also from the fleet), order_failed, held_too_long (a handshake that waited its hold), rate_limited (past max_per_minute), full (max_certificates reached)",
+            m.on_demand.clone(),
         );
         registry.register_collector(Box::new(ja4_top::Ja4TopCollector(m.ja4_top.clone())));
         registry.register_collector(Box::new(pkcs11::Pkcs11Collector));
@@ -558,6 +566,33 @@ impl Metrics {
             ordered_alone: c("ordered_alone"),
             notifications_dropped: c("notification_dropped"),
             values_refused: c("value_refused"),
+        }
+    }
+
+    /// What `frontend`'s on-demand issuance counts into.
+    pub(crate) fn on_demand_events(
+        &self,
+        frontend: &str,
+    ) -> crate::certs::acme::on_demand::OnDemandEvents {
+        let c = |event: &str| {
+            get(
+                &self.on_demand,
+                &vec![
+                    ("frontend", frontend.to_string()),
+                    ("event", event.to_string()),
+                ],
+            )
+        };
+        crate::certs::acme::on_demand::OnDemandEvents {
+            allowed: c("allowed"),
+            refused: c("refused"),
+            ask_failed: c("ask_failed"),
+            ordered: c("ordered"),
+            issued: c("issued"),
+            order_failed: c("order_failed"),
+            held_too_long: c("held_too_long"),
+            rate_limited: c("rate_limited"),
+            full: c("full"),
         }
     }
 

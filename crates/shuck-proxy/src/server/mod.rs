@@ -69,6 +69,8 @@ pub struct Server {
     cert_watch: cert_watch::CertWatch,
     /// The ACME renewal jobs, started when the server runs.
     acme_jobs: Vec<acme::renewal::Job>,
+    /// The on-demand managers, started when the server runs.
+    on_demand: Vec<acme::on_demand::Manager>,
 }
 
 /// Stops the metrics endpoint of a process that handed over to a new one: both hold the same
@@ -180,6 +182,7 @@ impl Server {
         }
         let cert_watch = cert_watch::CertWatch::new(&config);
         let acme_jobs = acme_jobs(&config, &engine, &metrics)?;
+        let on_demand = on_demand_managers(&config, &tls, &engine, &metrics)?;
         Ok(Server {
             config,
             tls,
@@ -204,6 +207,7 @@ impl Server {
             metrics_handover: Arc::new(Notify::new()),
             cert_watch,
             acme_jobs,
+            on_demand,
         })
     }
 
@@ -442,6 +446,9 @@ impl Server {
         for job in std::mem::take(&mut self.acme_jobs) {
             rt.spawn(acme::renewal::run(job, announce.clone()));
         }
+        for manager in std::mem::take(&mut self.on_demand) {
+            rt.spawn(acme::on_demand::run(manager));
+        }
     }
 
     /// Everything is bound and running: the record `shuck check` compares with (not a start
@@ -520,7 +527,8 @@ impl Drop for AbortOnDrop {
 fn acme_jobs(c: &Config, engine: &Engine, metrics: &Metrics) -> Result<Vec<acme::renewal::Job>> {
     let mut jobs = Vec::new();
     for fe in &c.frontends {
-        let Some(acme) = fe.acme() else {
+        // An on-demand frontend may have no names of its own.
+        let Some(acme) = fe.acme().filter(|a| !a.names.is_empty()) else {
             continue;
         };
         jobs.push(acme::renewal::Job {
@@ -529,9 +537,34 @@ fn acme_jobs(c: &Config, engine: &Engine, metrics: &Metrics) -> Result<Vec<acme:
             fleet: fleet_of(fe, engine)?,
             challenges: engine.challenges.clone(),
             events: metrics.acme_fleet_events(&fe.name),
+            ask: None,
         });
     }
     Ok(jobs)
+}
+
+/// The on-demand manager of each frontend with `on_demand`, over the table its TLS serves from.
+fn on_demand_managers(
+    c: &Config,
+    tls: &[TlsContext],
+    engine: &Engine,
+    metrics: &Metrics,
+) -> Result<Vec<acme::on_demand::Manager>> {
+    let mut managers = Vec::new();
+    for (fe, ctx) in c.frontends.iter().zip(tls) {
+        let (Some(acme), Some(certs)) = (fe.acme(), ctx.on_demand.clone()) else {
+            continue;
+        };
+        managers.push(acme::on_demand::Manager {
+            frontend: fe.name.clone(),
+            acme: acme.clone(),
+            certs,
+            fleet: fleet_of(fe, engine)?,
+            challenges: engine.challenges.clone(),
+            fleet_events: metrics.acme_fleet_events(&fe.name),
+        });
+    }
+    Ok(managers)
 }
 
 /// The fleet a frontend with ACME shares its certificate with, through its `acme_store` (or

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
+use crate::certs::acme::on_demand::OnDemandCerts;
 use crate::config::{global, Certificates, Config, Frontend, OcspMode, OnChange, Section};
 use crate::error::{Error, Result};
 use crate::metrics::{self, Metrics};
@@ -44,6 +45,9 @@ pub(crate) struct Live {
     /// certificate again, so when this changes (a new CRL, a new CA, optional made required) the
     /// old tickets and cached sessions must go with it.
     client_trust: Option<[u8; 32]>,
+    /// With `on_demand`: the certificates issued at handshakes (whose manager started with the
+    /// process and feeds this table whatever a reload loads).
+    on_demand: Option<Arc<OnDemandCerts>>,
     /// The settings slot and each worker's TLS slot.
     pub(crate) slots: FrontendSlots,
 }
@@ -84,6 +88,7 @@ impl Live {
             store: ctx.store.clone(),
             store_counters: metrics.store_counters(&fe.name),
             client_trust: ctx.client_trust,
+            on_demand: ctx.on_demand.clone(),
             slots: FrontendSlots {
                 settings: Arc::new(ArcSwap::from_pointee(fe.clone())),
                 tls: (0..workers)
@@ -105,6 +110,7 @@ impl Live {
             sessions: Some(sessions),
             store: self.store.clone(),
             store_counters: self.store_counters.clone(),
+            on_demand: self.on_demand.clone(),
         };
         if !fresh {
             let keep = self.ticketer.clone().filter(|_| fe.resumption.tickets);
@@ -141,6 +147,7 @@ impl Live {
         }
         self.store.clone_from(&ctx.store);
         self.client_trust = ctx.client_trust;
+        self.on_demand.clone_from(&ctx.on_demand);
         if let Some(t) = ctx.ticketer.as_ref().filter(|t| !t.is_from_files()) {
             t.set_lifetime(fe.resumption.ticket_lifetime.as_secs());
         }
@@ -167,6 +174,10 @@ pub(crate) fn load_new(fe: &Frontend, metrics: &Metrics) -> Result<TlsContext> {
             sessions: Some(sessions),
             store: None,
             store_counters: metrics.store_counters(&fe.name),
+            on_demand: fe
+                .acme()
+                .and_then(|a| a.on_demand.as_ref())
+                .map(|_| OnDemandCerts::new(metrics.on_demand_events(&fe.name))),
         },
     )
 }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use rustls::crypto::CryptoProvider;
 use rustls::ServerConfig;
 
+use crate::certs::acme::on_demand::{OnDemandCerts, OnDemandEvents};
 use crate::config::{Acme, CertSource, Frontend, OcspMode, SniFallback, UntilIssued};
 use crate::error::{Error, Result};
 use crate::sessions::cache::{SessionCache, SessionCounters};
@@ -36,6 +37,8 @@ pub(crate) struct Carried {
     pub store: Option<Arc<SharedStore>>,
     /// What a new remote store counts into.
     pub store_counters: StoreCounters,
+    /// With `on_demand`: the certificates issued so far (kept across reloads, like the cache).
+    pub on_demand: Option<Arc<OnDemandCerts>>,
 }
 
 /// One worker's TLS configuration for one frontend. Only the main thread stores into it (on
@@ -166,6 +169,8 @@ pub(crate) struct TlsContext {
     requires_client_cert: bool,
     /// TLS to the backends, by route (`default`: the frontend's own).
     backend_tls: Vec<(String, Arc<rustls::ClientConfig>)>,
+    /// With `on_demand`: the certificates issued at handshakes, and the way to ask for one.
+    pub(crate) on_demand: Option<Arc<OnDemandCerts>>,
 }
 
 pub(crate) fn provider_for(fe: &Frontend) -> CryptoProvider {
@@ -201,6 +206,11 @@ fn acme_certificate(acme: &Acme, provider: &CryptoProvider) -> Result<(LoadedCer
         // before any certificate is chosen).
         let nobody = ["pending.acme.invalid".to_string()];
         return Ok((certs::acme_temporary(&nobody, provider)?, true));
+    }
+    if acme.names.is_empty() {
+        // On demand alone: clients without a name (or one not allowed yet) see this one.
+        let placeholder = ["on-demand.invalid".to_string()];
+        return Ok((certs::acme_temporary(&placeholder, provider)?, false));
     }
     Ok((certs::acme_temporary(&acme.names, provider)?, false))
 }
@@ -293,12 +303,16 @@ impl TlsContext {
         } else {
             (fe.certificates.unknown_sni, fe.certificates.missing_sni)
         };
-        let resolver = Arc::new(SniResolver::new(
-            &certs,
-            default_index,
-            unknown_sni,
-            missing_sni,
-        ));
+        let on_demand = fe.acme().and_then(|a| a.on_demand.as_ref()).map(|_| {
+            carried
+                .on_demand
+                .clone()
+                .unwrap_or_else(|| OnDemandCerts::new(OnDemandEvents::default()))
+        });
+        let resolver = Arc::new(
+            SniResolver::new(&certs, default_index, unknown_sni, missing_sni)
+                .with_on_demand(on_demand.clone()),
+        );
         let built = server_config(fe, provider, resolver.clone())?;
         let mut template = built.config;
         let client_check = built.client_check;
@@ -370,6 +384,7 @@ impl TlsContext {
             policies,
             requires_client_cert: fe.client_auth.mode == crate::config::ClientAuth::Required,
             backend_tls: backend_clients(fe)?,
+            on_demand,
         })
     }
 

@@ -10,6 +10,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 use super::certs::{LoadedCert, ServedCert};
+use crate::certs::acme::on_demand::OnDemandCerts;
 use crate::config::SniFallback;
 
 /// Certificates that serve one name, most preferred first.
@@ -27,6 +28,8 @@ pub(crate) struct SniResolver {
     served: HashMap<usize, Arc<ServedCert>>,
     /// The certified keys (by address) whose private key is in a PKCS#11 token.
     in_token: std::collections::HashSet<usize>,
+    /// With `on_demand`: certificates issued for names the others do not cover.
+    on_demand: Option<Arc<OnDemandCerts>>,
 }
 
 impl SniResolver {
@@ -90,7 +93,35 @@ impl SniResolver {
             missing_sni,
             served,
             in_token,
+            on_demand: None,
         }
+    }
+
+    /// The same, serving the names the certificates do not cover from `on_demand` too.
+    #[must_use]
+    pub(crate) fn with_on_demand(mut self, on_demand: Option<Arc<OnDemandCerts>>) -> SniResolver {
+        self.on_demand = on_demand;
+        self
+    }
+
+    /// The frontend's on-demand certificates, when it has `on_demand`.
+    pub(crate) fn on_demand(&self) -> Option<&Arc<OnDemandCerts>> {
+        self.on_demand.as_ref()
+    }
+
+    /// The on-demand certificate for a name the configured ones do not cover, when one was
+    /// issued and can sign with what the client offers.
+    fn on_demand_for(&self, hello: &ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let on_demand = self.on_demand.as_ref()?;
+        let name = hello.server_name()?;
+        if self.lookup(name).is_some() {
+            return None;
+        }
+        let key = on_demand.get(name.trim_end_matches('.'))?;
+        key.key
+            .choose_scheme(hello.signature_schemes())
+            .is_some()
+            .then_some(key)
     }
 
     /// Whether a handshake for `server_name` may sign with a key in a token: one of the
@@ -139,7 +170,8 @@ impl SniResolver {
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.choose(&hello).cloned()
+        self.on_demand_for(&hello)
+            .or_else(|| self.choose(&hello).cloned())
     }
 }
 
@@ -198,6 +230,11 @@ impl WorkerResolver {
 
 impl ResolvesServerCert for WorkerResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        if let Some(key) = self.tables.on_demand_for(&hello) {
+            // Told to backends as no configured certificate (it has no file).
+            *self.note() = Choice::NotAsked;
+            return Some(key);
+        }
         let chosen = self.tables.choose(&hello);
         *self.note() = match chosen {
             None if self.tables.candidates(hello.server_name()).is_none() => Choice::NameRefused,

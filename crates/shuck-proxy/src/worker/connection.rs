@@ -171,7 +171,7 @@ async fn handshake_stage(
 async fn hello_to_handshake(
     worker: &Worker,
     fe: &WorkerFrontend,
-    read: HelloRead,
+    mut read: HelloRead,
     (admitted, ja4): (Option<&Admitted>, &mut Option<Box<Ja4>>),
 ) -> Result<Option<Negotiated>, ConnError> {
     let tls = fe.tls.load_full();
@@ -197,6 +197,7 @@ async fn hello_to_handshake(
         }
     }
     let offers_resumption = admit_handshake(worker, fe, &read, admitted)?;
+    super::on_demand::wait_for_certificate(&tls, fe, &read.hello, &mut read.deadline).await;
     let prefetched = match &tls.remote {
         Some(remote) => remote.prefetch(&read.hello.received).await,
         None => None,
@@ -272,7 +273,8 @@ fn wants_ja4(worker: &Worker, fe: &WorkerFrontend) -> bool {
 
 /// A validator asking for a name this process has no order for: another host of the fleet
 /// may have, and published its challenge to the store (fetched within the store's timeout).
-/// Only for the frontend's own `acme.names`: any other SNI asks nothing of the store.
+/// Only for the frontend's own `acme.names` (any name with `on_demand`): any other SNI asks
+/// nothing of the store.
 async fn fetch_fleet_challenge(challenges: &Challenges, fe: &WorkerFrontend, read: &HelloRead) {
     let Some(store) = &fe.acme_store else {
         return;
@@ -286,10 +288,12 @@ async fn fetch_fleet_challenge(challenges: &Challenges, fe: &WorkerFrontend, rea
     else {
         return;
     };
+    // On demand, any name may be on order somewhere in the fleet: a validator's connection
+    // costs one store lookup, as for the configured names.
     let ordered = fe
         .cfg
         .acme()
-        .is_some_and(|a| acme::challenge::is_ordered(&a.names, &name));
+        .is_some_and(|a| a.on_demand.is_some() || acme::challenge::is_ordered(&a.names, &name));
     if !ordered || challenges.is_pending(&name) {
         return;
     }

@@ -11,6 +11,7 @@ mod clients;
 pub(crate) mod connection;
 mod engine;
 pub(crate) mod listing;
+mod on_demand;
 mod tcplog;
 mod templated;
 
@@ -300,7 +301,11 @@ impl WorkerFrontend {
         let acme_challenge = match (&cfg.certificates.source, cfg.acme()) {
             (CertSource::Acme, Some(acme)) => engine
                 .challenges
-                .server_config(tls::provider_for(&cfg), acme.names.clone())
+                .server_config(
+                    tls::provider_for(&cfg),
+                    // On demand, the names being ordered are any the endpoint allows.
+                    acme.on_demand.is_none().then(|| acme.names.clone()),
+                )
                 .inspect_err(|e| tracing::error!(frontend = %cfg.name, error = %e, "cannot answer ACME challenges"))
                 .ok(),
             _ => None,

@@ -101,11 +101,12 @@ impl Challenges {
 
     /// The configuration validators' handshakes get: `acme-tls/1` only, the challenge
     /// certificates of `names` (the frontend's `acme.names`: another frontend's are not its to
-    /// show), no session resumption (RFC 8737 §4 forbids it for the challenge).
+    /// show; `None` for an on-demand frontend, whose names are any being ordered), no session
+    /// resumption (RFC 8737 §4 forbids it for the challenge).
     pub(crate) fn server_config(
         self: &Arc<Self>,
         provider: CryptoProvider,
-        names: Vec<String>,
+        names: Option<Vec<String>>,
     ) -> Result<Arc<ServerConfig>, rustls::Error> {
         let resolver = ChallengeResolver {
             challenges: Arc::clone(self),
@@ -212,13 +213,13 @@ fn certified(m: &Material, provider: &CryptoProvider) -> Result<Arc<CertifiedKey
 #[derive(Debug)]
 struct ChallengeResolver {
     challenges: Arc<Challenges>,
-    names: Vec<String>,
+    names: Option<Vec<String>>,
 }
 
 impl ResolvesServerCert for ChallengeResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let name = hello.server_name()?;
-        if !is_ordered(&self.names, name) {
+        if self.names.as_ref().is_some_and(|n| !is_ordered(n, name)) {
             return None;
         }
         let name = name.to_ascii_lowercase();

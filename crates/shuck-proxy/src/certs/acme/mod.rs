@@ -5,10 +5,12 @@
 //! says when a frontend's certificate changed, for the server to load it into every worker.
 
 mod ari;
+pub(crate) mod ask;
 pub(crate) mod challenge;
 mod dns01;
 pub(crate) mod fleet;
 pub(crate) mod http01;
+pub(crate) mod on_demand;
 mod order;
 pub(crate) mod renewal;
 pub(crate) mod state;

@@ -52,6 +52,37 @@ pub(crate) struct Job {
     pub challenges: Arc<Challenges>,
     /// What the fleet's waits and refusals count into.
     pub events: FleetEvents,
+    /// An on-demand certificate's: the endpoint asked before each renewal (a name no longer
+    /// allowed is not renewed, and the job ends), and a first order that fails ends the job.
+    pub ask: Option<super::ask::AskEndpoint>,
+}
+
+impl Job {
+    /// Whether an on-demand name is still allowed (asked before a renewal); an endpoint that
+    /// does not answer does not stop a renewal.
+    async fn still_allowed(&self) -> bool {
+        let Some(ask) = &self.ask else {
+            return true;
+        };
+        let name = self.acme.names.first().map_or("", String::as_str);
+        match ask.allows(name).await {
+            Ok(true) => true,
+            Ok(false) => {
+                tracing::info!(frontend = %self.frontend, name, "the on-demand ask endpoint no longer allows this name: its certificate is not renewed and no longer served");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(frontend = %self.frontend, name, error = %e, "the on-demand ask endpoint did not answer; renewing anyway");
+                true
+            }
+        }
+    }
+
+    /// Whether a failed order ends the job: an on-demand name's first (it is asked for again
+    /// by the next handshake, after a minute).
+    fn gives_up(&self, had_certificate: bool) -> bool {
+        self.ask.is_some() && !had_certificate
+    }
 }
 
 /// Keeps `job`'s certificate current, forever; sends the frontend's name on `renewed` each time
@@ -74,6 +105,9 @@ async fn run_alone(job: Job, renewed: UnboundedSender<String>) {
             tokio::time::sleep(wait.min(LOOK_AGAIN)).await;
             continue;
         }
+        if stored.is_some() && !job.still_allowed().await {
+            return;
+        }
         let what = if stored.is_some() {
             "renewing"
         } else {
@@ -95,6 +129,10 @@ async fn run_alone(job: Job, renewed: UnboundedSender<String>) {
             Err(e) => {
                 failures = failures.saturating_add(1);
                 let retry = retry_delay(failures, &e);
+                if job.gives_up(stored.is_some()) {
+                    tracing::warn!(frontend = %job.frontend, names = ?job.acme.names, error = %e, "on-demand ACME order failed");
+                    return;
+                }
                 tracing::warn!(frontend = %job.frontend, error = %e, retry_in = ?retry, "ACME order failed; the current certificate keeps serving");
                 tokio::time::sleep(retry).await;
             }
@@ -179,6 +217,10 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
             continue;
         };
         waiting = Waiting::default();
+        if stored.is_some() && !job.still_allowed().await {
+            fleet.release_lease(&job.acme).await;
+            return;
+        }
         let what = if stored.is_some() {
             "renewing"
         } else {
@@ -216,6 +258,10 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
                 if replaces.is_some() {
                     // The CA may refuse what `replaces` names: the next order goes without it.
                     schedule.forget_replaces();
+                }
+                if job.gives_up(stored.is_some()) {
+                    tracing::warn!(frontend = %job.frontend, names = ?job.acme.names, error = %e, "on-demand ACME order failed");
+                    return;
                 }
                 tracing::warn!(frontend = %job.frontend, error = %e, retry_in = ?retry, "ACME order failed; the current certificate keeps serving");
                 tokio::time::sleep(retry).await;

@@ -103,4 +103,10 @@ impl Deadline {
             within,
         }
     }
+
+    /// The same time again from now (after a wait that was not the client's doing).
+    #[must_use]
+    pub(crate) fn restarted(&self) -> Deadline {
+        Deadline::after(self.within)
+    }
 }

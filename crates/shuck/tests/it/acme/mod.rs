@@ -618,4 +618,5 @@ fn acme_external_account_binding_is_sent_when_the_ca_requires_it() {
 }
 
 mod challenges;
+mod on_demand;
 mod trust;

@@ -1,0 +1,271 @@
+//! On-demand certificates against pebble: the ask endpoint is a small HTTP server of the test's
+//! own (it allows names under `customer.test`, counts what it is asked); names resolve to
+//! 127.0.0.1 through pebble-challtestsrv.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use shuck_test_support::clients::scrape;
+use shuck_test_support::pki::{toml_path, Pki};
+use shuck_test_support::process::{run_bounded, Shuck};
+use shuck_test_support::redis::RedisServer;
+
+use super::{free_tcp_port, Pebble, Spec};
+
+/// The operator's endpoint: 200 for `domain=*.customer.test`, 403 for any other; every name
+/// asked is kept. Served by a thread until dropped.
+struct AskEndpoint {
+    url: String,
+    asked: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl AskEndpoint {
+    fn start() -> AskEndpoint {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let url = format!("http://{}/allowed", listener.local_addr().expect("addr"));
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (log, stopped) = (asked.clone(), stop.clone());
+        std::thread::spawn(move || {
+            // Bounded: the test's life, at most five minutes.
+            let deadline = Instant::now() + Duration::from_secs(300);
+            while !stopped.load(Ordering::Relaxed) && Instant::now() < deadline {
+                let Ok((s, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                answer(&s, &log);
+            }
+        });
+        AskEndpoint { url, asked, stop }
+    }
+
+    fn asked(&self) -> Vec<String> {
+        self.asked.lock().expect("lock").clone()
+    }
+}
+
+impl Drop for AskEndpoint {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn answer(s: &std::net::TcpStream, log: &Mutex<Vec<String>>) {
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut line = String::new();
+    let mut reader = BufReader::new(s);
+    if reader.read_line(&mut line).is_err() {
+        return;
+    }
+    let domain = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|target| target.split("domain=").nth(1))
+        .unwrap_or_default()
+        .to_string();
+    // The rest of the head, so the answer is not cut off by a reset.
+    let mut rest = String::new();
+    while reader.read_line(&mut rest).is_ok_and(|n| n > 2) {
+        rest.clear();
+    }
+    let allowed = domain.ends_with(".customer.test");
+    log.lock().expect("lock").push(domain);
+    let status = if allowed { "200 OK" } else { "403 Forbidden" };
+    let _ = (&mut &*s).write_all(
+        format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes(),
+    );
+}
+
+/// A frontend on `port` getting certificates on demand, its state in `state`.
+fn on_demand_config(port: u16, pebble: &Pebble, pki: &Pki, ask: &str, state: &Path) -> String {
+    format!(
+        "workers = 2\nstate_dir = {}\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"saas\"\n\
+         listen = \"127.0.0.1:{port}\"\n\
+         acme = {{ directory = \"{}\", directory_ca = {} }}\n\
+         on_demand = {{ ask = \"{ask}\", hold = \"30s\", max_per_minute = 5 }}\n",
+        toml_path(state),
+        pebble.directory,
+        toml_path(&pki.ca_path()),
+    )
+}
+
+/// curl to `name` on `addr`'s port at 127.0.0.1, trusting `ca`: (success, stderr).
+fn curl_name(name: &str, addr: SocketAddr, ca: &Path) -> (bool, String) {
+    let out = run_bounded(
+        std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "40", "-o", "/dev/null", "--cacert"])
+            .arg(ca)
+            .arg("--resolve")
+            .arg(format!("{name}:{}:127.0.0.1", addr.port()))
+            .arg(format!("https://{name}:{}/", addr.port())),
+        b"",
+        60,
+    );
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `shuck_on_demand_events_total` for `event`, from the metrics at `metrics`.
+fn on_demand_count(metrics: SocketAddr, event: &str) -> u64 {
+    scrape(metrics)
+        .lines()
+        .filter(|l| {
+            l.starts_with("shuck_on_demand_events_total{")
+                && l.contains(&format!("event=\"{event}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// A name the endpoint allows gets its certificate at its first handshake (held until issued;
+/// curl verifies it with pebble's root); a name refused fails its handshake, orders nothing and
+/// is not asked about again within a minute; after a restart the stored certificate is served
+/// at once, with no order and no question.
+#[test]
+fn an_allowed_name_is_issued_at_its_first_handshake_and_a_refused_one_fails() {
+    let pki = Pki::new();
+    let port = free_tcp_port();
+    let pebble = Pebble::start(&pki, port, 300);
+    let ask = AskEndpoint::start();
+    let state = pki.dir.path().join("state");
+    let config = on_demand_config(port, &pebble, &pki, &ask.url, &state);
+    let shuck = Shuck::start(&config);
+    let addr = shuck.addr();
+    let metrics = *shuck.addrs.last().expect("metrics");
+    let started = Instant::now();
+    let (ok, err) = curl_name("shop1.customer.test", addr, &pebble.root);
+    assert!(ok, "{err}\n{}\n{}", shuck.log_text(), pebble.log_text());
+    eprintln!("first handshake served after {:?}", started.elapsed());
+    let (ok, _) = curl_name("shop1.customer.test", addr, &pebble.root);
+    assert!(ok, "served again from the new certificate");
+    for _ in 0..2 {
+        let (ok, err) = curl_name("intruder.example", addr, &pebble.root);
+        assert!(!ok, "a refused name is not served");
+        assert!(
+            !err.contains("Operation timed out"),
+            "failed at once: {err}"
+        );
+    }
+    assert_eq!(
+        ask.asked(),
+        ["shop1.customer.test", "intruder.example"],
+        "each name asked once"
+    );
+    let ca = pebble.log_text();
+    assert_eq!(ca.matches("Issued certificate serial").count(), 1, "{ca}");
+    assert!(
+        !ca.contains("intruder"),
+        "no order for a refused name: {ca}"
+    );
+    assert_eq!(on_demand_count(metrics, "issued"), 1);
+    assert_eq!(on_demand_count(metrics, "refused"), 1);
+    let bundle = state.join("acme/on-demand/saas/shop1.customer.test.pem");
+    assert!(bundle.exists(), "stored");
+    let (status, log) = shuck.stop();
+    assert!(status.success(), "{log}");
+
+    let again = Shuck::start(&config);
+    again.wait_log("serving the on-demand certificates stored before");
+    let (ok, err) = curl_name("shop1.customer.test", again.addr(), &pebble.root);
+    assert!(ok, "{err}");
+    assert_eq!(ask.asked().len(), 2, "nothing asked after the restart");
+    assert_eq!(
+        pebble
+            .log_text()
+            .matches("Issued certificate serial")
+            .count(),
+        1
+    );
+}
+
+/// Three hosts behind HAProxy share a Redis store; pebble validates TLS-ALPN-01 through the
+/// balancer (any host answers, from the store). A client asks each host for the same new name
+/// at once: every handshake is served, with one certificate, from one order.
+#[test]
+fn three_hosts_asked_for_one_name_at_once_make_one_order() {
+    let pki = Pki::new();
+    let ports: Vec<u16> = (0..3).map(|_| free_tcp_port()).collect();
+    let targets: Vec<SocketAddr> = ports
+        .iter()
+        .map(|&p| SocketAddr::from(([127, 0, 0, 1], p)))
+        .collect();
+    let balancer = shuck_test_support::peers::haproxy_balancer([127, 0, 0, 1].into(), &targets);
+    let pebble = Pebble::start_spec(
+        &pki,
+        &Spec {
+            tls_port: balancer.addr.port(),
+            validity: 300,
+            ..Spec::default()
+        },
+    );
+    let ask = AskEndpoint::start();
+    let redis = RedisServer::start(&[]);
+    let key = super::fleet_key(&pki);
+    let hosts: Vec<Shuck> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, &port)| {
+            let state = pki.dir.path().join(format!("state{i}"));
+            Shuck::start(&format!(
+                "{}acme_store = \"redis://127.0.0.1:{}\"\nacme_store_key = {}\n",
+                on_demand_config(port, &pebble, &pki, &ask.url, &state),
+                redis.port,
+                toml_path(&key)
+            ))
+        })
+        .collect();
+    let clients: Vec<_> = hosts
+        .iter()
+        .map(|h| {
+            let (addr, root) = (h.addr(), pebble.root.clone());
+            std::thread::spawn(move || curl_name("shared.customer.test", addr, &root))
+        })
+        .collect();
+    for (i, c) in clients.into_iter().enumerate() {
+        let (ok, err) = c.join().expect("client");
+        assert!(ok, "host {i}: {err}\n{}", super::logs_of(&hosts));
+    }
+    let ca = pebble.log_text();
+    assert_eq!(ca.matches("Issued certificate serial").count(), 1, "{ca}");
+    let leases: usize = hosts
+        .iter()
+        .map(|h| h.log_text().matches("took the fleet's ACME lease").count())
+        .sum();
+    assert_eq!(leases, 1, "{}", super::logs_of(&hosts));
+    let served: Vec<String> = hosts
+        .iter()
+        .map(|h| {
+            let text = run_bounded(
+                std::process::Command::new("openssl").args([
+                    "s_client",
+                    "-connect",
+                    &h.addr().to_string(),
+                    "-servername",
+                    "shared.customer.test",
+                ]),
+                b"",
+                20,
+            );
+            let out = String::from_utf8_lossy(&text.stdout).into_owned();
+            out.lines()
+                .skip_while(|l| !l.starts_with("-----BEGIN CERTIFICATE"))
+                .take_while(|l| !l.starts_with("-----END"))
+                .collect()
+        })
+        .collect();
+    assert!(!served[0].is_empty());
+    assert!(
+        served.iter().all(|c| *c == served[0]),
+        "one certificate for the fleet"
+    );
+}
