@@ -32,4 +32,3 @@ impl AskEndpoint {
         Ok(status == http::StatusCode::OK)
     }
 }
-

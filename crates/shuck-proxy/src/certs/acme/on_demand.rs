@@ -37,6 +37,12 @@ const REFUSED_FOR: Duration = Duration::from_secs(60);
 const ASK_FAILED_FOR: Duration = Duration::from_secs(10);
 /// Handshakes waiting for the manager at once, per frontend; more fail at once.
 const QUEUE: usize = 1024;
+/// Questions to the endpoint at once; a new name beyond is refused without asking.
+const MAX_ASKING: usize = 16;
+/// Names remembered (asked, refused, allowed, ordered); past it, the ones whose verdict has
+/// lapsed are forgotten, and while none has, a new name is refused without asking: a client
+/// sending a new name with every hello cannot grow this table without bound.
+const MAX_NAMES: usize = 10_000;
 
 /// What a frontend's on-demand issuance counts (`shuck_on_demand_events_total`).
 #[derive(Debug, Clone, Default)]
@@ -50,6 +56,9 @@ pub(crate) struct OnDemandEvents {
     pub held_too_long: Counter,
     pub rate_limited: Counter,
     pub full: Counter,
+    /// A new name refused without asking: [`MAX_ASKING`] questions out, or [`MAX_NAMES`]
+    /// names remembered.
+    pub busy: Counter,
 }
 
 /// A handshake's request for a name's certificate; `reply` is sent once it is served, dropped
@@ -215,6 +224,10 @@ impl State {
                 self.order(m, &name);
             }
             _ => {
+                if !self.room_to_ask(now) {
+                    m.certs.events.busy.inc();
+                    return; // the reply dropped: the handshake goes on, refused
+                }
                 let ask = self.settings.ask.clone();
                 let (name, events) = (w.name.clone(), self.events.clone());
                 self.names.insert(w.name, Name::Asking(vec![w.reply]));
@@ -226,6 +239,26 @@ impl State {
         }
     }
 
+    /// Whether a new name may be asked about now: fewer than [`MAX_ASKING`] questions out and
+    /// room among the names remembered (made by forgetting lapsed verdicts when full).
+    fn room_to_ask(&mut self, now: Instant) -> bool {
+        let asking = self
+            .names
+            .values()
+            .filter(|n| matches!(n, Name::Asking(_)))
+            .count();
+        if asking >= MAX_ASKING {
+            return false;
+        }
+        if self.names.len() >= MAX_NAMES {
+            self.names.retain(|_, n| match n {
+                Name::Refused(until) | Name::Allowed(until) => *until > now,
+                Name::Asking(_) | Name::Running(_) => true,
+            });
+        }
+        self.names.len() < MAX_NAMES
+    }
+
     fn heard(&mut self, m: &Manager, e: Event) {
         match e {
             Event::Asked(name, verdict) => self.asked(m, &name, verdict),
@@ -235,7 +268,13 @@ impl State {
                 // endpoint no longer allows it.
                 let had = m.certs.get(&name).is_some();
                 m.certs.remove(&name);
-                if !had {
+                if had {
+                    // Not loaded again at the next start either.
+                    let bundle = m.acme.for_name(&m.frontend, &name).bundle;
+                    if let Err(e) = std::fs::remove_file(&bundle) {
+                        tracing::warn!(frontend = %m.frontend, path = %bundle.display(), error = %e, "cannot remove an on-demand certificate no longer allowed");
+                    }
+                } else {
                     m.certs.events.order_failed.inc();
                 }
                 self.names

@@ -21,6 +21,8 @@ use super::{free_tcp_port, Pebble, Spec};
 struct AskEndpoint {
     url: String,
     asked: Arc<Mutex<Vec<String>>>,
+    /// Names refused from now on, though under `customer.test`.
+    denied: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -30,8 +32,9 @@ impl AskEndpoint {
         listener.set_nonblocking(true).expect("nonblocking");
         let url = format!("http://{}/allowed", listener.local_addr().expect("addr"));
         let asked = Arc::new(Mutex::new(Vec::new()));
+        let denied = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (log, stopped) = (asked.clone(), stop.clone());
+        let (log, deny, stopped) = (asked.clone(), denied.clone(), stop.clone());
         std::thread::spawn(move || {
             // Bounded: the test's life, at most five minutes.
             let deadline = Instant::now() + Duration::from_secs(300);
@@ -40,10 +43,15 @@ impl AskEndpoint {
                     std::thread::sleep(Duration::from_millis(5));
                     continue;
                 };
-                answer(&s, &log);
+                answer(&s, &log, &deny);
             }
         });
-        AskEndpoint { url, asked, stop }
+        AskEndpoint {
+            url,
+            asked,
+            denied,
+            stop,
+        }
     }
 
     fn asked(&self) -> Vec<String> {
@@ -57,7 +65,7 @@ impl Drop for AskEndpoint {
     }
 }
 
-fn answer(s: &std::net::TcpStream, log: &Mutex<Vec<String>>) {
+fn answer(s: &std::net::TcpStream, log: &Mutex<Vec<String>>, denied: &Mutex<Vec<String>>) {
     let _ = s.set_nonblocking(false);
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     let mut line = String::new();
@@ -76,7 +84,8 @@ fn answer(s: &std::net::TcpStream, log: &Mutex<Vec<String>>) {
     while reader.read_line(&mut rest).is_ok_and(|n| n > 2) {
         rest.clear();
     }
-    let allowed = domain.ends_with(".customer.test");
+    let allowed =
+        domain.ends_with(".customer.test") && !denied.lock().expect("lock").contains(&domain);
     log.lock().expect("lock").push(domain);
     let status = if allowed { "200 OK" } else { "403 Forbidden" };
     let _ = (&mut &*s).write_all(
@@ -267,5 +276,50 @@ fn three_hosts_asked_for_one_name_at_once_make_one_order() {
     assert!(
         served.iter().all(|c| *c == served[0]),
         "one certificate for the fleet"
+    );
+}
+
+/// A name the endpoint stops allowing is not renewed: when its 30-second certificate falls due
+/// (at two thirds of its life) the endpoint is asked, refuses, and the certificate is no longer
+/// served nor kept for the next start.
+#[test]
+fn a_name_no_longer_allowed_is_not_renewed_and_no_longer_served() {
+    let pki = Pki::new();
+    let port = free_tcp_port();
+    let pebble = Pebble::start(&pki, port, 30);
+    let ask = AskEndpoint::start();
+    let state = pki.dir.path().join("state");
+    let shuck = Shuck::start(&on_demand_config(port, &pebble, &pki, &ask.url, &state));
+    let (ok, err) = curl_name("leaving.customer.test", shuck.addr(), &pebble.root);
+    assert!(ok, "{err}\n{}", shuck.log_text());
+    let bundle = state.join("acme/on-demand/saas/leaving.customer.test.pem");
+    assert!(bundle.exists());
+    ask.denied
+        .lock()
+        .expect("lock")
+        .push("leaving.customer.test".into());
+    shuck.wait_log_within("no longer allows this name", Duration::from_secs(40));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while bundle.exists() {
+        assert!(Instant::now() < deadline, "the bundle is kept");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (ok, _) = curl_name("leaving.customer.test", shuck.addr(), &pebble.root);
+    assert!(!ok, "no longer served");
+    assert_eq!(
+        pebble
+            .log_text()
+            .matches("Issued certificate serial")
+            .count(),
+        1,
+        "not renewed"
+    );
+    assert!(
+        ask.asked()
+            .iter()
+            .filter(|n| *n == "leaving.customer.test")
+            .count()
+            >= 2,
+        "asked before the renewal"
     );
 }
