@@ -62,6 +62,10 @@ pub enum Error {
     #[error("state directory: {0}")]
     StateDir(String),
 
+    /// `acme.dns_update.tsig_key_file` cannot be read or is not a key (never shows the secret).
+    #[error("frontend {frontend:?}: acme.dns_update: {message}")]
+    TsigKey { frontend: String, message: String },
+
     /// A reload that cannot be applied as a whole (nothing of it was).
     #[error("reload refused: {0}")]
     Reload(String),

@@ -166,6 +166,12 @@ fn rows(f: &Files) -> Vec<Row> {
             Applied,
         ),
         global("metrics_listen", "", &metrics, Restart),
+        global(
+            "redirect",
+            "",
+            &format!("[[redirect]]\nlisten = \"127.0.0.1:{}\"", free_port()),
+            Restart,
+        ),
         global("user", "", "user = \"nobody\"", Restart),
         global("group", "user = \"nobody\"", "user = \"nobody\"\ngroup = \"nogroup\"", Restart),
         global("allow_root", "", "allow_root = true", Restart),
@@ -250,6 +256,15 @@ fn rows(f: &Files) -> Vec<Row> {
             Applied,
         ),
         frontend("acme", acme("a.test"), acme("b.test"), Restart),
+        frontend(
+            "on_demand",
+            acme("a.test"),
+            format!(
+                "{}on_demand = {{ ask = \"http://127.0.0.1:9/allowed\" }}\n",
+                acme("a.test")
+            ),
+            Restart,
+        ),
         frontend("ocsp", String::new(), "ocsp = \"fetch\"".into(), Restart),
         frontend(
             "default_certificate",

@@ -202,16 +202,10 @@ impl RawFrontend {
                 .as_ref()
                 .map(super::on_demand::RawOnDemand::validate)
                 .transpose()?;
-            // On demand, a name not covered is refused (after asking), not served a default.
-            let unknown_default = if on_demand.is_some() {
-                SniFallback::Reject
-            } else {
-                SniFallback::Default
-            };
             let acme = acme.validate(name, base, state_dir, on_demand)?;
             let certs = Certificates {
                 source: CertSource::Acme,
-                unknown_sni: self.unknown_sni.unwrap_or(unknown_default),
+                unknown_sni: self.unknown_sni.unwrap_or(SniFallback::Default),
                 missing_sni: self.missing_sni.unwrap_or(SniFallback::Default),
                 pkcs11: Pkcs11Settings::default(),
             };

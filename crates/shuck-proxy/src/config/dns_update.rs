@@ -84,10 +84,10 @@ impl RawDnsUpdate {
             self.propagation_timeout.as_deref(),
             PROPAGATION_TIMEOUT,
         )?;
-        if propagation_timeout.is_zero() || propagation_timeout > Duration::from_secs(3600) {
+        if propagation_timeout.is_zero() || propagation_timeout > Duration::from_secs(600) {
             return Err(key_err(
                 &key("propagation_timeout"),
-                "must be more than 0s and at most 1h",
+                "must be more than 0s and at most 10m",
             ));
         }
         Ok(DnsUpdate {

@@ -86,7 +86,7 @@ pub struct AcmeSettings(pub Option<Box<Acme>>);
 impl Section for AcmeSettings {
     const KEY: &'static str = "acme";
     const ON_CHANGE: OnChange = OnChange::RestartFrontend(
-        "the renewal task keeps the settings it started with (acme, and acme_store or acme_store_key when the fleet shares it), and another name list or CA would serve a temporary certificate nobody orders",
+        "the renewal task keeps the settings it started with (acme, on_demand, and acme_store or acme_store_key when the fleet shares it), and another name list or CA would serve a temporary certificate nobody orders",
     );
 }
 

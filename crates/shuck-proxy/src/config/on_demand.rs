@@ -44,10 +44,10 @@ impl RawOnDemand {
         let uri: http::Uri = ask
             .parse()
             .map_err(|e| key_err("on_demand.ask", format!("{ask:?} is not a URL: {e}")))?;
-        if uri.scheme_str() != Some("http") || uri.host().is_none() {
+        if uri.scheme_str() != Some("http") || uri.host().is_none() || ask.contains('#') {
             return Err(key_err(
                 "on_demand.ask",
-                format!("{ask:?} is not an http:// URL (the endpoint is the operator's own, usually on 127.0.0.1)"),
+                format!("{ask:?} is not an http:// URL without a #fragment (the endpoint is the operator's own, usually on 127.0.0.1)"),
             ));
         }
         let max_per_minute = self.max_per_minute.unwrap_or(10);
@@ -94,7 +94,13 @@ mod tests {
             (d.max_per_minute, d.max_certificates, d.hold),
             (10, 1000, HOLD)
         );
-        for bad in ["https://ask.example/", "ftp://x/", "not a url", "/allowed"] {
+        for bad in [
+            "https://ask.example/",
+            "ftp://x/",
+            "not a url",
+            "/allowed",
+            "http://a/allowed#x",
+        ] {
             let raw = RawOnDemand {
                 ask: Some(bad.into()),
                 ..raw.clone()

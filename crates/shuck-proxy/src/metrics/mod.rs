@@ -346,12 +346,12 @@ impl Metrics {
         );
         registry.register(
             "redirect_requests",
-            "Requests on the plain-HTTP listeners, by listener and outcome: redirected, unknown_host (421, or sent to unknown_host), challenge (an ACME HTTP-01 answer), challenge_unknown (404: no such challenge pending here or in the fleet's store), bad_request, busy (503: too many store lookups at once), timeout (no whole request within 10 s), too_many (closed at once: 1024 connections open)",
+            "Requests on the plain-HTTP listeners, by listener and outcome: redirected, unknown_host (421, or sent to unknown_host), challenge (an ACME HTTP-01 answer), challenge_unknown (404: no such challenge pending here or in the fleet's store), bad_request, busy (503: too many store lookups at once), timeout (no whole request within 10 s), too_many (closed at once: 1024 connections open, or 16 from the client's address)",
             m.redirect_requests.clone(),
         );
         registry.register(
             "on_demand_events",
-            "On-demand certificates, by frontend and event: allowed and refused (the ask endpoint's answers; a refusal is kept a minute), ask_failed (no answer, or 5xx), ordered, issued (loaded to serve, also from the fleet), order_failed, held_too_long (a handshake that waited its hold), rate_limited (past max_per_minute), full (max_certificates reached), busy (a new name refused without asking: 16 questions out, or 10000 names remembered)",
+            "On-demand certificates, by frontend and event: allowed and refused (the ask endpoint's answers; a refusal is kept a minute), ask_failed (no answer, or 5xx), ordered, issued (loaded to serve, also from the fleet), order_failed, held_too_long (a handshake that waited its hold), rate_limited (past max_per_minute), full (max_certificates reached), busy (a new name refused without asking: 16 questions out, or a name too long)",
             m.on_demand.clone(),
         );
         registry.register_collector(Box::new(ja4_top::Ja4TopCollector(m.ja4_top.clone())));

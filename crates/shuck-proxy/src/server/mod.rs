@@ -330,6 +330,9 @@ impl Server {
             .collect();
         self.announce_ready(rt, ready_file, &listed, bound.len())?;
         rt.block_on(shutdown);
+        // Port 80 goes quiet at once: after an upgrade the new process answers there, and its
+        // HTTP-01 challenges are its own.
+        drop(redirects);
         self.drain(rt, &stop, workers, force);
         Ok(())
     }
@@ -527,6 +530,7 @@ impl Drop for AbortOnDrop {
 fn acme_jobs(c: &Config, engine: &Engine, metrics: &Metrics) -> Result<Vec<acme::renewal::Job>> {
     let mut jobs = Vec::new();
     for fe in &c.frontends {
+        check_tsig_key(fe)?;
         // An on-demand frontend may have no names of its own.
         let Some(acme) = fe.acme().filter(|a| !a.names.is_empty()) else {
             continue;
@@ -541,6 +545,20 @@ fn acme_jobs(c: &Config, engine: &Engine, metrics: &Metrics) -> Result<Vec<acme:
         });
     }
     Ok(jobs)
+}
+
+/// A DNS-01 frontend's TSIG key, read now (before privileges are dropped, and not months later
+/// at the first renewal) so a missing or malformed file stops the start with its name.
+fn check_tsig_key(fe: &Frontend) -> Result<()> {
+    let Some(update) = fe.acme().and_then(|a| a.dns_update.as_ref()) else {
+        return Ok(());
+    };
+    acme::dns01::read_key(&update.tsig_key_file)
+        .map(drop)
+        .map_err(|e| Error::TsigKey {
+            frontend: fe.name.clone(),
+            message: e.to_string(),
+        })
 }
 
 /// The on-demand manager of each frontend with `on_demand`, over the table its TLS serves from.

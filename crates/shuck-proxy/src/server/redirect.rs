@@ -25,6 +25,13 @@ const MAX_HEAD: usize = 8192;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections open at once, across a listener's addresses.
 const MAX_OPEN: usize = 1024;
+/// Connections open at once from one client address: one client cannot take every slot (and
+/// shut the CA's validators out).
+const MAX_PER_CLIENT: usize = 16;
+/// After the answer, what the client still sends is read and dropped for this long (64 KiB at
+/// most) before the socket is closed: closing with unread bytes sends a reset, which may
+/// destroy the answer before the client reads it (a POST body, a pipelined request).
+const LINGER: Duration = Duration::from_secs(1);
 /// Store lookups for another host's challenge at once.
 const MAX_LOOKUPS: usize = 16;
 /// How long a store lookup may take.
@@ -37,6 +44,8 @@ pub(crate) struct Shared {
     metrics: Arc<Metrics>,
     open: Arc<Semaphore>,
     lookups: Semaphore,
+    /// Connections open per client address (only addresses with one open are kept).
+    per_client: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
 }
 
 impl Shared {
@@ -47,6 +56,41 @@ impl Shared {
             metrics,
             open: Arc::new(Semaphore::new(MAX_OPEN)),
             lookups: Semaphore::new(MAX_LOOKUPS),
+            per_client: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Takes one of `ip`'s connection slots; `None` when it has [`MAX_PER_CLIENT`] open. (The
+    /// lock is this listener's, on the main runtime's one thread: never contended.)
+    fn client_slot(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<ClientSlot> {
+        let mut open = self
+            .per_client
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = open.entry(ip).or_insert(0);
+        if *n >= MAX_PER_CLIENT {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot(Arc::clone(self), ip))
+    }
+}
+
+/// One of a client address's connection slots, given back when dropped.
+struct ClientSlot(Arc<Shared>, std::net::IpAddr);
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .0
+            .per_client
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.1);
+            }
         }
     }
 }
@@ -66,9 +110,13 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
             shared.metrics.redirect_request(&label, "too_many");
             continue; // dropped: closed at once
         };
+        let Some(slot) = shared.client_slot(peer.ip()) else {
+            shared.metrics.redirect_request(&label, "too_many");
+            continue;
+        };
         let (shared, label) = (Arc::clone(&shared), Arc::clone(&label));
         tokio::spawn(async move {
-            let _permit = permit;
+            let _held = (permit, slot);
             serve_one(s, peer, &shared, &label).await;
         });
     }
@@ -80,8 +128,13 @@ async fn serve_one(mut s: TcpStream, peer: SocketAddr, shared: &Shared, label: &
         shared.metrics.redirect_request(label, "timeout");
         return;
     };
-    let Some(head) = head else {
-        return; // closed before a whole request, or more than MAX_HEAD
+    let head = match head {
+        Head::Whole(h) => h,
+        Head::Closed => return,
+        Head::TooLong => {
+            shared.metrics.redirect_request(label, "bad_request");
+            return;
+        }
     };
     let request = Request::parse(&head);
     let (answer, outcome) = match &request {
@@ -100,7 +153,36 @@ async fn serve_one(mut s: TcpStream, peer: SocketAddr, shared: &Shared, label: &
         tracing::info!(listener = %label, client = %peer, method = ?cut(method), host = ?cut(host), path = ?cut(path), status = answer.status, outcome, "plain HTTP request");
     }
     let head_only = request.as_ref().is_some_and(|r| r.method == "HEAD");
-    let _ = tokio::time::timeout(REQUEST_TIMEOUT, write(&mut s, &answer, head_only)).await;
+    if tokio::time::timeout(REQUEST_TIMEOUT, write(&mut s, &answer, head_only))
+        .await
+        .is_ok_and(|w| w.is_ok())
+    {
+        linger(&mut s).await;
+    }
+}
+
+/// Reads and drops what the client still sends, [`LINGER`] and 64 KiB at most, until it closes.
+async fn linger(s: &mut TcpStream) {
+    let drain = async {
+        let mut sink = [0u8; 4096];
+        let mut left: usize = 64 * 1024;
+        while left > 0 {
+            match s.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, drain).await;
+}
+
+/// What reading a request head came to.
+enum Head {
+    Whole(Vec<u8>),
+    /// The client closed (or failed) first.
+    Closed,
+    /// More than [`MAX_HEAD`] without its end.
+    TooLong,
 }
 
 fn cut(s: &str) -> &str {
@@ -111,22 +193,25 @@ fn cut(s: &str) -> &str {
     &s[..end]
 }
 
-/// Reads until the head is whole; `None` when the client closed first or sent more than
-/// [`MAX_HEAD`] without ending it.
-async fn read_head(s: &mut TcpStream) -> Option<Vec<u8>> {
+/// Reads until the head is whole (each byte looked at once: a client sending a byte at a time
+/// costs no more than one sending it all).
+async fn read_head(s: &mut TcpStream) -> Head {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 2048];
     loop {
-        let n = s.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
+        let n = match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => return Head::Closed,
+            Ok(n) => n,
+        };
+        // The end may straddle two reads: look from three bytes before the new ones.
+        let from = head.len().saturating_sub(3);
         head.extend_from_slice(&chunk[..n]);
-        if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
-            return Some(head);
+        let new = &head[from..];
+        if new.windows(4).any(|w| w == b"\r\n\r\n") || new.windows(2).any(|w| w == b"\n\n") {
+            return Head::Whole(head);
         }
         if head.len() >= MAX_HEAD {
-            return None;
+            return Head::TooLong;
         }
     }
 }
@@ -155,16 +240,24 @@ impl<'a> Request<'a> {
         if !target.bytes().all(|b| b.is_ascii_graphic()) {
             return None;
         }
-        let host_header = req
+        let mut hosts = req
             .headers
             .iter()
-            .find(|h| h.name.eq_ignore_ascii_case("host"))
-            .and_then(|h| std::str::from_utf8(h.value).ok());
-        let (host, path) = match target.strip_prefix("http://") {
+            .filter(|h| h.name.eq_ignore_ascii_case("host"));
+        let host_header = hosts.next().and_then(|h| std::str::from_utf8(h.value).ok());
+        if hosts.next().is_some() {
+            return None; // RFC 9112 §3.2: more than one Host is a bad request
+        }
+        let absolute = target
+            .get(..7)
+            .filter(|scheme| scheme.eq_ignore_ascii_case("http://"))
+            .map(|_| &target[7..]);
+        let (host, path) = match absolute {
             // Absolute form (RFC 9112 §3.2.2): its authority wins over Host.
             Some(rest) => {
-                let (authority, path) = rest.find('/').map_or((rest, "/"), |i| rest.split_at(i));
-                (Some(authority), path)
+                let end = rest.find(['/', '?']).unwrap_or(rest.len());
+                let (authority, path) = rest.split_at(end);
+                (Some(authority), if path.is_empty() { "/" } else { path })
             }
             None if target.starts_with('/') => (host_header, target),
             None => return None,
@@ -190,6 +283,7 @@ fn dns_host(value: &str) -> String {
         !l.is_empty()
             && l.len() <= 63
             && !l.starts_with('-')
+            && !l.ends_with('-')
             && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
     });
     let is_ip = name.parse::<std::net::IpAddr>().is_ok()
@@ -241,7 +335,9 @@ async fn answer(r: &Request<'_>, shared: &Shared) -> (Answer, &'static str) {
             443 => String::new(),
             p => format!(":{p}"),
         };
-        let location = format!("https://{}{port}{}", r.host, r.path);
+        // `http://host?q` has no path of its own: its query goes after "/".
+        let slash = if r.path.starts_with('/') { "" } else { "/" };
+        let location = format!("https://{}{port}{slash}{}", r.host, r.path);
         return (Answer::redirect(settings.code, location), "redirected");
     }
     match &settings.unknown_host {
@@ -405,6 +501,12 @@ mod tests {
                 .unwrap();
         assert_eq!((r.host.as_str(), r.path), ("other.example", "/"));
         assert!(Request::parse(b"GET * HTTP/1.1\r\nHost: a.example\r\n\r\n").is_none());
+        let r = Request::parse(b"GET HTTP://Other.Example?q HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!((r.host.as_str(), r.path), ("other.example", "?q"));
+        assert!(
+            Request::parse(b"GET / HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n")
+                .is_none()
+        );
         assert!(Request::parse(b"\x16\x03\x01\x00\x05hello\r\n\r\n").is_none());
         let r = Request::parse(b"GET / HTTP/1.0\r\n\r\n").unwrap();
         assert_eq!(r.host, "");

@@ -149,6 +149,8 @@ impl SniResolver {
         match server_name {
             Some(name) => match self.lookup(name) {
                 Some(c) => Some(c),
+                // On demand, a name is served its own certificate (`on_demand_for`) or refused.
+                None if self.on_demand.is_some() => None,
                 None => (self.unknown_sni == SniFallback::Default).then_some(&self.default),
             },
             None => (self.missing_sni == SniFallback::Default).then_some(&self.default),

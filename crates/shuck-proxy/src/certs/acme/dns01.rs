@@ -37,7 +37,7 @@ fn dns_err(server: SocketAddr, message: impl Into<String>) -> AcmeError {
 
 /// The TSIG key of a BIND key file (`key "name" { algorithm hmac-sha256; secret "…"; };`, as
 /// `tsig-keygen` writes it). The error never shows the secret.
-pub(super) fn read_key(path: &Path) -> Result<TSigner, AcmeError> {
+pub(crate) fn read_key(path: &Path) -> Result<TSigner, AcmeError> {
     let fail = |message: &str| AcmeError::TsigKey {
         path: path.to_path_buf(),
         message: message.to_string(),
@@ -67,11 +67,14 @@ pub(super) fn read_key(path: &Path) -> Result<TSigner, AcmeError> {
     TSigner::new(secret, algorithm, name, FUDGE).map_err(|e| fail(&e.to_string()))
 }
 
-/// The key's name, algorithm and secret, from the first `key` clause of a BIND file.
+/// The key's name, algorithm and secret, from the first `key "<name>"` clause of a BIND file
+/// (comments before it, as `ddns-confgen` writes, are passed over).
 fn parse_key(text: &str) -> Option<(&str, &str, &str)> {
-    let text = text.trim_start();
-    let rest = text.split_once("key")?.1.trim_start();
-    let rest = rest.strip_prefix('"')?;
+    let start = text
+        .match_indices("key")
+        .map(|(i, _)| &text[i + 3..])
+        .find(|rest| rest.trim_start().starts_with('"'))?;
+    let rest = start.trim_start().strip_prefix('"')?;
     let (name, rest) = rest.split_once('"')?;
     let body = rest.split_once('{')?.1.split_once("};")?.0;
     let mut algorithm = None;
@@ -79,7 +82,7 @@ fn parse_key(text: &str) -> Option<(&str, &str, &str)> {
     for statement in body.split(';') {
         let statement = statement.trim();
         if let Some(a) = statement.strip_prefix("algorithm") {
-            algorithm = Some(a.trim());
+            algorithm = Some(a.trim().trim_matches('"'));
         } else if let Some(s) = statement.strip_prefix("secret") {
             secret = Some(s.trim().trim_matches('"'));
         }
@@ -112,15 +115,77 @@ fn txt_set(record: &Name, value: &str, ttl: u32) -> RecordSet {
     set
 }
 
-/// Adds `value` to `name`'s challenge record on the primary.
-pub(super) async fn add(update: &DnsUpdate, name: &str, value: &str) -> Result<(), AcmeError> {
-    let (zone, record) = names(update, name)?;
-    let message = update_message::append(txt_set(&record, value, RECORD_TTL), zone, false, false);
+/// A challenge record placed (or about to be): removed by [`Record::remove`], or, should the
+/// order be cancelled first (its time limit, a lost lease), by a task its drop starts.
+#[derive(Debug)]
+pub(super) struct Record {
+    update: DnsUpdate,
+    name: String,
+    value: String,
+    removed: bool,
+}
+
+impl Record {
+    pub(super) fn new(update: &DnsUpdate, name: &str, value: &str) -> Record {
+        Record {
+            update: update.clone(),
+            name: name.to_string(),
+            value: value.to_string(),
+            removed: false,
+        }
+    }
+
+    /// Removes the value (other values, another order's, stay); a failure is said once.
+    /// Says the server refused to add it: there is nothing to remove.
+    pub(super) fn never_added(&mut self) {
+        self.removed = true;
+    }
+
+    pub(super) async fn remove(mut self) {
+        if std::mem::replace(&mut self.removed, true) {
+            return;
+        }
+        if let Err(e) = remove(&self.update, &self.name, &self.value).await {
+            tracing::warn!(name = %self.name, error = %e, "cannot remove the DNS-01 challenge record");
+        }
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        if self.removed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (update, name, value) = (
+            self.update.clone(),
+            std::mem::take(&mut self.name),
+            std::mem::take(&mut self.value),
+        );
+        runtime.spawn(async move {
+            if let Err(e) = remove(&update, &name, &value).await {
+                tracing::warn!(name = %name, error = %e, "cannot remove the DNS-01 challenge record");
+            }
+        });
+    }
+}
+
+/// Adds the record's value to its name's challenge record on the primary.
+pub(super) async fn add(update: &DnsUpdate, record: &Record) -> Result<(), AcmeError> {
+    let (zone, owner) = names(update, &record.name)?;
+    let message = update_message::append(
+        txt_set(&owner, &record.value, RECORD_TTL),
+        zone,
+        false,
+        false,
+    );
     signed_update(update, message).await
 }
 
-/// Removes `value` from `name`'s challenge record (other values, another order's, stay).
-pub(super) async fn remove(update: &DnsUpdate, name: &str, value: &str) -> Result<(), AcmeError> {
+/// Removes `value` from `name`'s challenge record.
+async fn remove(update: &DnsUpdate, name: &str, value: &str) -> Result<(), AcmeError> {
     let (zone, record) = names(update, name)?;
     let message = update_message::delete_by_rdata(txt_set(&record, value, 0), zone, false);
     signed_update(update, message).await
@@ -140,44 +205,63 @@ async fn signed_update(update: &DnsUpdate, mut message: Message) -> Result<(), A
         .to_vec()
         .map_err(|e| dns_err(server, e.to_string()))?;
     let answer = exchange(server, &bytes).await?;
-    let response = verifier(&answer)
-        .map_err(|e| dns_err(server, format!("the answer's TSIG does not verify: {e}")))?;
+    let response = verifier(&answer).map_err(|e| {
+        // A server that does not know the key (or finds our MAC wrong) answers unsigned:
+        // say what it answered, still refusing to believe it.
+        match Message::from_vec(&answer) {
+            Ok(m) if m.response_code() != ResponseCode::NoError => AcmeError::DnsRefused {
+                server,
+                message: format!(
+                    "{} (the TSIG key's name or secret is not the server's)",
+                    m.response_code()
+                ),
+            },
+            _ => dns_err(server, format!("the answer's TSIG does not verify: {e}")),
+        }
+    })?;
     match response.response_code() {
         ResponseCode::NoError => Ok(()),
-        code => Err(dns_err(server, format!("the update was refused: {code}"))),
+        code => Err(AcmeError::DnsRefused {
+            server,
+            message: code.to_string(),
+        }),
     }
 }
 
-/// Waits until every server the CA may ask answers `name`'s TXT record with `value`, at most
-/// `propagation_timeout`.
-pub(super) async fn await_propagation(
-    update: &DnsUpdate,
-    name: &str,
-    value: &str,
-) -> Result<(), AcmeError> {
-    let (zone, record) = names(update, name)?;
-    let servers = match update.nameservers.as_slice() {
+/// Waits until every server the CA may ask answers the record's name TXT with its value, at
+/// most `propagation_timeout`: each NS server (any one of its addresses answering will do), or
+/// each of `nameservers`.
+pub(super) async fn await_propagation(update: &DnsUpdate, r: &Record) -> Result<(), AcmeError> {
+    let (zone, owner) = names(update, &r.name)?;
+    let groups: Vec<Vec<SocketAddr>> = match update.nameservers.as_slice() {
         [] => authoritative_servers(update, &zone).await?,
-        listed => listed.to_vec(),
+        listed => listed.iter().map(|a| vec![*a]).collect(),
     };
     let deadline = tokio::time::Instant::now() + update.propagation_timeout;
-    let mut waiting = servers;
+    let mut waiting = groups;
     loop {
         let mut still = Vec::new();
-        for server in waiting {
-            if !matches!(has_txt(server, &record, value).await, Ok(true)) {
-                still.push(server);
+        for group in waiting {
+            let mut seen = false;
+            for server in &group {
+                if matches!(has_txt(*server, &owner, &r.value).await, Ok(true)) {
+                    seen = true;
+                    break;
+                }
+            }
+            if !seen {
+                still.push(group);
             }
         }
         if still.is_empty() {
             return Ok(());
         }
         if tokio::time::Instant::now() + PROPAGATION_POLL > deadline {
-            let list: Vec<String> = still.iter().map(ToString::to_string).collect();
+            let list: Vec<String> = still.iter().flatten().map(ToString::to_string).collect();
             return Err(dns_err(
                 update.server,
                 format!(
-                    "{record} TXT not seen on {} within {}s",
+                    "{owner} TXT not seen on {} within {}s",
                     list.join(", "),
                     update.propagation_timeout.as_secs()
                 ),
@@ -188,36 +272,60 @@ pub(super) async fn await_propagation(
     }
 }
 
-/// The zone's NS servers, their addresses asked of the primary (in-zone names) on port 53;
-/// the primary itself always.
+/// The primary, and each of the zone's NS servers by its addresses on port 53: asked of the
+/// primary (names in the zone), else of the system's resolver; an NS name with no address is
+/// said and passed over.
 async fn authoritative_servers(
     update: &DnsUpdate,
     zone: &Name,
-) -> Result<Vec<SocketAddr>, AcmeError> {
-    let mut servers = vec![update.server];
+) -> Result<Vec<Vec<SocketAddr>>, AcmeError> {
+    let mut groups = vec![vec![update.server]];
     let ns = query(update.server, zone, RecordType::NS).await?;
     for record in ns.answers() {
         let RData::NS(host) = record.data() else {
             continue;
         };
-        for kind in [RecordType::A, RecordType::AAAA] {
-            let Ok(answer) = query(update.server, &host.0, kind).await else {
-                continue;
-            };
-            for r in answer.answers() {
-                let ip = match r.data() {
-                    RData::A(a) => std::net::IpAddr::V4(a.0),
-                    RData::AAAA(a) => std::net::IpAddr::V6(a.0),
-                    _ => continue,
-                };
-                let addr = SocketAddr::new(ip, 53);
-                if !servers.contains(&addr) {
-                    servers.push(addr);
-                }
-            }
+        let mut addrs = addresses_from(update.server, &host.0).await;
+        if addrs.is_empty() {
+            addrs = system_addresses(&host.0).await;
+        }
+        if addrs.is_empty() {
+            tracing::warn!(zone = %zone, ns = %host.0, "an NS server of the zone has no address; the DNS-01 record is not looked for there");
+            continue;
+        }
+        if !groups.iter().any(|g| g.iter().any(|a| addrs.contains(a))) {
+            groups.push(addrs);
         }
     }
-    Ok(servers)
+    Ok(groups)
+}
+
+/// `host`'s addresses (port 53) as `server` answers them itself.
+async fn addresses_from(server: SocketAddr, host: &Name) -> Vec<SocketAddr> {
+    let mut addrs = Vec::new();
+    for kind in [RecordType::A, RecordType::AAAA] {
+        let Ok(answer) = query(server, host, kind).await else {
+            continue;
+        };
+        for r in answer.answers() {
+            let ip = match r.data() {
+                RData::A(a) => std::net::IpAddr::V4(a.0),
+                RData::AAAA(a) => std::net::IpAddr::V6(a.0),
+                _ => continue,
+            };
+            addrs.push(SocketAddr::new(ip, 53));
+        }
+    }
+    addrs
+}
+
+/// `host`'s addresses (port 53) through the system's resolver.
+async fn system_addresses(host: &Name) -> Vec<SocketAddr> {
+    let lookup = tokio::net::lookup_host((host.to_ascii().trim_end_matches('.').to_string(), 53));
+    match tokio::time::timeout(EXCHANGE_TIMEOUT, lookup).await {
+        Ok(Ok(addrs)) => addrs.collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// Whether `server` answers `record` TXT with `value` among its strings.
@@ -289,6 +397,9 @@ mod tests {
             Some(("shuck-acme", "hmac-sha256", "c2VjcmV0c2VjcmV0c2VjcmV0"))
         );
         assert_eq!(parse_key("key \"k\" { secret \"x\"; };"), None);
+        // ddns-confgen's comments name the key before the clause; a quoted algorithm.
+        let text = "# Use the following in named.conf: key \"k\" ...\nkey \"k\" {\n\talgorithm \"hmac-sha512\";\n\tsecret \"c2VjcmV0\";\n};\n";
+        assert_eq!(parse_key(text), Some(("k", "hmac-sha512", "c2VjcmV0")));
         assert_eq!(parse_key("nothing"), None);
     }
 

@@ -7,7 +7,7 @@
 mod ari;
 pub(crate) mod ask;
 pub(crate) mod challenge;
-mod dns01;
+pub(crate) mod dns01;
 pub(crate) mod fleet;
 pub(crate) mod http01;
 pub(crate) mod on_demand;
@@ -38,6 +38,12 @@ pub(crate) enum AcmeError {
     /// A DNS server refused the update, did not answer, or never showed the record.
     #[error("DNS server {server}: {message}")]
     Dns {
+        server: std::net::SocketAddr,
+        message: String,
+    },
+    /// The DNS server answered the update with a refusal: nothing was changed.
+    #[error("DNS server {server}: the update was refused: {message}")]
+    DnsRefused {
         server: std::net::SocketAddr,
         message: String,
     },

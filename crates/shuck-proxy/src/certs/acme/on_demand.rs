@@ -10,6 +10,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
+
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -39,10 +40,12 @@ const ASK_FAILED_FOR: Duration = Duration::from_secs(10);
 const QUEUE: usize = 1024;
 /// Questions to the endpoint at once; a new name beyond is refused without asking.
 const MAX_ASKING: usize = 16;
-/// Names remembered (asked, refused, allowed, ordered); past it, the ones whose verdict has
-/// lapsed are forgotten, and while none has, a new name is refused without asking: a client
-/// sending a new name with every hello cannot grow this table without bound.
-const MAX_NAMES: usize = 10_000;
+/// Verdicts remembered (refusals, and names allowed but not yet ordered).
+const MAX_VERDICTS: usize = 10_000;
+/// The longest name asked about: its file name (`<name>.pem`) must fit in 255 bytes.
+const MAX_NAME: usize = 240;
+/// The longest a name whose orders keep failing is refused.
+const MAX_BACK_OFF: Duration = Duration::from_secs(3600);
 
 /// What a frontend's on-demand issuance counts (`shuck_on_demand_events_total`).
 #[derive(Debug, Clone, Default)]
@@ -56,8 +59,7 @@ pub(crate) struct OnDemandEvents {
     pub held_too_long: Counter,
     pub rate_limited: Counter,
     pub full: Counter,
-    /// A new name refused without asking: [`MAX_ASKING`] questions out, or [`MAX_NAMES`]
-    /// names remembered.
+    /// A new name refused without asking: [`MAX_ASKING`] questions out, or a name too long.
     pub busy: Counter,
 }
 
@@ -142,16 +144,21 @@ pub(crate) struct Manager {
     pub fleet_events: FleetEvents,
 }
 
-/// Where one name stands.
+/// A name being asked about or ordered.
 enum Name {
     /// The endpoint is being asked; these handshakes wait.
     Asking(Vec<oneshot::Sender<()>>),
-    /// Allowed until then, not yet ordered (a limit was in the way).
-    Allowed(Instant),
-    /// Refused until then.
-    Refused(Instant),
     /// Its renewal job runs; the handshakes waiting for its first certificate.
     Running(Vec<oneshot::Sender<()>>),
+}
+
+/// What was decided about a name, for a while.
+#[derive(Clone, Copy)]
+enum Verdict {
+    /// Allowed until then, not yet ordered (a limit was in the way).
+    Allowed(Instant),
+    /// Refused until then; with the orders of it that failed in a row.
+    Refused(Instant, u32),
 }
 
 /// What the manager hears from the tasks it started.
@@ -180,11 +187,19 @@ pub(crate) async fn run(m: Manager) {
     let (events, mut heard) = mpsc::unbounded_channel();
     let mut state = State {
         names: HashMap::new(),
+        asking: 0,
+        verdicts: quick_cache::unsync::Cache::new(MAX_VERDICTS),
         started: VecDeque::new(),
         events,
+        ask: AskEndpoint::new(&settings.ask),
         settings,
     };
-    for name in load_stored(&m) {
+    // The files are read off the main runtime (there may be thousands).
+    let loader = m.clone();
+    let stored = tokio::task::spawn_blocking(move || load_stored(&loader))
+        .await
+        .unwrap_or_default();
+    for name in stored {
         state.start_job(&m, &name);
     }
     loop {
@@ -197,10 +212,18 @@ pub(crate) async fn run(m: Manager) {
 }
 
 struct State {
+    /// The names asked about now, and those whose job runs (at most `max_certificates`).
     names: HashMap<String, Name>,
+    /// How many of `names` are being asked about.
+    asking: usize,
+    /// Recent verdicts, the least used forgotten first past [`MAX_VERDICTS`]: a client sending
+    /// a new name with every hello only pushes out other refusals (each costs one question
+    /// again at most).
+    verdicts: quick_cache::unsync::Cache<String, Verdict>,
     /// When the orders of the last minute started.
     started: VecDeque<Instant>,
     events: mpsc::UnboundedSender<Event>,
+    ask: AskEndpoint,
     settings: OnDemand,
 }
 
@@ -210,77 +233,71 @@ impl State {
             let _ = w.reply.send(());
             return;
         }
+        if let Some(Name::Asking(waiters) | Name::Running(waiters)) = self.names.get_mut(&w.name) {
+            waiters.retain(|s| !s.is_closed());
+            waiters.push(w.reply);
+            return;
+        }
         let now = Instant::now();
-        match self.names.get_mut(&w.name) {
-            Some(Name::Asking(waiters) | Name::Running(waiters)) => {
-                waiters.retain(|s| !s.is_closed());
-                waiters.push(w.reply);
-            }
-            Some(Name::Refused(until)) if *until > now => {}
-            Some(Name::Allowed(until)) if *until > now => {
+        match self.verdicts.get(&w.name).copied() {
+            Some(Verdict::Refused(until, _)) if until > now => {}
+            Some(Verdict::Allowed(until)) if until > now => {
                 let name = w.name.clone();
                 self.names
                     .insert(name.clone(), Name::Running(vec![w.reply]));
                 self.order(m, &name);
             }
+            _ if self.asking >= MAX_ASKING || w.name.len() > MAX_NAME => {
+                m.certs.events.busy.inc();
+                // The reply dropped: the handshake goes on, refused.
+            }
             _ => {
-                if !self.room_to_ask(now) {
-                    m.certs.events.busy.inc();
-                    return; // the reply dropped: the handshake goes on, refused
-                }
-                let ask = self.settings.ask.clone();
-                let (name, events) = (w.name.clone(), self.events.clone());
+                let (ask, name, events) = (self.ask.clone(), w.name.clone(), self.events.clone());
                 self.names.insert(w.name, Name::Asking(vec![w.reply]));
+                self.asking += 1;
                 tokio::spawn(async move {
-                    let verdict = AskEndpoint(ask).allows(&name).await;
+                    let verdict = ask.allows(&name).await;
                     let _ = events.send(Event::Asked(name, verdict));
                 });
             }
         }
     }
 
-    /// Whether a new name may be asked about now: fewer than [`MAX_ASKING`] questions out and
-    /// room among the names remembered (made by forgetting lapsed verdicts when full).
-    fn room_to_ask(&mut self, now: Instant) -> bool {
-        let asking = self
-            .names
-            .values()
-            .filter(|n| matches!(n, Name::Asking(_)))
-            .count();
-        if asking >= MAX_ASKING {
-            return false;
-        }
-        if self.names.len() >= MAX_NAMES {
-            self.names.retain(|_, n| match n {
-                Name::Refused(until) | Name::Allowed(until) => *until > now,
-                Name::Asking(_) | Name::Running(_) => true,
-            });
-        }
-        self.names.len() < MAX_NAMES
-    }
-
     fn heard(&mut self, m: &Manager, e: Event) {
         match e {
             Event::Asked(name, verdict) => self.asked(m, &name, verdict),
             Event::Renewed(name) => self.renewed(m, &name),
-            Event::Ended(name) => {
-                // Served no more: its order failed (tried again after a minute), or the
-                // endpoint no longer allows it.
-                let had = m.certs.get(&name).is_some();
-                m.certs.remove(&name);
-                if had {
-                    // Not loaded again at the next start either.
-                    let bundle = m.acme.for_name(&m.frontend, &name).bundle;
-                    if let Err(e) = std::fs::remove_file(&bundle) {
-                        tracing::warn!(frontend = %m.frontend, path = %bundle.display(), error = %e, "cannot remove an on-demand certificate no longer allowed");
-                    }
-                } else {
-                    m.certs.events.order_failed.inc();
-                }
-                self.names
-                    .insert(name, Name::Refused(Instant::now() + REFUSED_FOR));
-            }
+            Event::Ended(name) => self.ended(m, &name),
         }
+    }
+
+    /// A name's job ended: its first order failed (refused for a while, doubling with each
+    /// failure in a row from a minute to an hour), or the endpoint no longer allows it (not
+    /// served, its file removed so the next start does not serve it either).
+    fn ended(&mut self, m: &Manager, name: &str) {
+        self.names.remove(name);
+        let had = m.certs.get(name).is_some();
+        m.certs.remove(name);
+        let now = Instant::now();
+        if had {
+            let bundle = m.acme.for_name(&m.frontend, name).bundle;
+            if let Err(e) = std::fs::remove_file(&bundle) {
+                tracing::warn!(frontend = %m.frontend, path = %bundle.display(), error = %e, "cannot remove an on-demand certificate no longer allowed");
+            }
+            self.verdicts
+                .insert(name.to_string(), Verdict::Refused(now + REFUSED_FOR, 0));
+            return;
+        }
+        m.certs.events.order_failed.inc();
+        let failures = match self.verdicts.get(name) {
+            Some(Verdict::Refused(_, n)) => n.saturating_add(1),
+            _ => 1,
+        };
+        let wait = REFUSED_FOR.saturating_mul(1 << failures.min(6).saturating_sub(1));
+        self.verdicts.insert(
+            name.to_string(),
+            Verdict::Refused(now + wait.min(MAX_BACK_OFF), failures),
+        );
     }
 
     fn asked(&mut self, m: &Manager, name: &str, verdict: Result<bool, String>) {
@@ -288,6 +305,7 @@ impl State {
         let Some(Name::Asking(waiters)) = self.names.remove(name) else {
             return;
         };
+        self.asking = self.asking.saturating_sub(1);
         match verdict {
             Ok(true) => {
                 m.certs.events.allowed.inc();
@@ -296,16 +314,16 @@ impl State {
             }
             Ok(false) => {
                 m.certs.events.refused.inc();
-                self.names
-                    .insert(name.to_string(), Name::Refused(now + REFUSED_FOR));
+                self.verdicts
+                    .insert(name.to_string(), Verdict::Refused(now + REFUSED_FOR, 0));
             }
             Err(e) => {
                 m.certs.events.ask_failed.inc();
                 if crate::obs::log_limit::allow() {
                     tracing::warn!(frontend = %m.frontend, name, error = %e, "on-demand ask endpoint did not answer; the name is refused for now");
                 }
-                self.names
-                    .insert(name.to_string(), Name::Refused(now + ASK_FAILED_FOR));
+                self.verdicts
+                    .insert(name.to_string(), Verdict::Refused(now + ASK_FAILED_FOR, 0));
             }
         }
     }
@@ -321,11 +339,7 @@ impl State {
         {
             self.started.pop_front();
         }
-        let running = self
-            .names
-            .values()
-            .filter(|n| matches!(n, Name::Running(_)))
-            .count();
+        let running = self.names.len() - self.asking;
         let refused = if self.started.len() >= self.settings.max_per_minute as usize {
             m.certs.events.rate_limited.inc();
             Some("max_per_minute")
@@ -339,8 +353,9 @@ impl State {
             if crate::obs::log_limit::allow() {
                 tracing::warn!(frontend = %m.frontend, name, limit, "on-demand certificate not ordered: the frontend's limit is reached");
             }
-            self.names
-                .insert(name.to_string(), Name::Allowed(now + ALLOWED_FOR));
+            self.names.remove(name);
+            self.verdicts
+                .insert(name.to_string(), Verdict::Allowed(now + ALLOWED_FOR));
             return;
         }
         self.started.push_back(now);
@@ -348,19 +363,24 @@ impl State {
         self.start_job(m, name);
     }
 
-    /// Starts `name`'s renewal job (ordering it when there is no certificate yet).
+    /// Starts `name`'s renewal job (ordering it when there is no certificate yet); a valid
+    /// certificate already in the state directory is served at once.
     fn start_job(&mut self, m: &Manager, name: &str) {
         if !self.names.contains_key(name) {
             self.names
                 .insert(name.to_string(), Name::Running(Vec::new()));
         }
+        let acme = m.acme.for_name(&m.frontend, name);
+        if m.certs.get(name).is_none() && usable(&acme.bundle, name) {
+            self.renewed(m, name);
+        }
         let job = Job {
             frontend: m.frontend.clone(),
-            acme: m.acme.for_name(&m.frontend, name),
+            acme,
             fleet: m.fleet.clone(),
             challenges: m.challenges.clone(),
             events: m.fleet_events.clone(),
-            ask: Some(AskEndpoint(self.settings.ask.clone())),
+            ask: Some(self.ask.clone()),
         };
         let (renewed, mut said) = mpsc::unbounded_channel();
         let (events, name) = (self.events.clone(), name.to_string());
@@ -403,8 +423,15 @@ impl State {
     }
 }
 
-/// The names whose certificates an earlier run stored (at most `max_certificates`), loaded
-/// into the table.
+/// Whether `bundle` holds a certificate for `name` that has not expired.
+fn usable(bundle: &Path, name: &str) -> bool {
+    Stored::read(bundle).is_some_and(|s| {
+        s.covers(&[name.to_string()]) && s.not_after > crate::sys::clock::unix_now()
+    })
+}
+
+/// The names whose certificates an earlier run stored and that have not expired (at most
+/// `max_certificates`), loaded into the table.
 fn load_stored(m: &Manager) -> Vec<String> {
     let dir = m
         .acme
@@ -425,6 +452,9 @@ fn load_stored(m: &Manager) -> Vec<String> {
         let Some(stored) = Stored::read(&path) else {
             continue;
         };
+        if stored.not_after <= crate::sys::clock::unix_now() {
+            continue; // expired: ordered again when asked for
+        }
         let Some(name) = stored.names.first().cloned() else {
             continue;
         };

@@ -52,11 +52,11 @@ pub(super) async fn obtain(
             Some(order.poll_ready(&patience).await)
         }
         Err(e) => {
-            withdraw(placed, acme, fleet).await;
+            withdraw(placed, fleet).await;
             return Err(e);
         }
     };
-    withdraw(placed, acme, fleet).await;
+    withdraw(placed, fleet).await;
     if status.transpose()? != Some(OrderStatus::Ready) {
         return Err(AcmeError::Refused(why_invalid(&mut order).await));
     }
@@ -89,13 +89,13 @@ enum Placed {
         token: String,
         stored: Option<Vec<u8>>,
     },
-    /// A DNS-01 TXT record: the name it is for and its value.
-    Dns(String, String),
+    /// A DNS-01 TXT record (removed when dropped, should the order be cancelled first).
+    Dns(dns01::Record),
 }
 
-/// Puts each pending authorization's challenge where the CA looks (for DNS-01, seen on every
-/// authoritative server first) and tells the CA it is ready; `placed` gathers what to take
-/// back, also when this fails half way.
+/// Puts each pending authorization's challenge where the CA looks, waits for every DNS-01
+/// record to be seen on every authoritative server (together), then tells the CA each is
+/// ready; `placed` gathers what to take back, also when this fails half way.
 async fn prepare_challenges(
     order: &mut instant_acme::Order,
     challenges: &Arc<Challenges>,
@@ -103,11 +103,7 @@ async fn prepare_challenges(
     fleet: Option<&Fleet>,
     placed: &mut Vec<Placed>,
 ) -> Result<(), AcmeError> {
-    let kind = match acme.challenge {
-        Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
-        Challenge::Http01 => ChallengeType::Http01,
-        Challenge::Dns01 => ChallengeType::Dns01,
-    };
+    let kind = challenge_type(acme.challenge);
     let mut authorizations = order.authorizations();
     while let Some(authz) = authorizations.next().await {
         let mut authz = authz?;
@@ -116,7 +112,7 @@ async fn prepare_challenges(
             AuthorizationStatus::Valid => continue,
             other => return Err(AcmeError::Refused(format!("authorization is {other:?}"))),
         }
-        let mut ch = authz.challenge(kind.clone()).ok_or_else(|| {
+        let ch = authz.challenge(kind.clone()).ok_or_else(|| {
             AcmeError::Refused(format!(
                 "the CA offers no {} challenge",
                 acme.challenge.as_str()
@@ -131,37 +127,78 @@ async fn prepare_challenges(
                 acme.names.join(", ")
             )));
         }
-        let key_authorization = ch.key_authorization();
-        match acme.challenge {
-            Challenge::TlsAlpn01 => {
-                let provider = rustls::crypto::aws_lc_rs::default_provider();
-                let p =
-                    challenges.publish(&name, key_authorization.digest().as_ref(), &provider)?;
-                let key = super::fleet::challenge_key(p.name());
-                let shared = share_challenge(fleet, &key, &p.material().encode()).await?;
-                placed.push(Placed::Alpn(p, shared));
-            }
-            Challenge::Http01 => {
-                let token = ch.token.clone();
-                let answer = key_authorization.as_str();
-                let p = challenges.http.publish(&token, answer);
-                let shared =
-                    share_challenge(fleet, &http01::store_key(&token), answer.as_bytes()).await?;
-                placed.push(Placed::Http {
-                    _answer: p,
-                    token,
-                    stored: shared,
-                });
-            }
-            Challenge::Dns01 => {
-                let update = dns_update(acme)?;
-                let value = key_authorization.dns_value();
-                dns01::add(update, &name, &value).await?;
-                placed.push(Placed::Dns(name.clone(), value.clone()));
-                dns01::await_propagation(update, &name, &value).await?;
+        place(&ch, &name, (challenges, acme, fleet), placed).await?;
+    }
+    if acme.challenge == Challenge::Dns01 {
+        let update = dns_update(acme)?;
+        let waits = placed.iter().filter_map(|p| match p {
+            Placed::Dns(r) => Some(dns01::await_propagation(update, r)),
+            _ => None,
+        });
+        futures_util::future::try_join_all(waits).await?;
+    }
+    let mut authorizations = order.authorizations();
+    while let Some(authz) = authorizations.next().await {
+        let mut authz = authz?;
+        if authz.status != AuthorizationStatus::Pending {
+            continue;
+        }
+        if let Some(mut ch) = authz.challenge(kind.clone()) {
+            ch.set_ready().await?;
+        }
+    }
+    Ok(())
+}
+
+fn challenge_type(c: Challenge) -> ChallengeType {
+    match c {
+        Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+        Challenge::Http01 => ChallengeType::Http01,
+        Challenge::Dns01 => ChallengeType::Dns01,
+    }
+}
+
+/// Puts one challenge where the CA looks (and in the fleet's store).
+async fn place(
+    ch: &instant_acme::ChallengeHandle<'_>,
+    name: &str,
+    (challenges, acme, fleet): (&Arc<Challenges>, &Acme, Option<&Fleet>),
+    placed: &mut Vec<Placed>,
+) -> Result<(), AcmeError> {
+    let key_authorization = ch.key_authorization();
+    match acme.challenge {
+        Challenge::TlsAlpn01 => {
+            let provider = rustls::crypto::aws_lc_rs::default_provider();
+            let p = challenges.publish(name, key_authorization.digest().as_ref(), &provider)?;
+            let key = super::fleet::challenge_key(p.name());
+            let shared = share_challenge(fleet, &key, &p.material().encode()).await?;
+            placed.push(Placed::Alpn(p, shared));
+        }
+        Challenge::Http01 => {
+            let token = ch.token.clone();
+            let answer = key_authorization.as_str();
+            let p = challenges.http.publish(&token, answer);
+            let shared =
+                share_challenge(fleet, &http01::store_key(&token), answer.as_bytes()).await?;
+            placed.push(Placed::Http {
+                _answer: p,
+                token,
+                stored: shared,
+            });
+        }
+        Challenge::Dns01 => {
+            let update = dns_update(acme)?;
+            // Kept before it is sent: an update applied whose answer is lost is removed too.
+            let record = dns01::Record::new(update, name, &key_authorization.dns_value());
+            placed.push(Placed::Dns(record));
+            if let Some(Placed::Dns(r)) = placed.last_mut() {
+                let added = dns01::add(update, r).await;
+                if let Err(AcmeError::DnsRefused { .. }) = added {
+                    r.never_added();
+                }
+                added?;
             }
         }
-        ch.set_ready().await?;
     }
     Ok(())
 }
@@ -193,7 +230,7 @@ async fn share_challenge(
 
 /// Takes back every challenge placed: the fleet's copies, the DNS records (a record that
 /// cannot be removed is said, once; the order goes on), the local answers (by dropping).
-async fn withdraw(placed: Vec<Placed>, acme: &Acme, fleet: Option<&Fleet>) {
+async fn withdraw(placed: Vec<Placed>, fleet: Option<&Fleet>) {
     for p in placed {
         match p {
             Placed::Alpn(p, Some(stored)) => {
@@ -212,14 +249,7 @@ async fn withdraw(placed: Vec<Placed>, acme: &Acme, fleet: Option<&Fleet>) {
                         .await;
                 }
             }
-            Placed::Dns(name, value) => {
-                let Ok(update) = dns_update(acme) else {
-                    continue;
-                };
-                if let Err(e) = dns01::remove(update, &name, &value).await {
-                    tracing::warn!(name = %name, error = %e, "cannot remove the DNS-01 challenge record");
-                }
-            }
+            Placed::Dns(record) => record.remove().await,
             Placed::Alpn(_, None) | Placed::Http { stored: None, .. } => {}
         }
     }

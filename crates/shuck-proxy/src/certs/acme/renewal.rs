@@ -29,6 +29,9 @@ const LOOK_AGAIN: Duration = Duration::from_secs(3600);
 /// How often a host of a fleet looks for the fleet's certificate in the store when no
 /// notification comes (the host that stores one publishes it; the poll is the fallback).
 const FLEET_POLL: Duration = Duration::from_secs(30);
+/// The same for an on-demand name's job, which has no subscription: a frontend may have
+/// thousands, and one connection (and one read every 30 s) each would load the store.
+const ON_DEMAND_POLL: Duration = Duration::from_secs(600);
 /// How often a host whose certificate is due tries the lease another host holds.
 const LEASE_POLL: Duration = Duration::from_secs(3);
 /// How long a host whose certificate is missing or close to its end waits for the host holding
@@ -140,19 +143,24 @@ async fn run_alone(job: Job, renewed: UnboundedSender<String>) {
     }
 }
 
-/// One order, bounded by [`ORDER_LIMIT`].
+/// One order, bounded by [`ORDER_LIMIT`] (and the time DNS-01 may wait for its records).
 async fn obtain(
     challenges: &Arc<Challenges>,
     acme: &Acme,
     fleet: Option<&Fleet>,
     replaces: Option<CertificateIdentifier<'static>>,
 ) -> Result<Vec<u8>, AcmeError> {
+    let limit = ORDER_LIMIT
+        + acme
+            .dns_update
+            .as_ref()
+            .map_or(Duration::ZERO, |d| d.propagation_timeout);
     let order = order::obtain(challenges, acme, fleet, replaces);
-    let attempt = tokio::time::timeout(ORDER_LIMIT, order).await;
+    let attempt = tokio::time::timeout(limit, order).await;
     attempt.unwrap_or_else(|_| {
         Err(AcmeError::Refused(format!(
             "no certificate within {}s",
-            ORDER_LIMIT.as_secs()
+            limit.as_secs()
         )))
     })
 }
@@ -164,7 +172,16 @@ async fn obtain(
 /// of its life left) or there is none, the host orders alone; so it does after [`ALONE_AFTER`]
 /// of a lease held by another host.
 async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String>) {
-    let mut issued = fleet.store.subscribe(&Fleet::issued_channel(&job.acme));
+    let (mut issued, poll) = if job.ask.is_some() {
+        // No sender: `nap` sleeps its time out. A host waiting for another's first order
+        // still tries the lease every LEASE_POLL and loads the result then.
+        (tokio::sync::watch::channel(0).1, ON_DEMAND_POLL)
+    } else {
+        (
+            fleet.store.subscribe(&Fleet::issued_channel(&job.acme)),
+            FLEET_POLL,
+        )
+    };
     let mut wake = Wake::new();
     let mut schedule = Schedule::new();
     let mut failures = 0u32;
@@ -184,7 +201,7 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
                     // A store that missed a write is repaired by the host holding the newer
                     // certificate within a poll: wait one before ordering.
                     store_failing = false;
-                    nap(&mut issued, FLEET_POLL, &mut wake, &job.events).await;
+                    nap(&mut issued, poll, &mut wake, &job.events).await;
                     continue;
                 }
                 if matches!(adoption, Adoption::Loaded)
@@ -206,12 +223,17 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
         let (wait, replaces) = schedule.wait(&job.acme, Some(fleet), stored.as_ref()).await;
         if let Some(wait) = wait {
             waiting = Waiting::default();
-            nap(&mut issued, wait.min(FLEET_POLL), &mut wake, &job.events).await;
+            nap(&mut issued, wait.min(poll), &mut wake, &job.events).await;
             continue;
         }
         // Due, or none yet: the host that takes the lease orders; the others wait for its
         // certificate to reach the store.
         let lease = fleet.take_lease(&job.acme).await;
+        if matches!(lease, Ok(None)) && job.gives_up(stored.is_some()) {
+            // Another host's order of this on-demand name failed: the fleet backs off, and so
+            // does this host (asked again by a later handshake).
+            return;
+        }
         let Some(turn) = waiting.turn(job, &lease, urgent(stored.as_ref())) else {
             nap(&mut issued, LEASE_POLL, &mut wake, &job.events).await;
             continue;
