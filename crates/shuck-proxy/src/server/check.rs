@@ -31,7 +31,7 @@ pub fn report(config: &Config) -> Result<Report> {
         write_backend(&mut s, fe);
         write_proxy(&mut s, fe);
         write_client_auth(&mut s, fe);
-        write_acme(&mut s, fe);
+        write_acme(&mut s, fe)?;
         for c in &tls.certs {
             let days = (c.not_after - now).div_euclid(86_400);
             let _ = writeln!(
@@ -77,6 +77,20 @@ fn write_globals(s: &mut String, config: &Config) {
     if let Some(m) = config.metrics_listen {
         let _ = writeln!(s, "metrics: http://{m}/metrics");
     }
+    for r in &config.redirect {
+        let listen: Vec<String> = r.listen.iter().map(ToString::to_string).collect();
+        let unknown = match &r.unknown_host {
+            crate::config::UnknownHost::Misdirected => "421".to_string(),
+            crate::config::UnknownHost::To(url) => format!("{} to {url}", r.code),
+        };
+        let _ = writeln!(
+            s,
+            "redirect: http://{} -> https (port {}, {}), other hosts: {unknown}; ACME HTTP-01 answered",
+            listen.join(", http://"),
+            r.https_port,
+            r.code
+        );
+    }
 }
 
 /// The OCSP staple a certificate goes out with, if any.
@@ -96,26 +110,57 @@ fn write_staple(s: &mut String, fe: &Frontend, c: &certs::LoadedCert, now: i64) 
 }
 
 /// Where the certificate comes from and what is stored (never the account or keys).
-fn write_acme(s: &mut String, fe: &Frontend) {
+fn write_acme(s: &mut String, fe: &Frontend) -> Result<()> {
     let Some(acme) = fe.acme() else {
-        return;
+        return Ok(());
     };
     let _ = writeln!(
         s,
-        "  acme: {} for {} ({} key), renewed at 2/3 of its lifetime",
+        "  acme: {} for {} ({} key, {}), renewed at 2/3 of its lifetime",
         acme.directory,
         acme.names.join(" "),
         match acme.key {
             AcmeKey::Ecdsa => "ECDSA P-256",
             AcmeKey::Rsa => "RSA 2048",
-        }
+        },
+        acme.challenge.as_str(),
     );
+    if let Some(d) = &acme.dns_update {
+        // Read as the start reads it: a bad file stops `shuck check` too (never its secret).
+        crate::certs::acme::dns01::read_key(&d.tsig_key_file).map_err(|e| {
+            crate::error::Error::TsigKey {
+                frontend: fe.name.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        let _ = writeln!(
+            s,
+            "  acme dns-01: updates to {} for zone {}, TSIG key {} (readable)",
+            d.server,
+            d.zone,
+            d.tsig_key_file.display()
+        );
+    }
+    if let Some(o) = &acme.on_demand {
+        let _ = writeln!(
+            s,
+            "  on demand: asks {}, at most {} orders a minute and {} certificates, a handshake held up to {}",
+            o.ask,
+            o.max_per_minute,
+            o.max_certificates,
+            humantime::format_duration(o.hold)
+        );
+    }
+    if acme.names.is_empty() {
+        return Ok(());
+    }
     let stored = if acme.bundle.exists() {
         "stored"
     } else {
         "not yet issued: a temporary certificate is served"
     };
     let _ = writeln!(s, "  acme certificate {}: {stored}", acme.bundle.display());
+    Ok(())
 }
 
 fn write_backend(s: &mut String, fe: &Frontend) {

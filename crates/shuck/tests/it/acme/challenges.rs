@@ -18,14 +18,11 @@ use super::{free_tcp_port, Killed, Pebble, Spec};
 
 /// The value of `shuck_redirect_requests_total` for `outcome`, summed over listeners.
 fn redirect_count(metrics: SocketAddr, outcome: &str) -> u64 {
-    scrape(metrics)
-        .lines()
-        .filter(|l| {
-            l.starts_with("shuck_redirect_requests_total{")
-                && l.contains(&format!("outcome=\"{outcome}\""))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    super::counter_sum(
+        metrics,
+        "shuck_redirect_requests_total",
+        ("outcome", outcome),
+    )
 }
 
 /// One host: a frontend on `port` ordering `name` by HTTP-01, its plain-HTTP listener on
@@ -332,7 +329,44 @@ fn dns_01_by_dynamic_update_gets_a_wildcard_certificate_from_a_real_named() {
             named.addr,
         )
     };
-    // A forged key first: named refuses the update, the order fails, one line says so.
+    // shuck check reads the key as the start does: a missing file stops it, naming it.
+    let missing = pki.path("missing.key");
+    let toml = pki.path("check.toml");
+    std::fs::write(&toml, config(&missing, "state-check")).expect("config");
+    let out = Command::new(&*shuck_test_support::process::SHUCK)
+        .args(["check", "--config"])
+        .arg(&toml)
+        .output()
+        .expect("shuck check");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("acme.dns_update") && said.contains("missing.key"),
+        "{said}"
+    );
+    std::fs::write(&toml, config(&named.key, "state-check")).expect("config");
+    let out = Command::new(&*shuck_test_support::process::SHUCK)
+        .args(["check", "--config"])
+        .arg(&toml)
+        .output()
+        .expect("shuck check");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("dns-01") && said.contains("(readable)"),
+        "{said}"
+    );
+    let secret_now = std::fs::read_to_string(&named.key).expect("key");
+    let secret_now = secret_now.split('"').nth(3).expect("secret");
+    assert!(
+        !said.contains(secret_now),
+        "no secret in shuck check's output"
+    );
+    // A forged key next: named refuses the update, the order fails, one line says so.
     let forged = pki.path("forged.key");
     let real = std::fs::read_to_string(&named.key).expect("key");
     let secret = real.split('"').nth(3).expect("secret").to_string();

@@ -198,20 +198,44 @@ fn acme_config(port: u16, directory: &str, ca: &Path, state: &Path) -> String {
 
 /// curl to the frontend by name, trusting only `ca`: (success, stderr).
 fn curl_trusting(ca: &Path, addr: SocketAddr) -> (bool, String) {
+    curl_name(NAME, addr, ca, 5)
+}
+
+/// curl to `name` on `addr`'s port at 127.0.0.1 within `secs`, trusting only `ca`: (success,
+/// stderr).
+fn curl_name(name: &str, addr: SocketAddr, ca: &Path, secs: u64) -> (bool, String) {
     let out = run_bounded(
         Command::new("curl")
-            .args(["-sS", "--max-time", "5", "-o", "/dev/null", "--cacert"])
+            .args([
+                "-sS",
+                "--max-time",
+                &secs.to_string(),
+                "-o",
+                "/dev/null",
+                "--cacert",
+            ])
             .arg(ca)
             .arg("--resolve")
-            .arg(format!("{NAME}:{}:127.0.0.1", addr.port()))
-            .arg(format!("https://{NAME}:{}/", addr.port())),
+            .arg(format!("{name}:{}:127.0.0.1", addr.port()))
+            .arg(format!("https://{name}:{}/", addr.port())),
         b"",
-        20,
+        secs + 15,
     );
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// The sum of a counter family's samples whose label `label` is `value` (over the others).
+fn counter_sum(metrics: SocketAddr, family: &str, (label, value): (&str, &str)) -> u64 {
+    shuck_test_support::clients::scrape(metrics)
+        .lines()
+        .filter(|l| {
+            l.starts_with(&format!("{family}{{")) && l.contains(&format!("{label}=\"{value}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// What `openssl s_client` prints about the frontend's certificate for NAME.

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shuck_test_support::clients::scrape;
 use shuck_test_support::pki::{toml_path, Pki};
 use shuck_test_support::process::{run_bounded, Shuck};
 use shuck_test_support::redis::RedisServer;
@@ -106,34 +105,14 @@ fn on_demand_config(port: u16, pebble: &Pebble, pki: &Pki, ask: &str, state: &Pa
     )
 }
 
-/// curl to `name` on `addr`'s port at 127.0.0.1, trusting `ca`: (success, stderr).
+/// curl to `name` on `addr`'s port, trusting `ca`, long enough for an order: (success, stderr).
 fn curl_name(name: &str, addr: SocketAddr, ca: &Path) -> (bool, String) {
-    let out = run_bounded(
-        std::process::Command::new("curl")
-            .args(["-sS", "--max-time", "40", "-o", "/dev/null", "--cacert"])
-            .arg(ca)
-            .arg("--resolve")
-            .arg(format!("{name}:{}:127.0.0.1", addr.port()))
-            .arg(format!("https://{name}:{}/", addr.port())),
-        b"",
-        60,
-    );
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    super::curl_name(name, addr, ca, 40)
 }
 
 /// `shuck_on_demand_events_total` for `event`, from the metrics at `metrics`.
 fn on_demand_count(metrics: SocketAddr, event: &str) -> u64 {
-    scrape(metrics)
-        .lines()
-        .filter(|l| {
-            l.starts_with("shuck_on_demand_events_total{")
-                && l.contains(&format!("event=\"{event}\""))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    super::counter_sum(metrics, "shuck_on_demand_events_total", ("event", event))
 }
 
 /// A name the endpoint allows gets its certificate at its first handshake (held until issued;
@@ -322,4 +301,49 @@ fn a_name_no_longer_allowed_is_not_renewed_and_no_longer_served() {
             >= 2,
         "asked before the renewal"
     );
+}
+
+/// The limits: with `max_per_minute = 1` a second new name within the minute fails its
+/// handshake at once (counted `rate_limited`) and orders nothing; with a CA that never answers,
+/// a handshake is held for its `hold` (2 s) and then refused with an alert, not left hanging
+/// (counted `held_too_long`).
+#[test]
+fn a_name_past_the_rate_limit_or_past_its_hold_fails_cleanly() {
+    let pki = Pki::new();
+    let port = free_tcp_port();
+    let pebble = Pebble::start(&pki, port, 300);
+    let ask = AskEndpoint::start();
+    let state = pki.dir.path().join("state");
+    let config = on_demand_config(port, &pebble, &pki, &ask.url, &state)
+        .replace("max_per_minute = 5", "max_per_minute = 1");
+    let shuck = Shuck::start(&config);
+    let metrics = *shuck.addrs.last().expect("metrics");
+    let (ok, err) = curl_name("first.customer.test", shuck.addr(), &pebble.root);
+    assert!(ok, "{err}");
+    let started = Instant::now();
+    let (ok, err) = curl_name("second.customer.test", shuck.addr(), &pebble.root);
+    assert!(!ok && started.elapsed() < Duration::from_secs(5), "{err}");
+    assert_eq!(on_demand_count(metrics, "rate_limited"), 1);
+    assert!(!pebble.log_text().contains("second.customer.test"));
+    drop(shuck);
+
+    // A CA that takes connections and never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let directory = format!("https://{}/dir", silent.local_addr().expect("addr"));
+    let config = on_demand_config(port, &pebble, &pki, &ask.url, &pki.dir.path().join("s2"))
+        .replace(&pebble.directory, &directory)
+        .replace("hold = \"30s\"", "hold = \"2s\"");
+    let shuck = Shuck::start(&config);
+    let metrics = *shuck.addrs.last().expect("metrics");
+    let started = Instant::now();
+    let (ok, err) = curl_name("held.customer.test", shuck.addr(), &pebble.root);
+    let took = started.elapsed();
+    assert!(!ok, "served without a certificate?");
+    assert!(err.contains("alert"), "refused with an alert: {err}");
+    assert!(
+        (Duration::from_secs(2)..Duration::from_secs(6)).contains(&took),
+        "{took:?}"
+    );
+    assert_eq!(on_demand_count(metrics, "held_too_long"), 1);
+    drop(silent);
 }
