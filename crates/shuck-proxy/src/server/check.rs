@@ -310,10 +310,14 @@ fn write_tls(s: &mut String, fe: &Frontend) {
         SniFallback::Default => "default certificate",
         SniFallback::Reject => "reject",
     };
+    let unknown = if fe.acme().is_some_and(|a| a.on_demand.is_some()) {
+        "its own certificate on demand, else refused"
+    } else {
+        fallback(fe.certificates.unknown_sni)
+    };
     let _ = writeln!(
         s,
-        "  unknown SNI: {}; missing SNI: {}",
-        fallback(fe.certificates.unknown_sni),
+        "  unknown SNI: {unknown}; missing SNI: {}",
         fallback(fe.certificates.missing_sni)
     );
     write_negotiated(s, fe);

@@ -530,7 +530,7 @@ impl Drop for AbortOnDrop {
 fn acme_jobs(c: &Config, engine: &Engine, metrics: &Metrics) -> Result<Vec<acme::renewal::Job>> {
     let mut jobs = Vec::new();
     for fe in &c.frontends {
-        check_tsig_key(fe)?;
+        check_tsig_key(fe, engine)?;
         // An on-demand frontend may have no names of its own.
         let Some(acme) = fe.acme().filter(|a| !a.names.is_empty()) else {
             continue;
@@ -549,16 +549,18 @@ fn acme_jobs(c: &Config, engine: &Engine, metrics: &Metrics) -> Result<Vec<acme:
 
 /// A DNS-01 frontend's TSIG key, read now (before privileges are dropped, and not months later
 /// at the first renewal) so a missing or malformed file stops the start with its name.
-fn check_tsig_key(fe: &Frontend) -> Result<()> {
+/// The key is kept: an order signs with it should the file be unreadable by then (a file only
+/// root may read, once privileges are dropped).
+fn check_tsig_key(fe: &Frontend, engine: &Engine) -> Result<()> {
     let Some(update) = fe.acme().and_then(|a| a.dns_update.as_ref()) else {
         return Ok(());
     };
-    acme::dns01::read_key(&update.tsig_key_file)
-        .map(drop)
-        .map_err(|e| Error::TsigKey {
-            frontend: fe.name.clone(),
-            message: e.to_string(),
-        })
+    let key = acme::dns01::read_key(&update.tsig_key_file).map_err(|e| Error::TsigKey {
+        frontend: fe.name.clone(),
+        message: e.to_string(),
+    })?;
+    engine.challenges.dns_keys.keep(&update.tsig_key_file, key);
+    Ok(())
 }
 
 /// The on-demand manager of each frontend with `on_demand`, over the table its TLS serves from.

@@ -44,7 +44,8 @@ pub(crate) struct Shared {
     metrics: Arc<Metrics>,
     open: Arc<Semaphore>,
     lookups: Semaphore,
-    /// Connections open per client address (only addresses with one open are kept).
+    /// Connections open per client (an IPv4 address, an IPv6 /64; only those with one open are
+    /// kept).
     per_client: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
 }
 
@@ -63,6 +64,7 @@ impl Shared {
     /// Takes one of `ip`'s connection slots; `None` when it has [`MAX_PER_CLIENT`] open. (The
     /// lock is this listener's, on the main runtime's one thread: never contended.)
     fn client_slot(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<ClientSlot> {
+        let ip = client_of(ip);
         let mut open = self
             .per_client
             .lock()
@@ -73,6 +75,18 @@ impl Shared {
         }
         *n += 1;
         Some(ClientSlot(Arc::clone(self), ip))
+    }
+}
+
+/// Who a connection counts against: its IPv4 address (an IPv4-mapped IPv6 one as such), or
+/// its IPv6 /64 (one host commonly has all of it).
+fn client_of(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip.to_canonical() {
+        std::net::IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+            std::net::IpAddr::V6(prefix.into())
+        }
+        v4 @ std::net::IpAddr::V4(_) => v4,
     }
 }
 
@@ -472,6 +486,15 @@ pub(crate) fn bind(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clients_are_counted_by_ipv4_address_or_ipv6_64() {
+        let v6 = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert_eq!(client_of(v6("2001:db8:1:2:a::1")), v6("2001:db8:1:2::"));
+        assert_eq!(client_of(v6("2001:db8:1:2:b::9")), v6("2001:db8:1:2::"));
+        assert_eq!(client_of(v6("::ffff:192.0.2.7")), v6("192.0.2.7"));
+        assert_eq!(client_of(v6("192.0.2.7")), v6("192.0.2.7"));
+    }
 
     #[test]
     fn hosts_lose_port_case_and_final_dot_and_addresses_are_not_names() {

@@ -109,6 +109,14 @@ impl SniResolver {
         self.on_demand.as_ref()
     }
 
+    /// Whether an on-demand certificate was issued for `server_name`.
+    fn has_on_demand(&self, server_name: Option<&str>) -> bool {
+        match (&self.on_demand, server_name) {
+            (Some(o), Some(name)) => o.get(name.trim_end_matches('.')).is_some(),
+            _ => false,
+        }
+    }
+
     /// The on-demand certificate for a name the configured ones do not cover, when one was
     /// issued and can sign with what the client offers.
     fn on_demand_for(&self, hello: &ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
@@ -239,7 +247,13 @@ impl ResolvesServerCert for WorkerResolver {
         }
         let chosen = self.tables.choose(&hello);
         *self.note() = match chosen {
-            None if self.tables.candidates(hello.server_name()).is_none() => Choice::NameRefused,
+            // An on-demand certificate that cannot sign with what the client offers is no
+            // certificate for it, not a refused name.
+            None if self.tables.candidates(hello.server_name()).is_none()
+                && !self.tables.has_on_demand(hello.server_name()) =>
+            {
+                Choice::NameRefused
+            }
             None => Choice::NoCertificate,
             Some(k) => self
                 .tables

@@ -34,6 +34,8 @@ pub(crate) struct Challenges {
     fetched: Table,
     /// The HTTP-01 answers of this process's orders, for the plain-HTTP listener.
     pub(crate) http: Arc<super::http01::HttpAnswers>,
+    /// The DNS-01 TSIG keys read at start.
+    pub(crate) dns_keys: super::dns01::Keys,
 }
 
 /// Whether `name` (an SNI, or the identifier of a CA's authorization) is one of `names`, the

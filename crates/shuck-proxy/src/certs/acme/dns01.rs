@@ -35,6 +35,42 @@ fn dns_err(server: SocketAddr, message: impl Into<String>) -> AcmeError {
     }
 }
 
+/// The TSIG keys read at start (before privileges were dropped), by file: what an order signs
+/// with when the file cannot be read again (made readable by root only, say).
+#[derive(Default)]
+pub(crate) struct Keys(std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, TSigner>>);
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Keys(..)") // never the secrets
+    }
+}
+
+impl Keys {
+    /// Keeps the key read from `path`.
+    pub(crate) fn keep(&self, path: &Path, key: TSigner) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(path.to_path_buf(), key);
+    }
+
+    /// The key in `update`'s file now, else the one read at start.
+    pub(super) fn signer(&self, update: &DnsUpdate) -> Result<TSigner, AcmeError> {
+        let fresh = read_key(&update.tsig_key_file);
+        let kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&update.tsig_key_file)
+            .cloned();
+        match (fresh, kept) {
+            (Ok(key), _) | (Err(_), Some(key)) => Ok(key),
+            (Err(e), None) => Err(e),
+        }
+    }
+}
+
 /// The TSIG key of a BIND key file (`key "name" { algorithm hmac-sha256; secret "…"; };`, as
 /// `tsig-keygen` writes it). The error never shows the secret.
 pub(crate) fn read_key(path: &Path) -> Result<TSigner, AcmeError> {
@@ -117,35 +153,39 @@ fn txt_set(record: &Name, value: &str, ttl: u32) -> RecordSet {
 
 /// A challenge record placed (or about to be): removed by [`Record::remove`], or, should the
 /// order be cancelled first (its time limit, a lost lease), by a task its drop starts.
-#[derive(Debug)]
 pub(super) struct Record {
     update: DnsUpdate,
+    signer: TSigner,
     name: String,
     value: String,
     removed: bool,
 }
 
 impl Record {
-    pub(super) fn new(update: &DnsUpdate, name: &str, value: &str) -> Record {
+    pub(super) fn new(update: &DnsUpdate, signer: TSigner, name: &str, value: &str) -> Record {
         Record {
             update: update.clone(),
+            signer,
             name: name.to_string(),
             value: value.to_string(),
             removed: false,
         }
     }
 
-    /// Removes the value (other values, another order's, stay); a failure is said once.
     /// Says the server refused to add it: there is nothing to remove.
     pub(super) fn never_added(&mut self) {
         self.removed = true;
     }
 
+    /// Removes the value (other values, another order's, stay); a failure is said once.
+    /// Marked removed only once the server answered: cancelled before, the drop removes it.
     pub(super) async fn remove(mut self) {
-        if std::mem::replace(&mut self.removed, true) {
+        if self.removed {
             return;
         }
-        if let Err(e) = remove(&self.update, &self.name, &self.value).await {
+        let done = remove(&self.update, &self.signer, &self.name, &self.value).await;
+        self.removed = true;
+        if let Err(e) = done {
             tracing::warn!(name = %self.name, error = %e, "cannot remove the DNS-01 challenge record");
         }
     }
@@ -159,13 +199,14 @@ impl Drop for Record {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (update, name, value) = (
+        let (update, signer, name, value) = (
             self.update.clone(),
+            self.signer.clone(),
             std::mem::take(&mut self.name),
             std::mem::take(&mut self.value),
         );
         runtime.spawn(async move {
-            if let Err(e) = remove(&update, &name, &value).await {
+            if let Err(e) = remove(&update, &signer, &name, &value).await {
                 tracing::warn!(name = %name, error = %e, "cannot remove the DNS-01 challenge record");
             }
         });
@@ -181,24 +222,32 @@ pub(super) async fn add(update: &DnsUpdate, record: &Record) -> Result<(), AcmeE
         false,
         false,
     );
-    signed_update(update, message).await
+    signed_update(update, &record.signer, message).await
 }
 
 /// Removes `value` from `name`'s challenge record.
-async fn remove(update: &DnsUpdate, name: &str, value: &str) -> Result<(), AcmeError> {
+async fn remove(
+    update: &DnsUpdate,
+    signer: &TSigner,
+    name: &str,
+    value: &str,
+) -> Result<(), AcmeError> {
     let (zone, record) = names(update, name)?;
     let message = update_message::delete_by_rdata(txt_set(&record, value, 0), zone, false);
-    signed_update(update, message).await
+    signed_update(update, signer, message).await
 }
 
 /// Sends an update signed with the zone's key; the answer's signature is checked too (a
 /// forged "NOERROR" would have the CA validate a record that is not there).
-async fn signed_update(update: &DnsUpdate, mut message: Message) -> Result<(), AcmeError> {
-    let signer = read_key(&update.tsig_key_file)?;
+async fn signed_update(
+    update: &DnsUpdate,
+    signer: &TSigner,
+    mut message: Message,
+) -> Result<(), AcmeError> {
     let now = u32::try_from(crate::sys::clock::unix_now()).unwrap_or(u32::MAX);
     let server = update.server;
     let mut verifier = message
-        .finalize(&signer, now)
+        .finalize(signer, now)
         .map_err(|e| dns_err(server, e.to_string()))?
         .ok_or_else(|| dns_err(server, "the TSIG signer gave no verifier"))?;
     let bytes = message
@@ -215,6 +264,7 @@ async fn signed_update(update: &DnsUpdate, mut message: Message) -> Result<(), A
                     "{} (the TSIG key's name or secret is not the server's)",
                     m.response_code()
                 ),
+                nothing_added: nothing_added(m.response_code()),
             },
             _ => dns_err(server, format!("the answer's TSIG does not verify: {e}")),
         }
@@ -224,27 +274,41 @@ async fn signed_update(update: &DnsUpdate, mut message: Message) -> Result<(), A
         code => Err(AcmeError::DnsRefused {
             server,
             message: code.to_string(),
+            nothing_added: nothing_added(code),
         }),
     }
+}
+
+/// Whether a server answering `code` to an update changed nothing for sure (RFC 2136 §3: it
+/// refuses before applying any of it); a SERVFAIL from a forwarding secondary may not mean that.
+fn nothing_added(code: ResponseCode) -> bool {
+    matches!(
+        code,
+        ResponseCode::Refused
+            | ResponseCode::NotAuth
+            | ResponseCode::FormErr
+            | ResponseCode::NotImp
+    )
 }
 
 /// Waits until every server the CA may ask answers the record's name TXT with its value, at
 /// most `propagation_timeout`: each NS server (any one of its addresses answering will do), or
 /// each of `nameservers`.
-pub(super) async fn await_propagation(update: &DnsUpdate, r: &Record) -> Result<(), AcmeError> {
-    let (zone, owner) = names(update, &r.name)?;
-    let groups: Vec<Vec<SocketAddr>> = match update.nameservers.as_slice() {
-        [] => authoritative_servers(update, &zone).await?,
-        listed => listed.iter().map(|a| vec![*a]).collect(),
-    };
+pub(super) async fn await_propagation(
+    update: &DnsUpdate,
+    groups: &[Vec<SocketAddr>],
+    r: &Record,
+) -> Result<(), AcmeError> {
+    let (_, owner) = names(update, &r.name)?;
     let deadline = tokio::time::Instant::now() + update.propagation_timeout;
-    let mut waiting = groups;
+    let mut waiting = groups.to_vec();
     loop {
         let mut still = Vec::new();
         for group in waiting {
             let mut seen = false;
             for server in &group {
-                if matches!(has_txt(*server, &owner, &r.value).await, Ok(true)) {
+                let asked = tokio::time::timeout_at(deadline, has_txt(*server, &owner, &r.value));
+                if matches!(asked.await, Ok(Ok(true))) {
                     seen = true;
                     break;
                 }
@@ -272,9 +336,18 @@ pub(super) async fn await_propagation(update: &DnsUpdate, r: &Record) -> Result<
     }
 }
 
-/// The primary, and each of the zone's NS servers by its addresses on port 53: asked of the
-/// primary (names in the zone), else of the system's resolver; an NS name with no address is
-/// said and passed over.
+/// Where a record must be seen, once per order: each of `nameservers`, or the primary and each
+/// of the zone's NS servers by its addresses on port 53 (asked of the primary for names in the
+/// zone, else of the system's resolver; an NS name with no address is said and passed over).
+pub(super) async fn servers(update: &DnsUpdate) -> Result<Vec<Vec<SocketAddr>>, AcmeError> {
+    if !update.nameservers.is_empty() {
+        return Ok(update.nameservers.iter().map(|a| vec![*a]).collect());
+    }
+    let zone = Name::from_ascii(format!("{}.", update.zone))
+        .map_err(|e| dns_err(update.server, e.to_string()))?;
+    authoritative_servers(update, &zone).await
+}
+
 async fn authoritative_servers(
     update: &DnsUpdate,
     zone: &Name,

@@ -41,11 +41,13 @@ pub(crate) enum AcmeError {
         server: std::net::SocketAddr,
         message: String,
     },
-    /// The DNS server answered the update with a refusal: nothing was changed.
+    /// The DNS server answered the update with an error.
     #[error("DNS server {server}: the update was refused: {message}")]
     DnsRefused {
         server: std::net::SocketAddr,
         message: String,
+        /// The answer says nothing was changed (so nothing is to be removed).
+        nothing_added: bool,
     },
     /// The TSIG key file is not one (the message never holds the secret).
     #[error("{}: {message}", path.display())]

@@ -166,8 +166,8 @@ enum Event {
     Asked(String, Result<bool, String>),
     /// A name's job stored (or loaded from the fleet) a new certificate.
     Renewed(String),
-    /// A name's job ended: its order failed, or its renewal was no longer allowed.
-    Ended(String),
+    /// A name's job ended, and why.
+    Ended(String, renewal::End),
 }
 
 /// Runs `m`'s frontend's on-demand issuance until the process ends.
@@ -217,8 +217,9 @@ struct State {
     /// How many of `names` are being asked about.
     asking: usize,
     /// Recent verdicts, the least used forgotten first past [`MAX_VERDICTS`]: a client sending
-    /// a new name with every hello only pushes out other refusals (each costs one question
-    /// again at most).
+    /// a new name with every hello pushes out other verdicts (a refusal forgotten costs one
+    /// question again; a failed name's back-off, one order again at most once per minute's
+    /// `max_per_minute`).
     verdicts: quick_cache::unsync::Cache<String, Verdict>,
     /// When the orders of the last minute started.
     started: VecDeque<Instant>,
@@ -266,38 +267,45 @@ impl State {
     fn heard(&mut self, m: &Manager, e: Event) {
         match e {
             Event::Asked(name, verdict) => self.asked(m, &name, verdict),
-            Event::Renewed(name) => self.renewed(m, &name),
-            Event::Ended(name) => self.ended(m, &name),
+            Event::Renewed(name) => self.serve(m, &name, true),
+            Event::Ended(name, end) => self.ended(m, &name, end),
         }
     }
 
-    /// A name's job ended: its first order failed (refused for a while, doubling with each
-    /// failure in a row from a minute to an hour), or the endpoint no longer allows it (not
-    /// served, its file removed so the next start does not serve it either).
-    fn ended(&mut self, m: &Manager, name: &str) {
+    /// A name's job ended: the endpoint no longer allows it (not served, its file removed so
+    /// the next start does not serve it either); its first order failed here (refused for a
+    /// while, doubling with each failure in a row from a minute to an hour); or another host's
+    /// did (refused a minute, as the fleet backs off).
+    fn ended(&mut self, m: &Manager, name: &str, end: renewal::End) {
         self.names.remove(name);
         let had = m.certs.get(name).is_some();
         m.certs.remove(name);
         let now = Instant::now();
-        if had {
-            let bundle = m.acme.for_name(&m.frontend, name).bundle;
-            if let Err(e) = std::fs::remove_file(&bundle) {
-                tracing::warn!(frontend = %m.frontend, path = %bundle.display(), error = %e, "cannot remove an on-demand certificate no longer allowed");
-            }
-            self.verdicts
-                .insert(name.to_string(), Verdict::Refused(now + REFUSED_FOR, 0));
-            return;
-        }
-        m.certs.events.order_failed.inc();
         let failures = match self.verdicts.get(name) {
-            Some(Verdict::Refused(_, n)) => n.saturating_add(1),
-            _ => 1,
+            Some(Verdict::Refused(_, n)) => *n,
+            _ => 0,
         };
-        let wait = REFUSED_FOR.saturating_mul(1 << failures.min(6).saturating_sub(1));
-        self.verdicts.insert(
-            name.to_string(),
-            Verdict::Refused(now + wait.min(MAX_BACK_OFF), failures),
-        );
+        let (wait, failures) = match end {
+            renewal::End::ServerGone => return,
+            renewal::End::NotAllowed => {
+                if had {
+                    let bundle = m.acme.for_name(&m.frontend, name).bundle;
+                    if let Err(e) = std::fs::remove_file(&bundle) {
+                        tracing::warn!(frontend = %m.frontend, path = %bundle.display(), error = %e, "cannot remove an on-demand certificate no longer allowed");
+                    }
+                }
+                (REFUSED_FOR, 0)
+            }
+            renewal::End::FleetBacksOff => (REFUSED_FOR, failures),
+            renewal::End::OrderFailed => {
+                m.certs.events.order_failed.inc();
+                let failures = failures.saturating_add(1);
+                let doubled = REFUSED_FOR.saturating_mul(1 << failures.min(7).saturating_sub(1));
+                (doubled.min(MAX_BACK_OFF), failures)
+            }
+        };
+        self.verdicts
+            .insert(name.to_string(), Verdict::Refused(now + wait, failures));
     }
 
     fn asked(&mut self, m: &Manager, name: &str, verdict: Result<bool, String>) {
@@ -372,7 +380,7 @@ impl State {
         }
         let acme = m.acme.for_name(&m.frontend, name);
         if m.certs.get(name).is_none() && usable(&acme.bundle, name) {
-            self.renewed(m, name);
+            self.serve(m, name, false);
         }
         let job = Job {
             frontend: m.frontend.clone(),
@@ -393,21 +401,24 @@ impl State {
                     }
                 }
             };
-            tokio::select! {
-                () = renewal::run(job, renewed) => {}
-                () = forward => {}
-            }
-            let _ = events.send(Event::Ended(name));
+            let end = tokio::select! {
+                end = renewal::run(job, renewed) => end,
+                () = forward => renewal::End::ServerGone,
+            };
+            let _ = events.send(Event::Ended(name, end));
         });
     }
 
-    /// Loads `name`'s new certificate and serves it; its waiting handshakes go on.
-    fn renewed(&mut self, m: &Manager, name: &str) {
+    /// Loads `name`'s certificate and serves it (counted as `issued` when `new`: not one an
+    /// earlier run stored); its waiting handshakes go on.
+    fn serve(&mut self, m: &Manager, name: &str, new: bool) {
         let bundle = m.acme.for_name(&m.frontend, name).bundle;
         match certified(&bundle) {
             Ok(key) => {
                 m.certs.insert(name, &key);
-                m.certs.events.issued.inc();
+                if new {
+                    m.certs.events.issued.inc();
+                }
                 tracing::info!(frontend = %m.frontend, name, "on-demand certificate served");
             }
             Err(e) => {

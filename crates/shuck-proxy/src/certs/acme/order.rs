@@ -129,10 +129,11 @@ async fn prepare_challenges(
         }
         place(&ch, &name, (challenges, acme, fleet), placed).await?;
     }
-    if acme.challenge == Challenge::Dns01 {
+    if acme.challenge == Challenge::Dns01 && !placed.is_empty() {
         let update = dns_update(acme)?;
+        let servers = dns01::servers(update).await?;
         let waits = placed.iter().filter_map(|p| match p {
-            Placed::Dns(r) => Some(dns01::await_propagation(update, r)),
+            Placed::Dns(r) => Some(dns01::await_propagation(update, &servers, r)),
             _ => None,
         });
         futures_util::future::try_join_all(waits).await?;
@@ -189,11 +190,16 @@ async fn place(
         Challenge::Dns01 => {
             let update = dns_update(acme)?;
             // Kept before it is sent: an update applied whose answer is lost is removed too.
-            let record = dns01::Record::new(update, name, &key_authorization.dns_value());
+            let signer = challenges.dns_keys.signer(update)?;
+            let record = dns01::Record::new(update, signer, name, &key_authorization.dns_value());
             placed.push(Placed::Dns(record));
             if let Some(Placed::Dns(r)) = placed.last_mut() {
                 let added = dns01::add(update, r).await;
-                if let Err(AcmeError::DnsRefused { .. }) = added {
+                if let Err(AcmeError::DnsRefused {
+                    nothing_added: true,
+                    ..
+                }) = added
+                {
                     r.never_added();
                 }
                 added?;

@@ -35,11 +35,11 @@ const ON_DEMAND_POLL: Duration = Duration::from_secs(600);
 /// How often a host whose certificate is due tries the lease another host holds.
 const LEASE_POLL: Duration = Duration::from_secs(3);
 /// How long a host whose certificate is missing or close to its end waits for the host holding
-/// the lease before it orders alone: longer than any order may take ([`ORDER_LIMIT`]) and two
-/// lease lifetimes, so a holder still ordering is never raced (two orders at once would answer
-/// each other's validators with the wrong challenge); a lease held past that is held by a host
-/// that hangs while renewing it, or by someone else.
-const ALONE_AFTER: Duration = Duration::from_secs(ORDER_LIMIT.as_secs() + 30);
+/// the lease before it orders alone, beyond the longest an order may take ([`order_limit`]):
+/// two lease lifetimes, so a holder still ordering is never raced (two orders at once would
+/// answer each other's validators with the wrong challenge); a lease held past that is held by
+/// a host that hangs while renewing it, or by someone else.
+const ALONE_AFTER: Duration = Duration::from_secs(30);
 /// The least time between two looks at the store that notifications cause: a flood of them
 /// (anyone who can PUBLISH) costs one look a second.
 const MIN_WAKE: Duration = Duration::from_secs(1);
@@ -90,15 +90,38 @@ impl Job {
 
 /// Keeps `job`'s certificate current, forever; sends the frontend's name on `renewed` each time
 /// a new certificate is stored.
-pub(crate) async fn run(job: Job, renewed: UnboundedSender<String>) {
+/// Why a job ended (only an on-demand name's ends while the server runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// The server is gone.
+    ServerGone,
+    /// The endpoint no longer allows the name: not renewed.
+    NotAllowed,
+    /// This host's first order of the name failed.
+    OrderFailed,
+    /// Another host's order of the name failed: the fleet backs off.
+    FleetBacksOff,
+}
+
+pub(crate) async fn run(job: Job, renewed: UnboundedSender<String>) -> End {
     match job.fleet.clone() {
         Some(fleet) => run_in_fleet(&job, &fleet, &renewed).await,
         None => run_alone(job, renewed).await,
     }
 }
 
+/// The longest one order may take: [`ORDER_LIMIT`], and the time DNS-01 may wait for its
+/// records to reach every server.
+fn order_limit(acme: &Acme) -> Duration {
+    ORDER_LIMIT
+        + acme
+            .dns_update
+            .as_ref()
+            .map_or(Duration::ZERO, |d| d.propagation_timeout)
+}
+
 /// Keeps the certificate current on this host alone.
-async fn run_alone(job: Job, renewed: UnboundedSender<String>) {
+async fn run_alone(job: Job, renewed: UnboundedSender<String>) -> End {
     let mut schedule = Schedule::new();
     let mut failures = 0u32;
     loop {
@@ -109,7 +132,7 @@ async fn run_alone(job: Job, renewed: UnboundedSender<String>) {
             continue;
         }
         if stored.is_some() && !job.still_allowed().await {
-            return;
+            return End::NotAllowed;
         }
         let what = if stored.is_some() {
             "renewing"
@@ -123,7 +146,7 @@ async fn run_alone(job: Job, renewed: UnboundedSender<String>) {
                 let not_after = Stored::read(&job.acme.bundle).map_or(0, |s| s.not_after);
                 tracing::info!(frontend = %job.frontend, not_after, "ACME certificate issued and stored");
                 if renewed.send(job.frontend.clone()).is_err() {
-                    return; // the server is gone
+                    return End::ServerGone;
                 }
                 // Never order twice in a row: a certificate that reads as due at once (a clock
                 // ahead of the CA's) would otherwise be ordered until the CA's rate limit.
@@ -134,7 +157,7 @@ async fn run_alone(job: Job, renewed: UnboundedSender<String>) {
                 let retry = retry_delay(failures, &e);
                 if job.gives_up(stored.is_some()) {
                     tracing::warn!(frontend = %job.frontend, names = ?job.acme.names, error = %e, "on-demand ACME order failed");
-                    return;
+                    return End::OrderFailed;
                 }
                 tracing::warn!(frontend = %job.frontend, error = %e, retry_in = ?retry, "ACME order failed; the current certificate keeps serving");
                 tokio::time::sleep(retry).await;
@@ -143,18 +166,14 @@ async fn run_alone(job: Job, renewed: UnboundedSender<String>) {
     }
 }
 
-/// One order, bounded by [`ORDER_LIMIT`] (and the time DNS-01 may wait for its records).
+/// One order, bounded by [`order_limit`].
 async fn obtain(
     challenges: &Arc<Challenges>,
     acme: &Acme,
     fleet: Option<&Fleet>,
     replaces: Option<CertificateIdentifier<'static>>,
 ) -> Result<Vec<u8>, AcmeError> {
-    let limit = ORDER_LIMIT
-        + acme
-            .dns_update
-            .as_ref()
-            .map_or(Duration::ZERO, |d| d.propagation_timeout);
+    let limit = order_limit(acme);
     let order = order::obtain(challenges, acme, fleet, replaces);
     let attempt = tokio::time::timeout(limit, order).await;
     attempt.unwrap_or_else(|_| {
@@ -169,9 +188,10 @@ async fn obtain(
 /// newer than this host's (and puts this host's there when it is the newer); when due, orders
 /// only under the fleet's lease, and stores what it got for the others. A store that cannot be
 /// reached delays nothing but the sharing: when the certificate is close to its end (a sixth
-/// of its life left) or there is none, the host orders alone; so it does after [`ALONE_AFTER`]
+/// of its life left) or there is none, the host orders alone; so it does after [`order_limit`]
+/// and [`ALONE_AFTER`]
 /// of a lease held by another host.
-async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String>) {
+async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String>) -> End {
     let (mut issued, poll) = if job.ask.is_some() {
         // No sender: `nap` sleeps its time out. A host waiting for another's first order
         // still tries the lease every LEASE_POLL and loads the result then.
@@ -207,7 +227,7 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
                 if matches!(adoption, Adoption::Loaded)
                     && renewed.send(job.frontend.clone()).is_err()
                 {
-                    return;
+                    return End::ServerGone;
                 }
                 true
             }
@@ -232,7 +252,7 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
         if matches!(lease, Ok(None)) && job.gives_up(stored.is_some()) {
             // Another host's order of this on-demand name failed: the fleet backs off, and so
             // does this host (asked again by a later handshake).
-            return;
+            return End::FleetBacksOff;
         }
         let Some(turn) = waiting.turn(job, &lease, urgent(stored.as_ref())) else {
             nap(&mut issued, LEASE_POLL, &mut wake, &job.events).await;
@@ -241,7 +261,7 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
         waiting = Waiting::default();
         if stored.is_some() && !job.still_allowed().await {
             fleet.release_lease(&job.acme).await;
-            return;
+            return End::NotAllowed;
         }
         let what = if stored.is_some() {
             "renewing"
@@ -267,7 +287,7 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
                 fleet.release_lease(&job.acme).await;
                 fleet.announce(&job.acme).await;
                 if renewed.send(job.frontend.clone()).is_err() {
-                    return;
+                    return End::ServerGone;
                 }
                 tokio::time::sleep(FIRST_RETRY).await;
             }
@@ -283,7 +303,7 @@ async fn run_in_fleet(job: &Job, fleet: &Fleet, renewed: &UnboundedSender<String
                 }
                 if job.gives_up(stored.is_some()) {
                     tracing::warn!(frontend = %job.frontend, names = ?job.acme.names, error = %e, "on-demand ACME order failed");
-                    return;
+                    return End::OrderFailed;
                 }
                 tracing::warn!(frontend = %job.frontend, error = %e, retry_in = ?retry, "ACME order failed; the current certificate keeps serving");
                 tokio::time::sleep(retry).await;
@@ -328,8 +348,10 @@ impl Waiting {
                     tracing::info!(frontend = %job.frontend, "another host holds the fleet's ACME lease; waiting for the certificate it orders");
                     tokio::time::Instant::now()
                 });
-                (urgent && since.elapsed() >= ALONE_AFTER).then(|| {
-                    Turn::Alone(format!("another host has held the fleet's ACME lease for {}s and this host's certificate is missing or close to its end", ALONE_AFTER.as_secs()))
+                // Longer than any order may take, so a holder still ordering is never raced.
+                let alone_after = order_limit(&job.acme) + ALONE_AFTER;
+                (urgent && since.elapsed() >= alone_after).then(|| {
+                    Turn::Alone(format!("another host has held the fleet's ACME lease for {}s and this host's certificate is missing or close to its end", alone_after.as_secs()))
                 })
             }
             Ok(None) => {
