@@ -43,21 +43,15 @@ pub(super) async fn obtain(
     let mut order = account.new_order(&new).await?;
     // Kept until the order is decided: the CA's validators may ask more than once.
     let mut placed: Vec<Placed> = Vec::new();
-    let prepared = prepare_challenges(&mut order, challenges, acme, fleet, &mut placed).await;
-    let status = match prepared {
-        Ok(()) => {
-            let patience = RetryPolicy::new()
-                .initial_delay(Duration::from_millis(250))
-                .timeout(ORDER_PATIENCE);
-            Some(order.poll_ready(&patience).await)
-        }
-        Err(e) => {
-            withdraw(placed, fleet).await;
-            return Err(e);
-        }
+    let patience = RetryPolicy::new()
+        .initial_delay(Duration::from_millis(250))
+        .timeout(ORDER_PATIENCE);
+    let status = match prepare_challenges(&mut order, challenges, acme, fleet, &mut placed).await {
+        Ok(()) => order.poll_ready(&patience).await.map_err(AcmeError::from),
+        Err(e) => Err(e),
     };
     withdraw(placed, fleet).await;
-    if status.transpose()? != Some(OrderStatus::Ready) {
+    if status? != OrderStatus::Ready {
         return Err(AcmeError::Refused(why_invalid(&mut order).await));
     }
     // RSA key generation takes a while: off the main thread's runtime (metrics, signals).
@@ -66,9 +60,6 @@ pub(super) async fn obtain(
         .await
         .map_err(|e| AcmeError::Internal(format!("key generation task lost: {e}")))??;
     order.finalize_csr(&csr).await?;
-    let patience = RetryPolicy::new()
-        .initial_delay(Duration::from_millis(250))
-        .timeout(ORDER_PATIENCE);
     let chain = order.poll_certificate(&patience).await?;
     let mut bundle = chain.into_bytes();
     if !bundle.ends_with(b"\n") {
