@@ -413,3 +413,52 @@ fn dns_01_by_dynamic_update_gets_a_wildcard_certificate_from_a_real_named() {
         "the records are removed"
     );
 }
+
+/// Started as root with `user = "nobody"` and a TSIG key only root may read: the start reads
+/// the key, the order (run by nobody, who can no longer read the file) signs with the key kept
+/// from the start, and the wildcard is issued.
+#[test]
+#[ignore = "needs root"]
+fn dns_01_signs_with_the_key_read_at_start_once_the_file_is_out_of_reach() {
+    use std::os::unix::fs::PermissionsExt;
+    shuck_test_support::process::assert_root();
+    let pki = Pki::new();
+    let named = Named::start(pki.dir.path());
+    std::fs::set_permissions(&named.key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let pebble = Pebble::start_spec(
+        &pki,
+        &Spec {
+            tls_port: free_tcp_port(),
+            validity: 300,
+            dns: Some(named.addr.to_string()),
+            ..Spec::default()
+        },
+    );
+    // What nobody must reach: the state directory and the CA's root, under a directory it may
+    // enter (the test's own directory is root's alone, like the key).
+    let open = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let ca = open.path().join("ca.pem");
+    std::fs::copy(pki.ca_path(), &ca).expect("copy");
+    std::fs::set_permissions(&ca, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let port = free_tcp_port();
+    let shuck = Shuck::start(&format!(
+        "user = \"nobody\"\nworkers = 1\nstate_dir = {}\n[[frontend]]\nlisten = \"127.0.0.1:{port}\"\n\
+         [frontend.acme]\ndirectory = \"{}\"\nnames = [\"*.acme.test\"]\nchallenge = \"dns-01\"\n\
+         directory_ca = {}\n[frontend.acme.dns_update]\nserver = \"{}\"\nzone = \"acme.test\"\n\
+         tsig_key_file = {}\nnameservers = [\"{}\"]\npropagation_timeout = \"20s\"\n",
+        toml_path(&open.path().join("state")),
+        pebble.directory,
+        toml_path(&ca),
+        named.addr,
+        toml_path(&named.key),
+        named.addr,
+    ));
+    shuck.wait_log("dropped privileges");
+    shuck.wait_log_within("ACME certificate issued", Duration::from_secs(60));
+    assert!(
+        named.log_text().contains("signer \"shuck-acme\" approved"),
+        "{}",
+        named.log_text()
+    );
+}
