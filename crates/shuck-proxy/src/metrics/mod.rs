@@ -11,6 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+mod acme;
 mod certificates;
 mod families;
 mod http;
@@ -544,69 +545,6 @@ impl Metrics {
     pub(crate) fn dns_addresses(&self, name: &str, count: usize) {
         get(&self.dns.addresses, &vec![("name", name.to_string())])
             .set(i64::try_from(count).unwrap_or(i64::MAX));
-    }
-
-    /// The counters of one frontend's fleet ACME: its waits and refusals.
-    pub(crate) fn acme_fleet_events(
-        &self,
-        frontend: &str,
-    ) -> crate::certs::acme::fleet::FleetEvents {
-        let c = |event: &str| {
-            get(
-                &self.acme_fleet,
-                &vec![
-                    ("frontend", frontend.to_string()),
-                    ("event", event.to_string()),
-                ],
-            )
-        };
-        crate::certs::acme::fleet::FleetEvents {
-            lease_wait: c("lease_wait"),
-            lease_taken_over: c("lease_taken_over"),
-            ordered_alone: c("ordered_alone"),
-            notifications_dropped: c("notification_dropped"),
-            values_refused: c("value_refused"),
-        }
-    }
-
-    /// What `frontend`'s on-demand issuance counts into.
-    pub(crate) fn on_demand_events(
-        &self,
-        frontend: &str,
-    ) -> crate::certs::acme::on_demand::OnDemandEvents {
-        let c = |event: &str| {
-            get(
-                &self.on_demand,
-                &vec![
-                    ("frontend", frontend.to_string()),
-                    ("event", event.to_string()),
-                ],
-            )
-        };
-        crate::certs::acme::on_demand::OnDemandEvents {
-            allowed: c("allowed"),
-            refused: c("refused"),
-            ask_failed: c("ask_failed"),
-            ordered: c("ordered"),
-            issued: c("issued"),
-            order_failed: c("order_failed"),
-            held_too_long: c("held_too_long"),
-            rate_limited: c("rate_limited"),
-            full: c("full"),
-            busy: c("busy"),
-        }
-    }
-
-    /// Counts one request on the plain-HTTP listener at `listener`.
-    pub(crate) fn redirect_request(&self, listener: &str, outcome: &str) {
-        get(
-            &self.redirect_requests,
-            &vec![
-                ("listener", listener.to_string()),
-                ("outcome", outcome.to_string()),
-            ],
-        )
-        .inc();
     }
 
     /// Whether a certificate some frontend serves now names `host` (exactly, or by a
