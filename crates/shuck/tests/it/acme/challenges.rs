@@ -297,6 +297,55 @@ impl Named {
     }
 }
 
+/// pebble validating with `named` as its DNS server.
+fn pebble_asking(pki: &Pki, named: &Named) -> Pebble {
+    Pebble::start_spec(
+        pki,
+        &Spec {
+            tls_port: free_tcp_port(),
+            validity: 300,
+            dns: Some(named.addr.to_string()),
+            ..Spec::default()
+        },
+    )
+}
+
+/// A frontend on `port` ordering `ordered` (TOML list items) by DNS-01 through `named`, signing
+/// with `key`, trusting `ca` for the directory, its state in `state`.
+fn dns01_config(
+    (port, ordered): (u16, &str),
+    pebble: &Pebble,
+    named: &Named,
+    (key, ca, state): (&Path, &Path, &Path),
+) -> String {
+    format!(
+        "workers = 1\nstate_dir = {}\n[[frontend]]\nlisten = \"127.0.0.1:{port}\"\n\
+         [frontend.acme]\ndirectory = \"{}\"\nnames = [{ordered}]\nchallenge = \"dns-01\"\n\
+         directory_ca = {}\n[frontend.acme.dns_update]\nserver = \"{}\"\nzone = \"acme.test\"\n\
+         tsig_key_file = {}\nnameservers = [\"{}\"]\npropagation_timeout = \"20s\"\n",
+        toml_path(state),
+        pebble.directory,
+        toml_path(ca),
+        named.addr,
+        toml_path(key),
+        named.addr,
+    )
+}
+
+/// `shuck check --config <toml>`: (success, standard output, standard error).
+fn shuck_check(toml: &Path) -> (bool, String, String) {
+    let out = Command::new(&*shuck_test_support::process::SHUCK)
+        .args(["check", "--config"])
+        .arg(toml)
+        .output()
+        .expect("shuck check");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// A certificate for `acme.test` and `*.acme.test` by DNS-01: pebble asks the real `named`,
 /// which shuck updated with TSIG-signed messages; curl to any name under the zone verifies with
 /// pebble's root; the records are gone afterwards. A key with the wrong secret gets a failed
@@ -306,56 +355,30 @@ fn dns_01_by_dynamic_update_gets_a_wildcard_certificate_from_a_real_named() {
     let pki = Pki::new();
     let named = Named::start(pki.dir.path());
     let port = free_tcp_port();
-    let pebble = Pebble::start_spec(
-        &pki,
-        &Spec {
-            tls_port: free_tcp_port(),
-            validity: 300,
-            dns: Some(named.addr.to_string()),
-            ..Spec::default()
-        },
-    );
+    let pebble = pebble_asking(&pki, &named);
+    let ca = pki.ca_path();
     let config = |key: &Path, state: &str| {
-        format!(
-            "workers = 1\nstate_dir = {}\n[[frontend]]\nlisten = \"127.0.0.1:{port}\"\n\
-             [frontend.acme]\ndirectory = \"{}\"\nnames = [\"acme.test\", \"*.acme.test\"]\n\
-             challenge = \"dns-01\"\ndirectory_ca = {}\n[frontend.acme.dns_update]\nserver = \"{}\"\n\
-             zone = \"acme.test\"\ntsig_key_file = {}\nnameservers = [\"{}\"]\npropagation_timeout = \"20s\"\n",
-            toml_path(&pki.dir.path().join(state)),
-            pebble.directory,
-            toml_path(&pki.ca_path()),
-            named.addr,
-            toml_path(key),
-            named.addr,
+        let state = pki.dir.path().join(state);
+        dns01_config(
+            (port, "\"acme.test\", \"*.acme.test\""),
+            &pebble,
+            &named,
+            (key, &ca, &state),
         )
     };
     // shuck check reads the key as the start does: a missing file stops it, naming it.
     let missing = pki.path("missing.key");
     let toml = pki.path("check.toml");
     std::fs::write(&toml, config(&missing, "state-check")).expect("config");
-    let out = Command::new(&*shuck_test_support::process::SHUCK)
-        .args(["check", "--config"])
-        .arg(&toml)
-        .output()
-        .expect("shuck check");
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{said}");
+    let (ok, _, said) = shuck_check(&toml);
+    assert!(!ok, "{said}");
     assert!(
         said.contains("acme.dns_update") && said.contains("missing.key"),
         "{said}"
     );
     std::fs::write(&toml, config(&named.key, "state-check")).expect("config");
-    let out = Command::new(&*shuck_test_support::process::SHUCK)
-        .args(["check", "--config"])
-        .arg(&toml)
-        .output()
-        .expect("shuck check");
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, said, err) = shuck_check(&toml);
+    assert!(ok, "{said}{err}");
     assert!(
         said.contains("dns-01") && said.contains("(readable)"),
         "{said}"
@@ -425,15 +448,7 @@ fn dns_01_signs_with_the_key_read_at_start_once_the_file_is_out_of_reach() {
     let pki = Pki::new();
     let named = Named::start(pki.dir.path());
     std::fs::set_permissions(&named.key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-    let pebble = Pebble::start_spec(
-        &pki,
-        &Spec {
-            tls_port: free_tcp_port(),
-            validity: 300,
-            dns: Some(named.addr.to_string()),
-            ..Spec::default()
-        },
-    );
+    let pebble = pebble_asking(&pki, &named);
     // What nobody must reach: the state directory and the CA's root, under a directory it may
     // enter (the test's own directory is root's alone, like the key).
     let open = tempfile::tempdir().expect("tempdir");
@@ -442,18 +457,13 @@ fn dns_01_signs_with_the_key_read_at_start_once_the_file_is_out_of_reach() {
     std::fs::copy(pki.ca_path(), &ca).expect("copy");
     std::fs::set_permissions(&ca, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     let port = free_tcp_port();
-    let shuck = Shuck::start(&format!(
-        "user = \"nobody\"\nworkers = 1\nstate_dir = {}\n[[frontend]]\nlisten = \"127.0.0.1:{port}\"\n\
-         [frontend.acme]\ndirectory = \"{}\"\nnames = [\"*.acme.test\"]\nchallenge = \"dns-01\"\n\
-         directory_ca = {}\n[frontend.acme.dns_update]\nserver = \"{}\"\nzone = \"acme.test\"\n\
-         tsig_key_file = {}\nnameservers = [\"{}\"]\npropagation_timeout = \"20s\"\n",
-        toml_path(&open.path().join("state")),
-        pebble.directory,
-        toml_path(&ca),
-        named.addr,
-        toml_path(&named.key),
-        named.addr,
-    ));
+    let config = dns01_config(
+        (port, "\"*.acme.test\""),
+        &pebble,
+        &named,
+        (&named.key, &ca, &open.path().join("state")),
+    );
+    let shuck = Shuck::start(&format!("user = \"nobody\"\n{config}"));
     shuck.wait_log("dropped privileges");
     shuck.wait_log_within("ACME certificate issued", Duration::from_secs(60));
     assert!(

@@ -240,13 +240,18 @@ fn counter_sum(metrics: SocketAddr, family: &str, (label, value): (&str, &str)) 
 
 /// What `openssl s_client` prints about the frontend's certificate for NAME.
 fn s_client_text(addr: SocketAddr) -> String {
+    s_client_text_for(addr, NAME)
+}
+
+/// What `openssl s_client` prints about the frontend's certificate for `name`.
+fn s_client_text_for(addr: SocketAddr, name: &str) -> String {
     let out = run_bounded(
         Command::new("openssl").args([
             "s_client",
             "-connect",
             &addr.to_string(),
             "-servername",
-            NAME,
+            name,
         ]),
         b"",
         20,
@@ -256,7 +261,12 @@ fn s_client_text(addr: SocketAddr) -> String {
 
 /// The leaf certificate the frontend serves for NAME, PEM.
 fn served_leaf(addr: SocketAddr) -> String {
-    let text = s_client_text(addr);
+    served_leaf_for(addr, NAME)
+}
+
+/// The leaf certificate the frontend serves for `name`, PEM.
+fn served_leaf_for(addr: SocketAddr, name: &str) -> String {
+    let text = s_client_text_for(addr, name);
     let begin = text
         .find("-----BEGIN CERTIFICATE-----")
         .expect("a certificate");

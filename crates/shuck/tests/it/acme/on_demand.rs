@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use shuck_test_support::pki::{toml_path, Pki};
-use shuck_test_support::process::{run_bounded, Shuck};
+use shuck_test_support::process::Shuck;
 use shuck_test_support::redis::RedisServer;
 
 use super::{free_tcp_port, Pebble, Spec};
@@ -232,24 +232,7 @@ fn three_hosts_asked_for_one_name_at_once_make_one_order() {
     assert_eq!(leases, 1, "{}", super::logs_of(&hosts));
     let served: Vec<String> = hosts
         .iter()
-        .map(|h| {
-            let text = run_bounded(
-                std::process::Command::new("openssl").args([
-                    "s_client",
-                    "-connect",
-                    &h.addr().to_string(),
-                    "-servername",
-                    "shared.customer.test",
-                ]),
-                b"",
-                20,
-            );
-            let out = String::from_utf8_lossy(&text.stdout).into_owned();
-            out.lines()
-                .skip_while(|l| !l.starts_with("-----BEGIN CERTIFICATE"))
-                .take_while(|l| !l.starts_with("-----END"))
-                .collect()
-        })
+        .map(|h| super::served_leaf_for(h.addr(), "shared.customer.test"))
         .collect();
     assert!(!served[0].is_empty());
     assert!(
