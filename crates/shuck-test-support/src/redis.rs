@@ -62,6 +62,11 @@ impl RedisServer {
     pub fn cli(&self, args: &[&str]) -> String {
         cli(self.port, args)
     }
+
+    /// The server's process id (to stop and continue it: a store that does not answer).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 /// `redis-cli -h 127.0.0.1 -p PORT ARGS…`, its output.

@@ -2,7 +2,21 @@
 //! on-demand issuance counts (`on_demand_events`) and the plain-HTTP listener's requests
 //! (`redirect_requests`).
 
-use super::{get, Metrics};
+use super::{get, FrontendMetrics, Metrics};
+
+impl FrontendMetrics {
+    /// `acme_fleet_events{event="challenge_lookup_busy"}` of this frontend: taken only for a
+    /// frontend whose ACME a fleet shares, so no other shows the series.
+    pub(crate) fn challenge_lookups_busy(&self) -> prometheus_client::metrics::counter::Counter {
+        get(
+            &self.acme_fleet,
+            &vec![
+                ("frontend", self.backend_connects.frontend.clone()),
+                ("event", "challenge_lookup_busy".to_string()),
+            ],
+        )
+    }
+}
 
 impl Metrics {
     /// The counters of one frontend's fleet ACME: its waits and refusals.

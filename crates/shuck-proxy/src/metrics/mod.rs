@@ -138,6 +138,8 @@ pub(crate) struct FrontendMetrics {
     backend_connects: BackendConnects,
     /// This worker's counters of the most frequent JA4 fingerprints.
     pub ja4: std::sync::Arc<ja4_top::Ja4Counts>,
+    /// `shuck_acme_fleet_events_total`, for the series a worker counts into.
+    acme_fleet: Family<Labels, Counter>,
 }
 
 /// Where one worker's per-backend connect histograms and error counters come from.
@@ -342,7 +344,7 @@ impl Metrics {
         );
         registry.register(
             "acme_fleet_events",
-            "What a fleet's ACME waited for or refused, by event: lease_wait (a wait for the host holding the lease, or the fleet's back-off, began), lease_taken_over (a lease no host of the fleet wrote, or one past its time), ordered_alone, notification_dropped (beyond one a second), value_refused (a store value not sealed by the fleet, or past its expiry)",
+            "What a fleet's ACME waited for or refused, by event: lease_wait (a wait for the host holding the lease, or the fleet's back-off, began), lease_taken_over (a lease no host of the fleet wrote, or one past its time), ordered_alone, notification_dropped (beyond one a second), value_refused (a store value not sealed by the fleet, or past its expiry), challenge_lookup_busy (a TLS-ALPN-01 validator's handshake answered without the store: 16 lookups of another host's challenge were running in the process)",
             m.acme_fleet.clone(),
         );
         registry.register(
@@ -481,6 +483,7 @@ impl Metrics {
                 worker,
             },
             ja4: self.ja4_top.counts(frontend),
+            acme_fleet: self.acme_fleet.clone(),
         };
         self.index.frontend(frontend, worker, &handles);
         handles

@@ -297,6 +297,10 @@ async fn fetch_fleet_challenge(challenges: &Challenges, fe: &WorkerFrontend, rea
     if !ordered || challenges.is_pending(&name) {
         return;
     }
+    let Some(_slot) = challenges.store_lookups.try_slot() else {
+        fe.challenge_lookups_busy.inc();
+        return;
+    };
     let key = acme::fleet::challenge_key(&name);
     // Half the handshake's time left at most: the challenge's handshake needs the rest.
     let now = tokio::time::Instant::now();

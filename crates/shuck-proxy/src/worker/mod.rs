@@ -172,6 +172,9 @@ pub(crate) struct WorkerFrontend {
     pub(crate) acme_challenge: Option<Arc<rustls::ServerConfig>>,
     /// With ACME shared by a fleet: where another host's challenge is found.
     pub(crate) acme_store: Option<Arc<crate::store::fleet::FleetStore>>,
+    /// Validators' handshakes that found every store lookup slot taken (and were answered
+    /// without the store): counted only where `acme_store` is set.
+    pub(crate) challenge_lookups_busy: prometheus_client::metrics::counter::Counter,
     /// The frontend's admission counts, shared with its other workers.
     pub(crate) gate: admission::Gate,
 }
@@ -314,6 +317,11 @@ impl WorkerFrontend {
         let acme_store = cfg
             .fleet_store()
             .and_then(|s| engine.fleet_stores.shared(&s.url, &s.key).ok());
+        let challenge_lookups_busy = if acme_store.is_some() {
+            metrics.challenge_lookups_busy()
+        } else {
+            prometheus_client::metrics::counter::Counter::default()
+        };
         let gate = engine.gates.gate(&cfg);
         WorkerFrontend {
             cfg,
@@ -323,6 +331,7 @@ impl WorkerFrontend {
             metrics,
             acme_challenge,
             acme_store,
+            challenge_lookups_busy,
             gate,
         }
     }

@@ -36,6 +36,32 @@ pub(crate) struct Challenges {
     pub(crate) http: Arc<super::http01::HttpAnswers>,
     /// The DNS-01 TSIG keys read at start.
     pub(crate) dns_keys: super::dns01::Keys,
+    /// Lookups of another host's challenge in a fleet's store running now.
+    pub(crate) store_lookups: StoreLookups,
+}
+
+/// Store lookups for another host's challenge (TLS-ALPN-01 validators' handshakes and the
+/// plain-HTTP listeners' HTTP-01 requests together) that may run at once in the process: a
+/// flood of made-up challenges asks the fleet's store, which the fleet's sessions share, for
+/// this many at most.
+pub(crate) const MAX_STORE_LOOKUPS: usize = 16;
+
+/// The slots of [`MAX_STORE_LOOKUPS`].
+#[derive(Debug)]
+pub(crate) struct StoreLookups(tokio::sync::Semaphore);
+
+impl Default for StoreLookups {
+    fn default() -> Self {
+        StoreLookups(tokio::sync::Semaphore::new(MAX_STORE_LOOKUPS))
+    }
+}
+
+impl StoreLookups {
+    /// A slot for one lookup, held while the lookup runs; `None` when every slot is taken (the
+    /// caller answers without the store).
+    pub(crate) fn try_slot(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.0.try_acquire().ok()
+    }
 }
 
 /// Whether `name` (an SNI, or the identifier of a CA's authorization) is one of `names`, the

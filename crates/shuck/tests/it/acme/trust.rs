@@ -85,6 +85,59 @@ fn acme_challenge_lookups_are_only_for_the_frontends_names() {
     );
 }
 
+/// A flood of validators' handshakes for made-up names at an on-demand fleet host whose store
+/// does not answer (redis-server stopped): 16 store lookups run at once, the handshakes beyond
+/// them are answered without the store and counted. (Each once started a lookup of its own: a
+/// flood was as many queries waiting on the store the fleet's sessions share.)
+#[test]
+fn validators_handshakes_look_challenges_up_sixteen_at_a_time() {
+    let pki = Pki::new();
+    let redis = shuck_test_support::redis::RedisServer::start(&[]);
+    let port = free_tcp_port();
+    let nobody = format!("https://127.0.0.1:{}/dir", free_tcp_port());
+    let ask = format!("http://127.0.0.1:{}/allowed", free_tcp_port());
+    let shuck = Shuck::start(&format!(
+        "workers = 2\nstate_dir = {}\nmetrics_listen = \"127.0.0.1:0\"\n[[frontend]]\n\
+         name = \"saas\"\nlisten = \"127.0.0.1:{port}\"\n\
+         acme = {{ directory = \"{nobody}\", directory_ca = {} }}\n\
+         on_demand = {{ ask = \"{ask}\" }}\n\
+         acme_store = \"redis://127.0.0.1:{}\"\nacme_store_key = {}\n",
+        toml_path(&pki.dir.path().join("state")),
+        toml_path(&pki.ca_path()),
+        redis.port,
+        toml_path(&fleet_key(&pki)),
+    ));
+    let (addr, metrics) = (shuck.addr(), *shuck.addrs.last().expect("metrics"));
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &redis.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(ok.success(), "kill {sig}");
+    };
+    // One lookup first, so the store's connection is open: each lookup then waits its 2 s for
+    // the stopped server (not the 1 s of a connection attempt), and the flood overlaps within.
+    validator_hello(addr, "first.flood.test");
+    signal("-STOP");
+    let flood = 48;
+    std::thread::scope(|s| {
+        for i in 0..flood {
+            s.spawn(move || validator_hello(addr, &format!("n{i}.flood.test")));
+        }
+    });
+    signal("-CONT");
+    let busy = counter_sum(
+        metrics,
+        "shuck_acme_fleet_events_total",
+        ("event", "challenge_lookup_busy"),
+    );
+    assert!(
+        (16..=flood - 16).contains(&busy),
+        "{busy} of {flood} handshakes found the lookups taken\n{}",
+        shuck.log_text()
+    );
+}
+
 /// What a Redis writer without the fleet's key can do to a fleet's ACME, with pebble and a real
 /// redis-server. A lease written in the clear with no TTL (`SET shuck:acme:lease:<id> x`) once
 /// kept a fresh host from ever ordering: now it is taken over at once, logged and counted, and
