@@ -67,6 +67,7 @@ impl Metrics {
             rate_limited: c("rate_limited"),
             full: c("full"),
             busy: c("busy"),
+            reserved: c("reserved"),
         }
     }
 

@@ -354,7 +354,7 @@ impl Metrics {
         );
         registry.register(
             "on_demand_events",
-            "On-demand certificates, by frontend and event: allowed and refused (the ask endpoint's answers; a refusal is kept a minute), ask_failed (no answer, or 5xx), ordered, issued (loaded to serve, also from the fleet), order_failed, held_too_long (a handshake that waited its hold), rate_limited (past max_per_minute), full (max_certificates reached), busy (a new name refused without asking: 16 questions out, or a name too long)",
+            "On-demand certificates, by frontend and event: allowed and refused (the ask endpoint's answers; a refusal is kept a minute), ask_failed (no answer, or 5xx), ordered, issued (loaded to serve, also from the fleet), order_failed, held_too_long (a handshake that waited its hold), rate_limited (past max_per_minute), full (max_certificates reached), busy (a new name refused without asking: 16 questions out, or a name too long), reserved (a name some frontend's acme.names lists, refused without asking)",
             m.on_demand.clone(),
         );
         registry.register_collector(Box::new(ja4_top::Ja4TopCollector(m.ja4_top.clone())));

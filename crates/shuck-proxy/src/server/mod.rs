@@ -571,6 +571,14 @@ fn on_demand_managers(
     metrics: &Metrics,
 ) -> Result<Vec<acme::on_demand::Manager>> {
     let mut managers = Vec::new();
+    let reserved: Arc<std::collections::HashSet<String>> = Arc::new(
+        c.frontends
+            .iter()
+            .filter_map(Frontend::acme)
+            .flat_map(|a| &a.names)
+            .map(|n| n.trim_end_matches('.').to_ascii_lowercase())
+            .collect(),
+    );
     for (fe, ctx) in c.frontends.iter().zip(tls) {
         let (Some(acme), Some(certs)) = (fe.acme(), ctx.on_demand.clone()) else {
             continue;
@@ -582,6 +590,7 @@ fn on_demand_managers(
             fleet: fleet_of(fe, engine)?,
             challenges: engine.challenges.clone(),
             fleet_events: metrics.acme_fleet_events(&fe.name),
+            reserved: reserved.clone(),
         });
     }
     Ok(managers)

@@ -61,6 +61,8 @@ pub(crate) struct OnDemandEvents {
     pub full: Counter,
     /// A new name refused without asking: [`MAX_ASKING`] questions out, or a name too long.
     pub busy: Counter,
+    /// A name some frontend's `acme.names` lists, refused without asking.
+    pub reserved: Counter,
 }
 
 /// A handshake's request for a name's certificate; `reply` is sent once it is served, dropped
@@ -142,6 +144,10 @@ pub(crate) struct Manager {
     pub fleet: Option<Fleet>,
     pub challenges: Arc<Challenges>,
     pub fleet_events: FleetEvents,
+    /// The names frontends order by their `acme.names` (lower case, no final dot): never
+    /// ordered on demand, where the two orders' challenges for one name would replace each
+    /// other (the process answers a validator by name) and two certificates be kept.
+    pub reserved: Arc<std::collections::HashSet<String>>,
 }
 
 /// A name being asked about or ordered.
@@ -232,6 +238,10 @@ impl State {
     fn want(&mut self, m: &Manager, w: Wanted) {
         if m.certs.get(&w.name).is_some() {
             let _ = w.reply.send(());
+            return;
+        }
+        if m.reserved.contains(&w.name) {
+            m.certs.events.reserved.inc();
             return;
         }
         if let Some(Name::Asking(waiters) | Name::Running(waiters)) = self.names.get_mut(&w.name) {
