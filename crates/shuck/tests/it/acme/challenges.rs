@@ -208,8 +208,20 @@ fn the_plain_http_listener_bounds_what_a_client_may_hold() {
     drop(held);
 }
 
-/// A BIND `named` serving the zone `acme.test` (every name 127.0.0.1) on a free port, taking
-/// updates signed with a TSIG key made by `tsig-keygen`.
+/// A TSIG key `shuck-acme` made by `tsig-keygen`, in `dir`.
+fn tsig_key(dir: &Path) -> PathBuf {
+    let key = dir.join("tsig.key");
+    let made = Command::new(require("tsig-keygen", "bind9"))
+        .args(["-a", "hmac-sha256", "shuck-acme"])
+        .output()
+        .expect("tsig-keygen");
+    assert!(made.status.success(), "{made:?}");
+    std::fs::write(&key, &made.stdout).expect("key file");
+    key
+}
+
+/// A BIND `named` serving the zone `acme.test` (every name 127.0.0.1), taking updates signed
+/// with a TSIG key made by `tsig-keygen`.
 struct Named {
     _child: Killed,
     addr: SocketAddr,
@@ -218,38 +230,47 @@ struct Named {
 }
 
 impl Named {
+    /// The primary of `acme.test` on a free port of 127.0.0.1, its one NS server itself.
     fn start(dir: &Path) -> Named {
-        let named = require("named", "bind9");
-        let keygen = require("tsig-keygen", "bind9");
-        let key = dir.join("tsig.key");
-        let made = Command::new(keygen)
-            .args(["-a", "hmac-sha256", "shuck-acme"])
-            .output()
-            .expect("tsig-keygen");
-        assert!(made.status.success(), "{made:?}");
-        std::fs::write(&key, &made.stdout).expect("key file");
+        let key = tsig_key(dir);
         std::fs::write(
             dir.join("acme.test.db"),
             "$TTL 60\n@ IN SOA ns.acme.test. hostmaster.acme.test. 1 60 60 600 60\n\
              @ IN NS ns.acme.test.\nns IN A 127.0.0.1\n@ IN A 127.0.0.1\n* IN A 127.0.0.1\n",
         )
         .expect("zone");
-        let port = free_tcp_port();
+        let zone = format!(
+            "zone \"acme.test\" {{ type primary; file \"{}/acme.test.db\"; allow-update {{ key \"shuck-acme\"; }}; }};\n",
+            dir.display()
+        );
+        Named::run(
+            dir,
+            SocketAddr::from(([127, 0, 0, 1], free_tcp_port())),
+            &zone,
+            key,
+        )
+    }
+
+    /// named serving `zones`, listening on `addr` alone, its files in `dir`, with the TSIG key
+    /// `key` (`shuck-acme`) known.
+    fn run(dir: &Path, addr: SocketAddr, zones: &str, key: PathBuf) -> Named {
         let d = dir.display();
         let conf = dir.join("named.conf");
         std::fs::write(
             &conf,
             format!(
-                "include \"{d}/tsig.key\";\noptions {{ directory \"{d}\"; listen-on port {port} {{ 127.0.0.1; }};\n\
+                "include \"{}\";\noptions {{ directory \"{d}\"; listen-on port {} {{ {}; }};\n\
                  listen-on-v6 {{ none; }}; pid-file none; session-keyfile \"{d}/session.key\";\n\
-                 recursion no; dnssec-validation no; }};\n\
-                 zone \"acme.test\" {{ type primary; file \"{d}/acme.test.db\"; allow-update {{ key \"shuck-acme\"; }}; }};\n"
+                 recursion no; dnssec-validation no; }};\n{zones}",
+                key.display(),
+                addr.port(),
+                addr.ip(),
             ),
         )
         .expect("named.conf");
         let log = dir.join("named.log");
         let out = std::fs::File::create(&log).expect("log");
-        let child = Command::new(named)
+        let child = Command::new(require("named", "bind9"))
             .args(["-g", "-c"])
             .arg(&conf)
             .stdin(Stdio::null())
@@ -259,20 +280,25 @@ impl Named {
             .expect("start named");
         let named = Named {
             _child: Killed(child),
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            addr,
             key,
             log,
         };
+        named.wait_log("running");
+        named
+    }
+
+    /// Waits (20 s at most) for `needle` in the log.
+    fn wait_log(&self, needle: &str) {
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !named.log_text().contains("running") {
+        while !self.log_text().contains(needle) {
             assert!(
                 Instant::now() < deadline,
-                "named did not start: {}",
-                named.log_text()
+                "named never logged {needle:?}: {}",
+                self.log_text()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        named
     }
 
     fn log_text(&self) -> String {
@@ -286,7 +312,7 @@ impl Named {
                 "+short",
                 "-p",
                 &self.addr.port().to_string(),
-                "@127.0.0.1",
+                &format!("@{}", self.addr.ip()),
                 name,
                 "TXT",
             ]),
@@ -470,5 +496,107 @@ fn dns_01_signs_with_the_key_read_at_start_once_the_file_is_out_of_reach() {
         named.log_text().contains("signer \"shuck-acme\" approved"),
         "{}",
         named.log_text()
+    );
+}
+
+/// Loopback addresses put on `lo` for a test's servers, taken off again when dropped: named
+/// listens only on the addresses of interfaces (all of 127.0.0.0/8 reaches `lo`, but only
+/// 127.0.0.1 is one of its addresses).
+struct LoopbackAddrs(Vec<String>);
+
+impl LoopbackAddrs {
+    fn add(addrs: &[&str]) -> LoopbackAddrs {
+        let ip = require("ip", "iproute2");
+        let mut added = Vec::new();
+        for a in addrs {
+            let cidr = format!("{a}/32");
+            // Left by a run that was killed: taken over.
+            let _ = Command::new(&ip)
+                .args(["addr", "del", &cidr, "dev", "lo"])
+                .status();
+            let ok = Command::new(&ip)
+                .args(["addr", "add", &cidr, "dev", "lo"])
+                .status()
+                .expect("ip addr add");
+            assert!(ok.success(), "ip addr add {cidr} dev lo");
+            added.push(cidr);
+        }
+        LoopbackAddrs(added)
+    }
+}
+
+impl Drop for LoopbackAddrs {
+    fn drop(&mut self) {
+        for cidr in &self.0 {
+            let _ = Command::new("ip")
+                .args(["addr", "del", cidr, "dev", "lo"])
+                .status();
+        }
+    }
+}
+
+/// With no `nameservers`, the record is looked for on the zone's NS servers, found by asking the
+/// primary: here a secondary `named`, the server pebble asks, which hears of the update only by
+/// the primary's NOTIFY 5 s later (`notify-delay`). The CA is told once the secondary answers,
+/// and the certificate is issued. (Told when the primary answered, pebble would find no
+/// record.) NS servers are asked on port 53: root.
+#[test]
+#[ignore = "needs root"]
+fn dns_01_waits_for_the_ns_servers_the_primary_names() {
+    shuck_test_support::process::assert_root();
+    let _addrs = LoopbackAddrs::add(&["127.53.0.1", "127.53.0.2"]);
+    let pki = Pki::new();
+    let dir = pki.dir.path();
+    let key = tsig_key(dir);
+    std::fs::write(
+        dir.join("acme.test.db"),
+        "$TTL 60\n@ IN SOA ns1.acme.test. hostmaster.acme.test. 1 60 60 600 60\n\
+         @ IN NS ns1.acme.test.\n@ IN NS ns2.acme.test.\nns1 IN A 127.53.0.1\n\
+         ns2 IN A 127.53.0.2\n@ IN A 127.0.0.1\n* IN A 127.0.0.1\n",
+    )
+    .expect("zone");
+    let primary = Named::run(
+        dir,
+        SocketAddr::from(([127, 53, 0, 1], 53)),
+        &format!(
+            "zone \"acme.test\" {{ type primary; file \"{}/acme.test.db\"; \
+             allow-update {{ key \"shuck-acme\"; }}; allow-transfer {{ any; }}; notify-delay 5; }};\n",
+            dir.display()
+        ),
+        key.clone(),
+    );
+    let second = dir.join("secondary");
+    std::fs::create_dir(&second).expect("mkdir");
+    let secondary = Named::run(
+        &second,
+        SocketAddr::from(([127, 53, 0, 2], 53)),
+        &format!(
+            "zone \"acme.test\" {{ type secondary; primaries {{ 127.53.0.1; }}; \
+             file \"{}/acme.test.db\"; allow-notify {{ 127.0.0.0/8; }}; }};\n",
+            second.display()
+        ),
+        key.clone(),
+    );
+    secondary.wait_log("transferred serial 1");
+    let pebble = pebble_asking(&pki, &secondary);
+    let config = dns01_config(
+        (free_tcp_port(), "\"acme.test\""),
+        &pebble,
+        &primary,
+        (&key, &pki.ca_path(), &dir.join("state")),
+    )
+    .replace(&format!("nameservers = [\"{}\"]\n", primary.addr), "");
+    assert!(!config.contains("nameservers"), "{config}");
+    let shuck = Shuck::start(&config);
+    shuck.wait_log_within("ACME certificate issued", Duration::from_secs(60));
+    assert!(
+        !shuck.log_text().contains("ACME order failed"),
+        "issued by the first order: {}",
+        shuck.log_text()
+    );
+    assert!(
+        secondary.log_text().contains("transferred serial 2"),
+        "the update reached the secondary: {}",
+        secondary.log_text()
     );
 }
