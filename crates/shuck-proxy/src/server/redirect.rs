@@ -4,8 +4,8 @@
 //! one another host of the fleet published in the store. Served on the main thread's runtime,
 //! away from the workers. A connection gets one answer and is closed; its request must come
 //! whole, at most 8 KiB, within 10 s; 1024 connections at most are open, more are closed at once;
-//! 16 store lookups at most run at once in the process (with the TLS-ALPN-01 validators'), more
-//! get 503.
+//! 16 store lookups at most run at once, more get 503 (a budget of their own: a flood here does
+//! not take the TLS-ALPN-01 validators' lookups).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,6 +33,8 @@ const MAX_PER_CLIENT: usize = 16;
 /// most) before the socket is closed: closing with unread bytes sends a reset, which may
 /// destroy the answer before the client reads it (a POST body, a pipelined request).
 const LINGER: Duration = Duration::from_secs(1);
+/// Store lookups for another host's challenge at once.
+const MAX_LOOKUPS: usize = 16;
 /// How long a store lookup may take.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -42,6 +44,7 @@ pub(crate) struct Shared {
     engine: Arc<Engine>,
     metrics: Arc<Metrics>,
     open: Arc<Semaphore>,
+    lookups: Semaphore,
     /// Connections open per client (an IPv4 address, an IPv6 /64; only those with one open are
     /// kept).
     per_client: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
@@ -54,6 +57,7 @@ impl Shared {
             engine,
             metrics,
             open: Arc::new(Semaphore::new(MAX_OPEN)),
+            lookups: Semaphore::new(MAX_LOOKUPS),
             per_client: std::sync::Mutex::default(),
         }
     }
@@ -398,7 +402,7 @@ async fn challenge(token: &str, shared: &Shared) -> (Answer, &'static str) {
     if stores.is_empty() {
         return not_found();
     }
-    let Some(_slot) = shared.engine.challenges.store_lookups.try_slot() else {
+    let Ok(_slot) = shared.lookups.try_acquire() else {
         return (Answer::text("503 Service Unavailable", "busy\n"), "busy");
     };
     let until = tokio::time::Instant::now() + LOOKUP_TIMEOUT;

@@ -36,14 +36,14 @@ pub(crate) struct Challenges {
     pub(crate) http: Arc<super::http01::HttpAnswers>,
     /// The DNS-01 TSIG keys read at start.
     pub(crate) dns_keys: super::dns01::Keys,
-    /// Lookups of another host's challenge in a fleet's store running now.
+    /// Validators' lookups of another host's challenge in a fleet's store running now.
     pub(crate) store_lookups: StoreLookups,
 }
 
-/// Store lookups for another host's challenge (TLS-ALPN-01 validators' handshakes and the
-/// plain-HTTP listeners' HTTP-01 requests together) that may run at once in the process: a
-/// flood of made-up challenges asks the fleet's store, which the fleet's sessions share, for
-/// this many at most.
+/// Store lookups for another host's TLS-ALPN-01 challenge that validators' handshakes may run
+/// at once in the process: a flood of made-up challenges asks the fleet's store, which the
+/// fleet's sessions share, for this many at most. (The plain-HTTP listeners' HTTP-01 lookups
+/// have a budget of their own, so a flood on port 80 does not fail these validations.)
 pub(crate) const MAX_STORE_LOOKUPS: usize = 16;
 
 /// The slots of [`MAX_STORE_LOOKUPS`].

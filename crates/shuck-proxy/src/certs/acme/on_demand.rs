@@ -452,7 +452,7 @@ fn usable(bundle: &Path, name: &str) -> bool {
 }
 
 /// The names whose certificates an earlier run stored and that have not expired (at most
-/// `max_certificates`), loaded into the table.
+/// `max_certificates`), loaded into the table; not those of names `acme.names` lists now.
 fn load_stored(m: &Manager) -> Vec<String> {
     let dir = m
         .acme
@@ -481,6 +481,11 @@ fn load_stored(m: &Manager) -> Vec<String> {
         };
         if m.acme.for_name(&m.frontend, &name).bundle != path {
             continue; // not one of ours (renamed by hand)
+        }
+        if m.reserved.contains(&name) {
+            // Listed in `acme.names` since it was ordered: that frontend's now (the file kept).
+            tracing::warn!(frontend = %m.frontend, name, "a stored on-demand certificate is for a name some frontend lists in acme.names; not served or renewed on demand");
+            continue;
         }
         match certified(&path) {
             Ok(key) => {

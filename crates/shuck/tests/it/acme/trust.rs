@@ -85,12 +85,31 @@ fn acme_challenge_lookups_are_only_for_the_frontends_names() {
     );
 }
 
+/// The ClientHello a TLS-ALPN-01 validator sends for `name` (`acme-tls/1` only), as bytes.
+fn acme_hello(name: &str) -> Vec<u8> {
+    let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(rustls::RootCertStore::empty())
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"acme-tls/1".to_vec()];
+    let name = rustls::pki_types::ServerName::try_from(name.to_string()).expect("name");
+    let mut conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("conn");
+    let mut hello = Vec::new();
+    conn.write_tls(&mut hello).expect("hello");
+    hello
+}
+
 /// A flood of validators' handshakes for made-up names at an on-demand fleet host whose store
 /// does not answer (redis-server stopped): 16 store lookups run at once, the handshakes beyond
-/// them are answered without the store and counted. (Each once started a lookup of its own: a
-/// flood was as many queries waiting on the store the fleet's sessions share.)
+/// them are answered without the store and counted; once the store answers again, a lookup
+/// runs (the slots came back). (Each hello once started a lookup of its own: a flood was as
+/// many queries waiting on the store the fleet's sessions share.)
 #[test]
 fn validators_handshakes_look_challenges_up_sixteen_at_a_time() {
+    use std::io::{Read, Write};
     let pki = Pki::new();
     let redis = shuck_test_support::redis::RedisServer::start(&[]);
     let port = free_tcp_port();
@@ -108,6 +127,13 @@ fn validators_handshakes_look_challenges_up_sixteen_at_a_time() {
         toml_path(&fleet_key(&pki)),
     ));
     let (addr, metrics) = (shuck.addr(), *shuck.addrs.last().expect("metrics"));
+    let busy = || {
+        counter_sum(
+            metrics,
+            "shuck_acme_fleet_events_total",
+            ("event", "challenge_lookup_busy"),
+        )
+    };
     let signal = |sig: &str| {
         let ok = Command::new("kill")
             .args([sig, &redis.pid().to_string()])
@@ -115,26 +141,38 @@ fn validators_handshakes_look_challenges_up_sixteen_at_a_time() {
             .expect("kill");
         assert!(ok.success(), "kill {sig}");
     };
-    // One lookup first, so the store's connection is open: each lookup then waits its 2 s for
-    // the stopped server (not the 1 s of a connection attempt), and the flood overlaps within.
+    // One lookup first, so the store's connection is open: each lookup then waits for the
+    // stopped server until its own timeout.
     validator_hello(addr, "first.flood.test");
-    signal("-STOP");
     let flood = 48;
-    std::thread::scope(|s| {
-        for i in 0..flood {
-            s.spawn(move || validator_hello(addr, &format!("n{i}.flood.test")));
-        }
-    });
+    let hellos: Vec<Vec<u8>> = (0..flood)
+        .map(|i| acme_hello(&format!("n{i}.flood.test")))
+        .collect();
+    let mut conns: Vec<TcpStream> = (0..flood)
+        .map(|_| TcpStream::connect(addr).expect("connect"))
+        .collect();
+    signal("-STOP");
+    // Every hello written before any answer is read: they arrive within milliseconds.
+    for (c, hello) in conns.iter_mut().zip(&hellos) {
+        c.write_all(hello).expect("hello");
+    }
+    for mut c in conns {
+        c.set_read_timeout(Some(Duration::from_secs(15)))
+            .expect("timeout");
+        let _ = c.read_to_end(&mut Vec::new());
+    }
     signal("-CONT");
-    let busy = counter_sum(
-        metrics,
-        "shuck_acme_fleet_events_total",
-        ("event", "challenge_lookup_busy"),
-    );
-    assert!(
-        (16..=flood - 16).contains(&busy),
-        "{busy} of {flood} handshakes found the lookups taken\n{}",
+    assert_eq!(
+        busy(),
+        flood - 16,
+        "handshakes past the 16 lookups\n{}",
         shuck.log_text()
+    );
+    validator_hello(addr, "after.flood.test");
+    assert_eq!(
+        busy(),
+        flood - 16,
+        "a lookup runs again once the store answers"
     );
 }
 
