@@ -12,7 +12,6 @@
 use shuck_test_support::harness;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 
 use harness::{config, Running};
 use shuck_proxy::running::{self, Applies};
@@ -68,10 +67,7 @@ impl Files {
 
 /// A port nothing listens on now.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    shuck_test_support::ports::tcp()
 }
 
 /// One key: its lines before and after (global lines, frontend lines), and what the reload

@@ -2,7 +2,7 @@
 //! a hosts file the test rewrites (`set`), with a 1 s TTL. `dig` checks each change took.
 
 use std::fmt::Write as _;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -22,14 +22,7 @@ pub struct Dnsmasq {
 
 /// A port free on 127.0.0.1 for both UDP and TCP (DNS answers on both).
 fn free_dns_port() -> u16 {
-    for _ in 0..50 {
-        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
-        let port = udp.local_addr().expect("addr").port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no port free for both UDP and TCP");
+    crate::ports::tcp_and_udp()
 }
 
 impl Dnsmasq {

@@ -2,7 +2,7 @@
 //! by `redis-cli --cluster create`. Each runs in a temporary directory (replication and cluster
 //! state write files there), without persistence, on free loopback ports; killed on drop.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,10 +24,7 @@ impl Drop for RedisServer {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
+    crate::ports::tcp()
 }
 
 impl RedisServer {

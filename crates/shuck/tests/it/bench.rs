@@ -599,11 +599,7 @@ fn refused_soon(addr: std::net::SocketAddr) -> bool {
 
 /// A free port on 127.0.0.1 (bound, then let go).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    shuck_test_support::ports::tcp()
 }
 
 /// `openssl s_client` connected (handshake done) and waiting for its request on stdin.

@@ -3,7 +3,7 @@
 //! `cargo test --workspace acme` runs these.
 
 use std::fmt::Write as _;
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -17,13 +17,11 @@ use shuck_test_support::process::{run_bounded, Shuck};
 const NAME: &str = "shop.acme.test";
 
 fn free_tcp_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+    shuck_test_support::ports::tcp()
 }
 
 fn free_udp_port() -> u16 {
-    let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    s.local_addr().expect("addr").port()
+    shuck_test_support::ports::udp()
 }
 
 /// A child process killed on drop.

@@ -562,10 +562,7 @@ fn a_slow_store_costs_full_handshakes_but_no_reconnections() {
 
 /// A free loopback port.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
+    shuck_test_support::ports::tcp()
 }
 
 /// Redis Sentinel: a master, a replica, one sentinel (quorum 1) named second in the URL after
