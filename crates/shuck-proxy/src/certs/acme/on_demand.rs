@@ -46,6 +46,11 @@ const MAX_VERDICTS: usize = 10_000;
 const MAX_NAME: usize = 240;
 /// The longest a name whose orders keep failing is refused.
 const MAX_BACK_OFF: Duration = Duration::from_secs(3600);
+/// How far apart the jobs of the names stored by an earlier run start: each asks the CA for its
+/// renewal window (ARI) and, in a fleet, reads the store as it starts, and a frontend may have
+/// a thousand such names (10 a second: the last starts 100 s after the first; every stored
+/// certificate is served from the start meanwhile).
+const STORED_JOBS_APART: Duration = Duration::from_millis(100);
 
 /// What a frontend's on-demand issuance counts (`shuck_on_demand_events_total`).
 #[derive(Debug, Clone, Default)]
@@ -205,8 +210,9 @@ pub(crate) async fn run(m: Manager) {
     let stored = tokio::task::spawn_blocking(move || load_stored(&loader))
         .await
         .unwrap_or_default();
-    for name in stored {
-        state.start_job(&m, &name);
+    for (i, name) in stored.iter().enumerate() {
+        let after = STORED_JOBS_APART.saturating_mul(u32::try_from(i).unwrap_or(u32::MAX));
+        state.start_job(&m, name, after);
     }
     loop {
         tokio::select! {
@@ -378,12 +384,12 @@ impl State {
         }
         self.started.push_back(now);
         m.certs.events.ordered.inc();
-        self.start_job(m, name);
+        self.start_job(m, name, Duration::ZERO);
     }
 
-    /// Starts `name`'s renewal job (ordering it when there is no certificate yet); a valid
-    /// certificate already in the state directory is served at once.
-    fn start_job(&mut self, m: &Manager, name: &str) {
+    /// Starts `name`'s renewal job `after` from now (ordering it when there is no certificate
+    /// yet); a valid certificate already in the state directory is served at once.
+    fn start_job(&mut self, m: &Manager, name: &str, after: Duration) {
         if !self.names.contains_key(name) {
             self.names
                 .insert(name.to_string(), Name::Running(Vec::new()));
@@ -403,6 +409,9 @@ impl State {
         let (renewed, mut said) = mpsc::unbounded_channel();
         let (events, name) = (self.events.clone(), name.to_string());
         tokio::spawn(async move {
+            if !after.is_zero() {
+                tokio::time::sleep(after).await;
+            }
             let forward = {
                 let (events, name) = (events.clone(), name.clone());
                 async move {

@@ -369,3 +369,76 @@ fn a_name_another_frontend_orders_is_not_ordered_on_demand() {
     assert!(ok, "{err}");
     assert_eq!(ask.asked().len(), 2, "{:?}", ask.asked());
 }
+
+/// The jobs of the names an earlier run stored start 100 ms apart, not all at once: each reads
+/// the fleet's store as it starts (and asks the CA for its renewal window), and a frontend may
+/// have a thousand. Four names issued, then a restart: their first store reads, as redis-server's
+/// MONITOR times them, span at least 0.25 s (3 × 100 ms, less slack); all four are served at
+/// once meanwhile. (They came within a few milliseconds of each other.)
+#[test]
+fn the_stored_names_jobs_start_apart() {
+    let pki = Pki::new();
+    let port = free_tcp_port();
+    let pebble = Pebble::start(&pki, port, 300);
+    let ask = AskEndpoint::start();
+    let redis = RedisServer::start(&[]);
+    let state = pki.dir.path().join("state");
+    let config = format!(
+        "{}acme_store = \"redis://127.0.0.1:{}\"\nacme_store_key = {}\n",
+        on_demand_config(port, &pebble, &pki, &ask.url, &state),
+        redis.port,
+        toml_path(&super::fleet_key(&pki))
+    );
+    let names: Vec<String> = (0..4).map(|i| format!("shop{i}.customer.test")).collect();
+    let shuck = Shuck::start(&config);
+    for name in &names {
+        let (ok, err) = curl_name(name, shuck.addr(), &pebble.root);
+        assert!(ok, "{name}: {err}");
+    }
+    drop(shuck);
+    let seen = pki.path("monitor.log");
+    let mut monitor = std::process::Command::new(shuck_test_support::peers::require(
+        "redis-cli",
+        "redis-tools",
+    ))
+    .args(["-h", "127.0.0.1", "-p", &redis.port.to_string(), "MONITOR"])
+    .stdout(std::fs::File::create(&seen).expect("monitor log"))
+    .spawn()
+    .expect("redis-cli MONITOR");
+    let monitored = || std::fs::read_to_string(&seen).unwrap_or_default();
+    shuck_test_support::process::wait_for("MONITOR", Duration::from_secs(10), || {
+        monitored().contains("OK")
+    });
+    let shuck = Shuck::start(&config);
+    for name in &names {
+        let (ok, err) = super::curl_name(name, shuck.addr(), &pebble.root, 5);
+        assert!(ok, "{name} served at once after the restart: {err}");
+    }
+    // The first read of each name's certificate in the store, by MONITOR's clock.
+    let first_reads = || {
+        let mut first = std::collections::BTreeMap::<String, f64>::new();
+        for line in monitored().lines() {
+            let Some((time, rest)) = line.split_once(' ') else {
+                continue;
+            };
+            let key = rest
+                .split('"')
+                .find(|part| part.starts_with("shuck:acme:cert:"));
+            if let (Some(key), Ok(t)) = (key, time.parse::<f64>()) {
+                if rest.contains("\"GET\"") {
+                    first.entry(key.to_string()).or_insert(t);
+                }
+            }
+        }
+        first
+    };
+    shuck_test_support::process::wait_for("four names' reads", Duration::from_secs(10), || {
+        first_reads().len() >= names.len()
+    });
+    let _ = monitor.kill();
+    let _ = monitor.wait();
+    let times: Vec<f64> = first_reads().into_values().collect();
+    let spread = times.iter().copied().fold(f64::MIN, f64::max)
+        - times.iter().copied().fold(f64::MAX, f64::min);
+    assert!(spread >= 0.25, "first reads {spread:.3} s apart: {times:?}");
+}
