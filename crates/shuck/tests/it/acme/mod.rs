@@ -34,6 +34,36 @@ impl Drop for Killed {
     }
 }
 
+/// redis-server's MONITOR: every command the server runs, written to a file as it runs it.
+struct RedisMonitor {
+    _child: Killed,
+    log: PathBuf,
+}
+
+impl RedisMonitor {
+    /// Watching the server on `port` (once MONITOR answers), written to `log`.
+    fn start(port: u16, log: PathBuf) -> RedisMonitor {
+        let child = Command::new(require("redis-cli", "redis-tools"))
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "MONITOR"])
+            .stdout(std::fs::File::create(&log).expect("monitor log"))
+            .spawn()
+            .expect("redis-cli MONITOR");
+        let monitor = RedisMonitor {
+            _child: Killed(child),
+            log,
+        };
+        shuck_test_support::process::wait_for("MONITOR", Duration::from_secs(10), || {
+            monitor.text().contains("OK")
+        });
+        monitor
+    }
+
+    /// What it has seen so far.
+    fn text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
 /// pebble and its DNS server, for one test; the directory at `directory`, issued certificates
 /// chaining to `root` (fetched from pebble's management interface).
 struct Pebble {

@@ -396,19 +396,8 @@ fn the_stored_names_jobs_start_apart() {
         assert!(ok, "{name}: {err}");
     }
     drop(shuck);
-    let seen = pki.path("monitor.log");
-    let mut monitor = std::process::Command::new(shuck_test_support::peers::require(
-        "redis-cli",
-        "redis-tools",
-    ))
-    .args(["-h", "127.0.0.1", "-p", &redis.port.to_string(), "MONITOR"])
-    .stdout(std::fs::File::create(&seen).expect("monitor log"))
-    .spawn()
-    .expect("redis-cli MONITOR");
-    let monitored = || std::fs::read_to_string(&seen).unwrap_or_default();
-    shuck_test_support::process::wait_for("MONITOR", Duration::from_secs(10), || {
-        monitored().contains("OK")
-    });
+    let monitor = super::RedisMonitor::start(redis.port, pki.path("monitor.log"));
+    let monitored = || monitor.text();
     let shuck = Shuck::start(&config);
     for name in &names {
         let (ok, err) = super::curl_name(name, shuck.addr(), &pebble.root, 5);
@@ -435,8 +424,6 @@ fn the_stored_names_jobs_start_apart() {
     shuck_test_support::process::wait_for("four names' reads", Duration::from_secs(10), || {
         first_reads().len() >= names.len()
     });
-    let _ = monitor.kill();
-    let _ = monitor.wait();
     let times: Vec<f64> = first_reads().into_values().collect();
     let spread = times.iter().copied().fold(f64::MIN, f64::max)
         - times.iter().copied().fold(f64::MAX, f64::min);

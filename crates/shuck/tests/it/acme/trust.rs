@@ -52,16 +52,8 @@ fn acme_challenge_lookups_are_only_for_the_frontends_names() {
     let addr = shuck.addr();
     // Every command redis-server runs, as MONITOR shows them (the fleet's own background reads
     // of its back-off key included, so the challenge keys are looked for by name).
-    let seen = pki.path("monitor.log");
-    let mut monitor = Command::new(require("redis-cli", "redis-tools"))
-        .args(["-h", "127.0.0.1", "-p", &redis.port.to_string(), "MONITOR"])
-        .stdout(std::fs::File::create(&seen).expect("monitor log"))
-        .spawn()
-        .expect("redis-cli MONITOR");
-    let monitored = || std::fs::read_to_string(&seen).unwrap_or_default();
-    shuck_test_support::process::wait_for("MONITOR", Duration::from_secs(10), || {
-        monitored().contains("OK")
-    });
+    let monitor = RedisMonitor::start(redis.port, pki.path("monitor.log"));
+    let monitored = || monitor.text();
     for name in ["other.acme.test", "admin.example", "shop.acme.test.evil"] {
         validator_hello(addr, name);
     }
@@ -71,8 +63,6 @@ fn acme_challenge_lookups_are_only_for_the_frontends_names() {
     shuck_test_support::process::wait_for("the own name's lookup", Duration::from_secs(10), || {
         monitored().contains(&own)
     });
-    let _ = monitor.kill();
-    let _ = monitor.wait();
     let log = monitored();
     let looked_up: Vec<&str> = log
         .lines()
