@@ -46,11 +46,14 @@ const MAX_VERDICTS: usize = 10_000;
 const MAX_NAME: usize = 240;
 /// The longest a name whose orders keep failing is refused.
 const MAX_BACK_OFF: Duration = Duration::from_secs(3600);
-/// How far apart the jobs of the names stored by an earlier run start: each asks the CA for its
-/// renewal window (ARI) and, in a fleet, reads the store as it starts, and a frontend may have
-/// a thousand such names (10 a second: the last starts 100 s after the first; every stored
-/// certificate is served from the start meanwhile).
+/// How far apart the jobs of the names stored by an earlier run start, the certificates that
+/// end first first: each asks the CA for its renewal window (ARI) and, in a fleet, reads the
+/// store as it starts, and a frontend may have thousands of such names (10 a second: a thousand
+/// names' last job starts 100 s after the first; every stored certificate is served from the
+/// start meanwhile).
 const STORED_JOBS_APART: Duration = Duration::from_millis(100);
+/// ... closer together when there are so many that the last would start later than this.
+const STORED_JOBS_WITHIN: Duration = Duration::from_secs(600);
 
 /// What a frontend's on-demand issuance counts (`shuck_on_demand_events_total`).
 #[derive(Debug, Clone, Default)]
@@ -210,8 +213,10 @@ pub(crate) async fn run(m: Manager) {
     let stored = tokio::task::spawn_blocking(move || load_stored(&loader))
         .await
         .unwrap_or_default();
+    let count = u32::try_from(stored.len()).unwrap_or(u32::MAX).max(1);
+    let apart = STORED_JOBS_APART.min(STORED_JOBS_WITHIN / count);
     for (i, name) in stored.iter().enumerate() {
-        let after = STORED_JOBS_APART.saturating_mul(u32::try_from(i).unwrap_or(u32::MAX));
+        let after = apart.saturating_mul(u32::try_from(i).unwrap_or(u32::MAX));
         state.start_job(&m, name, after);
     }
     loop {
@@ -461,7 +466,8 @@ fn usable(bundle: &Path, name: &str) -> bool {
 }
 
 /// The names whose certificates an earlier run stored and that have not expired (at most
-/// `max_certificates`), loaded into the table; not those of names `acme.names` lists now.
+/// `max_certificates`), loaded into the table, the one that ends first first; not those of names
+/// `acme.names` lists now.
 fn load_stored(m: &Manager) -> Vec<String> {
     let dir = m
         .acme
@@ -499,7 +505,7 @@ fn load_stored(m: &Manager) -> Vec<String> {
         match certified(&path) {
             Ok(key) => {
                 m.certs.insert(&name, &key);
-                names.push(name);
+                names.push((stored.not_after, name));
             }
             Err(e) => {
                 tracing::warn!(frontend = %m.frontend, path = %path.display(), error = %e, "stored on-demand certificate unusable; ordered again when asked for");
@@ -509,7 +515,8 @@ fn load_stored(m: &Manager) -> Vec<String> {
     if !names.is_empty() {
         tracing::info!(frontend = %m.frontend, certificates = names.len(), "serving the on-demand certificates stored before");
     }
-    names
+    names.sort_unstable();
+    names.into_iter().map(|(_, name)| name).collect()
 }
 
 /// A bundle (chain, then key) as rustls serves it.

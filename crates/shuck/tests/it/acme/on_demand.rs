@@ -373,8 +373,9 @@ fn a_name_another_frontend_orders_is_not_ordered_on_demand() {
 /// The jobs of the names an earlier run stored start 100 ms apart, not all at once: each reads
 /// the fleet's store as it starts (and asks the CA for its renewal window), and a frontend may
 /// have a thousand. Four names issued, then a restart: their first store reads, as redis-server's
-/// MONITOR times them, span at least 0.25 s (3 × 100 ms, less slack); all four are served at
-/// once meanwhile. (They came within a few milliseconds of each other.)
+/// MONITOR times them, come apart: the second to the fourth span at least 0.15 s (2 × 100 ms,
+/// less slack; the first may wait for the store's connection, made by the first read); all four
+/// are served at once meanwhile. (They came within a few milliseconds of each other.)
 #[test]
 fn the_stored_names_jobs_start_apart() {
     let pki = Pki::new();
@@ -424,8 +425,11 @@ fn the_stored_names_jobs_start_apart() {
     shuck_test_support::process::wait_for("four names' reads", Duration::from_secs(10), || {
         first_reads().len() >= names.len()
     });
-    let times: Vec<f64> = first_reads().into_values().collect();
-    let spread = times.iter().copied().fold(f64::MIN, f64::max)
-        - times.iter().copied().fold(f64::MAX, f64::min);
-    assert!(spread >= 0.25, "first reads {spread:.3} s apart: {times:?}");
+    let mut times: Vec<f64> = first_reads().into_values().collect();
+    times.sort_by(f64::total_cmp);
+    let spread = times[3] - times[1];
+    assert!(
+        spread >= 0.15,
+        "second to fourth first reads {spread:.3} s apart: {times:?}"
+    );
 }
