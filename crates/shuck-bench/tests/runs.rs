@@ -188,9 +188,8 @@ fn ipv6_target_with_alpn_and_sni() {
 
 #[test]
 fn unreachable_or_untrusted_targets_fail_with_the_reason() {
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = dead.local_addr().unwrap().to_string();
-    drop(dead);
+    // Nothing listens there: a port no bind(":0") can be handed.
+    let addr = format!("127.0.0.1:{}", shuck_test_support::ports::tcp());
     let err = bench(&[&addr, "--insecure", "--duration", "1", "--quiet"]).expect_err("no server");
     assert!(
         err.contains("no connection to") && err.contains("connect"),

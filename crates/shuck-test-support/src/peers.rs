@@ -96,11 +96,10 @@ pub fn ipv6_loopback() -> bool {
 pub const V4: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 pub const V6: IpAddr = IpAddr::V6(Ipv6Addr::LOCALHOST);
 
-/// A port the OS just handed out on `ip`, released for the peer to bind. Another process can
-/// take it in between; `spawn` retries with a new port when the peer fails to start.
+/// A free port on `ip` for the peer to bind (`crate::ports`: nothing but another pick takes
+/// it; `spawn` still retries with a new port when the peer fails to start).
 fn free_addr(ip: IpAddr) -> SocketAddr {
-    let l = TcpListener::bind((ip, 0)).expect("bind a free port");
-    l.local_addr().expect("local addr")
+    SocketAddr::new(ip, crate::ports::tcp_on(ip))
 }
 
 /// Starts the peer built by `make(addr, dir)` on a fresh port and waits until it accepts TCP

@@ -5,7 +5,7 @@
 //! as a backend requiring a client certificate behind a PROXY header sees shuck's certificate,
 //! resumed sessions and health checks in TLS.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -23,10 +23,7 @@ struct SServer {
 impl SServer {
     /// With certificate bundle `cert`; `verify_ca`: require a client certificate from it.
     fn start(cert: &std::path::Path, verify_ca: Option<&std::path::Path>) -> SServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
+        let port = shuck_test_support::ports::tcp();
         let mut cmd = Command::new("openssl");
         cmd.args(["s_server", "-www", "-accept"])
             .arg(format!("127.0.0.1:{port}"))

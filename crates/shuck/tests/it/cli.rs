@@ -663,10 +663,7 @@ fn check_says_what_a_reload_would_change() {
         out.contains("a reload changes no setting"),
         "unchanged file: {out}"
     );
-    let free = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let free = std::net::SocketAddr::from(([127, 0, 0, 1], shuck_test_support::ports::tcp()));
     let edited = config(3, &format!("\"{first}\", \"{free}\""), "127.0.0.1:2");
     std::fs::write(running.config_path(), &edited).unwrap();
     let out = check();

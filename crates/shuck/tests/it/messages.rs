@@ -445,11 +445,7 @@ fn the_access_log_names_listen_backend_source_and_client_certificate() {
 #[test]
 fn a_wildcard_and_a_specific_address_of_one_port_are_not_another_process() {
     let pki = Pki::new();
-    let port = TcpListener::bind("0.0.0.0:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let port = shuck_test_support::ports::tcp_on(std::net::Ipv4Addr::UNSPECIFIED.into());
     let fe = frontend(&pki, "");
     let text = format!(
         "workers = 1\n{}{}",

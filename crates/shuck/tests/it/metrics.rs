@@ -14,10 +14,8 @@ fn counters_follow_real_traffic() {
     let pki = Pki::new();
     let cert = pki.leaf("m.pem", "m", &["m.test"], Key::EcdsaP256);
     let b = HttpBackend::start();
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr");
+    // Nothing listens there: a port no bind(":0") can be handed.
+    let dead = std::net::SocketAddr::from(([127, 0, 0, 1], shuck_test_support::ports::tcp()));
     let shuck = Shuck::start(&format!(
         "workers = 2\nmetrics_listen = \"127.0.0.1:0\"\nmetrics_per_worker = true\n\
          [[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {c}\nunknown_sni = \"reject\"\n\

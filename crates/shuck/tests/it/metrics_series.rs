@@ -85,12 +85,8 @@ fn workers_are_summed_by_default_and_apart_on_request() {
 fn backend_errors_name_each_backend_tried() {
     let pki = Pki::new();
     let cert = pki.leaf("b.pem", "b", &["b.test"], Key::EcdsaP256);
-    let dead = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("bind")
-            .local_addr()
-            .expect("addr")
-    };
+    // Nothing listens there: ports no bind(":0") can be handed.
+    let dead = || std::net::SocketAddr::from(([127, 0, 0, 1], shuck_test_support::ports::tcp()));
     let (one, two) = (dead(), dead());
     let shuck = Shuck::start(&format!(
         "metrics_listen = \"127.0.0.1:0\"\n[[frontend]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\

@@ -420,10 +420,8 @@ fn a_handshake_that_never_completes_times_out() {
 fn unreachable_backend_closes_only_that_connection() {
     let pki = Pki::new();
     let good = HttpBackend::start();
-    let dead = TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr");
+    // Nothing listens there: a port no bind(":0") can be handed.
+    let dead = SocketAddr::from(([127, 0, 0, 1], shuck_test_support::ports::tcp()));
     let mut shuck = Shuck::start(&config(
         &pki,
         &[

@@ -478,10 +478,7 @@ fn sighup_reloads_certificates_and_tls_settings_and_keeps_tickets() {
     // certificate, the old one is closed, and sessions from before still resume there.
     let moved = pki.leaf("moved.pem", "moved", &["reload.test"], Key::EcdsaP256);
     std::fs::rename(&moved, &path).expect("new certificate");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = shuck_test_support::ports::tcp();
     std::fs::write(
         shuck.config_path(),
         config("h2").replace("127.0.0.1:0", &format!("127.0.0.1:{port}")),

@@ -245,7 +245,7 @@ impl Named {
         );
         Named::run(
             dir,
-            SocketAddr::from(([127, 0, 0, 1], free_tcp_port())),
+            SocketAddr::from(([127, 0, 0, 1], super::free_dns_port())),
             &zone,
             key,
         )
@@ -261,7 +261,7 @@ impl Named {
             format!(
                 "include \"{}\";\noptions {{ directory \"{d}\"; listen-on port {} {{ {}; }};\n\
                  listen-on-v6 {{ none; }}; pid-file none; session-keyfile \"{d}/session.key\";\n\
-                 recursion no; dnssec-validation no; }};\n{zones}",
+                 recursion no; dnssec-validation no; }};\ncontrols {{ }};\n{zones}",
                 key.display(),
                 addr.port(),
                 addr.ip(),
@@ -285,6 +285,8 @@ impl Named {
             log,
         };
         named.wait_log("running");
+        // "running" comes also when an address could not be bound.
+        named.wait_log(&format!("{}#{}", addr.ip(), addr.port()));
         named
     }
 
@@ -502,12 +504,18 @@ fn dns_01_signs_with_the_key_read_at_start_once_the_file_is_out_of_reach() {
 /// Loopback addresses put on `lo` for a test's servers, taken off again when dropped: named
 /// listens only on the addresses of interfaces (all of 127.0.0.0/8 reaches `lo`, but only
 /// 127.0.0.1 is one of its addresses).
-struct LoopbackAddrs(Vec<String>);
+struct LoopbackAddrs {
+    ip: PathBuf,
+    added: Vec<String>,
+}
 
 impl LoopbackAddrs {
     fn add(addrs: &[&str]) -> LoopbackAddrs {
-        let ip = require("ip", "iproute2");
-        let mut added = Vec::new();
+        let mut added = LoopbackAddrs {
+            ip: require("ip", "iproute2"),
+            added: Vec::new(),
+        };
+        let ip = added.ip.clone();
         for a in addrs {
             let cidr = format!("{a}/32");
             // Left by a run that was killed: taken over.
@@ -519,16 +527,16 @@ impl LoopbackAddrs {
                 .status()
                 .expect("ip addr add");
             assert!(ok.success(), "ip addr add {cidr} dev lo");
-            added.push(cidr);
+            added.added.push(cidr);
         }
-        LoopbackAddrs(added)
+        added
     }
 }
 
 impl Drop for LoopbackAddrs {
     fn drop(&mut self) {
-        for cidr in &self.0 {
-            let _ = Command::new("ip")
+        for cidr in &self.added {
+            let _ = Command::new(&self.ip)
                 .args(["addr", "del", cidr, "dev", "lo"])
                 .status();
         }

@@ -20,8 +20,9 @@ fn free_tcp_port() -> u16 {
     shuck_test_support::ports::tcp()
 }
 
-fn free_udp_port() -> u16 {
-    shuck_test_support::ports::udp()
+/// A port free for both UDP and TCP: a DNS server answers on both.
+fn free_dns_port() -> u16 {
+    shuck_test_support::ports::tcp_and_udp()
 }
 
 /// A child process killed on drop.
@@ -102,7 +103,7 @@ impl Pebble {
         let (dns, dns_child) = if let Some(server) = &spec.dns {
             (server.clone(), None)
         } else {
-            let dns = format!("127.0.0.1:{}", free_udp_port());
+            let dns = format!("127.0.0.1:{}", free_dns_port());
             (dns.clone(), Some(challtestsrv(&dns)))
         };
         // pebble's HTTPS certificate, from the test CA; the same bundle holds chain and key.

@@ -48,11 +48,7 @@ impl Redis {
     }
 
     fn start() -> Redis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        Self::start_on(port)
+        Self::start_on(free_port())
     }
 
     /// Listening on a Unix socket only.
