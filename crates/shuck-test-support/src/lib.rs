@@ -2,7 +2,8 @@
 //! (configuration files key by key), `harness` (the
 //! engine started in-process, for shuck-proxy's and shuck-bench's tests), `process` (the real
 //! `shuck` binary on port 0, backends, bounded commands), `clients` (curl, `openssl s_client`,
-//! metrics), `ports` (ports to name before a server starts), `peers` (HAProxy and nginx), `dns` (dnsmasq), `redis` (servers and clusters) and
+//! metrics), `ports` (ports to name before a server starts), `peers` (HAProxy and nginx), `dns`
+//! (dnsmasq), `redis` (servers and clusters) and
 //! `tlv_backend` (a raw PROXY v2
 //! backend).
 

@@ -1,9 +1,10 @@
 //! Ports for what a test must name before it starts (pebble's validation port, a Redis, a DNS
 //! server, a frontend the CA connects to) or must find closed, taken outside the kernel's
-//! ephemeral range (below it), one after another from a random start. A port from `bind(":0")`, let go and used later, is in that
-//! range, where the local port of any connection a parallel test opens may land on it first
-//! (seen: "another process already listens there" at a frontend's start). Below the range only
-//! another pick could take it, and picks in one process never repeat.
+//! ephemeral range (below it), one after another from a random start. A port from
+//! `bind(":0")`, let go and used later, is in that range, where the local port of any
+//! connection a parallel test opens may land on it first (seen: "another process already
+//! listens there" at a frontend's start). Outside the range only another pick could take it,
+//! and picks in one process never repeat.
 
 use std::hash::BuildHasher;
 use std::net::{IpAddr, Ipv4Addr, TcpListener, UdpSocket};
@@ -68,7 +69,7 @@ fn pick(free: impl Fn(u16) -> bool) -> u16 {
             return port;
         }
     }
-    panic!("no free port below the ephemeral range");
+    panic!("no free port outside the ephemeral range");
 }
 
 /// A TCP port free on 127.0.0.1.
@@ -79,11 +80,6 @@ pub fn tcp() -> u16 {
 /// A TCP port free on `ip` (`0.0.0.0` for a port no address of the host has taken, `::1`).
 pub fn tcp_on(ip: IpAddr) -> u16 {
     pick(|p| TcpListener::bind((ip, p)).is_ok())
-}
-
-/// A UDP port free on 127.0.0.1.
-pub fn udp() -> u16 {
-    pick(|p| UdpSocket::bind(("127.0.0.1", p)).is_ok())
 }
 
 /// A port free on 127.0.0.1 for both TCP and UDP (a DNS server answers on both).
