@@ -1,7 +1,9 @@
 //! `shuck ctl` and the admin socket against a running shuck with real clients: curl in a loop
 //! while a backend is drained, connections held open while a backend is disabled or
 //! connections are closed, a reload of a broken file, the socket's permissions, and requests
-//! that are too long or not commands, through `socat` as an operator would type them.
+//! that are too long or not commands, through `socat` as an operator would type them;
+//! certificates changed while serving in `certificates`, upgrades through the socket in
+//! `upgrades`.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -11,6 +13,9 @@ use std::time::Duration;
 use shuck_test_support::clients::{curl_at, held_request, within, ClientLoop};
 use shuck_test_support::pki::{toml_path, Key, Pki};
 use shuck_test_support::process::{run_bounded, running_as_root, HttpBackend, Shuck, SHUCK};
+
+mod certificates;
+mod upgrades;
 
 /// A directory for the socket that only its owner may write (the test's own directory is
 /// opened to every user when the tests run as root, which the socket refuses).
@@ -544,223 +549,6 @@ fn nix_euid() -> u32 {
         })
         .and_then(|u| u.parse().ok())
         .expect("euid")
-}
-
-/// The subject a handshake for `name` is served (openssl s_client's `subject=` line, without
-/// spaces).
-fn served_cn(pki: &Pki, web: std::net::SocketAddr, name: &str) -> String {
-    let (_, out) = shuck_test_support::clients::s_client(pki, web, Some(name), &[]);
-    out.lines()
-        .find_map(|l| l.strip_prefix("subject=").map(|s| s.replace(' ', "")))
-        .unwrap_or_else(|| panic!("no subject line: {out}"))
-}
-
-/// `cert add` from standard input: new handshakes for its name get it at once; `cert replace`
-/// under a client loop (no failure) swaps it; a bundle whose key does not match is refused as a
-/// configured one is, and nothing changes; it outlives a reload; `cert remove` takes it away.
-#[test]
-fn certificates_are_added_replaced_and_removed_while_serving() {
-    let pki = Pki::new();
-    let dir = socket_dir();
-    let backend = HttpBackend::start();
-    let state = socket_dir();
-    let (shuck, socket) = start(
-        &pki,
-        dir.path(),
-        &[&backend],
-        &format!("state_dir = {}", toml_path(state.path())),
-    );
-    let web = shuck.addrs[0];
-    assert!(served_cn(&pki, web, "new.test").contains("CN=web"));
-    let first = pki.leaf("new1.pem", "new-one", &["new.test"], Key::EcdsaP256);
-    let pem = std::fs::read(&first).expect("pem");
-    let add = ctl_with(&socket, &["cert", "add", "web"], &pem);
-    assert_eq!(add.status.code(), Some(0), "{}", text(&add));
-    assert!(
-        String::from_utf8_lossy(&add.stdout).contains("added"),
-        "{}",
-        text(&add)
-    );
-    assert!(served_cn(&pki, web, "new.test").contains("CN=new-one"));
-    assert!(
-        served_cn(&pki, web, "a.test").contains("CN=web"),
-        "the others stay"
-    );
-    let again = ctl_with(&socket, &["cert", "add", "web"], &pem);
-    assert_eq!(
-        again.status.code(),
-        Some(1),
-        "the name is taken: {}",
-        text(&again)
-    );
-    let bad = pki.mismatched("bad.pem");
-    let refused = ctl(
-        &socket,
-        &[
-            "cert",
-            "replace",
-            "web",
-            "new.test",
-            "--cert",
-            bad.to_str().expect("path"),
-        ],
-    );
-    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
-    assert!(text(&refused).contains("key"), "{}", text(&refused));
-    assert!(served_cn(&pki, web, "new.test").contains("CN=new-one"));
-    let second = pki.leaf("new2.pem", "new-two", &["new.test"], Key::EcdsaP256);
-    std::thread::scope(|scope| {
-        let client = ClientLoop::start(scope, &pki, web, "new.test");
-        within(
-            Duration::from_secs(20),
-            "requests before the swap",
-            || served(&backend) >= 5,
-            || shuck.log_text(),
-        );
-        let out = ctl(
-            &socket,
-            &[
-                "cert",
-                "replace",
-                "web",
-                "new.test",
-                "--cert",
-                second.to_str().expect("path"),
-            ],
-        );
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-        let at = served(&backend);
-        within(
-            Duration::from_secs(20),
-            "requests after the swap",
-            || served(&backend) >= at + 5,
-            || shuck.log_text(),
-        );
-        let (done, failures) = client.finish();
-        assert!(
-            failures.is_empty(),
-            "{} of {done} failed: {failures:?}",
-            failures.len()
-        );
-    });
-    assert!(served_cn(&pki, web, "new.test").contains("CN=new-two"));
-    let reload = ctl(&socket, &["reload"]);
-    assert_eq!(reload.status.code(), Some(0), "{}", text(&reload));
-    assert!(
-        served_cn(&pki, web, "new.test").contains("CN=new-two"),
-        "lost at reload"
-    );
-    let listed = ctl_json(&socket, &["cert", "list"]);
-    let added: Vec<&serde_json::Value> = listed
-        .as_array()
-        .expect("list")
-        .iter()
-        .filter(|c| c["added"] == true)
-        .collect();
-    assert_eq!(added.len(), 1, "{listed}");
-    assert_eq!(added[0]["names"][0], "new.test", "{listed}");
-    let out = ctl(&socket, &["cert", "remove", "web", "new.test"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(
-        served_cn(&pki, web, "new.test").contains("CN=web"),
-        "removed, the default again"
-    );
-    // add, add (refused), replace (refused), replace, reload, remove.
-    within(
-        Duration::from_secs(5),
-        "six admin command lines",
-        || shuck.log_text().matches("admin command").count() == 6,
-        || shuck.log_text(),
-    );
-}
-
-/// `shuck ctl upgrade` answers once the new process is confirmed (after `upgrade_confirm`),
-/// and the socket's name is the new process's from then on: `show limits` names its pid. A
-/// refresh of a frontend that does not exist is refused.
-#[test]
-fn an_upgrade_answers_once_confirmed_and_the_socket_follows_the_new_process() {
-    let pki = Pki::new();
-    let dir = socket_dir();
-    let backend = HttpBackend::start();
-    let cert = pki.leaf("web.pem", "web", &["a.test"], Key::EcdsaP256);
-    let socket = dir.path().join("admin.sock");
-    let pid_file = dir.path().join("shuck.pid");
-    let shuck = Shuck::with()
-        .config(&format!(
-            "admin_socket = {}\nupgrade_confirm = \"1s\"\nshutdown_grace = \"1s\"\n[[frontend]]\nname = \"web\"\n\
-             listen = \"127.0.0.1:0\"\nbackend = \"{}\"\ncertificates = {}\n",
-            toml_path(&socket),
-            backend.addr,
-            toml_path(&cert)
-        ))
-        .args(&["--pid-file", pid_file.to_str().expect("path")])
-        .run();
-    let old = shuck.pid();
-    assert_eq!(ctl_json(&socket, &["show", "limits"])["pid"], old);
-    let refused = ctl(&socket, &["ocsp", "refresh", "nope"]);
-    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
-    let refreshed = ctl(&socket, &["ocsp", "refresh", "web"]);
-    assert_eq!(refreshed.status.code(), Some(0), "{}", text(&refreshed));
-    let out = ctl(&socket, &["upgrade"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        text(&out),
-        shuck.log_text()
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("upgraded"),
-        "{}",
-        text(&out)
-    );
-    let new: u32 = std::fs::read_to_string(&pid_file)
-        .expect("pid file")
-        .trim()
-        .parse()
-        .expect("pid");
-    let _kill = KillLater(new);
-    assert_ne!(new, old);
-    assert_eq!(ctl_json(&socket, &["show", "limits"])["pid"], new);
-    assert!(curl_at(&pki, shuck.addrs[0], "a.test", "/", &[])
-        .status
-        .success());
-}
-
-/// An upgrade whose new process refuses the configuration fails: `shuck ctl upgrade` says so
-/// (exit 1), and the old process still answers on its socket, under its name.
-#[test]
-fn a_failed_upgrade_leaves_the_old_process_answering_on_its_socket() {
-    let pki = Pki::new();
-    let dir = socket_dir();
-    let backend = HttpBackend::start();
-    let (shuck, socket) = start(&pki, dir.path(), &[&backend], "upgrade_confirm = \"1s\"");
-    let old = shuck.pid();
-    let path = shuck.config_path();
-    let good = std::fs::read_to_string(&path).expect("config");
-    std::fs::write(&path, good.replace("listen =", "listen = [")).expect("break it");
-    let out = ctl(&socket, &["upgrade"]);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}\n{}",
-        text(&out),
-        shuck.log_text()
-    );
-    assert!(text(&out).contains("upgrade failed"), "{}", text(&out));
-    assert_eq!(ctl_json(&socket, &["show", "limits"])["pid"], old);
-    assert!(curl_at(&pki, shuck.addrs[0], "a.test", "/", &[])
-        .status
-        .success());
-}
-
-/// Kills the upgrade's new process (not the test's child) at the end.
-struct KillLater(u32);
-
-impl Drop for KillLater {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").arg(self.0.to_string()).status();
-    }
 }
 
 /// A backend's state outlives a reload and, with a `state_dir`, a restart; a reload that
